@@ -1,0 +1,35 @@
+# The two commands the README opens with call these targets. Every target installs what it needs
+# first, idempotently: `.venv/.installed` is rebuilt only when pyproject.toml or this file change.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: install demo simulate test lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
+	# torch first and pinned: with 2.13.0 in place nothing later resolves another (CUDA) build.
+	$(BIN)/python -m pip install --quiet "torch==2.13.0"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	# CrypTen's metadata requires the dead `sklearn` package and torchvision; its real needs are
+	# in pyproject.toml, so install it without dependencies.
+	$(BIN)/python -m pip install --quiet --no-deps "crypten==0.4.1"
+	$(BIN)/python -m mpc_erm.mpc.install_check
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/mpc-erm demo
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check mpc_erm parties coordinator tests benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info

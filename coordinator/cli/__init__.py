@@ -1,0 +1,25 @@
+"""The `mpc-erm` command line: one console script, subcommands per area.
+
+Every command exits non-zero with a one-line reason on bad input (errors name the field), and
+`--json` gives machine-readable output where a command produces results.
+"""
+
+from __future__ import annotations
+
+import click
+
+from coordinator.cli.errors import run_guarded
+from coordinator.cli.simulate import simulate
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="mpc-erm", prog_name="mpc-erm")
+def cli() -> None:
+    """Secure multi-party differentially private ERM."""
+
+
+cli.add_command(simulate)
+
+
+def main() -> None:
+    run_guarded(cli)

@@ -1,0 +1,93 @@
+"""Pieces both protocols share: public party sizes, the aggregation weights, the loss and its
+Lipschitz constant, and the data-independent projection onto the unit ball."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from mpc_erm.models import Loss, get_loss
+from mpc_erm.protocols.spec import JobSpec, Weighting
+
+
+@dataclass(frozen=True)
+class PartySizes:
+    """Row counts n_j of the parties: public (all parties learn them before a job starts)."""
+
+    sizes: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not self.sizes:
+            raise ValueError("sizes: at least one party is needed")
+        bad = [s for s in self.sizes if int(s) != s or s < 1]
+        if bad:
+            raise ValueError(f"sizes: every party needs at least one row, got {bad[:5]}")
+
+    @classmethod
+    def of(cls, sizes: Sequence[int]) -> PartySizes:
+        return cls(tuple(int(s) for s in sizes))
+
+    @property
+    def m(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def n(self) -> int:
+        return sum(self.sizes)
+
+    @property
+    def n_min(self) -> int:
+        return min(self.sizes)
+
+
+def model_weights(parties: PartySizes, weighting: Weighting, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Weight of party j's *model* in the aggregate: pooled n_j/n (default) or the thesis's 1/m."""
+    s = torch.tensor(parties.sizes, dtype=dtype)
+    if weighting == "pooled":
+        return s / parties.n
+    return torch.full_like(s, 1.0 / parties.m)
+
+
+def gradient_weights(parties: PartySizes, weighting: Weighting, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Weight of party j's *sum of clipped gradients*: pooled 1/n, or the thesis's 1/(m·n_j)
+    (an average of per-party means, thesis eq. in Thm 6.3.4)."""
+    s = torch.tensor(parties.sizes, dtype=dtype)
+    if weighting == "pooled":
+        return torch.full_like(s, 1.0 / parties.n)
+    return 1.0 / (parties.m * s)
+
+
+def loss_for(spec: JobSpec) -> Loss:
+    kw: dict[str, object] = {}
+    if spec.model.name == "softmax":
+        kw["n_classes"] = spec.model.n_classes
+    if spec.model.name == "huber_svm":
+        kw["h"] = spec.model.huber_h
+    return get_loss(spec.model.name, **kw)
+
+
+def lipschitz_for(loss: Loss, lam: float) -> float:
+    """G on the region where the λ-regularised minimisers live.
+
+    For globally Lipschitz losses the radius is ignored. Squared loss is not globally Lipschitz:
+    J(θ*) ≤ J(0) ≤ ½ (|y| ≤ 1) gives ‖θ*‖ ≤ 1/√λ, so G = 1 + 1/√λ (models.ridge_lipschitz_for).
+    """
+    radius = 1.0 / math.sqrt(lam) if lam > 0 else None
+    return loss.lipschitz(radius=radius)
+
+
+def project_to_unit_ball(X: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Scale rows with ‖x‖ > 1 onto the sphere; return the rows and how many were moved.
+
+    The privacy analysis assumes ‖x‖ ≤ 1. Projection is row-wise and data-independent, so each
+    party can apply it to its own rows without weakening anything.
+    """
+    norms = X.norm(dim=-1, keepdim=True)
+    outside = norms > 1.0
+    moved = int(outside.sum())
+    if moved == 0:
+        return X, 0
+    return torch.where(outside, X / norms, X), moved
