@@ -1,0 +1,587 @@
+"""Loaders for data a user (a party) brings: CSV, LIBSVM/svmlight, NumPy.
+
+Every failure is a ``DataError`` naming the file and the column or row/line at fault, because a
+party operator must be able to fix their export without reading our code.  Nothing is coerced
+silently: missing cells, non-numeric cells, labels outside the task's domain and mis-shaped
+files all raise.  Rows are *not* scaled here (use ``preprocess`` or pass a public
+``preprocessor``), so ``Dataset.is_unit_ball()`` may be False on what these return.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .dataset import TASKS, DataError, Dataset, Task
+from .preprocess import (
+    NumericColumn,
+    Preprocessor,
+    binary_labels,
+    encode_classes,
+    scale_regression_labels,
+)
+
+#: Refuse to build a dense matrix with more cells than this (8 GB of float64) instead of
+#: exhausting memory half-way; pass ``max_cells`` to raise it deliberately.
+DEFAULT_MAX_CELLS = 1_000_000_000
+
+#: Cell spellings read as "missing" (and therefore rejected in feature/label columns).
+NA_VALUES = ("", "?", "NA", "N/A", "NaN", "nan", "NULL", "null", "None", "#N/A")
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _check_file(path: str | os.PathLike[str]) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"{p}: file not found")
+    if not p.is_file():
+        raise DataError(f"{p}: not a regular file")
+    return p
+
+
+def is_gzip(path: Path) -> bool:
+    """Detect gzip by magic bytes, so a compressed file need not end in .gz."""
+    with open(path, "rb") as f:
+        return f.read(2) == _GZIP_MAGIC
+
+
+def open_maybe_gzip(path: Path, mode: str = "rb") -> Any:
+    """Open ``path`` for reading, decompressing transparently if it is gzip."""
+    if is_gzip(path):
+        return gzip.open(path, mode)
+    return open(path, mode)
+
+
+def _task_arg(task: str, source: str) -> Task:
+    if task not in TASKS:
+        raise DataError(f"{source}: task must be one of {TASKS}, got {task!r}")
+    return task  # type: ignore[return-value]
+
+
+def _fmt_values(values: Sequence[Any], limit: int = 10) -> str:
+    vals = list(values)
+    shown = ", ".join(repr(v) for v in vals[:limit])
+    return f"[{shown}{', ...' if len(vals) > limit else ''}] ({len(vals)} distinct)"
+
+
+def _numeric_labels(raw: np.ndarray) -> np.ndarray | None:
+    """Float view of label cells when all are numeric, else None."""
+    v = pd.to_numeric(pd.Series(raw), errors="coerce").to_numpy(dtype=np.float64)
+    return None if np.isnan(v).any() else v
+
+
+def labels_for_task(
+    raw: np.ndarray,
+    task: Task,
+    source: str,
+    *,
+    positive_label: Any = None,
+    classes: Sequence[Any] | None = None,
+    label_bounds: tuple[float, float] | None = None,
+    row_offset: int = 0,
+    unit: str = "row",
+) -> tuple[np.ndarray, int | None]:
+    """Convert raw label cells to the task's domain, refusing anything ambiguous.
+
+    binary: ``positive_label`` -> +1, the rest -1; without it the values must already be a
+    subset of {-1, +1}, {0, 1} or {False, True}.  multiclass: integers 0..K-1, or ``classes``
+    giving the public order.  regression: numbers in [-1, 1], or ``label_bounds`` = public
+    (low, high) mapped onto [-1, 1].  ``row_offset``/``unit`` make row numbers match the file.
+    """
+    raw = np.asarray(raw, dtype=object)
+    s = pd.Series(raw).astype(str).str.strip()
+    missing = pd.Series(raw).isna().to_numpy() | s.isin(NA_VALUES).to_numpy()
+    if missing.any():
+        r = int(np.flatnonzero(missing)[0])
+        raise DataError(f"{source}: label is missing at {unit} {r + row_offset}")
+    if task == "binary":
+        if positive_label is not None:
+            if not (s == str(positive_label).strip()).any():
+                raise DataError(f"{source}: positive_label {positive_label!r} never occurs in "
+                                f"the labels; values found: {_fmt_values(sorted(s.unique()))}")
+            return binary_labels(raw, positive_label), 2
+        uniq = sorted(s.unique())
+        lowered = {u.lower() for u in uniq}
+        num = _numeric_labels(raw)
+        if num is not None and set(np.unique(num)) <= {-1.0, 1.0}:
+            return num, 2
+        if num is not None and set(np.unique(num)) <= {0.0, 1.0}:
+            return np.where(num == 1.0, 1.0, -1.0), 2
+        if lowered <= {"true", "false"}:
+            return np.where(s.str.lower() == "true", 1.0, -1.0), 2
+        raise DataError(f"{source}: binary labels must be -1/+1, 0/1 or true/false unless "
+                        f"positive_label is given; values found: {_fmt_values(uniq)}")
+    if task == "multiclass":
+        if classes is not None:
+            return encode_classes(raw, classes, source), len(classes)
+        num = pd.to_numeric(pd.Series(raw), errors="coerce").to_numpy(dtype=np.float64)
+        bad = np.isnan(num) | (num != np.round(num)) | (num < 0)
+        if bad.any():
+            r = int(np.flatnonzero(bad)[0])
+            raise DataError(f"{source}: multiclass labels must be integers 0..K-1 unless "
+                            f"classes= gives their order; {unit} {r + row_offset} has "
+                            f"{s.iloc[r]!r}")
+        y = num.astype(np.int64)
+        k = int(y.max()) + 1 if y.size else 0
+        if k < 2:
+            raise DataError(f"{source}: multiclass needs at least 2 classes, labels go 0..{k - 1}")
+        return y, k
+    num = _numeric_labels(raw)
+    if num is None:
+        r = int(np.flatnonzero(pd.to_numeric(pd.Series(raw), errors="coerce").isna())[0])
+        raise DataError(f"{source}: regression label at {unit} {r + row_offset} is not a "
+                        f"number: {s.iloc[r]!r}")
+    bad = ~np.isfinite(num)
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        raise DataError(f"{source}: regression label at {unit} {r + row_offset} is not finite")
+    if label_bounds is not None:
+        return scale_regression_labels(num, *label_bounds), None
+    out = np.abs(num) > 1.0
+    if out.any():
+        r = int(np.flatnonzero(out)[0])
+        raise DataError(f"{source}: regression labels must lie in [-1, 1] (pass public "
+                        f"label_bounds=(low, high) to rescale); {unit} {r + row_offset} has "
+                        f"{num[r].item()!r}")
+    return num, None
+
+
+def _resolve_columns(
+    available: list[Any], label_column: Any, feature_columns: Sequence[Any] | None,
+    categorical_columns: Sequence[Any], source: str,
+) -> list[Any]:
+    shown = [str(c) for c in available]
+    if label_column not in available:
+        raise DataError(f"{source}: label column {label_column!r} not found; available "
+                        f"columns: {shown}")
+    if feature_columns is None:
+        feats = [c for c in available if c != label_column]
+    else:
+        feats = list(feature_columns)
+        missing = [c for c in feats if c not in available]
+        if missing:
+            raise DataError(f"{source}: feature column(s) {missing} not found; available "
+                            f"columns: {shown}")
+    if label_column in feats:
+        raise DataError(f"{source}: label column {label_column!r} is also a feature column")
+    bad_cat = [c for c in categorical_columns if c not in feats]
+    if bad_cat:
+        raise DataError(f"{source}: categorical column(s) {bad_cat} are not feature columns; "
+                        f"feature columns: {[str(c) for c in feats]}")
+    if not feats:
+        raise DataError(f"{source}: no feature columns besides the label {label_column!r}")
+    return feats
+
+
+def _check_numeric_chunk(chunk: pd.DataFrame, cols: list[Any], source: str,
+                         row0: int, line0: int) -> np.ndarray:
+    """Numeric block of a chunk as float64, naming the column and row of the first bad cell."""
+    out = np.empty((len(chunk), len(cols)), dtype=np.float64)
+    for j, c in enumerate(cols):
+        col = chunk[c]
+        if pd.api.types.is_bool_dtype(col.dtype):
+            v = col.to_numpy(dtype=np.float64)
+        elif pd.api.types.is_numeric_dtype(col.dtype):
+            v = col.to_numpy(dtype=np.float64, na_value=np.nan)
+        else:
+            v = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+            nonnum = np.isnan(v) & col.notna().to_numpy()
+            if nonnum.any():
+                r = int(np.flatnonzero(nonnum)[0])
+                raise DataError(f"{source}: non-numeric value {col.iloc[r]!r} in numeric column "
+                                f"{c!r} at row {row0 + r} (line {line0 + r}); declare it in "
+                                f"categorical_columns if it is categorical")
+        bad = ~np.isfinite(v)
+        if bad.any():
+            r = int(np.flatnonzero(bad)[0])
+            what = "missing (NaN/empty)" if np.isnan(v[r]) else f"infinite ({v[r]})"
+            raise DataError(f"{source}: {what} value in column {c!r} at row {row0 + r} "
+                            f"(line {line0 + r})")
+        out[:, j] = v
+    return out
+
+
+def _check_header(path: Path, delimiter: str) -> None:
+    """Reject duplicate header names, which pandas would silently rename to 'a.1'."""
+    import csv
+
+    try:
+        with open_maybe_gzip(path, "rt") as f:
+            first = f.readline()
+    except (UnicodeDecodeError, OSError, EOFError) as e:
+        raise DataError(f"{path}: cannot read as text ({e})") from None
+    if not first.strip():
+        return
+    names = [c.strip() for c in next(csv.reader([first], delimiter=delimiter))]
+    counts = pd.Series(names).value_counts()
+    dup = sorted(counts[counts > 1].index)
+    if dup:
+        raise DataError(f"{path}: duplicate column name(s) {dup} in the header")
+
+
+def load_csv(
+    path: str | os.PathLike[str],
+    label_column: Any,
+    feature_columns: Sequence[Any] | None = None,
+    categorical_columns: Sequence[Any] = (),
+    *,
+    task: str,
+    positive_label: Any = None,
+    delimiter: str = ",",
+    header: bool = True,
+    classes: Sequence[Any] | None = None,
+    label_bounds: tuple[float, float] | None = None,
+    preprocessor: Preprocessor | None = None,
+    name: str | None = None,
+    chunksize: int = 200_000,
+    max_cells: int = DEFAULT_MAX_CELLS,
+) -> Dataset:
+    """Load a delimited text file (optionally gzip) into a Dataset.
+
+    With ``header=False`` columns are the integers 0..k-1.  Categorical columns are one-hot
+    encoded with the categories found in this file (sorted); a party in a federation should
+    instead pass the agreed public ``preprocessor`` so that every party gets the same columns
+    (the preprocessor then also scales rows into the unit ball).  Rows are numbered from 1
+    (the first data row); "line" counts the header too (blank lines are skipped and not
+    counted).  The file is read in chunks of
+    ``chunksize`` rows and refused once the dense matrix would exceed ``max_cells`` cells.
+    """
+    p = _check_file(path)
+    source = str(p)
+    task = _task_arg(task, source)
+    if p.stat().st_size == 0:
+        raise DataError(f"{source}: file is empty")
+    if len(delimiter) != 1 and delimiter not in ("\\s+",):
+        raise DataError(f"{source}: delimiter must be one character, got {delimiter!r}")
+    categorical_columns = list(categorical_columns)
+    if header and len(delimiter) == 1:
+        _check_header(p, delimiter)
+    if preprocessor is not None and categorical_columns:
+        raise DataError(f"{source}: pass either categorical_columns or a preprocessor, not both")
+    try:
+        reader = pd.read_csv(
+            p, sep=delimiter, header=0 if header else None, chunksize=chunksize,
+            compression="gzip" if is_gzip(p) else None, na_values=list(NA_VALUES),
+            keep_default_na=True, skipinitialspace=True, low_memory=False,
+        )
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{source}: file is empty (no header or data)") from None
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError) as e:
+        raise DataError(f"{source}: cannot parse as delimited text: {e}") from None
+
+    feats: list[Any] | None = None
+    width = 0
+    numeric_cols: list[Any] = []
+    num_blocks: list[np.ndarray] = []
+    cat_blocks: list[pd.DataFrame] = []
+    raw_frames: list[pd.DataFrame] = []
+    labels: list[np.ndarray] = []
+    n_rows = 0
+    line0 = 2 if header else 1
+    try:
+        for chunk in reader:
+            if feats is None:
+                if header:
+                    chunk.columns = [str(c).strip() for c in chunk.columns]
+                dup = chunk.columns[chunk.columns.duplicated()].tolist()
+                if dup:
+                    raise DataError(f"{source}: duplicate column name(s) {dup}")
+                available = list(chunk.columns)
+                if preprocessor is not None:
+                    feature_columns = list(preprocessor.input_columns)
+                feats = _resolve_columns(available, label_column, feature_columns,
+                                         categorical_columns, source)
+                numeric_cols = [c for c in feats if c not in categorical_columns]
+                width = preprocessor.n_features if preprocessor is not None else len(feats)
+            elif header:
+                chunk.columns = [str(c).strip() for c in chunk.columns]
+            row0 = n_rows + 1
+            if (n_rows + len(chunk)) * max(width, 1) > max_cells:
+                raise DataError(f"{source}: more than {max_cells:,} cells ({n_rows + len(chunk):,}"
+                                f"+ rows x {width} columns) would not fit a dense matrix; split "
+                                f"the file or raise max_cells deliberately")
+            labels.append(chunk[label_column].to_numpy(dtype=object))
+            if preprocessor is not None:
+                # Validate numeric columns with row numbers before the preprocessor sees them.
+                nums = [c.name for c in preprocessor.columns if isinstance(c, NumericColumn)]
+                _check_numeric_chunk(chunk, nums, source, row0, line0 + n_rows)
+                raw_frames.append(chunk[feats].reset_index(drop=True))
+            else:
+                num_blocks.append(_check_numeric_chunk(chunk, numeric_cols, source, row0,
+                                                       line0 + n_rows))
+                if categorical_columns:
+                    cat = chunk[categorical_columns]
+                    na = cat.isna().to_numpy()
+                    if na.any():
+                        r, j = np.argwhere(na)[0]
+                        raise DataError(f"{source}: missing value in categorical column "
+                                        f"{categorical_columns[j]!r} at row {row0 + r} "
+                                        f"(line {line0 + n_rows + r})")
+                    cat_blocks.append(cat.astype(str).apply(lambda s: s.str.strip()))
+            n_rows += len(chunk)
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{source}: file is empty (no header or data)") from None
+    except pd.errors.ParserError as e:
+        raise DataError(f"{source}: malformed row (wrong number of fields?): {e}") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{source}: not a text file ({e})") from None
+
+    if feats is None or n_rows == 0:
+        raise DataError(f"{source}: no data rows")
+    y, k = labels_for_task(np.concatenate(labels), task, source, positive_label=positive_label,
+                           classes=classes, label_bounds=label_bounds, row_offset=1)
+    if preprocessor is not None:
+        frame = pd.concat(raw_frames, ignore_index=True)
+        X = preprocessor.transform(frame, source, row_offset=1)
+        names: tuple[str, ...] = preprocessor.feature_names
+    else:
+        Xn = np.concatenate(num_blocks) if num_blocks else np.empty((n_rows, 0))
+        parts = [Xn]
+        cat_names: list[str] = []
+        if categorical_columns:
+            cats = pd.concat(cat_blocks, ignore_index=True)
+            for c in categorical_columns:
+                values = sorted(cats[c].unique())
+                codes = pd.Index(values).get_indexer(cats[c])
+                onehot = np.zeros((n_rows, len(values)))
+                onehot[np.arange(n_rows), codes] = 1.0
+                parts.append(onehot)
+                cat_names.extend(f"{c}={v}" for v in values)
+        X = np.hstack(parts)
+        names = tuple(str(c) for c in numeric_cols) + tuple(cat_names)
+    return Dataset(X=X, y=y, task=task, name=name or p.name, feature_names=names,
+                   n_classes=k if task == "multiclass" else None)
+
+
+def load_libsvm(
+    path: str | os.PathLike[str],
+    n_features: int | None = None,
+    *,
+    task: str,
+    positive_label: Any = None,
+    classes: Sequence[Any] | None = None,
+    label_bounds: tuple[float, float] | None = None,
+    zero_based: bool = False,
+    name: str | None = None,
+    max_cells: int = DEFAULT_MAX_CELLS,
+) -> Dataset:
+    """Load a LIBSVM/svmlight file ``label idx:value ...`` (1-based indices) as a dense Dataset.
+
+    ``n_features`` fixes d (needed so that every party's file has the same width even when its
+    rows never touch the last features); without it d is the largest index seen.  Comments after
+    '#' and blank lines are skipped; query ids, repeated or decreasing indices are errors, each
+    naming the line.
+    """
+    p = _check_file(path)
+    source = str(p)
+    task = _task_arg(task, source)
+    if n_features is not None and (not isinstance(n_features, (int, np.integer))
+                                   or n_features < 1):
+        raise DataError(f"{source}: n_features must be a positive integer, got {n_features!r}")
+    raw_labels: list[str] = []
+    lines_of_row: list[int] = []
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    base = 0 if zero_based else 1
+    try:
+        with open_maybe_gzip(p, "rt") as f:
+            for lineno, line in enumerate(f, start=1):
+                body = line.split("#", 1)[0].strip()
+                if not body:
+                    continue
+                tokens = body.split()
+                r = len(raw_labels)
+                raw_labels.append(tokens[0])
+                lines_of_row.append(lineno)
+                last = -1
+                for t in tokens[1:]:
+                    idx_s, sep, val_s = t.partition(":")
+                    if not sep:
+                        raise DataError(f"{source}: line {lineno}: token {t!r} is not "
+                                        f"'index:value'")
+                    if idx_s == "qid":
+                        raise DataError(f"{source}: line {lineno}: query ids (qid) are not "
+                                        f"supported")
+                    try:
+                        j = int(idx_s) - base
+                    except ValueError:
+                        raise DataError(f"{source}: line {lineno}: feature index {idx_s!r} is "
+                                        f"not an integer") from None
+                    if j < 0:
+                        raise DataError(f"{source}: line {lineno}: feature index {idx_s} below "
+                                        f"{base} ({'0' if base else 'negative'}-based indices; "
+                                        f"pass zero_based=True for 0-based files)")
+                    if j <= last:
+                        raise DataError(f"{source}: line {lineno}: feature index {idx_s} is "
+                                        f"repeated or not increasing")
+                    if n_features is not None and j >= n_features:
+                        raise DataError(f"{source}: line {lineno}: feature index {idx_s} "
+                                        f"exceeds n_features={n_features}")
+                    try:
+                        v = float(val_s)
+                    except ValueError:
+                        raise DataError(f"{source}: line {lineno}: value {val_s!r} of feature "
+                                        f"{idx_s} is not a number") from None
+                    if not math.isfinite(v):
+                        raise DataError(f"{source}: line {lineno}: value of feature {idx_s} is "
+                                        f"not finite ({val_s})")
+                    last = j
+                    rows.append(r)
+                    cols.append(j)
+                    vals.append(v)
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as e:
+        raise DataError(f"{source}: not a readable LIBSVM text file ({e})") from None
+    n = len(raw_labels)
+    if n == 0:
+        raise DataError(f"{source}: file is empty (no data lines)")
+    d = n_features if n_features is not None else (max(cols) + 1 if cols else 0)
+    if d == 0:
+        raise DataError(f"{source}: no features in any line; pass n_features")
+    if n * d > max_cells:
+        raise DataError(f"{source}: dense matrix {n:,} x {d:,} exceeds max_cells={max_cells:,}; "
+                        f"refusing rather than exhausting memory")
+    try:
+        y, k = labels_for_task(np.array(raw_labels, dtype=object), task, source,
+                               positive_label=positive_label, classes=classes,
+                               label_bounds=label_bounds)
+    except DataError as e:
+        raise _relabel_rows_as_lines(e, lines_of_row) from None
+    X = np.zeros((n, d), dtype=np.float64)
+    X[np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)] = vals
+    return Dataset(X=X, y=y, task=task, name=name or p.name,
+                   feature_names=tuple(f"f{j + base}" for j in range(d)),
+                   n_classes=k if task == "multiclass" else None)
+
+
+def _relabel_rows_as_lines(e: DataError, lines_of_row: list[int]) -> DataError:
+    """Turn 'row R' (0-based data row) in a label error into 'line L' of the LIBSVM file."""
+    import re
+
+    def sub(m: re.Match[str]) -> str:
+        r = int(m.group(1))
+        return f"line {lines_of_row[r]}" if 0 <= r < len(lines_of_row) else m.group(0)
+
+    return DataError(re.sub(r"\brow (\d+)", sub, str(e)))
+
+
+def _np_load(path: Path) -> Any:
+    """np.load that also accepts gzip-compressed .npy/.npz, never unpickling objects."""
+    try:
+        if is_gzip(path):
+            with gzip.open(path, "rb") as f:
+                return np.load(io.BytesIO(f.read()), allow_pickle=False)
+        return np.load(path, allow_pickle=False)
+    except ValueError as e:
+        raise DataError(f"{path}: cannot load ({e}; object arrays are refused)") from None
+    except (OSError, EOFError) as e:
+        raise DataError(f"{path}: not a NumPy .npy/.npz file ({e})") from None
+
+
+def _infer_task(y: np.ndarray, source: str) -> Task:
+    vals = np.unique(y)
+    if np.issubdtype(y.dtype, np.floating) and set(vals.tolist()) <= {-1.0, 1.0}:
+        return "binary"
+    if np.issubdtype(y.dtype, np.integer):
+        if set(vals.tolist()) <= {-1, 1}:
+            return "binary"
+        if vals.size and vals.min() >= 0:
+            return "multiclass"
+    if np.issubdtype(y.dtype, np.floating):
+        return "regression"
+    raise DataError(f"{source}: cannot infer the task from y of dtype {y.dtype}; pass task=")
+
+
+def load_numpy(
+    path: str | os.PathLike[str],
+    *,
+    y_path: str | os.PathLike[str] | None = None,
+    task: str | None = None,
+    name: str | None = None,
+    feature_names: Sequence[str] = (),
+    n_classes: int | None = None,
+) -> Dataset:
+    """Load X and y from an .npz (keys X, y; optional task, feature_names, n_classes), from a
+    directory holding X.npy and y.npy, or from X.npy plus ``y_path``; gzip is transparent.
+
+    Labels must already be in the task's domain (NumPy files are typically our own exports).
+    Without ``task`` (and no 'task' key) it is inferred: float/int in {-1, 1} -> binary,
+    non-negative ints -> multiclass, other floats -> regression.
+    """
+    p = _check_file(path) if not Path(path).is_dir() else Path(path)
+    source = str(p)
+    meta: dict[str, Any] = {}
+    if p.is_dir():
+        xp, yp = p / "X.npy", p / "y.npy"
+        for q in (xp, yp):
+            if not q.exists():
+                raise DataError(f"{q}: file not found (a directory must hold X.npy and y.npy)")
+        X, y = _np_load(xp), _np_load(yp)
+    else:
+        obj = _np_load(p)
+        if isinstance(obj, np.lib.npyio.NpzFile):
+            with obj:
+                keys = list(obj.files)
+                for k in ("X", "y"):
+                    if k not in keys:
+                        raise DataError(f"{source}: array {k!r} not in the .npz; found {keys}")
+                X, y = obj["X"], obj["y"]
+                for k in ("task", "feature_names", "n_classes", "name"):
+                    if k in keys:
+                        meta[k] = obj[k]
+        else:
+            if y_path is None:
+                sib = p.with_name(p.name.replace("X", "y", 1)) if "X" in p.name else None
+                if sib is None or not sib.exists():
+                    raise DataError(f"{source}: a bare .npy holds only X; pass y_path= (or use "
+                                    f"an .npz with X and y)")
+                y_path = sib
+            X, y = obj, _np_load(_check_file(y_path))
+    if not isinstance(X, np.ndarray) or not isinstance(y, np.ndarray):
+        raise DataError(f"{source}: expected arrays X and y")
+    if X.ndim != 2:
+        raise DataError(f"{source}: X must be 2-D (n, d), got shape {X.shape}")
+    if y.ndim != 1 or y.shape[0] != X.shape[0]:
+        raise DataError(f"{source}: y must have shape ({X.shape[0]},) to match X, got {y.shape}")
+    if X.shape[0] == 0:
+        raise DataError(f"{source}: no rows")
+    if not (np.issubdtype(X.dtype, np.number) or X.dtype == np.bool_):
+        raise DataError(f"{source}: X must be numeric, got dtype {X.dtype}")
+    bad = ~np.isfinite(X.astype(np.float64, copy=False))
+    if bad.any():
+        r, c = np.argwhere(bad)[0]
+        raise DataError(f"{source}: X has a non-finite value at row {r}, column {c}")
+    if task is None and "task" in meta:
+        task = str(meta["task"])
+    if task is None:
+        task = _infer_task(y, source)
+    task_ = _task_arg(task, source)
+    if not feature_names and "feature_names" in meta:
+        feature_names = tuple(str(s) for s in meta["feature_names"].tolist())
+    if n_classes is None and "n_classes" in meta:
+        n_classes = int(meta["n_classes"])
+    try:
+        return Dataset(X=X, y=y, task=task_, name=name or str(meta.get("name", p.name)),
+                       feature_names=tuple(feature_names), n_classes=n_classes)
+    except DataError as e:
+        raise DataError(f"{source}: {e}") from None
+
+
+def save_numpy(ds: Dataset, path: str | os.PathLike[str]) -> Path:
+    """Write a Dataset as an .npz that ``load_numpy`` reads back with its task and names."""
+    p = Path(path)
+    extra: dict[str, Any] = {}
+    if ds.n_classes is not None:
+        extra["n_classes"] = np.int64(ds.n_classes)
+    np.savez(p, X=ds.X, y=ds.y, task=np.str_(ds.task), name=np.str_(ds.name),
+             feature_names=np.array(ds.feature_names, dtype=str), **extra)
+    return p if p.suffix == ".npz" else p.with_name(p.name + ".npz")
