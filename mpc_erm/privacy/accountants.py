@@ -1,0 +1,254 @@
+"""(ε, δ) of T (possibly Poisson-subsampled) Gaussian rounds, under four accountants.
+
+- ``"rdp"``: Google ``dp_accounting`` RDP accountant (Mironov 2017; Mironov–Talwar–Zhang 2019
+  for the Poisson-subsampled Gaussian). Upper bound; looser than PLD.
+- ``"pld"``: Google ``dp_accounting`` privacy-loss-distribution accountant (Koskela et al.;
+  Doroshenko et al. 2022), pessimistic discretisation, so an upper bound that is tight to the
+  discretisation interval.
+- ``"gdp"``: the closed form of :mod:`.gaussian` — exact for full batch (q = 1) only; refused for
+  q < 1 (the CLT approximation of subsampled GDP is not an upper bound).
+- ``"zcdp"``: the thesis route (:mod:`.zcdp`), full batch only.
+
+DESIGN.md §2: the subsampled Gaussian is never hand-written here; it is ``dp_accounting``'s.
+
+Noise-multiplier convention (read this before passing numbers in): ``z = σ/Δ`` where σ is the
+noise std added to the aggregate and Δ is the ℓ2-sensitivity of the *unsampled* aggregate under
+the declared adjacency (:func:`.sensitivity.gradient_sensitivity`). So for ``"add_remove"`` Δ is
+the per-record contribution bound C, for ``"replace"`` Δ = 2C.
+  * q = 1: each round is a Gaussian mechanism with shift ≤ Δ, for either adjacency; it is
+    accounted as ``GaussianDpEvent(z)`` under ``ADD_OR_REMOVE_ONE`` (whose shift is exactly
+    1 noise unit). We do not pass ``REPLACE_ONE`` here, because ``dp_accounting`` 0.6 is
+    inconsistent about it: its PLD accountant doubles the shift for a ``GaussianDpEvent`` under
+    ``REPLACE_ONE`` (the event's multiplier is per record), its RDP accountant does not.
+  * q < 1, ``"add_remove"``: ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` under
+    ``ADD_OR_REMOVE_ONE`` — the standard DP-SGD analysis (record included w.p. q, contribution
+    ≤ C, public normaliser).
+  * q < 1, ``"replace"``: PLD only, with ``REPLACE_ONE`` and per-record multiplier σ/C = 2z
+    (``dp_accounting`` then compares q·N(−C) + (1−q)·N(0) with q·N(+C) + (1−q)·N(0), the
+    worst case of replacing a sampled record). The RDP accountant of ``dp_accounting`` does not
+    support this pair, and it is refused rather than approximated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Literal
+
+import dp_accounting
+from dp_accounting.pld import PLDAccountant
+from dp_accounting.rdp import RdpAccountant
+
+from . import _checks
+from .gaussian import gdp_delta, gdp_epsilon, gdp_mu
+from .zcdp import zcdp_epsilon, zcdp_rho_for
+
+AccountantName = Literal["rdp", "pld", "gdp", "zcdp"]
+ACCOUNTANTS = ("rdp", "pld", "gdp", "zcdp")
+DEFAULT_PLD_DISCRETIZATION = 1e-4
+
+__all__ = [
+    "ACCOUNTANTS",
+    "AccountantName",
+    "delta_for",
+    "epsilon_for",
+    "gaussian_rounds_event",
+    "noise_multiplier_for",
+]
+
+_NR = dp_accounting.NeighboringRelation
+
+
+def gaussian_rounds_event(
+    noise_multiplier: float, rounds: int, sampling_rate: float = 1.0, adjacency: str = "replace"
+) -> tuple[dp_accounting.DpEvent, dp_accounting.NeighboringRelation]:
+    """The ``dp_accounting`` event (and neighbouring relation) describing T rounds, with the
+    convention of the module docstring. Useful for ledgers that keep DpEvents."""
+    z = _checks.positive("noise_multiplier", noise_multiplier)
+    t = _checks.positive_int("rounds", rounds)
+    q = _checks.sampling_rate("sampling_rate", sampling_rate)
+    adj = _checks.adjacency("adjacency", adjacency)
+    if q == 1.0:
+        return dp_accounting.SelfComposedDpEvent(
+            dp_accounting.GaussianDpEvent(z), t
+        ), _NR.ADD_OR_REMOVE_ONE
+    if adj == "add_remove":
+        ev = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z))
+        return dp_accounting.SelfComposedDpEvent(ev, t), _NR.ADD_OR_REMOVE_ONE
+    ev = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(2.0 * z))
+    return dp_accounting.SelfComposedDpEvent(ev, t), _NR.REPLACE_ONE
+
+
+def _accountant(
+    name: str, relation: dp_accounting.NeighboringRelation, pld_discretization: float
+) -> dp_accounting.PrivacyAccountant:
+    if name == "rdp":
+        return RdpAccountant(neighboring_relation=relation)
+    return PLDAccountant(relation, value_discretization_interval=pld_discretization)
+
+
+def _check_common(accountant: str, sampling_rate: float, adjacency: str) -> tuple[str, float, str]:
+    acc = _checks.choice("accountant", accountant, ACCOUNTANTS)
+    q = _checks.sampling_rate("sampling_rate", sampling_rate)
+    adj = _checks.adjacency("adjacency", adjacency)
+    if acc in ("gdp", "zcdp") and q < 1.0:
+        raise ValueError(
+            f"sampling_rate must be 1.0 for accountant {acc!r} (exact for full batch only), got "
+            f"{sampling_rate!r}; use accountant 'rdp' or 'pld' for subsampled rounds"
+        )
+    if acc == "rdp" and q < 1.0 and adj == "replace":
+        raise ValueError(
+            "adjacency 'replace' with sampling_rate < 1 is not supported by the RDP accountant of "
+            "dp_accounting; use accountant 'pld' (REPLACE_ONE) or adjacency 'add_remove'"
+        )
+    return acc, q, adj
+
+
+def epsilon_for(
+    accountant: AccountantName,
+    noise_multiplier: float,
+    rounds: int,
+    delta: float,
+    sampling_rate: float = 1.0,
+    adjacency: str = "replace",
+    *,
+    pld_discretization: float = DEFAULT_PLD_DISCRETIZATION,
+) -> float:
+    """ε at ``delta`` after ``rounds`` Gaussian rounds with noise multiplier z = σ/Δ."""
+    acc, q, adj = _check_common(accountant, sampling_rate, adjacency)
+    z = _checks.positive("noise_multiplier", noise_multiplier)
+    t = _checks.positive_int("rounds", rounds)
+    dl = _checks.probability_open("delta", delta)
+    if acc == "gdp":
+        return gdp_epsilon(math.sqrt(t) / z, dl)
+    if acc == "zcdp":
+        return zcdp_epsilon(t / (2.0 * z * z), dl)
+    _checks.positive("pld_discretization", pld_discretization)
+    event, rel = gaussian_rounds_event(z, t, q, adj)
+    a = _accountant(acc, rel, pld_discretization)
+    a.compose(event)
+    return float(a.get_epsilon(dl))
+
+
+def delta_for(
+    accountant: AccountantName,
+    noise_multiplier: float,
+    rounds: int,
+    epsilon: float,
+    sampling_rate: float = 1.0,
+    adjacency: str = "replace",
+    *,
+    pld_discretization: float = DEFAULT_PLD_DISCRETIZATION,
+) -> float:
+    """δ at ``epsilon`` after ``rounds`` Gaussian rounds (zCDP: the δ solving its conversion)."""
+    acc, q, adj = _check_common(accountant, sampling_rate, adjacency)
+    z = _checks.positive("noise_multiplier", noise_multiplier)
+    t = _checks.positive_int("rounds", rounds)
+    eps = _checks.nonnegative("epsilon", epsilon)
+    if acc == "gdp":
+        return gdp_delta(math.sqrt(t) / z, eps)
+    if acc == "zcdp":
+        rho = t / (2.0 * z * z)
+        if eps <= rho:
+            return 1.0
+        return min(1.0, math.exp(-((eps - rho) ** 2) / (4.0 * rho)))
+    _checks.positive("pld_discretization", pld_discretization)
+    event, rel = gaussian_rounds_event(z, t, q, adj)
+    a = _accountant(acc, rel, pld_discretization)
+    a.compose(event)
+    return float(a.get_delta(eps))
+
+
+def noise_multiplier_for(
+    accountant: AccountantName,
+    target_eps: float,
+    delta: float,
+    rounds: int,
+    sampling_rate: float = 1.0,
+    adjacency: str = "replace",
+    *,
+    rel_tol: float = 1e-4,
+    pld_discretization: float = DEFAULT_PLD_DISCRETIZATION,
+) -> float:
+    """Smallest z (within ``rel_tol``, rounded up) such that T rounds are (target_eps, δ)-DP.
+
+    GDP and zCDP use their closed forms. RDP and PLD search in log z by a bracketed Illinois
+    (regula falsi) iteration that keeps the invariant ε(upper end) ≤ target, and return that
+    upper end: the result is always feasible (``calibrate_dp_mechanism`` only promises to be
+    within ``tol`` of the optimum, on either side).
+    """
+    acc, q, adj = _check_common(accountant, sampling_rate, adjacency)
+    eps = _checks.positive("target_eps", target_eps)
+    dl = _checks.probability_open("delta", delta)
+    t = _checks.positive_int("rounds", rounds)
+    tol = _checks.positive("rel_tol", rel_tol)
+    if acc == "gdp":
+        z = math.sqrt(t) / gdp_mu(eps, dl)
+        while gdp_delta(math.sqrt(t) / z, eps) > dl:  # pragma: no cover - rounding guard
+            z = math.nextafter(z, math.inf)
+        return z
+    if acc == "zcdp":
+        z = math.sqrt(t / (2.0 * zcdp_rho_for(eps, dl)))
+        while zcdp_epsilon(t / (2.0 * z * z), dl) > eps:  # pragma: no cover - rounding guard
+            z = math.nextafter(z, math.inf)
+        return z
+
+    def f(x: float) -> float:  # decreasing in x = log z; f ≤ 0 ⇔ feasible
+        e = epsilon_for(acc, math.exp(x), t, dl, q, adj, pld_discretization=pld_discretization)
+        return math.inf if e == math.inf else (math.log(e) - math.log(eps) if e > 0 else -math.inf)
+
+    # Start from the full-batch GDP value scaled by q (exact at q = 1, close for q < 1).
+    guess = math.log(max(q * math.sqrt(t) / gdp_mu(eps, dl), 1e-3))
+    a, fa, b, fb = _bracket(f, guess)
+    # Illinois (modified regula falsi) in log z: superlinear, and the bracket is kept, so the
+    # feasible end b is returned. Each PLD evaluation costs ~0.1–1 s, hence not plain bisection.
+    width = math.log1p(tol)
+    side = 0
+    while b - a > width:
+        if math.isfinite(fa) and math.isfinite(fb) and fa != fb:
+            c = b - fb * (b - a) / (fb - fa)
+            margin = 0.25 * width
+            c = min(max(c, a + margin), b - margin)
+        else:
+            c = 0.5 * (a + b)
+        fc = f(c)
+        if fc <= 0:
+            b, fb = c, fc
+            if side == -1:
+                fa /= 2.0
+            side = -1
+        else:
+            a, fa = c, fc
+            if side == 1:
+                fb /= 2.0
+            side = 1
+    return math.exp(b)
+
+
+def _bracket(f: Callable[[float], float], x0: float) -> tuple[float, float, float, float]:
+    """[a, b] in log z with f(a) > 0 ≥ f(b), searched outward from x0."""
+    f0 = f(x0)
+    step = math.log(1.25)
+    if f0 <= 0:
+        b, fb = x0, f0
+        a = b - step
+        fa = f(a)
+        while fa <= 0:
+            b, fb = a, fa
+            step *= 2.0
+            a = b - step
+            if a < math.log(1e-6):  # pragma: no cover - absurdly large budgets
+                raise ValueError(
+                    "target_eps is so large that no positive noise multiplier is needed"
+                )
+            fa = f(a)
+        return a, fa, b, fb
+    a, fa = x0, f0
+    b = a + step
+    fb = f(b)
+    while fb > 0:
+        a, fa = b, fb
+        step *= 2.0
+        b = a + step
+        fb = f(b)
+    return a, fa, b, fb
