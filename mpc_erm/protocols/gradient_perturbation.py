@@ -80,8 +80,7 @@ class GradientPerturbation:
         Linear in the rows, so Σ_j w_j·(party j's local_contribution) equals this with each row
         weighted by its party's weight: the simulator's vectorised form of one aggregation.
         """
-        g = clip_rows(self.loss.per_example_grad(theta, X, y), self.clip)
-        return row_weights.to(g.dtype) @ g
+        return self.loss.clipped_weighted_grad(theta, X, y, row_weights.to(X.dtype), self.clip)
 
     def public_step(self, theta: torch.Tensor, noisy_grad: torch.Tensor) -> torch.Tensor:
         """The step every party takes on the revealed g̃ (pure post-processing)."""

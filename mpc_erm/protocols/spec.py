@@ -74,7 +74,7 @@ class JobSpec(_Strict):
     seed: int | None = Field(None, ge=0, description="simulation only: seeds the plaintext noise")
 
     @model_validator(mode="after")
-    def _consistent(self) -> "JobSpec":
+    def _consistent(self) -> JobSpec:
         if self.method == "output":
             if self.model.lam <= 0:
                 raise ValueError("model.lam: output perturbation needs λ > 0 (strong convexity bounds the sensitivity)")
