@@ -26,7 +26,7 @@ def main() -> int:
 
         crypten = import_crypten()
         version = md.version("crypten")
-    except Exception as exc:  # noqa: BLE001 - report any import failure verbatim
+    except Exception as exc:
         problems.append(f"crypten does not import: {exc}")
         version = "?"
     if problems:

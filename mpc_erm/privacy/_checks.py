@@ -65,7 +65,7 @@ def sampling_rate(name: str, value: Any) -> float:
 def positive_int(name: str, value: Any) -> int:
     """An integer >= 1 (bools are refused: ``True`` is not a round count)."""
     if isinstance(value, bool) or not isinstance(value, int | _np_integer()):
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")  # noqa: TRY004 (CONTRACTS: ValueError)
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if int(value) < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
@@ -74,7 +74,7 @@ def positive_int(name: str, value: Any) -> int:
 def sizes(name: str, value: Any) -> list[int]:
     """A non-empty sequence of party sizes n_j >= 1."""
     if isinstance(value, str | bytes) or not isinstance(value, Sequence | _np_ndarray()):
-        raise ValueError(f"{name} must be a non-empty sequence of positive integers, got {value!r}")  # noqa: TRY004
+        raise ValueError(f"{name} must be a non-empty sequence of positive integers, got {value!r}")
     out = [positive_int(f"{name}[{j}]", v) for j, v in enumerate(value)]
     if not out:
         raise ValueError(f"{name} must be a non-empty sequence of positive integers, got {value!r}")
@@ -95,7 +95,7 @@ def choice(name: str, value: Any, allowed: Sequence[str]) -> str:
 
 def _number(name: str, value: Any) -> float:
     if isinstance(value, bool):
-        raise ValueError(f"{name} must be a real number, got {value!r}")  # noqa: TRY004
+        raise ValueError(f"{name} must be a real number, got {value!r}")
     try:
         return float(value)
     except (TypeError, ValueError):

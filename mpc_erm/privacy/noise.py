@@ -53,7 +53,7 @@ def sample_noise(
     mech = _checks.choice("mechanism", mechanism, MECHANISMS)
     s = _checks.nonnegative("scale", scale)
     if not isinstance(generator, torch.Generator):
-        raise ValueError(f"generator must be a torch.Generator, got {type(generator).__name__}")  # noqa: TRY004 (CONTRACTS: ValueError)
+        raise ValueError(f"generator must be a torch.Generator, got {type(generator).__name__}")
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise ValueError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
     size = _shape(shape)
@@ -123,7 +123,7 @@ def sample_gamma(
 def _shape(shape: int | Sequence[int] | torch.Size) -> torch.Size:
     err = f"shape must be an int or a sequence of non-negative ints, got {shape!r}"
     if isinstance(shape, bool):
-        raise ValueError(err)  # noqa: TRY004
+        raise ValueError(err)
     try:
         dims = (
             (operator.index(shape),)
