@@ -22,11 +22,13 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m mpc_erm.mpc.install_check
 	touch $(STAMP)
 
-# Main job until the party daemon exists: the thesis's seven methods on 10 simulated parties
-# holding scikit-learn's breast-cancer data (ships with the install; no download).
+# Main job until the party daemon exists: the thesis's seven methods on simulated parties.
+# KDD Cup 99 as in the thesis when ../shared/data is there, else scikit-learn's breast-cancer
+# (ships with the install; no download).
+SIM_DATASET ?= $(shell test -d ../shared/data/kddcup99 && echo kddcup99 || echo breast_cancer)
 simulate: install
-	$(BIN)/mpc-erm simulate run --dataset breast_cancer --parties 10 --iterations 500 \
-	    --epsilon 1 --delta 1e-5 --lam 1e-2 --conventions exact,thesis --out simulate-out
+	$(BIN)/mpc-erm simulate run --dataset $(SIM_DATASET) --parties 100 --iterations 500 \
+	    --epsilon 0.5 --delta 1e-3 --lam 1e-3 --conventions exact,thesis --out simulate-out
 
 test: install
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)

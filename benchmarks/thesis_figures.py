@@ -24,7 +24,7 @@ import torch
 from mpc_erm.simulate import ExperimentConfig, run_experiment
 from mpc_erm.simulate.plots import plot_experiment
 
-DEFAULT_PARTIES = {"kddcup99": [100, 1000, 50_000], "adult": [100, 1000, 30_000]}
+DEFAULT_PARTIES = {"kddcup99": [1000, 50_000, 100], "adult": [1000, 30_000, 100]}
 
 
 def _by(summary: list[dict], conv: str, method: str) -> dict:

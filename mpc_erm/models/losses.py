@@ -131,16 +131,18 @@ class Loss(ABC):
         g = gz.transpose(-1, -2) @ X  # (..., K, d)
         return g.reshape(*g.shape[:-2], -1)
 
-    def clipped_weighted_grad(self, theta: Tensor, X: Tensor, y: Tensor, w: Tensor, C: float) -> Tensor:
+    def clipped_weighted_grad(self, theta: Tensor, X: Tensor, y: Tensor, w: Tensor, C: float,
+                              x_norms: Tensor | None = None) -> Tensor:
         """sum_i w_i clip_C(grad l_i) -> (..., p) without forming the (n, p) matrix.
 
         grad l_i = phi'(z_i) x_i^T is rank one, so ||grad l_i|| = ||phi'(z_i)|| * ||x_i||: the clip
         factor min(1, C/||grad l_i||) is known per row before any p-sized product. Equals
         ``w @ clip_rows(per_example_grad(...), C)`` (tests/models/test_clipping.py); the
-        gradient-perturbation simulator calls it every round on all rows.
+        gradient-perturbation simulator calls it every round on all rows, passing the constant
+        row norms ``x_norms`` = ||x_i|| to save one pass over X (the round is memory-bound).
         """
         gz = self._dphi(self.scores(theta, X), y)  # (..., n, K)
-        norms = gz.norm(dim=-1) * X.norm(dim=-1)
+        norms = gz.norm(dim=-1) * (X.norm(dim=-1) if x_norms is None else x_norms)
         factor = torch.where(norms > C, C / torch.where(norms > C, norms, torch.ones_like(norms)),
                              torch.ones_like(norms))
         g = (gz * (w * factor).unsqueeze(-1)).transpose(-1, -2) @ X  # (..., K, d)

@@ -73,14 +73,19 @@ class GradientPerturbation:
         return out.index_add_(0, segment_ids, g)
 
     def weighted_clipped_sum(
-        self, theta: torch.Tensor, X: torch.Tensor, y: torch.Tensor, row_weights: torch.Tensor
+        self,
+        theta: torch.Tensor,
+        X: torch.Tensor,
+        y: torch.Tensor,
+        row_weights: torch.Tensor,
+        x_norms: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Σ_i w_i·clip_C(∇ℓ(θ; x_i, y_i)) → (p,).
 
         Linear in the rows, so Σ_j w_j·(party j's local_contribution) equals this with each row
         weighted by its party's weight: the simulator's vectorised form of one aggregation.
         """
-        return self.loss.clipped_weighted_grad(theta, X, y, row_weights.to(X.dtype), self.clip)
+        return self.loss.clipped_weighted_grad(theta, X, y, row_weights.to(X.dtype), self.clip, x_norms)
 
     def public_step(self, theta: torch.Tensor, noisy_grad: torch.Tensor) -> torch.Tensor:
         """The step every party takes on the revealed g̃ (pure post-processing)."""

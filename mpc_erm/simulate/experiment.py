@@ -78,6 +78,9 @@ def run_experiment(cfg: ExperimentConfig, progress: Progress | None = None) -> d
         s = loss.score(theta, Xte, yte)
         return gap, (s - s_star) if regression else (s_star - s)
 
+    def score_from_loss(acc_loss: float) -> float:
+        return s_star + acc_loss if regression else s_star - acc_loss
+
     grid = sorted(set(range(cfg.eval_every, cfg.iterations + 1, cfg.eval_every)) | {cfg.iterations})
     runs = []
     n_min = 0
@@ -108,6 +111,7 @@ def run_experiment(cfg: ExperimentConfig, progress: Progress | None = None) -> d
                 runs.append({
                     "method": method, "convention": convention, "seed": seed,
                     "final_optimality_gap": gaps[-1], "final_relative_accuracy_loss": losses[-1],
+                    "final_test_score": score_from_loss(losses[-1]),
                     "optimality_gap": gaps, "relative_accuracy_loss": losses,
                     "seconds": seconds, "privacy": run.privacy,
                 })
@@ -136,5 +140,7 @@ def summarise(runs: list[dict]) -> list[dict]:
         out.append({"convention": conv, "method": meth, "seeds": len(sel),
                     "optimality_gap_mean": float(g.mean()), "optimality_gap_std": float(g.std()),
                     "relative_accuracy_loss_mean": float(a.mean()), "relative_accuracy_loss_std": float(a.std()),
+                    "test_score_mean": float(np.mean([r["final_test_score"] for r in sel])),
+                    "epsilon": sel[0]["privacy"].get("epsilon"),
                     "seconds_mean": float(np.mean([r["seconds"] for r in sel]))})
     return out

@@ -242,10 +242,11 @@ def run_gradient_method(setting: Setting, parties: SimulatedParties, gen: torch.
     agg = InProcessAggregator(gen)
     theta = proto.initial_model()
     w = proto.weights[parties.party_ids]  # per-row weight: pooled 1/n or thesis 1/(m n_j)
+    x_norms = parties.X.norm(dim=1)  # constant across rounds
     for t in range(T):
         # Σ_j w_j Σ_{i∈j} clip(∇ℓ_i) = Σ_i w_{j(i)} clip(∇ℓ_i): one weighted row-sum, same value
         # as aggregating the m per-party contributions of GradientPerturbation.local_contribution.
-        total = proto.weighted_clipped_sum(theta, parties.X, parties.y, w)
+        total = proto.weighted_clipped_sum(theta, parties.X, parties.y, w, x_norms)
         noisy = agg.aggregate(total[None, :], torch.ones(1, dtype=total.dtype), noise)
         if name == "rajkumar_agarwal":
             noisy = noisy + _noise("laplace", lap_b, noisy.shape, gen)

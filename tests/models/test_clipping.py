@@ -78,4 +78,5 @@ def test_clipped_weighted_grad_equals_clipping_the_materialised_rows(name: str) 
     for C in (0.05, 0.7, 1e6):
         want = w @ clip_rows(loss.per_example_grad(theta, X, y), C)
         got = loss.clipped_weighted_grad(theta, X, y, w, C)
+        assert torch.equal(got, loss.clipped_weighted_grad(theta, X, y, w, C, X.norm(dim=-1)))
         assert torch.allclose(got, want, rtol=1e-12, atol=1e-13), C
