@@ -123,11 +123,7 @@ def epsilon_for(
         return gdp_epsilon(math.sqrt(t) / z, dl)
     if acc == "zcdp":
         return zcdp_epsilon(t / (2.0 * z * z), dl)
-    _checks.positive("pld_discretization", pld_discretization)
-    event, rel = gaussian_rounds_event(z, t, q, adj)
-    a = _accountant(acc, rel, pld_discretization)
-    a.compose(event)
-    return float(a.get_epsilon(dl))
+    return float(_composed(acc, z, t, q, adj, pld_discretization).get_epsilon(dl))
 
 
 def delta_for(
@@ -152,11 +148,16 @@ def delta_for(
         if eps <= rho:
             return 1.0
         return min(1.0, math.exp(-((eps - rho) ** 2) / (4.0 * rho)))
+    return float(_composed(acc, z, t, q, adj, pld_discretization).get_delta(eps))
+
+
+def _composed(acc: str, z: float, t: int, q: float, adj: str, pld_discretization: float):
+    """A dp_accounting accountant ("rdp" | "pld") that has composed ``t`` Gaussian rounds."""
     _checks.positive("pld_discretization", pld_discretization)
     event, rel = gaussian_rounds_event(z, t, q, adj)
     a = _accountant(acc, rel, pld_discretization)
     a.compose(event)
-    return float(a.get_delta(eps))
+    return a
 
 
 def noise_multiplier_for(
