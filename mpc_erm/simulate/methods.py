@@ -119,8 +119,20 @@ def _local_models(loss: Loss, parties: SimulatedParties, lam: float, linear: tor
     return out
 
 
-def _one_shot_privacy(mechanism: str, scale: float, epsilon: float, delta: float, note: str) -> dict:
-    return {"mechanism": mechanism, "scale": scale, "epsilon": epsilon, "delta": delta, "note": note}
+TRUST = {
+    "mpc": "simulated: secure aggregation, noise sampled inside the MPC (in-process plaintext here)",
+    "pathak": "simulated: secure aggregation of local models, noise added once (Pathak et al.)",
+    "local": "local DP: each party perturbs its own release; the aggregator may be anyone",
+    "ra": "trusted third-party aggregator; each party adds local noise (not collusion-safe)",
+}
+
+
+def _baseline_privacy(mechanism: str, scale: float, epsilon: float, delta: float, note: str, *,
+                      accountant: str, trust: str) -> dict:
+    """The privacy record of a method that does not go through a protocol's PrivacyReport: the
+    same fields (mechanism, scale, accountant, adjacency, ε, δ, trust model)."""
+    return {"mechanism": mechanism, "noise_scale": scale, "accountant": accountant, "adjacency": "replace",
+            "epsilon": epsilon, "delta": delta, "trust_model": TRUST[trust], "note": note}
 
 
 def run_mpc_out_p(setting: Setting, parties: SimulatedParties, gen: torch.Generator) -> MethodRun:
@@ -131,9 +143,9 @@ def run_mpc_out_p(setting: Setting, parties: SimulatedParties, gen: torch.Genera
         # Thm 6.3.1 as printed: Lap(2G/(m n1 λ ε)) per coordinate, average with weights 1/m.
         b = 2 * setting.G / (parties.m * parties.sizes.n_min * setting.lam * setting.epsilon)
         theta = proto.weights.to(local.dtype) @ local + _noise("laplace", b, (proto.p,), gen)
-        return MethodRun("mpc_out_p", theta, _one_shot_privacy(
+        return MethodRun("mpc_out_p", theta, _baseline_privacy(
             "laplace (per coordinate, thesis Thm 6.3.1 as printed)", b, setting.epsilon, 0.0,
-            "calibrated to the ℓ2 sensitivity: not ε-DP for d > 1"))
+            "calibrated to the ℓ2 sensitivity: not ε-DP for d > 1", accountant="pure ε (as printed)", trust="mpc"))
     agg = InProcessAggregator(gen)
     theta = proto.release(agg, local, list(range(parties.m)))
     return MethodRun("mpc_out_p", theta, proto.report(agg.trust_model).model_dump(mode="json"))
@@ -152,12 +164,14 @@ def _per_party_out_p(setting: Setting, parties: SimulatedParties, gen: torch.Gen
         d2 = 2 * setting.G / (parties.sizes.n_min * setting.lam)
         if setting.convention == "thesis":
             theta = avg + _noise("laplace", d2 / setting.epsilon, (p,), gen)
-            return MethodRun(name, theta, _one_shot_privacy("laplace (per coordinate, as printed)",
-                                                             d2 / setting.epsilon, setting.epsilon, 0.0, ""))
+            return MethodRun(name, theta, _baseline_privacy("laplace (per coordinate, as printed)",
+                                                             d2 / setting.epsilon, setting.epsilon, 0.0, "",
+                                                             accountant="pure ε (as printed)", trust="pathak"))
         cal = calibrate_output_perturbation(d2, p, setting.epsilon, 0.0, mechanism="l2_laplace")
         theta = avg + _noise(cal.mechanism, cal.scale, (p,), gen)
-        return MethodRun(name, theta, _one_shot_privacy(cal.mechanism, cal.scale, setting.epsilon, 0.0,
-                                                        "Pathak et al.: average, then noise for the smallest party"))
+        return MethodRun(name, theta, _baseline_privacy(cal.mechanism, cal.scale, setting.epsilon, 0.0,
+                                                        "Pathak et al.: average, then noise for the smallest party",
+                                                        accountant="pure ε", trust="pathak"))
     # local_out_p: noise per party, then average
     if setting.convention == "thesis":
         z = _noise("laplace", 1.0, (m, p), gen) * (delta2 / setting.epsilon)[:, None]
@@ -165,8 +179,9 @@ def _per_party_out_p(setting: Setting, parties: SimulatedParties, gen: torch.Gen
     else:
         z = _noise("l2_laplace", 1.0, (m, p), gen) * (delta2 / setting.epsilon)[:, None]
         mech = "l2_laplace per party"
-    return MethodRun(name, (local + z).mean(0), _one_shot_privacy(mech, float(delta2.max() / setting.epsilon),
-                                                                 setting.epsilon, 0.0, "each party ε-DP locally"))
+    return MethodRun(name, (local + z).mean(0), _baseline_privacy(mech, float(delta2.max() / setting.epsilon),
+                                                                 setting.epsilon, 0.0, "each party ε-DP locally",
+                                                                 accountant="pure ε", trust="local"))
 
 
 def run_local_obj_p(setting: Setting, parties: SimulatedParties, gen: torch.Generator) -> MethodRun:
@@ -188,9 +203,9 @@ def run_local_obj_p(setting: Setting, parties: SimulatedParties, gen: torch.Gene
     mech = "laplace" if setting.convention == "thesis" else "l2_laplace"
     b = _noise(mech, 1.0, (m, p), gen) * (2 * setting.G / eps_p)[:, None]
     local = _local_models(loss, parties, lam, linear=b / sizes[:, None], lam_extra=extra)
-    return MethodRun("local_obj_p", local.mean(0), _one_shot_privacy(
+    return MethodRun("local_obj_p", local.mean(0), _baseline_privacy(
         f"objective perturbation ({mech})", float((2 * setting.G / eps_p).max()), eps, 0.0,
-        f"extra ridge Δ max {float(extra.max()):.3g}"))
+        f"extra ridge Δ max {float(extra.max()):.3g}", accountant="pure ε (Chaudhuri et al. 2011)", trust="local"))
 
 
 def run_gradient_method(setting: Setting, parties: SimulatedParties, gen: torch.Generator, name: str,
@@ -204,8 +219,9 @@ def run_gradient_method(setting: Setting, parties: SimulatedParties, gen: torch.
     if name == "mpc_grad_p":
         if setting.convention == "thesis":
             sigma = thesis_grad_sigma(setting.G, T, setting.epsilon, setting.delta, m, n_min)
-            privacy = _one_shot_privacy("gaussian (thesis eq. 6.3.1, zCDP)", sigma, setting.epsilon,
-                                        setting.delta, "per-party-mean weighting")
+            privacy = _baseline_privacy("gaussian (thesis eq. 6.3.1, zCDP)", sigma, setting.epsilon,
+                                        setting.delta, "per-party-mean weighting", accountant="zcdp (thesis)",
+                                        trust="mpc")
         else:
             sigma = proto.calibration.scale
             privacy = proto.report(InProcessAggregator.trust_model).model_dump(mode="json")
@@ -226,16 +242,19 @@ def run_gradient_method(setting: Setting, parties: SimulatedParties, gen: torch.
             sig_j = vals[torch.searchsorted(uniq, sizes)]
         sigma = float(sig_j.pow(2).sum().sqrt() / m)
         noise = NoiseSpec("gaussian", sigma)
-        privacy = _one_shot_privacy("gaussian per party (local DP-GD)", float(sig_j.max()), setting.epsilon,
-                                    setting.delta, f"aggregate noise std {sigma:.4g}")
+        privacy = _baseline_privacy("gaussian per party (local DP-GD)", float(sig_j.max()), setting.epsilon,
+                                    setting.delta, f"aggregate noise std {sigma:.4g}",
+                                    accountant="zcdp (thesis)" if setting.convention == "thesis" else "gdp",
+                                    trust="local")
     elif name == "rajkumar_agarwal":
         sigma = (thesis_grad_sigma(setting.G, T, setting.epsilon, setting.delta, m, n_min)
                  if setting.convention == "thesis" else proto.calibration.scale)
         noise = NoiseSpec("gaussian", sigma)
         lap_b = 2 * setting.G / (m * n_min * setting.epsilon)
-        privacy = _one_shot_privacy("gaussian + per-round laplace (trusted aggregator)", sigma,
+        privacy = _baseline_privacy("gaussian + per-round laplace (trusted aggregator)", sigma,
                                     setting.epsilon * T, setting.delta,
-                                    f"ε = {setting.epsilon} per round; modelled from the thesis's description")
+                                    f"ε = {setting.epsilon} per round; modelled from the thesis's description",
+                                    accountant="basic composition over rounds", trust="ra")
     else:
         raise ValueError(f"method: unknown gradient method {name!r}")
 

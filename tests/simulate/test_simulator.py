@@ -52,3 +52,12 @@ def test_same_seed_same_result() -> None:
                            methods=["mpc_grad_p", "local_out_p"], seeds=[3])
     a, b = run_experiment(cfg), run_experiment(cfg)
     assert [r["optimality_gap"] for r in a["runs"]] == [r["optimality_gap"] for r in b["runs"]]
+
+
+def test_every_run_states_mechanism_scale_accountant_adjacency_epsilon_delta_and_trust() -> None:
+    cfg = ExperimentConfig(dataset="breast_cancer", parties=4, iterations=5, eval_every=5,
+                           conventions=["exact", "thesis"], seeds=[0])
+    for r in run_experiment(cfg)["runs"]:
+        p = r["privacy"]
+        for key in ("mechanism", "noise_scale", "accountant", "adjacency", "epsilon", "delta", "trust_model"):
+            assert p.get(key) is not None, (r["convention"], r["method"], key)
