@@ -154,14 +154,17 @@ def run_mpc_out_p(setting: Setting, parties: SimulatedParties, gen: torch.Genera
 def _per_party_out_p(setting: Setting, parties: SimulatedParties, gen: torch.Generator, name: str) -> MethodRun:
     """Pathak (noise once, scale of the smallest party) or Local Out P (each party perturbs its
     own model, Chaudhuri et al. output perturbation), then a plain average."""
-    loss = OutputPerturbation(setting.spec("output", 0), parties.sizes, parties.X.shape[1]).loss
+    proto = OutputPerturbation(setting.spec("output", 0), parties.sizes, parties.X.shape[1])
+    loss = proto.loss
+    # exact: the loss's own G on the minimisers' region (ridge: 1 + 1/√λ), as the protocol uses
+    G = setting.G if setting.convention == "thesis" else proto.lipschitz
     local = _local_models(loss, parties, setting.lam)
     m, p = local.shape
     avg = local.mean(0)
     sizes = torch.tensor(parties.sizes.sizes, dtype=torch.float64)
-    delta2 = 2 * setting.G / (sizes * setting.lam)  # each party's own ℓ2 sensitivity
+    delta2 = 2 * G / (sizes * setting.lam)  # each party's own ℓ2 sensitivity
     if name == "pathak":
-        d2 = 2 * setting.G / (parties.sizes.n_min * setting.lam)
+        d2 = 2 * G / (parties.sizes.n_min * setting.lam)
         if setting.convention == "thesis":
             theta = avg + _noise("laplace", d2 / setting.epsilon, (p,), gen)
             return MethodRun(name, theta, _baseline_privacy("laplace (per coordinate, as printed)",
@@ -192,6 +195,9 @@ def run_local_obj_p(setting: Setting, parties: SimulatedParties, gen: torch.Gene
     (exact) or per-coordinate Lap(2/ε') (thesis convention). c is the loss's smoothness.
     """
     loss = OutputPerturbation(setting.spec("output", 0), parties.sizes, parties.X.shape[1]).loss
+    if setting.convention == "exact" and loss.name not in ("logistic", "huber_svm"):
+        # Chaudhuri et al.'s proof covers binary linear classifiers with |ℓ'| ≤ 1, |ℓ''| ≤ c.
+        raise ValueError(f"methods: local_obj_p needs a logistic or huber_svm loss, not {loss.name!r}")
     c = loss.smoothness
     sizes = torch.tensor(parties.sizes.sizes, dtype=torch.float64)
     eps, lam = setting.epsilon, setting.lam

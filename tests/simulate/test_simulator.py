@@ -61,3 +61,14 @@ def test_every_run_states_mechanism_scale_accountant_adjacency_epsilon_delta_and
         p = r["privacy"]
         for key in ("mechanism", "noise_scale", "accountant", "adjacency", "epsilon", "delta", "trust_model"):
             assert p.get(key) is not None, (r["convention"], r["method"], key)
+
+
+def test_regression_runs_with_the_ridge_constant_and_refuses_objective_perturbation() -> None:
+    cfg = ExperimentConfig(dataset="diabetes", model="ridge", parties=3, iterations=20, eval_every=10, lam=0.1,
+                           methods=["mpc_out_p", "pathak", "local_out_p", "mpc_grad_p"], seeds=[0])
+    res = run_experiment(cfg)
+    assert res["nonprivate"]["score"] == "mse"
+    out = next(r for r in res["runs"] if r["method"] == "mpc_out_p")
+    assert out["privacy"]["parameters"]["lipschitz_G"] == pytest.approx(1 + 1 / 0.1 ** 0.5)
+    with pytest.raises(ValueError, match="local_obj_p"):
+        run_experiment(cfg.model_copy(update={"methods": ["local_obj_p"]}))
