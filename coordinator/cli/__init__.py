@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from coordinator.cli.certs import certs
 from coordinator.cli.errors import run_guarded
 from coordinator.cli.simulate import simulate
 
@@ -19,6 +20,7 @@ def cli() -> None:
 
 
 cli.add_command(simulate)
+cli.add_command(certs)
 
 
 def main() -> None:

@@ -56,3 +56,13 @@ def test_table_6_1_json(flag: str) -> None:
                "MPC Out P": 8.00e-3, "MPC Grad P": 0.57e-3}
     for name, value in printed.items():
         assert thesis[name] == pytest.approx(value, rel=0.01), name
+
+
+def test_help_lists_exactly_the_simulator_methods_and_the_cli_does_not_import_torch() -> None:
+    from coordinator.cli.simulate import METHOD_NAMES
+    from mpc_erm.simulate.methods import METHODS
+
+    assert tuple(x.strip() for x in METHOD_NAMES.split(",")) == METHODS
+    code = "import sys, coordinator.cli; print('torch' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "False", proc.stderr

@@ -1,0 +1,192 @@
+"""`mpc-erm certs init|issue|request|sign`: the deployment CA and one key + certificate per identity.
+
+Why in the CLI: each organisation's operator must be able to mint and inspect its material
+without writing Python, and must not clobber a CA or a key by accident (hence `--force`).
+`issue` makes key and certificate in one go (demo, single organisation); `request` + `sign`
+keep each organisation's private key on its own machine.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import cast
+
+import click
+from cryptography import x509
+
+from mpc_erm.mpc import pki
+
+_DIR = click.option(
+    "--dir", "dir_", required=True, type=click.Path(file_okay=False, path_type=Path),
+    help="certificate directory (holds ca.crt, ca.key, <name>.crt, <name>.key)",
+)
+_DAYS = click.option("--days", type=int, default=365, show_default=True, help="validity in days")
+_JSON = click.option("--json", "as_json", is_flag=True, help="print paths and fingerprints as JSON")
+_FORCE = click.option("--force", is_flag=True, help="overwrite existing files")
+_NAME = click.option("--name", required=True, help="identity name: 1-64 of [A-Za-z0-9._-], no leading dot")
+_ROLE = click.option("--role", required=True, type=click.Choice(list(pki.ROLES)), help="what this identity is")
+_HOSTS = click.option(
+    "--host", "hosts", multiple=True,
+    help="DNS name or IP the identity's listener is reached at (repeatable; default localhost, 127.0.0.1, ::1)",
+)
+
+
+def _field_error(exc: ValueError) -> ValueError:
+    """Name the flag the user typed, not the Python parameter."""
+    msg = str(exc)
+    for old, new in (("hosts:", "--host:"), ("csr:", "--csr:")):
+        if msg.startswith(old):
+            msg = new + msg[len(old) :]
+    return ValueError(msg)
+
+
+def _describe(path: Path) -> dict[str, object]:
+    pem = path.read_bytes()
+    cert = x509.load_pem_x509_certificate(pem)
+    return {
+        "path": str(path),
+        "sha256_fingerprint": pki.fingerprint(pem),
+        "serial": f"{cert.serial_number:x}",
+        "not_after": cert.not_valid_after_utc.isoformat(),
+    }
+
+
+@click.group()
+def certs() -> None:
+    """Create the CA and issue per-identity mTLS certificates (party, dealer, coordinator)."""
+
+
+@certs.command("init")
+@_DIR
+@click.option("--name", default="mpc-erm CA", show_default=True, help="the CA's common name")
+@_DAYS
+@_FORCE
+@_JSON
+def init(dir_: Path, name: str, days: int, force: bool, as_json: bool) -> None:
+    """Create a new CA in DIR (ca.crt, ca.key with mode 0600)."""
+    for existing in (dir_ / pki.CA_CERT_FILE, dir_ / pki.CA_KEY_FILE):
+        if existing.exists() and not force:
+            raise ValueError(
+                f"--dir: {existing} already exists; replacing the CA invalidates every certificate it issued "
+                "(use --force)"
+            )
+    if days < 1:
+        raise ValueError(f"--days: must be >= 1, got {days}")
+    ca = pki.create_ca(name=name, valid_days=days)
+    paths = pki.save_ca(ca, dir_)
+    info = {"ca": {**_describe(paths.cert), "key": str(paths.key), "name": name}}
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+    else:
+        click.echo(f"CA {name!r} written to {paths.cert} (key {paths.key})")
+        click.echo(f"  SHA-256 {info['ca']['sha256_fingerprint']}")
+
+
+@certs.command("issue")
+@_DIR
+@_NAME
+@_ROLE
+@_HOSTS
+@_DAYS
+@_FORCE
+@_JSON
+def issue(dir_: Path, name: str, role: str, hosts: tuple[str, ...], days: int, force: bool, as_json: bool) -> None:
+    """Issue a key + certificate for NAME signed by the CA in DIR (<name>.crt, <name>.key).
+
+    Convenient for one organisation or a demo; across organisations prefer `request` + `sign`,
+    so the CA operator never holds another organisation's private key.
+    """
+    pki.validate_name(name, "--name")
+    if days < 1:
+        raise ValueError(f"--days: must be >= 1, got {days}")
+    files = pki.identity_files(dir_, name)
+    for existing in (files.cert, files.key):
+        if existing.exists() and not force:
+            raise ValueError(f"--name: {existing} already exists (use --force to re-issue)")
+    ca = pki.load_ca(dir_)
+    try:
+        identity = pki.issue_identity(ca, name, cast(pki.Role, role), valid_days=days, hosts=hosts or pki.DEFAULT_HOSTS)
+    except ValueError as exc:
+        raise _field_error(exc) from None
+    paths = pki.save_identity(identity, dir_)
+    info = {
+        "identity": identity.uri,
+        "role": role,
+        "name": name,
+        "cert": _describe(paths.cert),
+        "key": str(paths.key),
+        "ca": _describe(paths.ca),
+    }
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+    else:
+        click.echo(f"{identity.uri} written to {paths.cert} (key {paths.key})")
+        click.echo(f"  SHA-256 {info['cert']['sha256_fingerprint']}  valid until {info['cert']['not_after']}")
+
+
+@certs.command("request")
+@_DIR
+@_NAME
+@_ROLE
+@_FORCE
+@_JSON
+def request(dir_: Path, name: str, role: str, force: bool, as_json: bool) -> None:
+    """Make a key (<name>.key, 0600) and a signing request (<name>.csr) on THIS machine.
+
+    Send only the .csr to the CA operator (`certs sign`); put the returned <name>.crt and ca.crt
+    into DIR. The private key never leaves this organisation.
+    """
+    pki.validate_name(name, "--name")
+    files = pki.identity_files(dir_, name)
+    if files.key.exists() and not force:
+        raise ValueError(f"--name: {files.key} already exists (use --force to replace the key)")
+    uri = pki.identity_uri(cast(pki.Role, role), name)
+    csr_pem, key_pem = pki.create_csr(name, cast(pki.Role, role))
+    csr_path, key_path = pki.save_request(dir_, name, csr_pem, key_pem)
+    if as_json:
+        click.echo(json.dumps({"identity": uri, "csr": str(csr_path), "key": str(key_path)}, indent=2))
+    else:
+        click.echo(f"key {key_path} and request {csr_path} for {uri}")
+        click.echo(f"  send {csr_path.name} to the CA operator; keep {key_path.name} here")
+
+
+@certs.command("sign")
+@_DIR
+@click.option("--csr", "csr_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="the requester's <name>.csr")
+@click.option("--name", required=True, help="the identity name you approve (must match the request)")
+@click.option("--role", required=True, type=click.Choice(list(pki.ROLES)), help="the role you approve")
+@_HOSTS
+@_DAYS
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="where to write <name>.crt and ca.crt (default: the CSR's folder)")
+@_FORCE
+@_JSON
+def sign(dir_: Path, csr_path: Path, name: str, role: str, hosts: tuple[str, ...], days: int,
+         out_dir: Path | None, force: bool, as_json: bool) -> None:
+    """Sign a request with the CA in DIR; the CA never sees the requester's private key."""
+    pki.validate_name(name, "--name")
+    if days < 1:
+        raise ValueError(f"--days: must be >= 1, got {days}")
+    out = out_dir or csr_path.parent
+    files = pki.identity_files(out, name)
+    if files.cert.exists() and not force:
+        raise ValueError(f"--name: {files.cert} already exists (use --force to re-sign)")
+    ca = pki.load_ca(dir_)
+    try:
+        cert_pem = pki.sign_csr(ca, csr_path.read_bytes(), name, cast(pki.Role, role), valid_days=days,
+                                hosts=hosts or pki.DEFAULT_HOSTS)
+    except ValueError as exc:
+        raise _field_error(exc) from None
+    paths = pki.save_certificate(out, name, cert_pem, ca.cert_pem)
+    info = {
+        "identity": pki.identity_uri(cast(pki.Role, role), name),
+        "cert": _describe(paths.cert),
+        "ca": _describe(paths.ca),
+    }
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+    else:
+        click.echo(f"{info['identity']} signed: {paths.cert} (return it with {paths.ca})")
+        click.echo(f"  SHA-256 {info['cert']['sha256_fingerprint']}  valid until {info['cert']['not_after']}")

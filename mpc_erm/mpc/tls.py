@@ -1,0 +1,483 @@
+"""Mutual TLS for every mpc_erm gRPC channel, with identity pinning and per-method authorisation.
+
+Three checks, each where it cannot be skipped by the peer:
+
+1. **Same CA, both ways** (TLS handshake). Servers use ``require_client_auth=True`` with the
+   deployment CA as the only root; clients trust only that CA. A peer without a certificate, with
+   one from another CA, expired or not yet valid, fails the handshake (client sees UNAVAILABLE).
+2. **The server is the peer we meant** (client side, handshake). gRPC's Python client cannot see
+   the server certificate after connecting, so we make gRPC's own host-name check do the pinning:
+   every certificate carries the synthetic SAN ``<name>.<role>.mpc-erm.invalid`` (and
+   ``<name>.id.mpc-erm.invalid``), and :func:`secure_channel` sets ``grpc.ssl_target_name_override``
+   to the expected peer's synthetic name. A server with a valid certificate for another identity
+   fails the handshake, before any byte of application data (no share) is sent. The dialled
+   address (IP, port, DNS) can be anything: routing and identity are decoupled, which suits
+   NAT/port-forwarded deployments. The CA refuses to put ``*.mpc-erm.invalid`` names in ``hosts``,
+   so no identity can claim another's synthetic name.
+3. **The caller may call this method** (server side, per RPC). :class:`Authorizer` reads the
+   client's identity from its certificate (``auth_context()["x509_pem_cert"]``), checks it against
+   a per-method allow-list and a revocation set, and aborts with PERMISSION_DENIED naming the
+   caller and the method. Methods missing from the policy are denied.
+
+Revocation is checked in the Authorizer (serials and/or identity names), not in the handshake:
+grpcio's Python API has no CRL hook for ``ssl_server_credentials``. A revoked peer can still
+complete a handshake but every call is refused. Lists can be loaded from a CA-signed CRL
+(:func:`mpc_erm.mpc.pki.revoked_serials_from_crl`) and swapped at runtime with
+:meth:`Authorizer.set_revoked` (e.g. on SIGHUP) without restarting the server.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from cryptography import x509
+
+from mpc_erm.mpc.pki import (
+    ROLES,
+    URI_SCHEME,
+    Identity,
+    Role,
+    identity_hostname,
+    identity_of_certificate,
+    validate_name,
+    validate_role,
+)
+
+log = logging.getLogger(__name__)
+
+TARGET_NAME_OVERRIDE = "grpc.ssl_target_name_override"
+WILDCARD = "*"
+
+ChannelOptions = Sequence[tuple[str, Any]]
+
+
+# --------------------------------------------------------------------------- credentials
+
+
+def server_credentials(identity: Identity) -> grpc.ServerCredentials:
+    """Server side of mTLS: present our cert, demand a client cert from the same CA."""
+    return grpc.ssl_server_credentials(
+        [(identity.key_pem, identity.cert_pem)],
+        root_certificates=identity.ca_pem,
+        require_client_auth=True,
+    )
+
+
+def channel_credentials(identity: Identity) -> grpc.ChannelCredentials:
+    """Client side of mTLS: trust only the deployment CA, present our own cert."""
+    return grpc.ssl_channel_credentials(
+        root_certificates=identity.ca_pem,
+        private_key=identity.key_pem,
+        certificate_chain=identity.cert_pem,
+    )
+
+
+def parse_expected_peer(expected_peer: str, expected_role: Role | None = None) -> tuple[Role | None, str]:
+    """Accept ``"p2"``, ``"party/p2"`` or ``"mpc-erm://party/p2"``; return (role or None, name)."""
+    spec = expected_peer
+    prefix = f"{URI_SCHEME}://"
+    if spec.startswith(prefix):
+        spec = spec[len(prefix) :]
+    role: Role | None = None
+    if "/" in spec:
+        role_s, _, spec = spec.partition("/")
+        role = validate_role(role_s, "expected_peer role")
+    name = validate_name(spec, "expected_peer")
+    if expected_role is not None:
+        validate_role(expected_role, "expected_role")
+        if role is not None and role != expected_role:
+            raise ValueError(f"expected_role: {expected_role!r} contradicts expected_peer {expected_peer!r}")
+        role = expected_role
+    return role, name
+
+
+def expected_peer_target_name(expected_peer: str, expected_role: Role | None = None) -> str:
+    """The host name gRPC's TLS check must find in the server's SAN for ``expected_peer``."""
+    role, name = parse_expected_peer(expected_peer, expected_role)
+    return identity_hostname(name, role)
+
+
+def _pinned_options(options: ChannelOptions, expected_peer: str, expected_role: Role | None) -> list[tuple[str, Any]]:
+    opts = list(options)
+    if any(key == TARGET_NAME_OVERRIDE for key, _ in opts):
+        # Overriding it would silently disable identity pinning.
+        raise ValueError(f"options: {TARGET_NAME_OVERRIDE} is set by secure_channel from expected_peer")
+    opts.append((TARGET_NAME_OVERRIDE, expected_peer_target_name(expected_peer, expected_role)))
+    return opts
+
+
+def secure_channel(
+    target: str,
+    identity: Identity,
+    expected_peer: str,
+    options: ChannelOptions = (),
+    *,
+    expected_role: Role | None = None,
+) -> grpc.Channel:
+    """mTLS channel to ``target`` that only completes if the server's certificate names ``expected_peer``.
+
+    ``expected_peer`` is a name (any role) or ``"role/name"``; ``expected_role`` pins the role too.
+    Pinning the role matters when one CA has issued the same name to two roles.
+    """
+    opts = _pinned_options(options, expected_peer, expected_role)
+    return grpc.secure_channel(target, channel_credentials(identity), options=opts)
+
+
+def secure_aio_channel(
+    target: str,
+    identity: Identity,
+    expected_peer: str,
+    options: ChannelOptions = (),
+    *,
+    expected_role: Role | None = None,
+) -> grpc.aio.Channel:
+    """asyncio flavour of :func:`secure_channel`, same pinning."""
+    opts = _pinned_options(options, expected_peer, expected_role)
+    return grpc.aio.secure_channel(target, channel_credentials(identity), options=opts)
+
+
+# --------------------------------------------------------------------------- peer identity
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Who is calling: from the client certificate the TLS handshake verified."""
+
+    role: Role
+    name: str
+    serial: int | None
+
+    def __str__(self) -> str:
+        return f"{self.role}/{self.name}"
+
+
+@functools.lru_cache(maxsize=512)
+def _peer_from_pem(pem: bytes) -> Peer:
+    # Cached: one parse per client certificate, not one per RPC on the share hot path.
+    cert = x509.load_pem_x509_certificate(pem)
+    role, name = identity_of_certificate(cert)
+    return Peer(role=role, name=name, serial=cert.serial_number)
+
+
+def _peer_from_auth_context(auth: Mapping[str, Sequence[bytes]]) -> Peer:
+    pems = auth.get("x509_pem_cert") or []
+    if pems:
+        try:
+            return _peer_from_pem(bytes(pems[0]))
+        except ValueError as exc:
+            raise PermissionError(f"peer certificate carries no valid mpc-erm identity: {exc}") from exc
+    # Fallback (older gRPC cores): the SAN list, without the serial.
+    prefix = f"{URI_SCHEME}://".encode()
+    sans = [bytes(v) for key in ("peer_uri", "x509_subject_alternative_name") for v in auth.get(key, [])]
+    uris = sorted({v for v in sans if v.startswith(prefix)})
+    if len(uris) == 1:
+        role_s, _, name = uris[0][len(prefix) :].decode(errors="replace").partition("/")
+        try:
+            return Peer(role=validate_role(role_s), name=validate_name(name), serial=None)
+        except ValueError as exc:
+            raise PermissionError(f"peer certificate carries no valid mpc-erm identity: {exc}") from exc
+    raise PermissionError("no authenticated peer certificate (is the channel mutual TLS?)")
+
+
+def peer(context: grpc.ServicerContext | grpc.aio.ServicerContext) -> Peer:
+    """The verified caller of this RPC; PermissionError if the call is not mTLS-authenticated."""
+    return _peer_from_auth_context(context.auth_context() or {})
+
+
+def peer_identity(context: grpc.ServicerContext | grpc.aio.ServicerContext) -> tuple[Role, str]:
+    """(role, name) of the verified caller; PermissionError if the call is not mTLS-authenticated."""
+    p = peer(context)
+    return p.role, p.name
+
+
+# --------------------------------------------------------------------------- authorisation
+
+
+Policy = Mapping[str, Iterable[tuple[str, str]]]
+"""method ("/pkg.Service/Method" or "/pkg.Service/*") -> allowed (role, name); "*" is a wildcard."""
+
+
+class Denied(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _normalise_policy(policy: Policy) -> dict[str, frozenset[tuple[str, str]]]:
+    out: dict[str, frozenset[tuple[str, str]]] = {}
+    for method, entries in policy.items():
+        if not isinstance(method, str) or not method.startswith("/") or method.count("/") != 2:
+            raise ValueError(f"policy: method must look like '/pkg.Service/Method' or '/pkg.Service/*', got {method!r}")
+        allowed = set()
+        for entry in entries:
+            if not (isinstance(entry, tuple) and len(entry) == 2):
+                raise ValueError(f"policy[{method!r}]: entries must be (role, name) pairs, got {entry!r}")
+            role, name = entry
+            if role != WILDCARD:
+                validate_role(role, f"policy[{method!r}] role")
+            if name != WILDCARD:
+                validate_name(name, f"policy[{method!r}] name")
+            allowed.add((role, name))
+        out[method] = frozenset(allowed)
+    return out
+
+
+def _normalise_revoked_identities(items: Iterable[str | tuple[str, str]]) -> frozenset[tuple[str, str]]:
+    out = set()
+    for item in items:
+        if isinstance(item, str):
+            out.add((WILDCARD, validate_name(item, "revoked_identities")))
+        else:
+            role, name = item
+            out.add((validate_role(role, "revoked_identities role"), validate_name(name, "revoked_identities")))
+    return frozenset(out)
+
+
+class Authorizer(grpc.ServerInterceptor):
+    """Per-method allow-list + revocation check on the mTLS-verified caller, for sync servers.
+
+    Use as ``grpc.server(pool, interceptors=[Authorizer(policy)])``; for ``grpc.aio`` servers use
+    :meth:`aio`. Servicers can also call :meth:`check` themselves. Fail closed: a method absent
+    from the policy, a caller without an identity, or a revoked caller are all refused.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        revoked_serials: Iterable[int] = (),
+        revoked_identities: Iterable[str | tuple[str, str]] = (),
+    ) -> None:
+        self._policy = _normalise_policy(policy)
+        self._write_lock = threading.Lock()  # readers take the current frozensets without locking
+        self._revoked_serials: frozenset[int] = frozenset(revoked_serials)
+        self._revoked_ids = _normalise_revoked_identities(revoked_identities)
+
+    # ---- revocation (swapped atomically: safe while the server runs)
+
+    def set_revoked(
+        self,
+        *,
+        serials: Iterable[int] | None = None,
+        identities: Iterable[str | tuple[str, str]] | None = None,
+    ) -> None:
+        """Replace the revocation sets (None leaves one unchanged)."""
+        new_ids = None if identities is None else _normalise_revoked_identities(identities)
+        with self._write_lock:
+            if serials is not None:
+                self._revoked_serials = frozenset(serials)
+            if new_ids is not None:
+                self._revoked_ids = new_ids
+
+    def revoke(self, *, serial: int | None = None, identity: str | tuple[str, str] | None = None) -> None:
+        """Add one serial and/or identity ("name" for every role, or (role, name))."""
+        new_ids = _normalise_revoked_identities([] if identity is None else [identity])
+        with self._write_lock:
+            if serial is not None:
+                self._revoked_serials = self._revoked_serials | {serial}
+            self._revoked_ids = self._revoked_ids | new_ids
+
+    # ---- decision
+
+    def _allowed_for(self, method: str) -> frozenset[tuple[str, str]] | None:
+        if method in self._policy:
+            return self._policy[method]
+        service = method.rsplit("/", 1)[0]
+        return self._policy.get(f"{service}/{WILDCARD}")
+
+    def decide(self, auth_context: Mapping[str, Sequence[bytes]], method: str) -> Peer:
+        """The caller if allowed, else raise :class:`Denied` with the status to return."""
+        try:
+            caller = _peer_from_auth_context(auth_context)
+        except PermissionError as exc:
+            raise Denied(grpc.StatusCode.UNAUTHENTICATED, f"unauthenticated call to {method}: {exc}") from None
+        revoked_ids = self._revoked_ids
+        if (caller.role, caller.name) in revoked_ids or (WILDCARD, caller.name) in revoked_ids:
+            raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"{caller} is revoked; refused {method}")
+        if self._revoked_serials:
+            if caller.serial is None:  # cannot tell: fail closed
+                raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"{caller}: serial unknown, revocation uncheckable")
+            if caller.serial in self._revoked_serials:
+                raise Denied(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"{caller} certificate serial {caller.serial:#x} is revoked; refused {method}",
+                )
+        allowed = self._allowed_for(method)
+        if allowed is None:
+            raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"{caller} may not call {method} (method not in policy)")
+        for role, name in ((caller.role, caller.name), (caller.role, WILDCARD), (WILDCARD, caller.name)):
+            if (role, name) in allowed:
+                return caller
+        if (WILDCARD, WILDCARD) in allowed:
+            return caller
+        raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"{caller} may not call {method}")
+
+    def _refuse(self, method: str, denied: Denied) -> None:
+        log.warning("refused %s: %s", method, denied.message)
+
+    def check(self, context: grpc.ServicerContext, method: str) -> Peer:
+        """For servicers that authorise by hand: the caller, or abort the RPC."""
+        try:
+            return self.decide(context.auth_context() or {}, method)
+        except Denied as denied:
+            self._refuse(method, denied)
+            context.abort(denied.code, denied.message)
+            raise AssertionError("unreachable: context.abort raises") from None
+
+    async def check_async(self, context: grpc.aio.ServicerContext, method: str) -> Peer:
+        try:
+            return self.decide(context.auth_context() or {}, method)
+        except Denied as denied:
+            self._refuse(method, denied)
+            await context.abort(denied.code, denied.message)
+            raise AssertionError("unreachable: context.abort raises") from None
+
+    # ---- sync interceptor
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        method = handler_call_details.method
+        handler = continuation(handler_call_details)
+        if handler is None:
+            if self._allowed_for(method) is not None:
+                return None  # allowed but not implemented: UNIMPLEMENTED as usual
+            return _wrap_sync(_DENY_HANDLER, method, self.check)
+        return _wrap_sync(handler, method, self.check)
+
+    def aio(self) -> AioAuthorizer:
+        """The same policy and revocation state as a ``grpc.aio`` server interceptor."""
+        return AioAuthorizer(self)
+
+
+def _deny_behaviour(request: Any, context: grpc.ServicerContext) -> bytes:  # pragma: no cover - never reached
+    context.abort(grpc.StatusCode.PERMISSION_DENIED, "method not in policy")
+    return b""
+
+
+_DENY_HANDLER = grpc.unary_unary_rpc_method_handler(_deny_behaviour)
+
+
+def _wrap_sync(
+    handler: grpc.RpcMethodHandler, method: str, check: Callable[[grpc.ServicerContext, str], Peer]
+) -> grpc.RpcMethodHandler:
+    common = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}
+    if handler.unary_unary:
+        inner_uu = handler.unary_unary
+
+        def unary_unary(request: Any, context: grpc.ServicerContext) -> Any:
+            check(context, method)
+            return inner_uu(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(unary_unary, **common)
+    if handler.unary_stream:
+        inner_us = handler.unary_stream
+
+        def unary_stream(request: Any, context: grpc.ServicerContext) -> Any:
+            check(context, method)
+            yield from inner_us(request, context)
+
+        return grpc.unary_stream_rpc_method_handler(unary_stream, **common)
+    if handler.stream_unary:
+        inner_su = handler.stream_unary
+
+        def stream_unary(request_iterator: Any, context: grpc.ServicerContext) -> Any:
+            check(context, method)
+            return inner_su(request_iterator, context)
+
+        return grpc.stream_unary_rpc_method_handler(stream_unary, **common)
+    inner_ss = handler.stream_stream
+
+    def stream_stream(request_iterator: Any, context: grpc.ServicerContext) -> Any:
+        check(context, method)
+        yield from inner_ss(request_iterator, context)
+
+    return grpc.stream_stream_rpc_method_handler(stream_stream, **common)
+
+
+class AioAuthorizer(grpc.aio.ServerInterceptor):
+    """``grpc.aio`` flavour of :class:`Authorizer`; shares its policy and revocation state."""
+
+    def __init__(self, authorizer: Authorizer) -> None:
+        self.authorizer = authorizer
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        method = handler_call_details.method
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            if self.authorizer._allowed_for(method) is not None:
+                return None
+            handler = _DENY_HANDLER
+        return _wrap_aio(handler, method, self.authorizer.check_async)
+
+
+def _wrap_aio(handler: grpc.RpcMethodHandler, method: str, check: Callable[..., Any]) -> grpc.RpcMethodHandler:
+    import inspect
+
+    common = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}
+
+    async def _call(inner: Callable[..., Any], arg: Any, context: grpc.aio.ServicerContext) -> Any:
+        result = inner(arg, context)
+        return await result if inspect.isawaitable(result) else result
+
+    async def _stream(inner: Callable[..., Any], arg: Any, context: grpc.aio.ServicerContext) -> Any:
+        result = inner(arg, context)
+        if hasattr(result, "__aiter__"):
+            async for item in result:
+                yield item
+        elif inspect.isawaitable(result):  # handler writes with context.write() and returns None
+            await result
+        else:
+            for item in result:
+                yield item
+
+    if handler.unary_unary or handler.stream_unary:
+        inner = handler.unary_unary or handler.stream_unary
+        factory = grpc.unary_unary_rpc_method_handler if handler.unary_unary else grpc.stream_unary_rpc_method_handler
+
+        async def single(arg: Any, context: grpc.aio.ServicerContext) -> Any:
+            await check(context, method)
+            return await _call(inner, arg, context)
+
+        return factory(single, **common)
+    inner_s = handler.unary_stream or handler.stream_stream
+    factory_s = grpc.unary_stream_rpc_method_handler if handler.unary_stream else grpc.stream_stream_rpc_method_handler
+
+    async def many(arg: Any, context: grpc.aio.ServicerContext) -> Any:
+        await check(context, method)
+        async for item in _stream(inner_s, arg, context):
+            yield item
+
+    return factory_s(many, **common)
+
+
+__all__ = [
+    "ROLES",
+    "WILDCARD",
+    "AioAuthorizer",
+    "Authorizer",
+    "Denied",
+    "Peer",
+    "Policy",
+    "channel_credentials",
+    "expected_peer_target_name",
+    "parse_expected_peer",
+    "peer",
+    "peer_identity",
+    "secure_aio_channel",
+    "secure_channel",
+    "server_credentials",
+]
