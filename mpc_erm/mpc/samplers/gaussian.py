@@ -1,0 +1,164 @@
+"""Discrete Gaussian by rejection from the discrete Laplace (Canonne–Kamath–Steinke 2020,
+Algorithm 3), with an acceptance coin that is *exact* inside the MPC, and its exact PMF.
+
+CKS: draw Y ~ discrete Laplace(t); accept with probability exp(−(|Y| − σ²/t)²/(2σ²)); the
+accepted Y is N_Z(0, σ²) for *any* t > 0 (t = ⌊σ⌋ + 1 makes acceptance likely). We pick
+integers t and μ with σ² = t·μ (t = ⌊σ⌋ + 1, μ = round(σ²/t): the sampled σ is √(tμ), within
+1/(2σ) relative of the request), so the acceptance exponent is a ratio of integers:
+
+    γ(m) = N(m)/D,   N(m) = (m − μ)²  (secret integer, one secure square),  D = 2tμ (public).
+
+Why this is exact in MPC although γ depends on the secret Y: with n_i the bits of N,
+exp(−N/D) = Π_i exp(−2^i/D)^{n_i}, so the coin is
+
+    accept = ⋀_i (¬n_i ∨ C_i),   C_i ~ Bernoulli(a_i),  a_i = ⌊exp(−2^i/D)·2^k⌋ / 2^k,
+
+with C_i one comparison of a jointly random k-bit uniform with the *public* constant
+⌊exp(−2^i/D)·2^k⌋ — the same bit-sliced comparison as the Laplace coins — and the bits of N
+from CrypTen's A2B. No secure exp, no fixed-point approximation: the implemented acceptance
+probability is acc(m) = Π_{i: n_i(m)=1} a_i, an exactly known function of m.
+
+Rounds: R candidates per output are drawn in parallel; the output is the first accepted among
+the first R − 1, else candidate R unconditionally (oblivious selection, so the round that
+accepted is never revealed). With ρ = Σ_y L(y)·acc(|y|) the per-round acceptance of the
+implemented sampler and L its discrete Laplace PMF:
+
+    P_out(y) = L(y)·[ (1 − (1 − ρ)^{R−1})/ρ · acc(|y|) + (1 − ρ)^{R−1} ],
+
+exactly (the second term is the Laplace fallback). The accountant uses this PMF, so the
+fallback and the k-bit coins are in ε(δ), not in a side δ.
+
+Two cost cuts, both part of the defined (and exactly analysed) distribution: the low bits
+i < ``low_bit`` of N get no coin (a_i := 1; they change exp(−N/D) by a factor in
+[exp(−2^low_bit/D), 1], ≥ 1 − 2^-``coarse_log2``), and bits whose threshold is 0 need no
+comparison (the coin is constant 0, so fail_i = n_i).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .params import FRAC_BITS, DiscreteLaplaceParams, default_bits, full_support_bits
+from .pmf import log_pmf as laplace_log_pmf
+from .reference import reference_samples
+
+__all__ = ["DiscreteGaussianParams", "gaussian_reference_samples", "ideal_discrete_gaussian_log_pmf"]
+
+
+@dataclass(frozen=True)
+class DiscreteGaussianParams:
+    """σ² = t·μ in grid units; ``laplace`` draws the candidates; ``rounds`` = R."""
+
+    t: int
+    mu: int
+    rounds: int = 16
+    k: int = 48
+    grid_bits: int = FRAC_BITS
+    laplace_bits: int | None = None
+    coarse_log2: int = 20
+    laplace: DiscreteLaplaceParams = field(init=False)
+    low_bit: int = field(init=False)
+    coin_thresholds: tuple[int, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.t < 1 or self.mu < 1 or self.rounds < 1:
+            raise ValueError("t, mu and rounds must be positive integers")
+        bits = self.laplace_bits
+        if bits is None:
+            bits = min(default_bits(float(self.t)), full_support_bits(float(self.t), self.k))
+        lap = DiscreteLaplaceParams(t=float(self.t), bits=bits, k=self.k, grid_bits=self.grid_bits)
+        object.__setattr__(self, "laplace", lap)
+        m_max = lap.support_max
+        n_bits = max((m_max - self.mu) ** 2, self.mu**2).bit_length()
+        if n_bits > 62:
+            raise ValueError("(m − μ)² does not fit the 64-bit ring: lower laplace_bits")
+        d = 2 * self.t * self.mu
+        low = max(0, min(n_bits, d.bit_length() - 1 - self.coarse_log2))  # 2^low ≤ D·2^-coarse
+        scale = 1 << self.k
+        cs = tuple(min(scale - 1, math.floor(math.exp(-(2.0**i) / d) * scale)) for i in range(low, n_bits))
+        object.__setattr__(self, "low_bit", low)
+        object.__setattr__(self, "coin_thresholds", cs)
+
+    @property
+    def n_bits(self) -> int:
+        """Bits of N = (m − μ)² that can be set (m ≤ 2^B)."""
+        return self.low_bit + len(self.coin_thresholds)
+
+    @property
+    def compared_coins(self) -> int:
+        """Coins that need a secure comparison (threshold > 0); the rest are constant 0."""
+        return sum(1 for c in self.coin_thresholds if c > 0)
+
+    @classmethod
+    def for_sigma(cls, sigma: float, grid_bits: int = FRAC_BITS, rounds: int = 16, k: int = 48
+                  ) -> DiscreteGaussianParams:
+        """σ in real units on the grid 2^-grid_bits: t = ⌊σ⌋ + 1, μ = round(σ²/t) (grid units)."""
+        s = sigma * 2.0**grid_bits
+        t = math.floor(s) + 1
+        return cls(t=t, mu=max(1, round(s * s / t)), rounds=rounds, k=k, grid_bits=grid_bits)
+
+    @property
+    def sigma(self) -> float:
+        """σ of the discrete Gaussian in grid units: √(tμ)."""
+        return math.sqrt(self.t * self.mu)
+
+    @property
+    def support_max(self) -> int:
+        return self.laplace.support_max
+
+    def log_acceptance(self) -> np.ndarray:
+        """log acc(m), m = 0 … 2^B: Σ over set bits i of (m − μ)² of log a_i."""
+        m = np.arange(self.support_max + 1, dtype=np.int64)
+        n = (m - self.mu) ** 2
+        out = np.zeros(m.size)
+        for i, c in enumerate(self.coin_thresholds, start=self.low_bit):
+            la = math.log(c) - self.k * math.log(2.0) if c > 0 else -math.inf
+            out = np.where((n >> i) & 1 == 1, out + la, out)
+        return out
+
+    def acceptance_rate(self) -> float:
+        """ρ: probability one candidate is accepted (implemented coins)."""
+        lp = laplace_log_pmf(self.laplace)
+        la = self.log_acceptance()
+        full = np.concatenate([la[::-1], la[1:]])
+        return float(np.exp(lp + full).sum())
+
+    def failure_probability(self) -> float:
+        """(1 − ρ)^{R−1}: no candidate among the first R − 1 accepted (output = Laplace fallback)."""
+        return (1.0 - self.acceptance_rate()) ** (self.rounds - 1)
+
+    def log_pmf(self) -> np.ndarray:
+        """Exact log P_out(y), y = −2^B … 2^B (module docstring)."""
+        lp = laplace_log_pmf(self.laplace)
+        la = self.log_acceptance()
+        full = np.concatenate([la[::-1], la[1:]])
+        rho = float(np.exp(lp + full).sum())
+        log_fail = (self.rounds - 1) * math.log1p(-rho)
+        log_w = math.log(-math.expm1(log_fail)) - math.log(rho) if self.rounds > 1 else -math.inf
+        return lp + np.logaddexp(log_w + full, log_fail)
+
+
+def ideal_discrete_gaussian_log_pmf(sigma: float, xs: np.ndarray, terms: int | None = None) -> np.ndarray:
+    """log of N_Z(0, σ²) (CKS 2020, Def. 1.1), normalised over ±(20σ + 20) (mass beyond < e^{-200})."""
+    m = int(terms if terms is not None else 20 * sigma + 20)
+    grid = np.arange(-m, m + 1, dtype=np.float64)
+    log_z = np.logaddexp.reduce(-(grid**2) / (2 * sigma * sigma))
+    return -(xs.astype(np.float64) ** 2) / (2 * sigma * sigma) - log_z
+
+
+def gaussian_reference_samples(params: DiscreteGaussianParams, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Plaintext reference of the MPC discrete Gaussian: same candidates, coins and selection."""
+    r = params.rounds
+    cand = reference_samples(params.laplace, n * r, rng).reshape(r, n)
+    nn = (np.abs(cand) - params.mu) ** 2
+    top = 1 << params.k
+    acc = np.ones((r, n), dtype=bool)
+    for i, c in enumerate(params.coin_thresholds, start=params.low_bit):
+        coin = rng.integers(0, top, size=(r, n), dtype=np.int64) < c
+        acc &= ~(((nn >> i) & 1 == 1) & ~coin)
+    acc[-1] = True  # the last candidate is the fallback
+    first = np.argmax(acc, axis=0)
+    return cand[first, np.arange(n)]
