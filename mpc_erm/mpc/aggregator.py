@@ -1,0 +1,320 @@
+"""Secure noisy weighted sum (the protocols' ``SecureAggregator``) on CrypTen over gRPC + mTLS.
+
+What one ``aggregate`` call does at party i (all parties call it in the same order):
+
+1. Local, in float64: ``v_i = Σ_rows w·c`` over the rows this party holds (weights are public and
+   the rows are its own, so weighting before sharing is exactly as private as multiplying a share
+   by a public scalar, and it avoids CrypTen's truncation protocol, which for 3+ parties needs
+   wrap-count triples and is only probabilistically exact). Encode ``round(v_i·2^16)`` in int64.
+2. Range check round: the number of parties whose ``v_i`` is non-finite or ``|v_i| ≥ 2^(47−margin)``
+   is revealed (masked, one int64 per party). If it is not zero every party raises
+   :class:`FixedPointRangeError` and nothing else is revealed. (A party refusing alone would
+   leave the others waiting for a reveal until their deadline.)
+3. Input sharing without a round: party i's share is ``enc(v_i) + Σ_{j≠i} ±PRG(k_ij, t)`` with one
+   AES-256-CTR key per pair of parties (exchanged once, at construction) and the call counter t
+   as nonce; the masks cancel in the sum. Why not ``crypten.cryptensor(src=i)``: its PRZS masks
+   come from the generators i shares with its two ring neighbours only, so for m ≥ 4 parties the
+   two neighbours of i together can strip i's share of the aggregate at the reveal and learn
+   ``v_i`` (plus i's noise share), more than the sum. Pairwise keys need all m−1 others.
+4. Noise: shares of ``z`` from the pluggable :class:`NoiseSource` (an ``MPCTensor`` at scale 2^16)
+   are added to the share. ``NoiseSpec("none")`` (a job that asked for no privacy) adds nothing.
+5. Reveal (one all_reduce) and decode exactly: ring value / 2^16 in float64. CrypTen's
+   ``FixedPointEncoder.decode`` is off by one for negative values and is never used here.
+
+Exactness (stated and tested): with P computing parties, each holding k rows,
+``|revealed − Σ w·c − z| ≤ P·2^-17 + γ_k·Σ|w·c| + 2^-53·|revealed|`` where γ_k = k·2^-53/(1−k·2^-53)
+is the float64 error of a k-term dot product (γ_1 = 2^-53: one rounding of ``w·c``);
+see :func:`error_bound`.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+from mpc_erm.protocols.aggregation import NoiseSpec
+
+from .crypten_compat import import_crypten
+
+crypten = import_crypten()
+from crypten.config import cfg  # noqa: E402  (after the compat shim)
+from crypten.mpc import MPCTensor  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+PRECISION_BITS = 16
+SCALE = float(2**PRECISION_BITS)
+RING_BITS = 64
+DEFAULT_MARGIN_BITS = 8  # headroom for the sum of up to 2^7 parties plus noise, inside int64
+_KEY_BYTES = 32
+_CHECK_DOMAIN = 1 << 63  # nonce bit separating the range-check stream from the data stream
+
+TFP_TRUST_MODEL = "MPC: CrypTen TFP provider (party 0 sees every triple: tests only)"
+RSS_TRUST_MODEL = "MPC: CrypTen 3-party replicated sharing (honest majority, no dealer; products re-randomised)"
+RSS_UNHARDENED = (
+    "MPC: CrypTen 0.4.1 3-party replicated sharing NOT hardened (a product leaks the other input to "
+    "party 1: tests only; call mpc_erm.mpc.dealer.harden_crypten_rss)"
+)
+
+
+def dealer_trust_model(name: str) -> str:
+    return f"MPC: CrypTen additive sharing, dealer {name!r} (non-colluding third party)"
+
+
+class FixedPointRangeError(ValueError):
+    """A contribution does not fit the fixed-point ring (or is NaN/inf): refused, nothing revealed."""
+
+
+class NotForProductionError(RuntimeError):
+    """A test-only component (zero noise, TFP triples) was requested without ``allow_test_only``."""
+
+
+@runtime_checkable
+class NoiseSource(Protocol):
+    """Supplies secret shares of noise for one aggregate.
+
+    ``take(p, noise)`` returns an arithmetic ``MPCTensor`` of shape (p,) at 2^16 scale whose
+    plaintext is the noise for ``noise``; no party may know it. The real sources (Gaussian,
+    Laplace, ℓ2-Laplace sampled inside the MPC, pooled offline) live in ``mpc_erm.mpc.samplers``.
+    """
+
+    description: str
+    test_only: bool
+
+    def take(self, p: int, noise: NoiseSpec) -> MPCTensor: ...
+
+
+class ZeroNoise:
+    """Shares of zero whatever the spec asks for: NO privacy. For tests and benchmarks only.
+
+    TODO(samplers): production jobs use the in-MPC samplers of ``mpc_erm.mpc.samplers`` (another
+    module implements NoiseSource there). Never replace this by one party sampling in plaintext:
+    that party would know the noise and could subtract it from the release.
+    """
+
+    description = "zero noise (tests only: no privacy)"
+    test_only = True
+
+    def take(self, p: int, noise: NoiseSpec) -> MPCTensor:
+        return MPCTensor.from_shares(torch.zeros(p, dtype=torch.long), precision=PRECISION_BITS)
+
+
+def error_bound(abs_terms_per_party: list[float], rows_per_party: int, revealed_abs_max: float) -> float:
+    """Largest |revealed − exact Σ w·c − z| the fixed-point path allows (see module docstring).
+
+    ``abs_terms_per_party[i]`` = max over coordinates of Σ_rows |w·c| at party i.
+    """
+    u = 2.0**-53
+    k = max(1, rows_per_party)
+    gamma_k = k * u / (1 - k * u)
+    parties = len(abs_terms_per_party)
+    return parties * 2.0**-17 + gamma_k * sum(abs_terms_per_party) + u * revealed_abs_max
+
+
+@dataclass
+class AggregateStats:
+    """What one aggregate cost this party: communicator rounds, payload bytes (sent + received)."""
+
+    rounds: int
+    bytes: int
+    seconds: float
+
+
+@dataclass
+class _Totals:
+    aggregates: int = 0
+    rounds: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    history: list[AggregateStats] = field(default_factory=list)
+
+
+def _prg_int64(key: bytes, nonce: int, n: int) -> torch.Tensor:
+    """n uniform int64 from AES-256-CTR(key, nonce): cryptographic, unlike torch's Mersenne twister."""
+    enc = Cipher(algorithms.AES(key), modes.CTR(nonce.to_bytes(16, "big"))).encryptor()
+    raw = enc.update(bytes(8 * n)) + enc.finalize()
+    return torch.from_numpy(np.frombuffer(raw, dtype=np.int64).copy())
+
+
+def current_trust_model(dealer_name: str | None = None) -> str:
+    """The trust model the CrypTen configuration of this process gives its multiplications."""
+    provider = cfg.mpc.provider
+    if provider == "TFP":
+        triples = TFP_TRUST_MODEL
+    elif provider == "DEALER":
+        triples = dealer_trust_model(dealer_name or "dealer")
+    else:
+        triples = f"MPC: CrypTen provider {provider}"
+    if cfg.mpc.protocol == "replicated":
+        from crypten.mpc.primitives import replicated
+
+        rss = RSS_TRUST_MODEL if getattr(replicated, "_mpc_erm_hardened", False) else RSS_UNHARDENED
+        # Arithmetic products use RSS; binary AND and B2A (comparisons) still ask the provider.
+        return f"{rss}; comparisons' triples: {triples.removeprefix('MPC: ')}"
+    return triples
+
+
+class MpcAggregator:
+    """``SecureAggregator`` for one party of a CrypTen job on the gRPC communicator.
+
+    Build it after ``init_crypten`` (and the dealer client, if any) in every party, in the same
+    order: the constructor exchanges the pairwise mask keys (one message per pair).
+    """
+
+    def __init__(
+        self,
+        noise_source: NoiseSource,
+        *,
+        comm: Any = None,
+        allow_test_only: bool = False,
+        margin_bits: int = DEFAULT_MARGIN_BITS,
+    ) -> None:
+        self.comm = comm if comm is not None else crypten.communicator.get()
+        if self.comm is None:
+            raise RuntimeError("MpcAggregator: CrypTen is not initialised (call init_crypten first)")
+        if getattr(noise_source, "test_only", False) and not allow_test_only:
+            raise NotForProductionError(f"noise source {noise_source.description!r} is for tests only")
+        self.rank: int = self.comm.get_rank()
+        self.world_size: int = self.comm.get_world_size()
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError("MpcAggregator runs in the computing parties, not in the dealer")
+        if self.world_size > 2 ** (margin_bits - 1):
+            raise ValueError(f"margin_bits={margin_bits} leaves no headroom for {self.world_size} parties")
+        dealer = None
+        table = getattr(self.comm, "table", None)
+        if table is not None and table.dealer is not None:
+            dealer = table.dealer.name
+        self.trust_model = current_trust_model(dealer)
+        if "tests only" in self.trust_model and not allow_test_only:
+            raise NotForProductionError(f"{self.trust_model}: refused without allow_test_only")
+        if getattr(noise_source, "test_only", False):
+            self.trust_model += f"; noise: {noise_source.description}"
+        self.noise_source = noise_source
+        self.margin_bits = margin_bits
+        self.limit = 2.0 ** (RING_BITS - 1 - PRECISION_BITS - margin_bits)
+        self._counter = 0
+        self.totals = _Totals()
+        self.last: AggregateStats | None = None
+        self._keys = self._exchange_keys()
+
+    # ------------------------------------------------------------------ setup
+
+    def _exchange_keys(self) -> dict[int, bytes]:
+        """One fresh AES key per pair, chosen by the lower rank and sent over mTLS."""
+        keys: dict[int, bytes] = {}
+        for j in range(self.world_size):
+            if j > self.rank:
+                keys[j] = secrets.token_bytes(_KEY_BYTES)
+                self.comm.send(torch.frombuffer(bytearray(keys[j]), dtype=torch.uint8), j)
+        for j in range(self.rank):
+            got = self.comm.recv(torch.zeros(_KEY_BYTES, dtype=torch.uint8), j)
+            keys[j] = bytes(got.numpy().tobytes())
+        return keys
+
+    def _mask(self, n: int, nonce: int) -> torch.Tensor:
+        """This party's share of a pseudo-random sharing of zero (pairwise masks cancel)."""
+        mask = torch.zeros(n, dtype=torch.long)
+        for j, key in self._keys.items():
+            r = _prg_int64(key, nonce, n)
+            if self.rank < j:
+                mask.add_(r)
+            else:
+                mask.sub_(r)
+        return mask
+
+    # ------------------------------------------------------------------ the interface
+
+    def aggregate(self, contributions: torch.Tensor, weights: torch.Tensor, noise: NoiseSpec) -> torch.Tensor:
+        """Reveal ``Σ_parties Σ_rows w·c + z`` (float64, shape (p,)); see the module docstring."""
+        if contributions.ndim != 2 or weights.ndim != 1 or weights.shape[0] != contributions.shape[0]:
+            raise ValueError(
+                f"contributions (k, p) and weights (k,) expected, got {tuple(contributions.shape)} "
+                f"and {tuple(weights.shape)}"
+            )
+        p = int(contributions.shape[1])
+        if p < 1:
+            raise ValueError("contributions must have at least one column")
+        stats0 = self.comm.get_communication_stats()
+        tic = time.perf_counter()
+        t = self._counter
+        self._counter += 1
+
+        local = weights.detach().to("cpu", torch.float64) @ contributions.detach().to("cpu", torch.float64)
+        bad = not bool(torch.isfinite(local).all()) or bool((local.abs() >= self.limit).any())
+
+        # Range check: reveal only how many parties are out of range.
+        flag = self._mask(1, _CHECK_DOMAIN | t)
+        flag += int(bad)
+        n_bad = int(self.comm.all_reduce(flag).item())
+        if n_bad != 0:
+            mine = " (including this party's)" if bad else ""
+            raise FixedPointRangeError(
+                f"aggregate #{t}: {n_bad} of {self.world_size} parties' weighted contributions{mine} are NaN/inf "
+                f"or reach |x| >= 2^{RING_BITS - 1 - PRECISION_BITS - self.margin_bits} "
+                f"(int64 ring, {PRECISION_BITS} fractional bits, {self.margin_bits} bits of headroom); nothing revealed"
+            )
+
+        share = torch.round(local * SCALE).to(torch.long)
+        share += self._mask(p, t)
+        if noise.mechanism != "none":
+            z = self.noise_source.take(p, noise)
+            zt = z._tensor
+            if zt.encoder.scale != 2**PRECISION_BITS or tuple(zt.share.shape) != (p,):
+                raise ValueError(
+                    f"noise source {self.noise_source.description!r} returned scale {zt.encoder.scale} "
+                    f"shape {tuple(zt.share.shape)}, expected 2^{PRECISION_BITS} and ({p},)"
+                )
+            share += zt.share.to("cpu")
+        ring = self.comm.all_reduce(share)
+        # int64 -> float64 is exact below 2^53; the division by 2^16 is exact.
+        result = ring.to(torch.float64) / SCALE
+
+        stats1 = self.comm.get_communication_stats()
+        st = AggregateStats(
+            rounds=stats1["rounds"] - stats0["rounds"],
+            bytes=stats1["bytes"] - stats0["bytes"],
+            seconds=time.perf_counter() - tic,
+        )
+        self.last = st
+        tot = self.totals
+        tot.aggregates += 1
+        tot.rounds += st.rounds
+        tot.bytes += st.bytes
+        tot.seconds += st.seconds
+        return result.to(contributions.device)
+
+    def describe(self) -> dict[str, Any]:
+        """Trust model and cumulative cost, for the job report."""
+        return {
+            "trust_model": self.trust_model,
+            "parties": self.world_size,
+            "aggregates": self.totals.aggregates,
+            "rounds": self.totals.rounds,
+            "bytes": self.totals.bytes,
+            "seconds": self.totals.seconds,
+            "limit_abs": self.limit,
+            "resolution": 2.0**-PRECISION_BITS,
+        }
+
+
+__all__ = [
+    "AggregateStats",
+    "FixedPointRangeError",
+    "MpcAggregator",
+    "NoiseSource",
+    "RSS_TRUST_MODEL",
+    "RSS_UNHARDENED",
+    "TFP_TRUST_MODEL",
+    "NotForProductionError",
+    "ZeroNoise",
+    "current_trust_model",
+    "dealer_trust_model",
+    "error_bound",
+]
