@@ -374,3 +374,12 @@ def test_killed_peer_mid_exchange_fails_the_survivor_within_its_deadline(
     with pytest.raises(PeerUnavailable, match="party 1 'bob'"):
         alice.send(1, "echo", torch.ones(10), kind=TENSOR, deadline=alice.deadline(20.0))
     assert time.monotonic() - tic < 10.0
+
+
+@pytest.mark.parametrize("empty", [[], (), {}, torch.Size([]), [[]], {"k": ()}])
+def test_empty_containers_round_trip(empty: Any) -> None:
+    # an empty protobuf submessage selects no oneof kind unless it is marked present
+    from mpc_erm.mpc.transport.codec import decode_object, encode_object
+
+    back = decode_object(encode_object(empty))
+    assert back == empty and type(back) is type(empty)

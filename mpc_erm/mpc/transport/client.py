@@ -64,6 +64,8 @@ class PeerClient:
             return TransportTimeout(f"{where} did not complete before the deadline")
         if code == grpc.StatusCode.UNAVAILABLE:
             return PeerUnavailable(f"{where} failed: peer unreachable ({detail})")
+        if code == grpc.StatusCode.CANCELLED:  # we never cancel: the peer's server is going away
+            return PeerUnavailable(f"{where} failed: peer cancelled the call, shutting down ({detail})")
         if code in _REJECTIONS:
             return PeerRejected(f"{where} was refused ({code.name}: {detail})")
         return TransportError(f"{where} failed ({code.name}: {detail})")

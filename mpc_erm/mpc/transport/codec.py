@@ -104,6 +104,7 @@ def _encode(obj: Any, depth: int) -> pb.Value:
     elif isinstance(obj, bytes | bytearray):
         v.bytes_value = bytes(obj)
     elif isinstance(obj, torch.Size):  # before tuple: Size is a tuple subclass
+        v.size_value.SetInParent()  # an empty container must still select its oneof kind
         v.size_value.dims.extend(int(d) for d in obj)
     elif isinstance(obj, torch.dtype):
         if obj not in DTYPE_NAMES:
@@ -116,10 +117,13 @@ def _encode(obj: Any, depth: int) -> pb.Value:
         v.tensor_value.header.CopyFrom(header)
         v.tensor_value.data = bytes(raw)
     elif isinstance(obj, list):
+        v.list_value.SetInParent()
         v.list_value.items.extend(_encode(x, depth + 1) for x in obj)
     elif type(obj) is tuple:  # not namedtuples or other subclasses: their type would be lost
+        v.tuple_value.SetInParent()
         v.tuple_value.items.extend(_encode(x, depth + 1) for x in obj)
     elif type(obj) is dict:
+        v.dict_value.SetInParent()
         for key, val in obj.items():
             v.dict_value.keys.append(_encode(key, depth + 1))
             v.dict_value.values.append(_encode(val, depth + 1))
