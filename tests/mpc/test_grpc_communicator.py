@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from mpc_erm.mpc import pki
+from tests.mpc.harness import collect_reports
 
 PARTIES = ("alice", "bob", "carol")
 N_SMALL = 1000
@@ -206,20 +207,11 @@ def session() -> dict[int, dict[str, Any]]:
         table = PartyTable.from_pairs("crypten-test", [(n, f"127.0.0.1:{ports[r]}") for r, n in enumerate(PARTIES)])
         for q in table_qs:
             q.put(table)
-        reports = {}
-        for _ in procs:
-            rep = out_q.get(timeout=120)
-            reports[rep["rank"]] = {k: torch.from_numpy(v) if hasattr(v, "dtype") else v for k, v in rep.items()}
     except queue.Empty:
-        pytest.fail("a party did not report within the deadline")
-    finally:
         for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-    errors = [r["error"] for r in reports.values() if "error" in r]
-    assert not errors, "\n".join(errors)
-    return reports
+            p.kill()
+        pytest.fail("a party did not announce its port within the deadline")
+    return collect_reports(procs, out_q, len(procs), timeout=120 * len(procs))
 
 
 def _plain(n: int) -> list[torch.Tensor]:

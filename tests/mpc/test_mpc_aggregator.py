@@ -26,6 +26,7 @@ import pytest
 import torch
 
 from mpc_erm.mpc import pki
+from tests.mpc.harness import collect_reports
 
 NAMES = ("alice", "bob", "carol", "dave", "erin")
 SIZES = (1, 100_000)
@@ -122,7 +123,6 @@ def run_job(
     ]
     for p in procs:
         p.start()
-    reports: dict[int, dict[str, Any]] = {}
     try:
         ports = dict(port_q.get(timeout=90) for _ in range(members))
         table = PartyTable(
@@ -132,20 +132,11 @@ def run_job(
         )
         for q in table_qs:
             q.put(table)
-        end = time.monotonic() + timeout
-        while len(reports) < members:
-            rep = out_q.get(timeout=max(1.0, end - time.monotonic()))
-            reports[rep["rank"]] = {k: torch.from_numpy(v) if hasattr(v, "dtype") else v for k, v in rep.items()}
     except queue.Empty:
-        pytest.fail(f"members {sorted(set(range(members)) - set(reports))} did not report in time")
-    finally:
         for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-    errors = [r["error"] for r in reports.values() if "error" in r]
-    assert not errors, "\n".join(errors)
-    return reports
+            p.kill()
+        pytest.fail("a member did not announce its port within the deadline")
+    return collect_reports(procs, out_q, members, timeout=timeout)
 
 
 # ---------------------------------------------------------------------- inputs and the bound

@@ -31,6 +31,7 @@ from mpc_erm.mpc.samplers.gaussian import (
     ideal_discrete_gaussian_log_pmf,
 )
 from mpc_erm.mpc.samplers.pmf import ideal_discrete_laplace_log_pmf
+from tests.mpc.harness import collect_reports
 
 PARTIES = ("alice", "bob", "carol")
 SMALL = DiscreteLaplaceParams(t=50.0, bits=11, k=48)  # support ±2048: binned chi-square
@@ -242,7 +243,6 @@ def session() -> dict[int, dict[str, Any]]:
     ]
     for p in procs:
         p.start()
-    reports: dict[int, dict[str, Any]] = {}
     try:
         from mpc_erm.mpc.transport import PartyTable
 
@@ -250,19 +250,12 @@ def session() -> dict[int, dict[str, Any]]:
         table = PartyTable.from_pairs("sampler-test", [(n, f"127.0.0.1:{ports[r]}") for r, n in enumerate(PARTIES)])
         for q in table_qs:
             q.put(table)
-        for _ in procs:
-            rep = out_q.get(timeout=float(os.environ.get("MPC_ERM_SAMPLER_TIMEOUT_S", "150")))
-            reports[rep["rank"]] = rep
     except queue.Empty:
-        pytest.fail("a party did not report within the deadline")
-    finally:
         for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-    errors = [r["error"] for r in reports.values() if "error" in r]
-    assert not errors, "\n".join(errors)
-    return reports
+            p.kill()
+        pytest.fail("a party did not announce its port within the deadline")
+    timeout = float(os.environ.get("MPC_ERM_SAMPLER_TIMEOUT_S", "150")) * len(procs)
+    return collect_reports(procs, out_q, len(procs), timeout=timeout, convert=lambda r: r)
 
 
 def test_mpc_samples_follow_the_exact_pmf(session: dict[int, dict[str, Any]]) -> None:
