@@ -362,16 +362,7 @@ def identity_of_csr(csr_pem: bytes) -> tuple[Role, str]:
         raise ValueError("csr: signature does not verify (corrupted or tampered request)")
     if not isinstance(csr.public_key(), ec.EllipticCurvePublicKey) or csr.public_key().curve.name != "secp256r1":
         raise ValueError("csr: key must be EC P-256")
-    try:
-        san = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound as exc:
-        raise ValueError("csr: no subjectAltName, so no mpc-erm identity claimed") from exc
-    prefix = f"{URI_SCHEME}://"
-    uris = [u for u in san.get_values_for_type(x509.UniformResourceIdentifier) if u.startswith(prefix)]
-    if len(uris) != 1:
-        raise ValueError(f"csr: expected exactly one {prefix}<role>/<name> SAN URI, found {len(uris)}")
-    role, _, name = uris[0][len(prefix) :].partition("/")
-    return validate_role(role, "csr role"), validate_name(name, "csr name")
+    return _identity_from_extensions(csr.extensions, "csr")
 
 
 def sign_csr(
@@ -404,18 +395,24 @@ def identity_of_certificate(cert_pem: bytes | x509.Certificate) -> tuple[Role, s
     exactly one is allowed, so there is no ambiguity about which identity a certificate asserts.
     """
     cert = cert_pem if isinstance(cert_pem, x509.Certificate) else _load_cert(cert_pem, "certificate")
+    return _identity_from_extensions(cert.extensions, "certificate")
+
+
+def _identity_from_extensions(extensions: x509.Extensions, what: str) -> tuple[Role, str]:
+    """The single ``mpc-erm://<role>/<name>`` SAN URI of a certificate or CSR (``what`` names it
+    in errors): one parser, so a request and the certificate signed for it are read alike."""
     try:
-        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        san = extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound as exc:
-        raise ValueError("certificate: no subjectAltName, so no mpc-erm identity") from exc
+        raise ValueError(f"{what}: no subjectAltName, so no mpc-erm identity") from exc
     prefix = f"{URI_SCHEME}://"
     uris = [u for u in san.get_values_for_type(x509.UniformResourceIdentifier) if u.startswith(prefix)]
     if len(uris) != 1:
-        raise ValueError(f"certificate: expected exactly one {prefix}<role>/<name> SAN URI, found {len(uris)}")
+        raise ValueError(f"{what}: expected exactly one {prefix}<role>/<name> SAN URI, found {len(uris)}")
     role, sep, name = uris[0][len(prefix) :].partition("/")
     if not sep:
-        raise ValueError(f"certificate: malformed identity URI {uris[0]!r}")
-    return validate_role(role, "certificate role"), validate_name(name, "certificate name")
+        raise ValueError(f"{what}: malformed identity URI {uris[0]!r}")
+    return validate_role(role, f"{what} role"), validate_name(name, f"{what} name")
 
 
 # --------------------------------------------------------------------------- revocation (CRL)
