@@ -3,6 +3,7 @@ processes whatever happened, and surface any child's traceback as the test failu
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import queue
 import time
 from collections.abc import Callable, Sequence
@@ -43,3 +44,34 @@ def collect_reports(
     errors = [r["error"] for r in reports.values() if "error" in r]
     assert not errors, "\n".join(errors)
     return reports
+
+
+def start_parties(
+    target: Callable[..., None], names: Sequence[str], job_id: str, ca_name: str
+) -> tuple[list[BaseProcess], Any]:
+    """Spawn one process per party running ``target(rank, identity, port_q, table_q, out_q)``: each
+    announces its server port, then receives the job's party table. Returns (processes, out_q)."""
+    from mpc_erm.mpc import pki
+    from mpc_erm.mpc.transport import PartyTable
+
+    ca = pki.create_ca(ca_name)
+    identities = [pki.issue_identity(ca, name, "party") for name in names]
+    ctx = mp.get_context("spawn")
+    port_q, out_q = ctx.Queue(), ctx.Queue()
+    table_qs = [ctx.Queue() for _ in names]
+    procs = [
+        ctx.Process(target=target, args=(r, identities[r], port_q, table_qs[r], out_q), daemon=True)
+        for r in range(len(names))
+    ]
+    for p in procs:
+        p.start()
+    try:
+        ports = dict(port_q.get(timeout=60) for _ in procs)
+        table = PartyTable.from_pairs(job_id, [(n, f"127.0.0.1:{ports[r]}") for r, n in enumerate(names)])
+        for q in table_qs:
+            q.put(table)
+    except queue.Empty:
+        for p in procs:
+            p.kill()
+        pytest.fail("a party did not announce its port within the deadline")
+    return procs, out_q

@@ -10,9 +10,7 @@ or 3-party replicated sharing.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-import queue
 import time
 import traceback
 from typing import Any
@@ -21,7 +19,7 @@ import pytest
 import torch
 
 from mpc_erm.mpc import pki
-from tests.mpc.harness import collect_reports
+from tests.mpc.harness import collect_reports, start_parties
 
 PARTIES = ("alice", "bob", "carol")
 N_SMALL = 1000
@@ -189,28 +187,7 @@ def _party(rank: int, identity: pki.Identity, port_q: Any, table_q: Any, out_q: 
 
 @pytest.fixture(scope="module")
 def session() -> dict[int, dict[str, Any]]:
-    ca = pki.create_ca("test CA")
-    identities = [pki.issue_identity(ca, name, "party") for name in PARTIES]
-    ctx = mp.get_context("spawn")
-    port_q, out_q = ctx.Queue(), ctx.Queue()
-    table_qs = [ctx.Queue() for _ in PARTIES]
-    procs = [
-        ctx.Process(target=_party, args=(r, identities[r], port_q, table_qs[r], out_q), daemon=True)
-        for r in range(len(PARTIES))
-    ]
-    for p in procs:
-        p.start()
-    try:
-        from mpc_erm.mpc.transport import PartyTable
-
-        ports = dict(port_q.get(timeout=60) for _ in procs)
-        table = PartyTable.from_pairs("crypten-test", [(n, f"127.0.0.1:{ports[r]}") for r, n in enumerate(PARTIES)])
-        for q in table_qs:
-            q.put(table)
-    except queue.Empty:
-        for p in procs:
-            p.kill()
-        pytest.fail("a party did not announce its port within the deadline")
+    procs, out_q = start_parties(_party, PARTIES, "crypten-test", "test CA")
     return collect_reports(procs, out_q, len(procs), timeout=120 * len(procs))
 
 

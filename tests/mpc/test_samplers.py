@@ -12,9 +12,7 @@ sampler only; the product runs the dealer or 3-party replicated sharing.
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 import os
-import queue
 import time
 import traceback
 from typing import Any
@@ -31,7 +29,7 @@ from mpc_erm.mpc.samplers.gaussian import (
     ideal_discrete_gaussian_log_pmf,
 )
 from mpc_erm.mpc.samplers.pmf import ideal_discrete_laplace_log_pmf
-from tests.mpc.harness import collect_reports
+from tests.mpc.harness import collect_reports, start_parties
 
 PARTIES = ("alice", "bob", "carol")
 SMALL = DiscreteLaplaceParams(t=50.0, bits=11, k=48)  # support ±2048: binned chi-square
@@ -232,28 +230,7 @@ def _party(rank: int, identity: pki.Identity, port_q: Any, table_q: Any, out_q: 
 
 @pytest.fixture(scope="module")
 def session() -> dict[int, dict[str, Any]]:
-    ca = pki.create_ca("sampler test CA")
-    identities = [pki.issue_identity(ca, name, "party") for name in PARTIES]
-    ctx = mp.get_context("spawn")
-    port_q, out_q = ctx.Queue(), ctx.Queue()
-    table_qs = [ctx.Queue() for _ in PARTIES]
-    procs = [
-        ctx.Process(target=_party, args=(r, identities[r], port_q, table_qs[r], out_q), daemon=True)
-        for r in range(len(PARTIES))
-    ]
-    for p in procs:
-        p.start()
-    try:
-        from mpc_erm.mpc.transport import PartyTable
-
-        ports = dict(port_q.get(timeout=60) for _ in procs)
-        table = PartyTable.from_pairs("sampler-test", [(n, f"127.0.0.1:{ports[r]}") for r, n in enumerate(PARTIES)])
-        for q in table_qs:
-            q.put(table)
-    except queue.Empty:
-        for p in procs:
-            p.kill()
-        pytest.fail("a party did not announce its port within the deadline")
+    procs, out_q = start_parties(_party, PARTIES, "sampler-test", "sampler test CA")
     timeout = float(os.environ.get("MPC_ERM_SAMPLER_TIMEOUT_S", "150")) * len(procs)
     return collect_reports(procs, out_q, len(procs), timeout=timeout, convert=lambda r: r)
 
