@@ -5,8 +5,10 @@ What one ``aggregate`` call does at party i (all parties call it in the same ord
 1. Local, in float64: ``v_i = Σ_rows w·c`` over the rows this party holds (weights are public and
    the rows are its own, so weighting before sharing is exactly as private as multiplying a share
    by a public scalar, and it avoids CrypTen's truncation protocol, which for 3+ parties needs
-   wrap-count triples and is only probabilistically exact). Encode ``round(v_i·2^16)`` in int64.
-2. Range check round: the number of parties whose ``v_i`` is non-finite or ``|v_i| ≥ 2^(47−margin)``
+   wrap-count triples and is only probabilistically exact). Encode ``round(v_i·2^g)`` in int64,
+   where g = 16 without noise and the noise source's grid with noise (noise and data must live
+   on the same grid: :mod:`mpc_erm.mpc.noise`).
+2. Range check round: the number of parties whose ``v_i`` is non-finite or ``|v_i| ≥ 2^(63−g−margin)``
    is revealed (masked, one int64 per party). If it is not zero every party raises
    :class:`FixedPointRangeError` and nothing else is revealed. (A party refusing alone would
    leave the others waiting for a reveal until their deadline.)
@@ -16,13 +18,14 @@ What one ``aggregate`` call does at party i (all parties call it in the same ord
    come from the generators i shares with its two ring neighbours only, so for m ≥ 4 parties the
    two neighbours of i together can strip i's share of the aggregate at the reveal and learn
    ``v_i`` (plus i's noise share), more than the sum. Pairwise keys need all m−1 others.
-4. Noise: shares of ``z`` from the pluggable :class:`NoiseSource` (an ``MPCTensor`` at scale 2^16)
+4. Noise: this party's int64 shares of ``z`` on the grid 2^-g from the pluggable
+   :class:`NoiseSource` (sampled inside the MPC, pooled offline: :class:`mpc_erm.mpc.noise.InMpcNoise`)
    are added to the share. ``NoiseSpec("none")`` (a job that asked for no privacy) adds nothing.
-5. Reveal (one all_reduce) and decode exactly: ring value / 2^16 in float64. CrypTen's
+5. Reveal (one all_reduce) and decode exactly: ring value / 2^g in float64. CrypTen's
    ``FixedPointEncoder.decode`` is off by one for negative values and is never used here.
 
 Exactness (stated and tested): with P computing parties, each holding k rows,
-``|revealed − Σ w·c − z| ≤ P·2^-17 + γ_k·Σ|w·c| + 2^-53·|revealed|`` where γ_k = k·2^-53/(1−k·2^-53)
+``|revealed − Σ w·c − z| ≤ P·2^-(g+1) + γ_k·Σ|w·c| + 2^-53·|revealed|`` where γ_k = k·2^-53/(1−k·2^-53)
 is the float64 error of a k-term dot product (γ_1 = 2^-53: one rounding of ``w·c``);
 see :func:`error_bound`.
 """
@@ -45,12 +48,10 @@ from .crypten_compat import import_crypten
 
 crypten = import_crypten()
 from crypten.config import cfg  # noqa: E402  (after the compat shim)
-from crypten.mpc import MPCTensor  # noqa: E402
 
 log = logging.getLogger(__name__)
 
 PRECISION_BITS = 16
-SCALE = float(2**PRECISION_BITS)
 RING_BITS = 64
 DEFAULT_MARGIN_BITS = 8  # headroom for the sum of up to 2^7 parties plus noise, inside int64
 _KEY_BYTES = 32
@@ -80,33 +81,40 @@ class NotForProductionError(RuntimeError):
 class NoiseSource(Protocol):
     """Supplies secret shares of noise for one aggregate.
 
-    ``take(p, noise)`` returns an arithmetic ``MPCTensor`` of shape (p,) at 2^16 scale whose
-    plaintext is the noise for ``noise``; no party may know it. The real sources (Gaussian,
-    Laplace, ℓ2-Laplace sampled inside the MPC, pooled offline) live in ``mpc_erm.mpc.samplers``.
+    ``precision_bits(noise, p)`` is the grid 2^-g of the noise, on which the aggregate is then
+    encoded; ``take(p, noise)`` returns this party's int64 additive shares (shape (p,), units
+    2^-g) of noise that no party knows. The production source is
+    :class:`mpc_erm.mpc.noise.InMpcNoise`.
     """
 
     description: str
     test_only: bool
 
-    def take(self, p: int, noise: NoiseSpec) -> MPCTensor: ...
+    def precision_bits(self, noise: NoiseSpec, p: int) -> int: ...
+
+    def take(self, p: int, noise: NoiseSpec) -> torch.Tensor: ...
 
 
 class ZeroNoise:
     """Shares of zero whatever the spec asks for: NO privacy. For tests and benchmarks only.
 
-    TODO(samplers): production jobs use the in-MPC samplers of ``mpc_erm.mpc.samplers`` (another
-    module implements NoiseSource there). Never replace this by one party sampling in plaintext:
-    that party would know the noise and could subtract it from the release.
+    Never replace this by one party sampling in plaintext: that party would know the noise and
+    could subtract it from the release.
     """
 
     description = "zero noise (tests only: no privacy)"
     test_only = True
 
-    def take(self, p: int, noise: NoiseSpec) -> MPCTensor:
-        return MPCTensor.from_shares(torch.zeros(p, dtype=torch.long), precision=PRECISION_BITS)
+    def precision_bits(self, noise: NoiseSpec, p: int) -> int:
+        return PRECISION_BITS
+
+    def take(self, p: int, noise: NoiseSpec) -> torch.Tensor:
+        return torch.zeros(p, dtype=torch.long)
 
 
-def error_bound(abs_terms_per_party: list[float], rows_per_party: int, revealed_abs_max: float) -> float:
+def error_bound(
+    abs_terms_per_party: list[float], rows_per_party: int, revealed_abs_max: float, precision_bits: int = PRECISION_BITS
+) -> float:
     """Largest |revealed − exact Σ w·c − z| the fixed-point path allows (see module docstring).
 
     ``abs_terms_per_party[i]`` = max over coordinates of Σ_rows |w·c| at party i.
@@ -115,7 +123,7 @@ def error_bound(abs_terms_per_party: list[float], rows_per_party: int, revealed_
     k = max(1, rows_per_party)
     gamma_k = k * u / (1 - k * u)
     parties = len(abs_terms_per_party)
-    return parties * 2.0**-17 + gamma_k * sum(abs_terms_per_party) + u * revealed_abs_max
+    return parties * 2.0 ** -(precision_bits + 1) + gamma_k * sum(abs_terms_per_party) + u * revealed_abs_max
 
 
 @dataclass
@@ -198,7 +206,8 @@ class MpcAggregator:
             self.trust_model += f"; noise: {noise_source.description}"
         self.noise_source = noise_source
         self.margin_bits = margin_bits
-        self.limit = 2.0 ** (RING_BITS - 1 - PRECISION_BITS - margin_bits)
+        self.limit = self._limit(PRECISION_BITS)
+        self.precision_bits = PRECISION_BITS  # of the last aggregate
         self._counter = 0
         self.totals = _Totals()
         self.last: AggregateStats | None = None
@@ -229,6 +238,9 @@ class MpcAggregator:
                 mask.sub_(r)
         return mask
 
+    def _limit(self, g: int) -> float:
+        return 2.0 ** (RING_BITS - 1 - g - self.margin_bits)
+
     # ------------------------------------------------------------------ the interface
 
     def aggregate(self, contributions: torch.Tensor, weights: torch.Tensor, noise: NoiseSpec) -> torch.Tensor:
@@ -246,8 +258,10 @@ class MpcAggregator:
         t = self._counter
         self._counter += 1
 
+        g = PRECISION_BITS if noise.mechanism == "none" else int(self.noise_source.precision_bits(noise, p))
+        limit = self._limit(g)
         local = weights.detach().to("cpu", torch.float64) @ contributions.detach().to("cpu", torch.float64)
-        bad = not bool(torch.isfinite(local).all()) or bool((local.abs() >= self.limit).any())
+        bad = not bool(torch.isfinite(local).all()) or bool((local.abs() >= limit).any())
 
         # Range check: reveal only how many parties are out of range.
         flag = self._mask(1, _CHECK_DOMAIN | t)
@@ -257,24 +271,26 @@ class MpcAggregator:
             mine = " (including this party's)" if bad else ""
             raise FixedPointRangeError(
                 f"aggregate #{t}: {n_bad} of {self.world_size} parties' weighted contributions{mine} are NaN/inf "
-                f"or reach |x| >= 2^{RING_BITS - 1 - PRECISION_BITS - self.margin_bits} "
-                f"(int64 ring, {PRECISION_BITS} fractional bits, {self.margin_bits} bits of headroom); nothing revealed"
+                f"or reach |x| >= 2^{RING_BITS - 1 - g - self.margin_bits} "
+                f"(int64 ring, {g} fractional bits, {self.margin_bits} bits of headroom); nothing revealed"
             )
 
-        share = torch.round(local * SCALE).to(torch.long)
+        scale = float(2**g)
+        share = torch.round(local * scale).to(torch.long)
         share += self._mask(p, t)
         if noise.mechanism != "none":
             z = self.noise_source.take(p, noise)
-            zt = z._tensor
-            if zt.encoder.scale != 2**PRECISION_BITS or tuple(zt.share.shape) != (p,):
+            if z.dtype != torch.long or tuple(z.shape) != (p,):
                 raise ValueError(
-                    f"noise source {self.noise_source.description!r} returned scale {zt.encoder.scale} "
-                    f"shape {tuple(zt.share.shape)}, expected 2^{PRECISION_BITS} and ({p},)"
+                    f"noise source {self.noise_source.description!r} returned {z.dtype} shape {tuple(z.shape)}, "
+                    f"expected int64 shares of shape ({p},)"
                 )
-            share += zt.share.to("cpu")
+            share += z.to("cpu")
         ring = self.comm.all_reduce(share)
-        # int64 -> float64 is exact below 2^53; the division by 2^16 is exact.
-        result = ring.to(torch.float64) / SCALE
+        # int64 -> float64 is exact below 2^53; the division by 2^g is exact.
+        result = ring.to(torch.float64) / scale
+        self.precision_bits = g
+        self.limit = limit
 
         stats1 = self.comm.get_communication_stats()
         st = AggregateStats(
@@ -300,7 +316,7 @@ class MpcAggregator:
             "bytes": self.totals.bytes,
             "seconds": self.totals.seconds,
             "limit_abs": self.limit,
-            "resolution": 2.0**-PRECISION_BITS,
+            "resolution": 2.0**-self.precision_bits,
         }
 
 

@@ -20,14 +20,23 @@ NoiseMechanism = Literal["none", "gaussian", "laplace", "l2_laplace"]
 @dataclass(frozen=True)
 class NoiseSpec:
     """Noise added once to the aggregate: σ (gaussian), b (per-coordinate laplace) or Δ₂/ε
-    (l2_laplace: density ∝ exp(−‖z‖/scale))."""
+    (l2_laplace: density ∝ exp(−‖z‖/scale)).
+
+    ``sensitivity`` (optional): the release's ℓ2 (gaussian, l2_laplace) or ℓ1 (laplace)
+    sensitivity in real units. An engine that encodes contributions on a fixed-point grid uses it
+    to pick a grid fine enough that rounding adds little to it (``mpc_erm.mpc.noise``); the
+    plaintext simulator ignores it.
+    """
 
     mechanism: NoiseMechanism
     scale: float
+    sensitivity: float | None = None
 
     def __post_init__(self) -> None:
         if self.mechanism != "none" and not (self.scale > 0 and self.scale < float("inf")):
             raise ValueError(f"NoiseSpec.scale must be positive and finite for {self.mechanism}, got {self.scale}")
+        if self.sensitivity is not None and not (0 < self.sensitivity < float("inf")):
+            raise ValueError(f"NoiseSpec.sensitivity must be positive and finite, got {self.sensitivity}")
 
 
 NO_NOISE = NoiseSpec("none", 0.0)

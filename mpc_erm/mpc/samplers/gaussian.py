@@ -41,11 +41,41 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .params import FRAC_BITS, DiscreteLaplaceParams, default_bits, full_support_bits
+from .params import FRAC_BITS, DiscreteLaplaceParams, coin_threshold, default_bits, full_support_bits
 from .pmf import log_pmf as laplace_log_pmf
 from .reference import reference_samples
 
-__all__ = ["DiscreteGaussianParams", "gaussian_reference_samples", "ideal_discrete_gaussian_log_pmf"]
+__all__ = [
+    "DiscreteGaussianParams",
+    "gaussian_reference_samples",
+    "ideal_acceptance_lower_bound",
+    "ideal_discrete_gaussian_log_pmf",
+    "rounds_for_fallback",
+]
+
+FALLBACK_LOG2 = 50  # (1 − ρ)^{R−1} ≤ 2^-50: the fallback's total-variation share (see .guarantee)
+COARSE_LOG2 = 52  # low bits of N without a coin change exp(−N/D) by a factor ≥ 1 − 2^-52
+
+
+def ideal_acceptance_lower_bound(t: int, mu: int, width: float = 12.0) -> float:
+    """A lower bound on ρ = Σ_y L_t(y)·exp(−(|y| − μ)²/(2tμ)), the acceptance rate of CKS's
+    ideal rejection step (L_t the ideal discrete Laplace): the sum over |y| ≤ width·σ of positive
+    terms (float64; the omitted tail only makes it smaller, i.e. the bound safer)."""
+    sigma = math.sqrt(t * mu)
+    y = np.arange(0, int(width * sigma) + 2, dtype=np.float64)
+    log_q = -1.0 / t
+    log_l = math.log(-math.expm1(log_q)) - math.log1p(math.exp(log_q)) + y * log_q
+    log_l[1:] += math.log(2.0)  # ±y
+    terms = np.exp(log_l - (y - mu) ** 2 / (2.0 * t * mu))
+    return float(np.sum(terms)) * (1.0 - 1e-12)  # float64 summation error margin
+
+
+def rounds_for_fallback(t: int, mu: int, fallback_log2: int = FALLBACK_LOG2) -> int:
+    """Smallest R with (1 − ρ)^{R−1} ≤ 2^-fallback_log2, using the lower bound on ρ."""
+    rho = ideal_acceptance_lower_bound(t, mu)
+    if not 0.0 < rho < 1.0:
+        raise ValueError(f"acceptance rate bound {rho} out of (0, 1)")
+    return 1 + math.ceil(fallback_log2 * math.log(2.0) / -math.log1p(-rho))
 
 
 @dataclass(frozen=True)
@@ -58,7 +88,7 @@ class DiscreteGaussianParams:
     k: int = 48
     grid_bits: int = FRAC_BITS
     laplace_bits: int | None = None
-    coarse_log2: int = 20
+    coarse_log2: int = 20  # for_sigma uses COARSE_LOG2 (the product's setting)
     laplace: DiscreteLaplaceParams = field(init=False)
     low_bit: int = field(init=False)
     coin_thresholds: tuple[int, ...] = field(init=False)
@@ -78,7 +108,10 @@ class DiscreteGaussianParams:
         d = 2 * self.t * self.mu
         low = max(0, min(n_bits, d.bit_length() - 1 - self.coarse_log2))  # 2^low ≤ D·2^-coarse
         scale = 1 << self.k
-        cs = tuple(min(scale - 1, math.floor(math.exp(-(2.0**i) / d) * scale)) for i in range(low, n_bits))
+        cs = tuple(
+            min(scale - 1, coin_threshold(lambda mp, i=i: mp.exp(-(mp.mpf(2) ** i) / d), self.k))
+            for i in range(low, n_bits)
+        )
         object.__setattr__(self, "low_bit", low)
         object.__setattr__(self, "coin_thresholds", cs)
 
@@ -93,12 +126,19 @@ class DiscreteGaussianParams:
         return sum(1 for c in self.coin_thresholds if c > 0)
 
     @classmethod
-    def for_sigma(cls, sigma: float, grid_bits: int = FRAC_BITS, rounds: int = 16, k: int = 48
-                  ) -> DiscreteGaussianParams:
-        """σ in real units on the grid 2^-grid_bits: t = ⌊σ⌋ + 1, μ = round(σ²/t) (grid units)."""
+    def for_sigma(
+        cls, sigma: float, grid_bits: int = FRAC_BITS, rounds: int | None = None, k: int = 56,
+        fallback_log2: int = FALLBACK_LOG2,
+    ) -> DiscreteGaussianParams:
+        """σ in real units on the grid 2^-grid_bits: t = ⌊σ⌋ + 1, μ = ⌈σ²/t⌉ (grid units, so the
+        sampled σ = √(tμ) is never below the request). ``rounds=None`` picks the smallest R whose
+        fallback probability (1 − ρ)^{R−1} is ≤ 2^-``fallback_log2`` (ρ: ideal acceptance rate)."""
         s = sigma * 2.0**grid_bits
         t = math.floor(s) + 1
-        return cls(t=t, mu=max(1, round(s * s / t)), rounds=rounds, k=k, grid_bits=grid_bits)
+        mu = max(1, math.ceil(s * s / t))
+        if rounds is None:
+            rounds = rounds_for_fallback(t, mu, fallback_log2)
+        return cls(t=t, mu=mu, rounds=rounds, k=k, grid_bits=grid_bits, coarse_log2=COARSE_LOG2)
 
     @property
     def sigma(self) -> float:

@@ -22,11 +22,14 @@ rounding of each probability to k bits are *part of the sampled distribution*, n
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["DiscreteLaplaceParams", "default_bits", "full_support_bits", "FRAC_BITS"]
+__all__ = ["DiscreteLaplaceParams", "default_bits", "full_support_bits", "FRAC_BITS", "MAX_GRID_BITS", "coin_threshold"]
 
 FRAC_BITS = 16  # CrypTen's default FixedPointEncoder: ring integer = value · 2^16
+MAX_GRID_BITS = 40  # finer grids leave too little of the int64 ring for the values (mpc_erm.mpc.noise)
 
 
 def default_bits(t: float, tail_log2: float = 64.0) -> int:
@@ -40,7 +43,7 @@ def full_support_bits(t: float, k: int) -> int:
     """Number of low bits j whose threshold ⌊p_j·2^k⌋ is ≥ 1 (p_j decreases in j). Bits above
     would be constant 0: choosing B ≤ this keeps the support hole-free."""
     j = 0
-    while j < 60 and math.floor(_expit(-(2.0**j) / t) * (1 << k)) >= 1:
+    while j < 60 and coin_threshold(lambda mp, j=j: mp.one / (1 + mp.exp(mp.mpf(2) ** j / mp.mpf(t))), k) >= 1:
         j += 1
     return j
 
@@ -63,15 +66,15 @@ class DiscreteLaplaceParams:
             raise ValueError("bits must be in 1..60 (magnitude 1 + G must fit the 64-bit ring)")
         if not 2 <= self.k <= 62:
             raise ValueError("k must be in 2..62")
-        if not 0 <= self.grid_bits <= FRAC_BITS:
-            raise ValueError(f"grid_bits must be in 0..{FRAC_BITS} (the encoder's precision)")
+        if not 0 <= self.grid_bits <= MAX_GRID_BITS:
+            raise ValueError(f"grid_bits must be in 0..{MAX_GRID_BITS}")
         scale = 1 << self.k
         cs = []
         for j in range(self.bits):
-            # p_j = q^{2^j}/(1+q^{2^j}) = 1/(1 + e^{2^j/t}); floor of an exactly scaled float.
-            cs.append(math.floor(_expit(-(2.0**j) / self.t) * scale))
+            # p_j = q^{2^j}/(1+q^{2^j}) = 1/(1 + e^{2^j/t})
+            cs.append(coin_threshold(lambda mp, j=j: mp.one / (1 + mp.exp(mp.mpf(2) ** j / mp.mpf(self.t))), self.k))
         # P(Z = 1) = 2q/(1+q) = 2/(1 + e^{1/t})
-        cs.append(math.floor(2.0 * _expit(-1.0 / self.t) * scale))
+        cs.append(coin_threshold(lambda mp: 2 / (1 + mp.exp(mp.one / mp.mpf(self.t))), self.k))
         object.__setattr__(self, "thresholds", tuple(min(c, scale - 1) for c in cs))
 
     @classmethod
@@ -114,9 +117,12 @@ class DiscreteLaplaceParams:
         return 1 << self.bits
 
 
-def _expit(x: float) -> float:
-    """1/(1+e^{-x}) without overflow."""
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    e = math.exp(x)
-    return e / (1.0 + e)
+def coin_threshold(prob: Callable[[Any], Any], k: int) -> int:
+    """c = ⌊p·2^k⌋ computed exactly: ``prob(mp)`` evaluates p with mpmath at 2k + 64 bits, so
+    the implemented coin probability c/2^k is within 2^-k of p (below, never above), with no
+    float64 error on top (coin_error in :mod:`.guarantee` relies on it)."""
+    import mpmath
+
+    ctx = mpmath.mp.clone()
+    ctx.prec = 2 * k + 64
+    return int(ctx.floor(prob(ctx) * ctx.mpf(2) ** k))

@@ -135,7 +135,10 @@ class NoisePool:
         return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long, device=self.device)
 
     def take(self, d: int) -> MPCTensor:
-        """The next d samples as an MPCTensor (real units on the grid 2^-grid_bits)."""
+        """The next d samples as an MPCTensor (real units on the grid 2^-grid_bits; CrypTen's
+        encoder has 16 fractional bits, so finer grids must use :meth:`take_integers`)."""
+        if self.params.grid_bits > FRAC_BITS:
+            raise ValueError(f"grid 2^-{self.params.grid_bits} is finer than CrypTen's encoder: use take_integers")
         share = self.take_integers(d) * (1 << (FRAC_BITS - self.params.grid_bits))
         return MPCTensor.from_shares(share, precision=FRAC_BITS)
 

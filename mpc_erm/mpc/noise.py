@@ -1,0 +1,193 @@
+"""Noise for the secure aggregate, sampled inside the MPC and pooled ahead of the online rounds.
+
+:class:`InMpcNoise` is the production :class:`~mpc_erm.mpc.aggregator.NoiseSource`. For a
+:class:`~mpc_erm.protocols.aggregation.NoiseSpec` it fixes a plan (:func:`plan_noise`): the
+fixed-point grid 2^-g on which the aggregate is encoded *and* the noise lives (they must match:
+noise on a coarser grid than the data would give neighbouring outputs disjoint supports), and the
+sampler's public parameters. Then it hands out this party's shares of samples:
+
+* ``gaussian`` → discrete Gaussian N_Z(0, σ²) on the grid (CKS rejection from the discrete
+  Laplace, :mod:`.samplers.discrete_gaussian`);
+* ``laplace`` → discrete Laplace per coordinate (:mod:`.samplers.discrete_laplace`);
+* ``l2_laplace`` (Gamma-norm, uniform direction) is **not** sampled inside the MPC: it needs a
+  secure norm and division. Jobs that want pure ε in MPC use per-coordinate ``laplace`` with
+  Δ₁ = √d·Δ₂; the error says so.
+
+The grid: g is the smallest number of fractional bits for which the parties' rounding adds at
+most :data:`GRID_SLACK` to the sensitivity (all m parties' inputs may round differently: m·√d
+units in ℓ2, m·d in ℓ1), and at least enough that the noise scale is ≈ 2^14 grid units; capped
+so that σ ≤ 2^20 units (the sampler's analysis and 64-bit squares) and g ≤ 40 (room for values).
+:func:`guarantee` then gives the (ε, δ) of a job with this plan (:mod:`.samplers.guarantee`).
+
+Offline: ``prepare(spec, dim, releases)`` samples dim·releases values into a pool (all parties,
+same order) before the data-dependent rounds; ``take`` during a round only slices the pool. If a
+round needs more than was prepared, the rest is sampled online and counted.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mpc_erm.protocols.aggregation import NoiseSpec
+
+from .samplers.gaussian import DiscreteGaussianParams
+from .samplers.guarantee import (
+    GaussianAccountant,
+    NoiseGuarantee,
+    discrete_gaussian_guarantee,
+    discrete_laplace_guarantee,
+)
+from .samplers.params import MAX_GRID_BITS, DiscreteLaplaceParams
+from .samplers.pool import NoisePool
+
+__all__ = ["GRID_SLACK", "InMpcNoise", "NoisePlan", "guarantee", "plan_noise"]
+
+GRID_SLACK = 0.01  # rounding may add at most 1 % to the sensitivity (when the caps allow)
+TARGET_SCALE_LOG2 = 14  # noise scale ≈ 2^14 grid units at least
+MAX_SCALE_LOG2 = 20  # ... and at most 2^20
+LAPLACE_K = 56  # bits per coin: TV to the ideal Laplace ≈ 23·2^-56 per sample
+
+
+@dataclass(frozen=True)
+class NoisePlan:
+    """Everything all parties must agree on to sample and account one kind of noise."""
+
+    mechanism: str  # "gaussian" | "laplace"
+    scale: float  # real units, as requested
+    grid_bits: int
+    params: DiscreteGaussianParams | DiscreteLaplaceParams
+    dim: int
+    parties: int
+    sensitivity: float | None
+
+    @property
+    def slack(self) -> float | None:
+        """Relative growth of the sensitivity caused by rounding to the grid (None: unknown Δ)."""
+        if self.sensitivity is None:
+            return None
+        per = math.sqrt(self.dim) if self.mechanism == "gaussian" else float(self.dim)
+        return self.parties * per * 2.0**-self.grid_bits / self.sensitivity
+
+
+def _grid_bits(scale: float, sensitivity: float | None, dim: int, parties: int, norm: str) -> int:
+    """See the module docstring: finest needed for the slack, coarsest allowed by the caps."""
+    log_scale = math.log2(scale)
+    g = TARGET_SCALE_LOG2 - math.floor(log_scale)
+    if sensitivity is not None:
+        per = math.sqrt(dim) if norm == "l2" else float(dim)
+        g = max(g, math.ceil(math.log2(parties * per / (GRID_SLACK * sensitivity))))
+    g = min(g, MAX_SCALE_LOG2 - math.ceil(log_scale), MAX_GRID_BITS)
+    if g < 0:
+        raise ValueError(f"noise scale {scale:g} is too large for the int64 ring encoding")
+    return g
+
+
+def plan_noise(spec: NoiseSpec, dim: int, parties: int) -> NoisePlan:
+    """The plan for ``spec`` on a ``dim``-coordinate aggregate among ``parties`` parties."""
+    if dim < 1 or parties < 1:
+        raise ValueError("dim and parties must be positive")
+    if spec.mechanism == "gaussian":
+        g = _grid_bits(spec.scale, spec.sensitivity, dim, parties, "l2")
+        params: Any = DiscreteGaussianParams.for_sigma(spec.scale, grid_bits=g)
+    elif spec.mechanism == "laplace":
+        g = _grid_bits(spec.scale, spec.sensitivity, dim, parties, "l1")
+        params = DiscreteLaplaceParams.for_scale(spec.scale, grid_bits=g, k=LAPLACE_K)
+    elif spec.mechanism == "l2_laplace":
+        raise ValueError(
+            "noise.mechanism 'l2_laplace' is not sampled inside the MPC (it needs a secure norm and division); "
+            "use 'laplace' per coordinate (pure ε with Δ₁ = √d·Δ₂) or 'gaussian'"
+        )
+    else:
+        raise ValueError(f"noise.mechanism {spec.mechanism!r} has no in-MPC sampler")
+    return NoisePlan(spec.mechanism, spec.scale, g, params, dim, parties, spec.sensitivity)
+
+
+def guarantee(
+    plan: NoisePlan, releases: int, delta: float | None = None, accountant: GaussianAccountant = "rdp"
+) -> NoiseGuarantee:
+    """(ε, δ) of ``releases`` aggregates with this plan (``delta``: the job's total δ, Gaussian)."""
+    if plan.sensitivity is None:
+        raise ValueError("the plan's NoiseSpec has no sensitivity: no guarantee can be stated")
+    if isinstance(plan.params, DiscreteGaussianParams):
+        if delta is None:
+            raise ValueError("delta is required for Gaussian noise")
+        return discrete_gaussian_guarantee(
+            plan.params, plan.sensitivity, plan.dim, releases, delta, plan.parties, accountant
+        )
+    return discrete_laplace_guarantee(plan.params, plan.sensitivity, plan.dim, plan.parties, releases)
+
+
+class InMpcNoise:
+    """``NoiseSource`` with offline pools, one per plan (SPMD: same calls in every party)."""
+
+    test_only = False
+
+    def __init__(self, device: Any = None, batch: int = 1 << 15, comm: Any = None) -> None:
+        from .crypten_compat import import_crypten
+
+        crypten = import_crypten()
+        self._comm = comm if comm is not None else crypten.communicator.get()
+        if self._comm is None:
+            raise RuntimeError("InMpcNoise: CrypTen is not initialised (call init_crypten first)")
+        self.parties = int(self._comm.get_world_size())
+        self.device = torch.device("cpu") if device is None else torch.device(device)
+        self.batch = batch
+        self._pools: dict[tuple[Any, ...], tuple[NoisePlan, NoisePool]] = {}
+        self.online_samples = 0
+        self.online_seconds = 0.0
+
+    @property
+    def description(self) -> str:
+        return "discrete Gaussian / discrete Laplace sampled inside the MPC (offline pool)"
+
+    def _entry(self, spec: NoiseSpec, dim: int) -> tuple[NoisePlan, NoisePool]:
+        key = (spec.mechanism, spec.scale, spec.sensitivity, dim)
+        if key not in self._pools:
+            plan = plan_noise(spec, dim, self.parties)
+            # a Gaussian batch holds R candidates per sample: keep its memory like a Laplace batch's
+            batch = self.batch if plan.mechanism == "laplace" else max(1024, self.batch // 8)
+            self._pools[key] = (plan, NoisePool(plan.params, device=self.device, batch=batch))
+        return self._pools[key]
+
+    def plan(self, spec: NoiseSpec, dim: int) -> NoisePlan:
+        return self._entry(spec, dim)[0]
+
+    def precision_bits(self, spec: NoiseSpec, dim: int) -> int:
+        return self._entry(spec, dim)[0].grid_bits
+
+    def prepare(self, spec: NoiseSpec, dim: int, releases: int = 1) -> None:
+        """Offline phase: sample enough for ``releases`` aggregates of ``dim`` coordinates."""
+        if releases < 0:
+            raise ValueError("releases must be non-negative")
+        _, pool = self._entry(spec, dim)
+        need = dim * releases - pool.available
+        if need > 0:
+            pool.produce(need)
+
+    def take(self, p: int, spec: NoiseSpec) -> torch.Tensor:
+        """This party's int64 shares of p samples, in units of 2^-grid_bits (see ``precision_bits``)."""
+        _, pool = self._entry(spec, p)
+        short = p - pool.available
+        if short > 0:
+            tic = time.perf_counter()
+            pool.produce(short)
+            self.online_samples += short
+            self.online_seconds += time.perf_counter() - tic
+        return pool.take_integers(p)
+
+    def stats(self) -> dict[str, Any]:
+        """Offline cost per plan and what had to be sampled online."""
+        plans = []
+        for plan, pool in self._pools.values():
+            st = pool.stats()
+            plans.append({
+                "mechanism": plan.mechanism, "scale": plan.scale, "grid_bits": plan.grid_bits, "dim": plan.dim,
+                "produced": st.produced, "taken": st.taken, "seconds": st.seconds, "rounds": st.rounds,
+                "bytes": st.bytes, "samples_per_second": st.samples_per_second,
+            })
+        return {"plans": plans, "online_samples": self.online_samples, "online_seconds": self.online_seconds}
