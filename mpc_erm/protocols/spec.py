@@ -22,7 +22,8 @@ Adjacency = Literal["replace", "add_remove"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # no float field means anything at ±inf or NaN (an infinite clip would mean infinite noise); TOML can write both
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelSpec(_Strict):

@@ -1,0 +1,265 @@
+"""The job file a user submits with ``mpc-erm job submit job.toml``.
+
+A ``[job]`` table (name, dataset id, parties, trust model, dealer, device) plus the training spec
+of :class:`mpc_erm.protocols.spec.JobSpec` at top level (``method``, ``[model]``, ``[privacy]``,
+``[training]``); see ``coordinator/examples/*.toml``. Validation is strict (no string for a number,
+no unknown key) and every problem is one line ``<file>: <dotted.field>: <reason>``.
+:meth:`JobFile.spec_digest` is what all parties compare before the MPC starts.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import tomllib
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from mpc_erm.mpc.pki import validate_name
+from mpc_erm.protocols.spec import JobSpec
+
+Trust = Literal["dealer", "replicated"]
+Device = Literal["cpu", "cuda", "auto"]
+MIN_PARTIES, MAX_PARTIES = 2, 16
+_SLUG = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?")
+_DATASET = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_FIELD_PREFIX = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*): (.*)", re.S)  # "model.lam: reason" in a ValueError
+_TOML_TYPES = {str: "a string", bool: "a boolean", int: "an integer", float: "a number", list: "an array",
+               dict: "a table"}
+
+
+class JobFileError(ValueError):
+    """A job file that must not run; ``str()`` is one ``<file>: <field>: <reason>`` line per problem."""
+
+    def __init__(self, problems: Iterable[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+def _identity(name: str) -> str:
+    try:
+        return validate_name(name, "name")  # the PKI's alphabet: these names are certificate CNs
+    except ValueError as exc:
+        raise ValueError(str(exc).removeprefix("name: ")) from None
+
+
+Identity = Annotated[str, AfterValidator(_identity)]
+
+
+class JobTable(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    dataset: str
+    parties: tuple[Identity, ...]
+    trust: Trust
+    dealer: Identity | None = None
+    device: Device | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _slug(cls, v: str) -> str:
+        if not _SLUG.fullmatch(v):
+            raise ValueError(f"must be a slug (1-64 of [a-z0-9_-], starting and ending alphanumeric), got {v!r}")
+        return v
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset_id(cls, v: str) -> str:
+        if not _DATASET.fullmatch(v):
+            raise ValueError(f"must be a data set id (1-64 of [A-Za-z0-9._-], starting alphanumeric), got {v!r}")
+        return v
+
+    @field_validator("parties", mode="before")
+    @classmethod
+    def _array(cls, v: Any) -> Any:
+        return tuple(v) if isinstance(v, list) else v  # TOML arrays arrive as lists; strict mode wants a tuple
+
+    @field_validator("parties")
+    @classmethod
+    def _count(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not MIN_PARTIES <= len(v) <= MAX_PARTIES:
+            raise ValueError(f"needs {MIN_PARTIES} to {MAX_PARTIES} parties, got {len(v)}")
+        seen: set[str] = set()
+        for p in v:  # case-insensitively: names become file names and certificate CNs
+            if p.lower() in seen:
+                raise ValueError(f"duplicate party {p!r}")
+            seen.add(p.lower())
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self, info: ValidationInfo) -> JobTable:
+        problems = []
+        if self.trust == "dealer" and self.dealer is None:
+            problems.append('dealer: required when trust = "dealer" (the identity that deals Beaver triples)')
+        if self.trust == "replicated":
+            if self.dealer is not None:
+                problems.append('dealer: only for trust = "dealer"; replicated sharing has no dealer')
+            if len(self.parties) != 3:
+                problems.append(f'parties: trust = "replicated" needs exactly 3, got {len(self.parties)}')
+        if self.dealer is not None and self.dealer.lower() in {p.lower() for p in self.parties}:
+            problems.append(f"dealer: {self.dealer!r} is also a party; the dealer must be a separate identity")
+        known = (info.context or {}).get("known_parties")
+        if known is not None:
+            problems += [f"parties: unknown party {p!r}" for p in self.parties if p not in known]
+            if self.dealer is not None and self.dealer not in known:
+                problems.append(f"dealer: unknown identity {self.dealer!r}")
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+
+class JobFile(BaseModel):
+    """A whole job: the ``[job]`` table and the training spec every party must agree on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    job: JobTable
+    spec: JobSpec
+
+    @model_validator(mode="after")
+    def _real_job(self) -> JobFile:
+        problems = []
+        if self.spec.seed is not None:
+            problems.append("seed: simulation only (it seeds plaintext noise); a job samples its noise in the MPC")
+        if self.spec.model.n_classes is not None and self.spec.model.name != "softmax":
+            problems.append(f"model.n_classes: only for softmax, not {self.spec.model.name}")
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    @classmethod
+    def from_toml_dict(cls, raw: dict[str, Any], source: str = "<job>",
+                       known_parties: Iterable[str] | None = None) -> JobFile:
+        """Validate the parsed TOML (``[job]`` + JobSpec keys at top level); raises :class:`JobFileError`."""
+        data: dict[str, Any] = {"spec": {k: v for k, v in raw.items() if k != "job"}}
+        if "job" in raw:
+            data["job"] = raw["job"]
+        context = {"known_parties": None if known_parties is None else frozenset(known_parties)}
+        try:
+            return cls.model_validate(data, strict=True, context=context)
+        except ValidationError as exc:
+            raise JobFileError(f"{source}: {line}" for err in exc.errors() for line in _explain(err)) from None
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+    def spec_digest(self) -> str:
+        """sha256 (hex) of the canonical JSON of the whole job; every party compares it before the MPC."""
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+    def to_toml(self) -> str:
+        """The job as a TOML file that :func:`load_job_file` reads back to an equal object."""
+        flat: dict[str, Any] = {"job": self.job.model_dump(mode="json", exclude_none=True)}
+        flat.update(self.spec.model_dump(mode="json", exclude_none=True))
+        lines = [f"{k} = {_toml_value(v)}" for k, v in flat.items() if not isinstance(v, dict)]
+        for table, body in flat.items():
+            if isinstance(body, dict):
+                lines += ["", f"[{table}]", *(f"{k} = {_toml_value(v)}" for k, v in body.items())]
+        return "\n".join(lines) + "\n"
+
+
+def parse_job_file(text: str, source: str = "<job>", known_parties: Iterable[str] | None = None) -> JobFile:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise JobFileError([f"{source}: invalid TOML: {exc}"]) from None
+    return JobFile.from_toml_dict(raw, source, known_parties)
+
+
+def load_job_file(path: str | os.PathLike[str], known_parties: set[str] | None = None) -> JobFile:
+    """Read and validate a job file; with ``known_parties``, party and dealer names must be among them."""
+    source = os.fspath(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise JobFileError([f"{source}: cannot read: {exc.strerror or exc}"]) from None
+    except UnicodeDecodeError:
+        raise JobFileError([f"{source}: not UTF-8 text"]) from None
+    return parse_job_file(text, source, known_parties)
+
+
+# --------------------------------------------------------------------------- error lines
+
+
+def _dotted(loc: Iterable[str | int]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _keys_at(loc: tuple[str | int, ...]) -> list[str]:
+    cls: type[BaseModel] = JobFile
+    for part in loc:
+        field = cls.model_fields.get(str(part))
+        ann = field.annotation if field else None
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return []
+        cls = ann
+    keys = set(cls.model_fields)
+    return sorted(keys - {"seed"} | {"job"} if cls is JobSpec else keys)
+
+
+def _num(x: Any) -> str:
+    return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)  # "> 0", not "> 0.0"
+
+
+def _reason(err: Any) -> str:
+    kind, value = err["type"], err.get("input")
+    ctx = {k: _num(v) for k, v in (err.get("ctx") or {}).items()}
+    got = _TOML_TYPES.get(type(value), type(value).__name__)
+    simple = {
+        "missing": "required", "finite_number": "must be finite",
+        "greater_than": f"must be > {ctx.get('gt')}", "greater_than_equal": f"must be >= {ctx.get('ge')}",
+        "less_than": f"must be < {ctx.get('lt')}", "less_than_equal": f"must be <= {ctx.get('le')}",
+        "literal_error": f"must be {ctx.get('expected')}, got {value!r}",
+        "float_type": f"must be a number, got {got}", "int_type": f"must be an integer, got {got}",
+        "int_from_float": f"must be an integer, got {value!r}", "string_type": f"must be a string, got {got}",
+        "tuple_type": f"must be an array, got {got}", "model_type": f"must be a table, got {got}",
+    }
+    return simple.get(kind, err["msg"])
+
+
+def _explain(err: Any) -> list[str]:
+    raw = tuple(err["loc"])
+    loc = raw[1:] if raw[:1] == ("spec",) else raw  # the spec's tables sit at the file's top level
+    if err["type"] == "extra_forbidden":
+        keys = _keys_at(raw[:-1])
+        near = difflib.get_close_matches(str(loc[-1]), keys, n=1)
+        hint = f"did you mean {near[0]!r}?" if near else f"expected one of {', '.join(keys)}"
+        return [f"{_dotted(loc)}: unknown key; {hint}"]
+    if err["type"] != "value_error":
+        return [f"{_dotted(loc) or '(file)'}: {_reason(err)}"]
+    lines = []
+    for line in str(err["ctx"]["error"]).splitlines():
+        m = _FIELD_PREFIX.fullmatch(line)  # model-level checks name their field at the start of the message
+        path, reason = (_dotted(loc + tuple(m[1].split("."))), m[2]) if m else (_dotted(loc), line)
+        lines.append(f"{path or '(file)'}: {reason}")
+    return lines
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)  # repr of a finite float is valid TOML (1e-05, 0.001, 1.0)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False).replace("\x7f", "\\u007f")  # a JSON string is a TOML basic string
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"no TOML form for {type(v).__name__}")

@@ -1,0 +1,233 @@
+"""The job file refuses nonsense before anything runs, one line per problem naming the field."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from coordinator.jobfile import JobFile, JobFileError, _toml_value, load_job_file, parse_job_file
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "coordinator" / "examples"
+KNOWN = {"alice", "bob", "carol", "dave", "dealer"}
+
+BASE = """\
+method = "gradient"
+
+[job]
+name = "test-job"
+dataset = "adult"
+parties = ["alice", "bob", "carol"]
+trust = "dealer"
+dealer = "dealer"
+
+[model]
+name = "logistic"
+lam = 0.001
+
+[privacy]
+epsilon = 1.0
+delta = 1e-5
+
+[training]
+iterations = 10
+learning_rate = 0.5
+"""
+
+REPLICATED = ('trust = "dealer"\ndealer = "dealer"', 'trust = "replicated"')
+OUTPUT = ('method = "gradient"', 'method = "output"')
+
+# (edits applied to BASE as (old, new) replacements, expected "<field>: <reason>" fragment)
+BAD = [
+    ([("epsilon = 1.0", "epsilon = 0.0")], "privacy.epsilon: must be > 0"),
+    ([("epsilon = 1.0", "epsilon = -1.0")], "privacy.epsilon: must be > 0"),
+    ([("epsilon = 1.0", "epsilon = inf")], "privacy.epsilon: must be finite"),
+    ([("epsilon = 1.0", "epsilon = nan")], "privacy.epsilon: must be finite"),
+    ([("epsilon = 1.0", 'epsilon = "1.0"')], "privacy.epsilon: must be a number, got a string"),
+    ([("epsilon = 1.0", "epsilon = true")], "privacy.epsilon: must be a number, got a boolean"),
+    ([("epsilon = 1.0\n", "")], "privacy.epsilon: required"),
+    ([("delta = 1e-5", "delta = 1.0")], "privacy.delta: must be < 1"),
+    ([("delta = 1e-5", "delta = -1e-5")], "privacy.delta: must be >= 0"),
+    ([("delta = 1e-5\n", "")], "privacy.delta: gradient perturbation (Gaussian) needs δ > 0"),
+    ([OUTPUT, ("delta = 1e-5", 'mechanism = "gaussian"')], "privacy.delta: the Gaussian mechanism needs δ > 0"),
+    ([OUTPUT, ("lam = 0.001", "lam = 0.0")], "model.lam: output perturbation needs λ > 0"),
+    ([("lam = 0.001", "lam = -1.0")], "model.lam: must be >= 0"),
+    ([("delta = 1e-5", "delta = 1e-5\nclip = inf")], "privacy.clip: must be finite"),
+    ([("delta = 1e-5", "delta = 1e-5\nclip = 0.0")], "privacy.clip: must be > 0"),
+    ([("delta = 1e-5", 'delta = 1e-5\naccountant = "moments"')], "privacy.accountant: must be 'gdp', 'zcdp'"),
+    ([('"carol"]', '"mallory"]')], "job.parties: unknown party 'mallory'"),
+    ([('"carol"]', '"alice"]')], "job.parties: duplicate party 'alice'"),
+    ([('"carol"]', '"Alice"]')], "job.parties: duplicate party 'Alice'"),
+    ([('["alice", "bob", "carol"]', '["alice"]')], "job.parties: needs 2 to 16 parties, got 1"),
+    ([('["alice", "bob", "carol"]', str([f"p{i}" for i in range(17)]).replace("'", '"'))],
+     "job.parties: needs 2 to 16 parties, got 17"),
+    ([('["alice", "bob", "carol"]', '"alice"')], "job.parties: must be an array, got a string"),
+    ([('"carol"]', '"car ol"]')], "job.parties[2]: must be 1-64 characters from [A-Za-z0-9._-]"),
+    ([('"carol"]', '"ca"]')], "job.parties[2]: 'ca' is reserved"),
+    ([REPLICATED, ('"carol"]', '"carol", "dave"]')], 'job.parties: trust = "replicated" needs exactly 3, got 4'),
+    ([REPLICATED, ('"bob", "carol"]', '"bob"]')], 'job.parties: trust = "replicated" needs exactly 3, got 2'),
+    ([('trust = "dealer"', 'trust = "replicated"')], 'job.dealer: only for trust = "dealer"'),
+    ([('dealer = "dealer"\n', "")], 'job.dealer: required when trust = "dealer"'),
+    ([('dealer = "dealer"', 'dealer = "alice"')], "job.dealer: 'alice' is also a party"),
+    ([('dealer = "dealer"', 'dealer = "eve"')], "job.dealer: unknown identity 'eve'"),
+    ([('trust = "dealer"', 'trust = "honest"')], "job.trust: must be 'dealer' or 'replicated', got 'honest'"),
+    ([('trust = "dealer"', 'trust = "dealer"\ndevice = "tpu"')], "job.device: must be 'cpu', 'cuda' or 'auto'"),
+    ([('name = "test-job"', 'name = "My Job"')], "job.name: must be a slug"),
+    ([('dataset = "adult"', 'dataset = "../adult"')], "job.dataset: must be a data set id"),
+    ([('dataset = "adult"\n', "")], "job.dataset: required"),
+    ([('trust = "dealer"', 'trust = "dealer"\ncolour = "red"')], "job.colour: unknown key"),
+    ([("[job]", "[jbo]")], "jbo: unknown key; did you mean 'job'?"),
+    ([("iterations = 10", "iteratons = 10")], "training.iteratons: unknown key; did you mean 'iterations'?"),
+    ([("[training]", "[optimizer]")], "optimizer: unknown key; expected one of job, method, model"),
+    ([("iterations = 10", "iterations = 0")], "training.iterations: must be >= 1"),
+    ([("iterations = 10", "iterations = 10.0")], "training.iterations: must be an integer, got a number"),
+    ([("learning_rate = 0.5", "learning_rate = -0.1")], "training.learning_rate: must be > 0"),
+    ([('method = "gradient"', 'method = "newton"')], "method: must be 'output' or 'gradient', got 'newton'"),
+    ([('method = "gradient"\n', "")], "method: required"),
+    ([('name = "logistic"', 'name = "svm"')], "model.name: must be 'logistic', 'ridge', 'huber_svm' or 'softmax'"),
+    ([('name = "logistic"', 'name = "softmax"')], "model.n_classes: required for softmax"),
+    ([("lam = 0.001", "lam = 0.001\nn_classes = 3")], "model.n_classes: only for softmax"),
+    ([('method = "gradient"', 'method = "gradient"\nmodel = 3'), ("[model]\n", "[unused]\n")],
+     "model: must be a table, got an integer"),
+    ([('method = "gradient"', 'method = "gradient"\nseed = 3')], "seed: simulation only"),
+    ([("[privacy]", "[privacy")], "invalid TOML"),
+]
+
+
+def _text(edits: list[tuple[str, str]]) -> str:
+    text = BASE
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    return text
+
+
+@pytest.mark.parametrize(("edits", "fragment"), BAD, ids=[frag for _, frag in BAD])
+def test_bad_job_files_name_the_field(tmp_path: Path, edits: list[tuple[str, str]], fragment: str) -> None:
+    path = tmp_path / "job.toml"
+    path.write_text(_text(edits))
+    with pytest.raises(JobFileError) as err:
+        load_job_file(path, KNOWN)
+    lines = str(err.value).splitlines()
+    assert all(line.startswith(f"{path}: ") for line in lines), lines
+    assert any(line.startswith(f"{path}: {fragment}") for line in lines), lines
+
+
+def test_the_base_file_is_good_and_every_problem_gets_a_line(tmp_path: Path) -> None:
+    path = tmp_path / "job.toml"
+    path.write_text(BASE)
+    assert load_job_file(path, KNOWN).job.parties == ("alice", "bob", "carol")
+    path.write_text(_text([("epsilon = 1.0", "epsilon = 0.0"), ("iterations = 10", "iterations = 0"),
+                           ("learning_rate = 0.5", 'learning_rate = "fast"')]))
+    with pytest.raises(ValueError) as err:  # JobFileError is a ValueError: the CLI's guard prints it
+        load_job_file(path)
+    assert str(err.value).splitlines() == [
+        f"{path}: privacy.epsilon: must be > 0",
+        f"{path}: training.iterations: must be >= 1",
+        f"{path}: training.learning_rate: must be a number, got a string",
+    ]
+
+
+def test_unknown_names_pass_without_a_registry_and_missing_file_is_one_line(tmp_path: Path) -> None:
+    assert parse_job_file(_text([('"carol"]', '"mallory"]')])).job.parties[-1] == "mallory"
+    with pytest.raises(JobFileError, match=r"nope\.toml: cannot read: No such file"):
+        load_job_file(tmp_path / "nope.toml")
+
+
+@pytest.mark.parametrize("name", ["output-adult.toml", "gradient-adult.toml"])
+def test_examples_load_and_round_trip(tmp_path: Path, name: str) -> None:
+    job = load_job_file(EXAMPLES / name, known_parties={"alice", "bob", "carol", "dealer"})
+    assert job.job.dataset == "adult" and job.job.parties == ("alice", "bob", "carol") and job.job.dealer == "dealer"
+    assert job.spec.privacy.epsilon == 1.0 and job.spec.privacy.delta == 1e-5
+    assert job.spec.method == name.split("-")[0]
+    (tmp_path / name).write_text(job.to_toml())
+    again = load_job_file(tmp_path / name)
+    assert again == job and again.spec_digest() == job.spec_digest()
+
+
+def test_round_trip_of_a_replicated_softmax_job() -> None:
+    job = parse_job_file(_text([REPLICATED, ('name = "logistic"', 'name = "softmax"\nn_classes = 10'),
+                                ("delta = 1e-5", 'delta = 1e-5\nclip = 0.25\nadjacency = "add_remove"'),
+                                ('trust = "replicated"', 'trust = "replicated"\ndevice = "cuda"')]))
+    text = job.to_toml()
+    assert parse_job_file(text) == job and "dealer" not in text and "seed" not in text
+
+
+def test_digest_ignores_layout_and_key_order() -> None:
+    job = parse_job_file(BASE)
+    shuffled = """
+        # same job, tables and keys reordered, odd spacing, defaults spelled out
+        method="gradient"
+        [training]
+        learning_rate   = 5e-1
+        weighting = "pooled"
+        iterations = 10
+        [privacy]
+        delta = 0.00001
+        epsilon = 1
+        [model]
+        lam = 1e-3
+        name = 'logistic'
+        [job]
+        dealer = "dealer"
+        trust = "dealer"
+        parties = [ "alice", "bob",
+                    "carol", ]
+        dataset = "adult"
+        name = "test-job"
+    """
+    other = parse_job_file(shuffled)
+    assert other == job and other.spec_digest() == job.spec_digest()
+    assert job.spec_digest() == hashlib.sha256(job.canonical_json().encode()).hexdigest()
+
+
+ALTERNATIVES = {("job", "trust"): None, ("job", "device"): "cpu", ("spec", "method"): "output",
+                ("spec", "model", "name"): "ridge", ("spec", "privacy", "mechanism"): "gaussian",
+                ("spec", "privacy", "accountant"): "zcdp", ("spec", "privacy", "adjacency"): "add_remove",
+                ("spec", "training", "weighting"): "thesis"}
+
+
+def _leaves(tree: dict, prefix: tuple = ()) -> list[tuple]:
+    out = []
+    for key, value in tree.items():
+        out += _leaves(value, prefix + (key,)) if isinstance(value, dict) else [(prefix + (key,), value)]
+    return out
+
+
+def test_digest_changes_when_any_field_changes() -> None:
+    job = load_job_file(EXAMPLES / "gradient-adult.toml")
+    base = job.model_dump(mode="json")
+    digests = {job.spec_digest()}
+    changed = 0
+    for path, value in _leaves(base):
+        if value is None or path == ("job", "trust"):
+            continue
+        if path in ALTERNATIVES:
+            new = ALTERNATIVES[path]
+        elif isinstance(value, list):
+            new = [*value, "dave"]
+        elif isinstance(value, str):
+            new = value + "x"
+        elif isinstance(value, int):
+            new = value + 1
+        else:
+            new = value * 2 if value else 0.5
+        data = copy.deepcopy(base)
+        node = data
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = new
+        digests.add(JobFile.model_validate(data).spec_digest())
+        changed += 1
+    replicated = copy.deepcopy(base)
+    replicated["job"].update(trust="replicated", dealer=None)
+    digests.add(JobFile.model_validate(replicated).spec_digest())
+    assert changed >= 20 and len(digests) == changed + 2
+
+
+@pytest.mark.parametrize("s", ['plain', 'quo"te', "back\\slash", "new\nline\ttab", "del\x7f", "ünï ✓ 😀"])
+def test_toml_strings_round_trip(s: str) -> None:
+    assert tomllib.loads(f"x = {_toml_value(s)}")["x"] == s
