@@ -69,6 +69,9 @@ class JobTable(BaseModel):
     trust: Trust
     dealer: Identity | None = None
     device: Device | None = None
+    # Tests only: the aggregate gets NO noise (to compare daemons with the simulator bit for bit).
+    # Every party refuses such a job unless its policy sets allow_test_only.
+    test_no_noise: bool = False
 
     @field_validator("name")
     @classmethod

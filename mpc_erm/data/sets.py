@@ -45,6 +45,9 @@ _KDD_CACHE_VERSION = 1
 
 # --------------------------------------------------------------------------- locations
 
+BUNDLED_DATA = Path(__file__).resolve().parent / "bundled"  # Adult ships with the package (bundled/README.md)
+
+
 def _repo_default_root() -> Path:
     return Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
@@ -188,7 +191,7 @@ def load_adult(root: str | os.PathLike[str] | None = None, n_train: int | None =
     The schema is fitted on the whole training file before any ``n_train`` subsampling, so the
     feature count does not depend on the sample.
     """
-    r = data_root(root)
+    r = data_root(root) if root is not None else (data_root_or_none() or BUNDLED_DATA)
     ptr, pte = _data_file(r, "adult/adult.data.gz"), _data_file(r, "adult/adult.test.gz")
     tr, te = _read_adult(ptr, 0), _read_adult(pte, 1)  # adult.test opens with '|1x3 Cross...'
     if missing == "drop":

@@ -1,0 +1,409 @@
+"""One job inside one worker process: data → agreement → MPC protocol → private model on disk.
+
+Order of a party's job (every step before the first reveal may abort; the daemon then releases
+the budget reservation):
+
+1. load this party's rows of the job's dataset (its own file; nothing leaves the process);
+2. start a share-transport server, publish its address, learn the peers' (via the daemons);
+3. join the CrypTen session over gRPC + mTLS (dealer client, or hardened 3-party RSS);
+4. **agree**: every member all-gathers (job digest, feature schema, row count) and aborts unless
+   all digests and schemas are identical — the row counts are the public weights n_j/n;
+5. calibrate the in-MPC noise for the exact mechanism sampled (:mod:`mpc_erm.mpc.noise`), fill
+   the offline noise pool (for output perturbation concurrently with the local solve);
+6. mark the ledger reservation revealed (permanent spend), then run the protocol's reveals;
+7. write model.safetensors, privacy_report.json, metrics.json and training_curve.png.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from .context import JobCancelled, WorkerContext
+
+log = logging.getLogger(__name__)
+
+__all__ = ["AgreementError", "run_dealer_job", "run_party_job"]
+
+DEADLINE_S = 120.0  # every wait on a peer is bounded by this (transport deadline)
+LOOKUP_S = 120.0
+PROGRESS_EVERY = 5  # rounds between progress events
+
+
+class AgreementError(RuntimeError):
+    """The members do not hold the identical job or the same dataset schema: nothing was revealed."""
+
+
+# ------------------------------------------------------------------------------------ data
+
+
+def _load_rows(ctx: WorkerContext) -> tuple[Any, Any | None]:
+    """(this party's training rows, a public test set if the dataset has one) as mpc_erm Datasets."""
+    from mpc_erm.data import Dataset, clip_to_unit_ball, load_csv, load_dataset, load_libsvm, load_numpy
+    from mpc_erm.data.partition import partition_equal
+
+    ds_id = ctx.job.job.dataset
+    cfg = ctx.config.datasets.get(ds_id) if hasattr(ctx.config, "datasets") else None
+    if cfg is None:
+        raise ValueError(f"job.dataset: this party has no dataset {ds_id!r}")
+    task = getattr(cfg, "task", None) or ("multiclass" if ctx.job.spec.model.name == "softmax" else "binary")
+    if ctx.job.spec.model.name == "ridge":
+        task = "regression"
+    if cfg.format == "builtin":
+        train, test = load_dataset(cfg.name)
+        parts = partition_equal(train.n, cfg.of, rng=0)  # public seed: the shards are disjoint
+        idx = np.sort(parts[cfg.part])
+        mine = Dataset(train.X[idx], train.y[idx], train.task, f"{cfg.name}[{cfg.part}/{cfg.of}]",
+                       train.feature_names, train.n_classes)
+        return mine, test
+    if cfg.format == "csv":
+        ds = load_csv(cfg.path, label=cfg.label, task=task)
+    elif cfg.format == "libsvm":
+        ds = load_libsvm(cfg.path, task=task)
+    else:
+        ds = load_numpy(cfg.path, task=task)
+    # A user's file is expected to be scaled by a public schema; rows are clipped into the unit ball
+    # so the protocols' sensitivity bounds hold whatever the file contains.
+    X = clip_to_unit_ball(np.asarray(ds.X))
+    return Dataset(X, ds.y, ds.task, ds.name, ds.feature_names, ds.n_classes), None
+
+
+def _schema_digest(ds: Any) -> str:
+    return hashlib.sha256(json.dumps([list(ds.feature_names), ds.task, ds.n_classes]).encode()).hexdigest()
+
+
+def _device(ctx: WorkerContext) -> Any:
+    import torch
+
+    want = ctx.job.job.device or getattr(ctx.config, "device", "auto")
+    if want == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: 'cuda' requested but no CUDA device is available to this party")
+    if want == "auto":
+        want = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(want)
+
+
+# ------------------------------------------------------------------------------------ session
+
+
+def _members(ctx: WorkerContext) -> tuple[list[str], str | None]:
+    return list(ctx.job.job.parties), ctx.job.job.dealer
+
+
+def _join(ctx: WorkerContext) -> tuple[Any, Any]:
+    """Transport server + PartyTable + CrypTen session; returns (server, comm)."""
+    from mpc_erm.mpc.communicator import init_crypten
+    from mpc_erm.mpc.transport import Member, PartyTable, TransportOptions, TransportServer
+
+    listen_host = str(ctx.config.listen).rsplit(":", 1)[0]
+    adv_host = str(getattr(ctx.config, "advertise", None) or ctx.config.listen).rsplit(":", 1)[0]
+    server = TransportServer(ctx.identity, f"{listen_host}:0")
+    port = server.start()
+    ctx.publish_endpoint(f"{adv_host}:{port}")
+    parties, dealer = _members(ctx)
+    me = ctx.identity.name
+    addr = {n: (f"{adv_host}:{port}" if n == me else ctx.lookup_endpoint(n, LOOKUP_S)) for n in parties}
+    if dealer:
+        addr[dealer] = f"{adv_host}:{port}" if dealer == me else ctx.lookup_endpoint(dealer, LOOKUP_S)
+    table = PartyTable(
+        job_id=ctx.job_id,
+        parties=tuple(Member(n, addr[n], "party") for n in parties),
+        dealer=Member(dealer, addr[dealer], "dealer") if dealer else None,
+    )
+    ctx.emit({"phase": "connecting", "message": f"{len(parties)} parties" + (f" + dealer {dealer}" if dealer else "")})
+    if ctx.identity.role == "dealer":
+        return server, table
+    comm = init_crypten(table, me, ctx.identity, server=server, options=TransportOptions(deadline_s=DEADLINE_S))
+    return server, comm
+
+
+def _trust_setup(ctx: WorkerContext, comm: Any) -> None:
+    from mpc_erm.mpc.crypten_compat import import_crypten
+    from mpc_erm.mpc.dealer import harden_crypten_rss, start_dealer_client
+
+    crypten = import_crypten()
+    from crypten.config import cfg
+
+    trust = ctx.job.job.trust
+    if ctx.job.job.dealer is None:
+        raise ValueError(
+            f"job.dealer: trust {trust!r} still needs a dealer for the noise sampler's binary triples "
+            "(CrypTen's comparisons always use the triple provider; docs/crypten-findings.md #3)"
+        )
+    start_dealer_client(comm)
+    if trust == "replicated":
+        harden_crypten_rss()
+        cfg.mpc.protocol = "replicated"
+    del crypten
+
+
+def _agree(ctx: WorkerContext, comm: Any, ds: Any) -> list[int]:
+    """All-gather (digest, schema, n) and refuse any mismatch; returns every party's row count."""
+    mine = {"digest": ctx.job.spec_digest(), "schema": _schema_digest(ds), "n": int(ds.n), "name": ctx.identity.name}
+    everyone = [comm.broadcast_obj(mine if r == comm.get_rank() else None, r) for r in range(comm.get_world_size())]
+    names = [e["name"] for e in everyone]
+    for e in everyone:
+        if e["digest"] != mine["digest"]:
+            raise AgreementError(f"job spec mismatch: party {e['name']!r} holds a different job (digest "
+                                 f"{e['digest'][:12]}… vs ours {mine['digest'][:12]}…); nothing revealed")
+        if e["schema"] != mine["schema"]:
+            raise AgreementError(f"dataset schema mismatch: party {e['name']!r} has different features for "
+                                 f"{ctx.job.job.dataset!r}; nothing revealed")
+    if names != list(ctx.job.job.parties):
+        raise AgreementError(f"party order {names} differs from the job's {list(ctx.job.job.parties)}")
+    return [int(e["n"]) for e in everyone]
+
+
+# ------------------------------------------------------------------------------------ protocol
+
+
+def _check_cancel(ctx: WorkerContext) -> None:
+    if ctx.cancelled():
+        raise JobCancelled("cancelled by the coordinator")
+
+
+def _mark_revealed(ctx: WorkerContext) -> None:
+    if ctx.ledger_path is None:
+        return
+    from .ledger import Ledger
+
+    with Ledger(ctx.ledger_path) as led:
+        led.mark_revealed(ctx.job_id)
+
+
+def _test_no_noise(ctx: WorkerContext) -> bool:
+    if not ctx.job.job.test_no_noise:
+        return False
+    if not getattr(getattr(ctx.config, "policy", None), "allow_test_only", False):
+        raise PermissionError("job.test_no_noise: refused (this party's policy.allow_test_only is false)")
+    return True
+
+
+def _noise_or_none(ctx: WorkerContext, noise: Any) -> Any:
+    from mpc_erm.protocols import NO_NOISE
+
+    return NO_NOISE if _test_no_noise(ctx) else noise
+
+
+def _report(ctx: WorkerContext, proto: Any, g: Any, mechanism: str, trust: str, sizes: Any, note: str) -> Any:
+    from mpc_erm.privacy import PrivacyReport
+
+    pv = ctx.job.spec.privacy
+    if mechanism == "none":
+        return PrivacyReport(
+            mechanism="none", noise_scale=0.0, norm="l2", adjacency=pv.adjacency, accountant="none",
+            epsilon=math.inf, delta=1.0, trust_model=trust, parties=sizes.m, n=sizes.n,
+            notes=("TEST-ONLY ZERO-NOISE RUN: NO PRIVACY (job.test_no_noise)", note),
+        )
+    l1 = mechanism == "laplace"
+    return PrivacyReport(
+        mechanism="laplace" if l1 else "gaussian",
+        noise_scale=g.noise_scale,
+        norm="l1" if l1 else "l2",
+        sensitivity_l2=proto.sensitivity,
+        sensitivity_l1=g.sensitivity if l1 else None,
+        adjacency=pv.adjacency,
+        accountant=g.accountant,
+        epsilon=g.epsilon,
+        delta=g.delta - g.delta_sampler,
+        delta_sampler=g.delta_sampler,
+        rounds=g.releases,
+        trust_model=trust,
+        parties=sizes.m,
+        n=sizes.n,
+        parameters={
+            "protocol": f"{ctx.job.spec.method}_perturbation", "loss": proto.loss.name, "lam": ctx.job.spec.model.lam,
+            "dim": proto.p, "grid_bits": g.grid_bits, "noise_scale_grid": g.noise_scale_grid,
+            "sensitivity_grid": g.sensitivity_grid, "tv_per_coordinate": g.tv_per_coordinate,
+            "requested_epsilon": pv.epsilon, "requested_delta": pv.delta, "job_digest": ctx.job.spec_digest(),
+        },
+        notes=(g.statement, note),
+    )
+
+
+def _metrics(loss: Any, theta: Any, ds: Any, lam: float) -> dict[str, float]:
+    """Objective and accuracy (classification) or MSE (regression) of θ on rows this party holds."""
+    import torch
+
+    from mpc_erm.models import objective_value
+
+    X = torch.as_tensor(np.array(ds.X), dtype=torch.float64)
+    y = torch.as_tensor(np.array(ds.y))
+    th = theta.detach().to("cpu", torch.float64)
+    key = "mse" if loss.task == "regression" else "accuracy"
+    return {"objective": float(objective_value(loss, th, X, y, lam)), key: loss.score(th, X, y)}
+
+
+def _output_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, sizes: Any, rank: int, dev: Any) -> tuple:
+    import torch
+
+    from mpc_erm.mpc.noise import calibrate_gaussian, calibrate_laplace
+    from mpc_erm.protocols import OutputPerturbation
+
+    spec = ctx.job.spec
+    proto = OutputPerturbation(spec, sizes, ds.d)
+    pv = spec.privacy
+    if pv.mechanism == "gaussian":
+        noise, g = calibrate_gaussian(proto.sensitivity, proto.p, 1, pv.epsilon, pv.delta, sizes.m)
+    elif pv.mechanism == "laplace_thesis":
+        noise, g = calibrate_laplace(math.sqrt(proto.p) * proto.sensitivity, proto.p, pv.epsilon,
+                                     max(pv.delta, 1e-9), sizes.m)
+    else:
+        raise ValueError("privacy.mechanism: 'l2_laplace' is not sampled inside the MPC; use 'gaussian' (ε, δ) "
+                         "or 'laplace_thesis' (pure ε per coordinate with Δ₁ = √d·Δ₂)")
+    proto.noise = _noise_or_none(ctx, noise)
+    X = torch.as_tensor(np.array(ds.X), dtype=torch.float64, device=dev)
+    y = torch.as_tensor(np.array(ds.y), device=dev)
+    local: dict[str, Any] = {}
+
+    def solve() -> None:
+        try:
+            local["theta"] = proto.local_model(X, y)
+        except BaseException as exc:  # re-raised in the main thread
+            local["error"] = exc
+
+    ctx.emit({"phase": "local", "message": "local solve and offline noise, concurrently"})
+    th = threading.Thread(target=solve, name="local-solve")
+    th.start()
+    if proto.noise.mechanism != "none":
+        src.prepare(noise, proto.p, 1)  # CrypTen stays in this thread
+    th.join()
+    if "error" in local:
+        raise local["error"]
+    _check_cancel(ctx)
+    _mark_revealed(ctx)
+    ctx.emit({"phase": "reveal", "round": 1, "rounds": 1, "epsilon_spent": g.epsilon})
+    theta = proto.release(agg, local["theta"].reshape(1, -1).to("cpu", torch.float64), [rank])
+    curve = [{"round": 1, **_metrics(proto.loss, theta, ds, spec.model.lam)}]
+    return proto, g, theta, curve, "output perturbation: locally solved models averaged with public weights n_j/n"
+
+
+def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, sizes: Any, rank: int, dev: Any) -> tuple:
+    import torch
+
+    from mpc_erm.mpc.noise import calibrate_gaussian, guarantee, plan_noise
+    from mpc_erm.protocols import GradientPerturbation
+
+    spec = ctx.job.spec
+    pv, tr = spec.privacy, spec.training
+    proto = GradientPerturbation(spec, sizes, ds.d)
+    acc = pv.accountant if pv.accountant in ("rdp", "zcdp") else "rdp"
+    noise, g = calibrate_gaussian(proto.sensitivity, proto.p, tr.iterations, pv.epsilon, pv.delta, sizes.m, acc)
+    proto.noise = _noise_or_none(ctx, noise)
+    if proto.noise.mechanism != "none":
+        ctx.emit({"phase": "offline", "message": f"sampling {tr.iterations * proto.p} noise values inside the MPC"})
+        src.prepare(noise, proto.p, tr.iterations)
+    X = torch.as_tensor(np.array(ds.X), dtype=torch.float64, device=dev)
+    y = torch.as_tensor(np.array(ds.y), device=dev)
+    theta = proto.initial_model(device=dev)
+    _check_cancel(ctx)
+    _mark_revealed(ctx)
+    curve = []
+    for t in range(1, tr.iterations + 1):
+        _check_cancel(ctx)
+        contrib = proto.local_contribution(theta, X, y).to("cpu", torch.float64)
+        theta, _ = proto.round(agg, theta.to("cpu", torch.float64), contrib, [rank])
+        theta = theta.to(dev)
+        if t % PROGRESS_EVERY == 0 or t == tr.iterations:
+            eps_t = g.epsilon if t == tr.iterations else (
+                guarantee(plan_noise(noise, proto.p, sizes.m), t, pv.delta, acc).epsilon)
+            curve.append({"round": t, **_metrics(proto.loss, theta, ds, spec.model.lam)})
+            ctx.emit({"phase": "training", "round": t, "rounds": tr.iterations, "epsilon_spent": eps_t})
+    note = (f"gradient perturbation: T = {tr.iterations} full-batch rounds, clip C = {proto.clip:g}; accountant "
+            f"{acc!r} (the job asked for {pv.accountant!r}; the discrete Gaussian is accounted by its "
+            "Rényi divergence)")
+    return proto, g, theta.cpu(), curve, note
+
+
+def _write_results(ctx: WorkerContext, theta: Any, report: Any, metrics: dict[str, Any], curve: list) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from safetensors.torch import save_file
+
+    d = ctx.job_dir
+    d.mkdir(parents=True, exist_ok=True)
+    save_file({"theta": theta.detach().to("cpu").contiguous()}, str(d / "model.safetensors"),
+              metadata={"job_id": ctx.job_id, "job_digest": ctx.job.spec_digest(), "loss": ctx.job.spec.model.name})
+    (d / "privacy_report.json").write_text(report.to_json(indent=2))
+    (d / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float))
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    xs = [c["round"] for c in curve]
+    ax.plot(xs, [c.get("objective", math.nan) for c in curve], marker="o" if len(xs) < 3 else None)
+    ax.set_xlabel("round")
+    ax.set_ylabel("objective on this party's rows")
+    ax.set_title(f"{ctx.job.job.name}: {ctx.job.spec.method} perturbation, ε = {report.epsilon:.3g}")
+    fig.tight_layout()
+    fig.savefig(d / "training_curve.png", dpi=100)
+    plt.close(fig)
+
+
+def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
+    """The worker process's main for a party. Raises on any failure (the daemon records it)."""
+    import torch
+
+    from mpc_erm.mpc.aggregator import MpcAggregator, ZeroNoise
+    from mpc_erm.mpc.communicator import uninit_crypten
+    from mpc_erm.mpc.dealer import stop_dealer_client
+    from mpc_erm.mpc.noise import InMpcNoise
+    from mpc_erm.protocols.common import PartySizes
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    tic = time.perf_counter()
+    ctx.emit({"phase": "loading", "message": f"dataset {ctx.job.job.dataset!r}"})
+    ds, test = _load_rows(ctx)
+    dev = _device(ctx)
+    server, comm = _join(ctx)
+    ok = False
+    try:
+        _trust_setup(ctx, comm)
+        sizes = PartySizes.of(_agree(ctx, comm, ds))
+        rank = comm.get_rank()
+        no_noise = _test_no_noise(ctx)
+        src = InMpcNoise()
+        agg = MpcAggregator(ZeroNoise() if no_noise else src, allow_test_only=no_noise)
+        ctx.emit({"phase": "agreed", "message": f"n = {sizes.n} rows over {sizes.m} parties; {agg.trust_model}"})
+        run = _output_job if ctx.job.spec.method == "output" else _gradient_job
+        proto, g, theta, curve, note = run(ctx, agg, src, ds, sizes, rank, dev)
+        report = _report(ctx, proto, g, proto.noise.mechanism, agg.trust_model, sizes, note)
+        metrics: dict[str, Any] = {
+            "train_own_rows": _metrics(proto.loss, theta, ds, ctx.job.spec.model.lam),
+            "wall_seconds": time.perf_counter() - tic,
+            "mpc": agg.describe(), "noise": src.stats(), "curve": curve,
+        }
+        if test is not None:
+            metrics["test"] = _metrics(proto.loss, theta, test, ctx.job.spec.model.lam)
+        _write_results(ctx, theta, report, metrics, curve)
+        ctx.emit({"phase": "done", "epsilon_spent": report.epsilon, "message": "results written"})
+        ok = True
+        return {"epsilon": report.epsilon, "delta": report.delta_total, "metrics": {k: metrics[k] for k in
+                ("train_own_rows", "wall_seconds") if k in metrics} | ({"test": metrics["test"]} if test else {})}
+    finally:
+        try:
+            stop_dealer_client(send_terminate=ok)
+        finally:
+            uninit_crypten()
+            server.stop(1.0)
+
+
+def run_dealer_job(ctx: WorkerContext) -> dict[str, Any]:
+    """The worker process's main for the dealer: serve triples for this job, then exit."""
+    from mpc_erm.mpc.dealer import run_dealer
+    from mpc_erm.mpc.transport import TransportOptions
+
+    server, table = _join(ctx)
+    try:
+        ctx.emit({"phase": "dealing", "message": "serving triples"})
+        rep = run_dealer(table, ctx.identity, server=server, options=TransportOptions(deadline_s=DEADLINE_S),
+                         idle_timeout_s=DEADLINE_S * 5)
+        return {"requests": rep.requests, "elements": rep.elements_served, "ended_by": rep.ended_by}
+    finally:
+        server.stop(1.0)
