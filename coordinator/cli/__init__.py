@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from coordinator.cli.bench import bench
 from coordinator.cli.certs import certs
 from coordinator.cli.errors import run_guarded
 from coordinator.cli.simulate import simulate
@@ -21,6 +22,7 @@ def cli() -> None:
 
 cli.add_command(simulate)
 cli.add_command(certs)
+cli.add_command(bench)
 
 
 def main() -> None:

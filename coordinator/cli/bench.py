@@ -1,0 +1,169 @@
+"""`mpc-erm bench …`: benchmarks of the MPC engine with real party processes on this machine.
+
+Nothing heavy is imported here (the CLI must start without torch); each command imports its
+benchmark module when it runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+TRUSTS = ("dealer", "replicated", "tfp")
+TRUST_HELP = ("triples from a dealer process (default); replicated: CrypTen 3-party RSS, hardened, dealer still "
+              "serves comparisons; tfp: party 0 makes the triples (benchmarks/tests only)")
+
+
+def _emit(result: dict[str, Any], out: Path | None, as_json: bool, summary: Any) -> None:
+    text = json.dumps(result, indent=1)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+    if as_json:
+        click.echo(text)
+        return
+    summary(result)
+    if out is not None:
+        click.echo(f"wrote {out}")
+
+
+def _guard(fn: Any, show_traceback: bool) -> Any:
+    """Run a benchmark; a failing child becomes one line (its traceback only on request)."""
+    from mpc_erm.mpc.local import LocalRunError
+
+    try:
+        return fn()
+    except LocalRunError as exc:
+        if show_traceback:
+            click.echo(str(exc), err=True)
+        hint = "" if show_traceback else " (--traceback shows the child's traceback)"
+        raise click.ClickException(f"{exc.summary}{hint}") from None
+
+
+def _fmt_s(x: float | None) -> str:
+    if x is None:
+        return "—"
+    return f"{x * 1e3:.2f} ms" if x < 1 else f"{x:.3f} s"
+
+
+def _common(f: Any) -> Any:
+    for opt in reversed([
+        click.option("--trust", type=click.Choice(TRUSTS), default="dealer", show_default=True, help=TRUST_HELP),
+        click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=7200.0, show_default=True,
+                     help="seconds for the whole run; every process is killed after"),
+        click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="also write the JSON here"),
+        click.option("--json", "as_json", is_flag=True, help="print the result as JSON"),
+        click.option("--traceback", "show_traceback", is_flag=True, help="print a failing party's traceback"),
+    ]):
+        f = opt(f)
+    return f
+
+
+@click.group()
+def bench() -> None:
+    """Benchmarks of the MPC engine (party processes over gRPC + mTLS on this machine)."""
+
+
+@bench.command("aggregate")
+@click.option("--parties", "-m", type=click.IntRange(2, 64), default=3, show_default=True)
+@click.option("--dim", "-d", type=click.IntRange(min=1), default=122, show_default=True, help="coordinates D")
+@click.option("--rounds", "-r", type=click.IntRange(min=1), default=20, show_default=True,
+              help="counted rounds (one warm-up round more)")
+@click.option("--noise", type=click.Choice(["gaussian", "laplace", "none"]), default="gaussian", show_default=True,
+              help="in-MPC noise from the offline pool; none: zero noise (no privacy, comparisons only)")
+@click.option("--sigma", "scale", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="σ (gaussian) or b (laplace), real units")
+@click.option("--sensitivity", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="Δ of the release (picks the fixed-point grid)")
+@click.option("--crypten-rounds", type=click.IntRange(min=0),
+              help="rounds of the CrypTen/gloo baseline (default: what fits ~2 min; randn(10^6) takes ~60 s; 0 skips)")
+@click.option("--seed", type=int, default=0, show_default=True)
+@_common
+def aggregate_cmd(parties: int, dim: int, rounds: int, noise: str, scale: float, sensitivity: float,
+                  crypten_rounds: int | None, seed: int, trust: str, timeout_s: float, out: Path | None,
+                  as_json: bool, show_traceback: bool) -> None:
+    """Per-round latency of the noisy secure aggregate, beside a raw gRPC exchange and CrypTen over gloo."""
+    from benchmarks.aggregate import run
+
+    echo = (lambda _m: None) if as_json else (lambda m: click.echo(m, err=True))
+    result = _guard(lambda: run(parties, dim, rounds, noise=noise, scale=scale, sensitivity=sensitivity, trust=trust,
+                                crypten_rounds=crypten_rounds, seed=seed, timeout_s=timeout_s, progress=echo),
+                    show_traceback)
+    _emit(result, out, as_json, _aggregate_summary)
+
+
+def _aggregate_summary(r: dict[str, Any]) -> None:
+    p = r["parameters"]
+    click.echo(f"aggregate: M={p['parties']} D={p['dim']} noise {p['noise']}, {p['rounds']} rounds; "
+               f"{r['ours']['trust_model']}")
+    rows = [("ours (gRPC+mTLS, MPC)", r["ours"]["latency"]), ("raw gRPC floor", r["raw_grpc_floor"]["latency"]),
+            ("CrypTen over gloo", r["crypten_gloo"].get("latency", {}))]
+    for name, lat in rows:
+        click.echo(f"  {name:24s} p50 {_fmt_s(lat.get('p50_s'))}  p95 {_fmt_s(lat.get('p95_s'))}  "
+                   f"({lat.get('rounds', 0)} rounds)")
+    off = r["ours"].get("offline")
+    if off:
+        click.echo(f"  offline noise: {off['samples']} samples in {off['seconds']:.2f} s "
+                   f"({off['samples_per_second']:,.0f}/s)")
+    ra = r["ratios"]
+
+    def ratio(x: float | None) -> str:
+        return "—" if x is None else f"{x:.3g}x"
+
+    click.echo(f"  ours/floor {ratio(ra['ours_over_floor_p50'])}, "
+               f"ours/CrypTen-gloo {ratio(ra['ours_over_crypten_gloo_p50'])}")
+    for t in r["targets"]:
+        if t["applies"]:
+            click.echo(f"  target {t['target']}: {'met' if t['met'] else 'NOT met'}")
+
+
+@bench.command("sampler")
+@click.option("--mechanism", type=click.Choice(["gaussian", "laplace"]), default="gaussian", show_default=True)
+@click.option("--samples", "-n", type=click.IntRange(min=0), default=100_000, show_default=True,
+              help="MPC samples (offline pool); revealed for measurement only")
+@click.option("--parties", "-m", type=click.IntRange(2, 64), default=3, show_default=True)
+@click.option("--scale", "--sigma", "scale", type=click.FloatRange(min=0, min_open=True), default=1.0,
+              show_default=True, help="σ (gaussian) or b (laplace), real units")
+@click.option("--grid-bits", type=click.IntRange(0, 40),
+              help="grid 2^-g (default: the product's plan, scale ≈ 2^14 grid units)")
+@click.option("--randn-samples", type=click.IntRange(min=0), default=10_000, show_default=True,
+              help="crypten.randn samples in the same session (~60 s per 10^6; 0 skips)")
+@click.option("--reference-samples", type=click.IntRange(min=0), default=1_000_000, show_default=True,
+              help="plaintext reference sampler draws (same algorithm; fast)")
+@click.option("--batch", type=click.IntRange(min=1),
+              help="pool batch size (default: InMpcNoise's, 2^15; 2^12 for gaussian)")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed of the plaintext reference")
+@_common
+def sampler_cmd(mechanism: str, samples: int, parties: int, scale: float, grid_bits: int | None, randn_samples: int,
+                reference_samples: int, batch: int | None, seed: int, trust: str, timeout_s: float,
+                out: Path | None, as_json: bool, show_traceback: bool) -> None:
+    """Offline cost and accuracy of the in-MPC noise sampler, beside crypten.randn and the plaintext reference."""
+    from benchmarks.sampler import run
+
+    echo = (lambda _m: None) if as_json else (lambda m: click.echo(m, err=True))
+    result = _guard(lambda: run(mechanism, samples, parties=parties, trust=trust, scale=scale, grid_bits=grid_bits,
+                                randn_samples=randn_samples, reference_samples=reference_samples, batch=batch,
+                                seed=seed, timeout_s=timeout_s, progress=echo), show_traceback)
+    _emit(result, out, as_json, _sampler_summary)
+
+
+def _sampler_summary(r: dict[str, Any]) -> None:
+    p = r["parameters"]
+    click.echo(f"sampler {p['mechanism']} scale {p['scale']:g} on grid 2^-{p['grid_bits']}, M={p['parties']} "
+               f"({p['trust']})")
+    for key, name in (("mpc", "MPC sampler"), ("crypten_randn", "crypten.randn"), ("reference", "reference")):
+        block = r.get(key)
+        if not block:
+            continue
+        st = block["stats"]
+        rate = block.get("samples_per_second")
+        rate_s = f"{rate:,.0f} samples/s, " if rate else ""
+        click.echo(f"  {name:14s} n={st['n']:,}: {rate_s}KS {st.get('ks_continuous', float('nan')):.2e} "
+                   f"(iid median {st['ks_iid_median']:.1e}), std err {st.get('rel_std_error', float('nan')):+.2e}, "
+                   f"max|z| {st.get('max_abs_z', float('nan')):.2f}")
+    for t in r["targets"]:
+        if t["applies"]:
+            click.echo(f"  target {t['target']}: {'met' if t['met'] else 'NOT met'}")

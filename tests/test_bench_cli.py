@@ -1,0 +1,69 @@
+"""`mpc-erm bench`: help, one-line errors, and tiny real runs returning the documented JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from click.testing import CliRunner
+
+from coordinator.cli import cli
+
+
+def _run(*args: str) -> dict:
+    res = CliRunner().invoke(cli, ["bench", *args], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output)
+
+
+def test_help_works_without_torch() -> None:
+    for args in (["bench", "--help"], ["bench", "aggregate", "--help"], ["bench", "sampler", "--help"]):
+        res = CliRunner().invoke(cli, args)
+        assert res.exit_code == 0 and "Usage:" in res.output
+    code = "import sys, coordinator.cli.bench; print('torch' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "False", proc.stderr
+
+
+def test_bad_input_is_one_line() -> None:
+    proc = subprocess.run([sys.executable, "-m", "coordinator.cli", "bench", "aggregate", "--parties", "2",
+                           "--trust", "replicated"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: trust 'replicated' needs exactly 3 parties"
+
+
+def test_tiny_sampler_run(tmp_path) -> None:
+    out = tmp_path / "s.json"
+    r = _run("sampler", "--mechanism", "laplace", "--samples", "2000", "--randn-samples", "200", "--parties", "2",
+             "--reference-samples", "20000", "--json", "--out", str(out))
+    assert json.loads(out.read_text()) == r
+    assert {"machine", "parameters", "mpc", "crypten_randn", "reference", "targets"} <= set(r)
+    assert r["machine"]["cpu_count"] >= 1 and r["machine"]["torch"]
+    assert "dealer" in r["trust_model"]
+    mpc = r["mpc"]
+    assert mpc["samples_per_second"] > 0 and mpc["rounds"] > 0 and mpc["bytes_per_sample"] > 0
+    for block in (mpc, r["crypten_randn"], r["reference"]):
+        st = block["stats"]
+        assert {"ks_continuous", "rel_std_error", "tails", "max_abs_z"} <= set(st)
+        assert set(st["tails"]) == {"3sigma", "4sigma", "5sigma"}
+        assert 0 <= st["ks_continuous"] < 0.2  # a gross error, not a statistical test
+    assert mpc["stats"]["n"] == 2000 and mpc["stats"]["outside_support"] == 0
+    assert {"ks_exact_pmf", "ks_ideal_discrete"} <= set(mpc["stats"])
+    assert r["crypten_randn"]["stats"]["n"] == 200
+
+
+def test_tiny_aggregate_run() -> None:
+    r = _run("aggregate", "--parties", "2", "--dim", "10", "--rounds", "3", "--noise", "none",
+             "--crypten-rounds", "2", "--trust", "tfp", "--json")
+    assert {"machine", "parameters", "ours", "raw_grpc_floor", "crypten_gloo", "ratios", "targets"} <= set(r)
+    assert r["ours"]["latency"]["rounds"] == 3 and r["raw_grpc_floor"]["latency"]["rounds"] == 3
+    assert r["crypten_gloo"]["rounds_run"] == 2
+    for block in ("ours", "raw_grpc_floor", "crypten_gloo"):
+        lat = r[block]["latency"]
+        assert 0 < lat["p50_s"] <= lat["p95_s"]
+    assert r["ours"]["exactness_check"]["max_abs_error"] <= 2 * 2.0**-17 + 1e-12
+    assert r["ours"]["per_aggregate_party0"]["rounds"] == 2
+    assert r["ratios"]["ours_over_floor_p50"] > 0
+    assert "tests only" in r["ours"]["trust_model"] and "zero noise" in r["ours"]["trust_model"]
+    assert [t["applies"] for t in r["targets"]] == [False, False, False]
