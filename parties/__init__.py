@@ -1,4 +1,6 @@
-"""The party daemon (gRPC servicers, job workers, dataset registry, budget ledger).
+"""The party daemon: job control over gRPC + mTLS (``daemon``), the durable job store (``jobs``),
+one worker process per job (``worker``, behind the ``context`` contract), the config
+(``config``) and the privacy-budget ledger (``ledger``).
 
-Arrives with issue 4; it will host `mpc_erm.protocols` behind the MPC engine's aggregator.
+Nothing is imported here: ``mpc-erm budget show`` and the config checks must stay light.
 """

@@ -17,7 +17,7 @@ import ipaddress
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import tomllib
 from pydantic import (
@@ -35,10 +35,12 @@ from pydantic_core import PydanticCustomError
 __all__ = [
     "ConfigError",
     "DatasetConfig",
+    "DealerConfig",
     "IdentityConfig",
     "PartyConfig",
     "PeerConfig",
     "PolicyConfig",
+    "load_dealer_config",
     "load_party_config",
     "split_host_port",
 ]
@@ -67,13 +69,16 @@ def _name(v: str) -> str:
     return v
 
 
-def split_host_port(v: str) -> tuple[str, int]:
-    """``"host:port"`` → (host, port); IPv6 hosts in brackets (``"[::1]:7000"``)."""
+def split_host_port(v: str, *, allow_zero: bool = False) -> tuple[str, int]:
+    """``"host:port"`` → (host, port); IPv6 hosts in brackets (``"[::1]:7000"``). ``allow_zero``
+    accepts port 0 (a listen address: the OS picks a free port, the daemon reports it)."""
     host, sep, port = v.rpartition(":")
     if not sep or not host:
         raise ValueError(f"{v!r} is not host:port")
-    if not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise ValueError(f"{v!r}: port must be an integer in 1..65535")
+    low = 0 if allow_zero else 1
+    if not port.isascii() or not port.isdigit() or not low <= int(port) <= 65535:
+        zero = " (or 0: any free port)" if allow_zero else ""
+        raise ValueError(f"{v!r}: port must be an integer in 1..65535{zero}")
     if host.startswith("[") and host.endswith("]"):
         try:
             return str(ipaddress.IPv6Address(host[1:-1])), int(port)
@@ -89,8 +94,14 @@ def _host_port(v: str) -> str:
     return v
 
 
+def _listen_address(v: str) -> str:
+    split_host_port(v, allow_zero=True)
+    return v
+
+
 Name = Annotated[str, AfterValidator(_name)]
 HostPort = Annotated[str, AfterValidator(_host_port)]
+ListenAddress = Annotated[str, AfterValidator(_listen_address)]  # port 0: any free port
 PositiveFloat = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
 
 
@@ -215,16 +226,15 @@ class PolicyConfig(_Model):
         return v
 
 
-class PartyConfig(_Model):
-    """The whole party daemon config (``mpc-erm party serve --config FILE``)."""
+class _DaemonConfig(_Model):
+    """What every daemon (party or dealer) has: identity, addresses, state, peers, policy."""
 
     identity: IdentityConfig
-    listen: HostPort
-    advertise: HostPort = Field(None, validate_default=True)  # type: ignore[assignment]  # = listen
+    listen: ListenAddress
+    advertise: HostPort | None = Field(None, validate_default=True)  # = listen (None: listen has port 0)
     state_dir: Path = Field(Path("state"), validate_default=True)
     device: Literal["cpu", "cuda", "auto"] = "auto"
     peers: dict[Name, PeerConfig] = Field(default_factory=dict)
-    datasets: dict[Name, DatasetConfig] = Field(min_length=1)
     policy: PolicyConfig
 
     @field_validator("advertise", mode="before")
@@ -236,9 +246,12 @@ class PartyConfig(_Model):
         listen = info.data.get("listen")
         if listen is None:
             raise ValueError("defaults to listen, which is missing or invalid")
-        if split_host_port(listen)[0] in _WILDCARD_HOSTS:
+        host, port = split_host_port(listen, allow_zero=True)
+        if host in _WILDCARD_HOSTS:
             raise ValueError(f"required when listen ({listen!r}) binds a wildcard address: "
                              "peers need an address to dial")
+        if port == 0:
+            return None  # the daemon advertises host:<the port it was given>
         return listen
 
     @field_validator("state_dir")
@@ -247,12 +260,30 @@ class PartyConfig(_Model):
         return _resolve(v, info)
 
     @model_validator(mode="after")
-    def _peers_are_others(self) -> PartyConfig:
+    def _peers_are_others(self) -> _DaemonConfig:
         if self.identity.name in self.peers:
             raise _field_error(f"peers.{self.identity.name}",
                                "a peer cannot have this party's own name (identity.name)")
         return self
 
+
+class PartyConfig(_DaemonConfig):
+    """The whole party daemon config (``mpc-erm party serve --config FILE``).
+
+    ``advertise`` is None only when ``listen`` has port 0 and no advertise was given: the daemon
+    then advertises the listen host with the port it was actually given.
+    """
+
+    datasets: dict[Name, DatasetConfig] = Field(min_length=1)
+
+
+class DealerConfig(_DaemonConfig):
+    """The dealer daemon config (``mpc-erm dealer serve --config FILE``): a party config without
+    datasets (and so without a ledger: the dealer sees no data and spends no budget)."""
+
+
+_C = TypeVar("_C", bound=_DaemonConfig)
+_TOP_LEVEL = set(PartyConfig.model_fields)
 
 _SHORT = {"missing": "required", "extra_forbidden": "unknown field (not allowed here)"}
 _BOUNDS = {"greater_than": (">", "gt"), "greater_than_equal": (">=", "ge"), "less_than": ("<", "lt"),
@@ -285,7 +316,7 @@ def _problems(exc: ValidationError) -> list[tuple[str, str]]:
             reason = err["ctx"]["reason"]
         else:
             reason = _reason(err)
-            if err["type"] == "extra_forbidden" and len(loc) > 1 and loc[-1] in PartyConfig.model_fields:
+            if err["type"] == "extra_forbidden" and len(loc) > 1 and loc[-1] in _TOP_LEVEL:
                 reason += " (a top-level key? in TOML it must come before the first [table])"
         out.append((".".join(loc), reason))
     return out
@@ -293,6 +324,15 @@ def _problems(exc: ValidationError) -> list[tuple[str, str]]:
 
 def load_party_config(path: str | os.PathLike[str]) -> PartyConfig:
     """Read and validate a party config; every problem is raised together as a ConfigError."""
+    return _load(path, PartyConfig)
+
+
+def load_dealer_config(path: str | os.PathLike[str]) -> DealerConfig:
+    """Read and validate a dealer config; every problem is raised together as a ConfigError."""
+    return _load(path, DealerConfig)
+
+
+def _load(path: str | os.PathLike[str], model: type[_C]) -> _C:
     p = Path(path)
     try:
         raw = tomllib.loads(p.read_text(encoding="utf-8"))
@@ -303,7 +343,7 @@ def load_party_config(path: str | os.PathLike[str]) -> PartyConfig:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(p, [("", f"invalid TOML: {e}")]) from None
     try:
-        return PartyConfig.model_validate(raw, context={"base_dir": p.absolute().parent})
+        return model.model_validate(raw, context={"base_dir": p.absolute().parent})
     except ValidationError as e:
         raise ConfigError(p, _problems(e)) from None
 

@@ -1,0 +1,288 @@
+"""The daemon's durable job store: one SQLite file (WAL) in the daemon's state_dir.
+
+Why durable: a coordinator may ask about a job long after it ran, and a daemon that restarts must
+know which jobs it left behind. A job's life::
+
+    queued ──► running ──► succeeded | failed | cancelled
+       └──────────────────► failed | cancelled
+
+Terminal states never change. On start-up the daemon calls :meth:`JobStore.interrupt_live`: every
+job still queued or running (the daemon died under it) ends ``failed`` with a reason; the ledger's
+``recover`` then releases their budget unless they had revealed. Events (progress, phases) are
+kept per job with a sequence number so ``job watch`` can replay them and then follow live ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["JOBS_FILE", "LIVE", "TERMINAL", "JobEvent", "JobExists", "JobRecord", "JobStore", "content_digest"]
+
+JOBS_FILE = "jobs.sqlite3"
+LIVE = ("queued", "running")
+TERMINAL = ("succeeded", "failed", "cancelled")
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY, name TEXT NOT NULL, status TEXT NOT NULL
+        CHECK (status IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')),
+    reason TEXT, job_toml TEXT NOT NULL, digest TEXT NOT NULL, dataset TEXT, method TEXT,
+    parties TEXT NOT NULL, dealer TEXT, coordinator TEXT,
+    created_at REAL NOT NULL, started_at REAL, ended_at REAL, summary TEXT,
+    cancel_requested INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS events (
+    job_id TEXT NOT NULL REFERENCES jobs(id), seq INTEGER NOT NULL, time REAL NOT NULL,
+    phase TEXT NOT NULL, payload TEXT NOT NULL, PRIMARY KEY (job_id, seq));
+CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, created_at);
+"""
+
+
+class JobExists(Exception):
+    """A job with this id is already in the store."""
+
+    def __init__(self, record: JobRecord) -> None:
+        super().__init__(f"job {record.id!r} already exists ({record.status})")
+        self.record = record
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: str
+    name: str
+    status: str
+    reason: str | None
+    job_toml: str
+    digest: str
+    dataset: str | None
+    method: str | None
+    parties: tuple[str, ...]
+    dealer: str | None
+    coordinator: str | None
+    created_at: float
+    started_at: float | None
+    ended_at: float | None
+    summary: dict[str, Any] | None
+    cancel_requested: bool
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    job_id: str
+    seq: int
+    time: float
+    phase: str
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+class JobStore:
+    """Thread-safe; one per daemon (one daemon per state_dir)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute("PRAGMA synchronous = FULL")
+        self._conn.execute("PRAGMA foreign_keys = ON")
+        with self._tx() as c:
+            for stmt in filter(str.strip, _SCHEMA.split(";")):
+                c.execute(stmt)
+
+    @classmethod
+    def in_state_dir(cls, state_dir: str | Path) -> JobStore:
+        d = Path(state_dir)
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return cls(d / JOBS_FILE)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    @contextmanager
+    def _tx(self, mode: str = "IMMEDIATE") -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._conn.execute(f"BEGIN {mode}")
+            try:
+                yield self._conn
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+
+    # ---- jobs
+
+    def create(self, job_id: str, *, name: str, job_toml: str, digest: str, dataset: str | None,
+               method: str | None, parties: tuple[str, ...] | list[str], dealer: str | None,
+               coordinator: str | None) -> JobRecord:
+        """A new queued job (and its ``queued`` event); JobExists if the id is taken."""
+        now = time.time()
+        with self._tx() as c:
+            old = self._get(c, job_id)
+            if old is not None:
+                raise JobExists(old)
+            c.execute("INSERT INTO jobs (id, name, status, job_toml, digest, dataset, method, parties, dealer, "
+                      "coordinator, created_at) VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)",
+                      (job_id, name, job_toml, digest, dataset, method, json.dumps(list(parties)), dealer,
+                       coordinator, now))
+            self._add_event(c, job_id, "queued", {"message": f"queued (submitted by {coordinator})"}, now)
+            rec = self._get(c, job_id)
+            self._changed.notify_all()
+        assert rec is not None
+        return rec
+
+    def get(self, job_id: str) -> JobRecord | None:
+        with self._tx("DEFERRED") as c:
+            return self._get(c, job_id)
+
+    def list(self, limit: int = 0, statuses: tuple[str, ...] | None = None) -> list[JobRecord]:
+        """Newest first."""
+        q = "SELECT * FROM jobs"
+        args: list[Any] = []
+        if statuses:
+            q += f" WHERE status IN ({', '.join('?' * len(statuses))})"
+            args += statuses
+        q += " ORDER BY created_at DESC, id"
+        if limit > 0:
+            q += " LIMIT ?"
+            args.append(limit)
+        with self._tx("DEFERRED") as c:
+            return [_record(r) for r in c.execute(q, args).fetchall()]
+
+    def queued(self) -> list[JobRecord]:
+        """Queued jobs, oldest first (the order they run in)."""
+        return sorted(self.list(statuses=("queued",)), key=lambda r: (r.created_at, r.id))
+
+    def set_running(self, job_id: str) -> bool:
+        """queued → running; False if the job is no longer queued (cancelled meanwhile)."""
+        now = time.time()
+        with self._tx() as c:
+            n = c.execute("UPDATE jobs SET status = 'running', started_at = ? WHERE id = ? AND status = 'queued'",
+                          (now, job_id)).rowcount
+            if n:
+                self._add_event(c, job_id, "running", {"message": "worker starting"}, now)
+                self._changed.notify_all()
+        return bool(n)
+
+    def request_cancel(self, job_id: str) -> None:
+        with self._tx() as c:
+            c.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ?", (job_id,))
+
+    def finish(self, job_id: str, status: str, reason: str | None = None,
+               summary: dict[str, Any] | None = None, *, only_from: tuple[str, ...] = LIVE) -> bool:
+        """Move a live job to a terminal status (and log its terminal event); False if it was not
+        in one of ``only_from`` (e.g. already finished)."""
+        if status not in TERMINAL:
+            raise ValueError(f"not a terminal status: {status!r}")
+        now = time.time()
+        with self._tx() as c:
+            cur = c.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if cur is None or cur[0] not in only_from:
+                return False
+            c.execute("UPDATE jobs SET status = ?, reason = ?, summary = ?, ended_at = ? WHERE id = ?",
+                      (status, reason, None if summary is None else json.dumps(summary, default=str), now, job_id))
+            payload: dict[str, Any] = {"message": reason or status}
+            if summary is not None:
+                payload["summary"] = summary
+            self._add_event(c, job_id, status, payload, now)
+            self._changed.notify_all()
+        return True
+
+    def interrupt_live(self, reason: str) -> list[str]:
+        """At start-up: every queued or running job (its daemon died) ends failed with ``reason``."""
+        ids = [r.id for r in self.list(statuses=LIVE)]
+        for job_id in ids:
+            self.finish(job_id, "failed", reason)
+        return ids
+
+    # ---- events
+
+    def add_event(self, job_id: str, phase: str, payload: dict[str, Any] | None = None) -> int:
+        with self._tx() as c:
+            seq = self._add_event(c, job_id, phase, payload or {}, time.time())
+            self._changed.notify_all()
+        return seq
+
+    def events(self, job_id: str, after_seq: int = 0) -> list[JobEvent]:
+        with self._tx("DEFERRED") as c:
+            rows = c.execute("SELECT job_id, seq, time, phase, payload FROM events WHERE job_id = ? AND seq > ? "
+                             "ORDER BY seq", (job_id, after_seq)).fetchall()
+        return [JobEvent(j, s, t, p, json.loads(pl)) for j, s, t, p, pl in rows]
+
+    def last_event(self, job_id: str, phases: tuple[str, ...] | None = None,
+                   with_key: str | None = None) -> JobEvent | None:
+        """The newest event of the job (restricted to ``phases``, or to payloads holding ``with_key``)."""
+        q = "SELECT job_id, seq, time, phase, payload FROM events WHERE job_id = ?"
+        args: list[Any] = [job_id]
+        if phases:
+            q += f" AND phase IN ({', '.join('?' * len(phases))})"
+            args += phases
+        if with_key:
+            q += " AND json_extract(payload, ?) IS NOT NULL"
+            args.append(f"$.{with_key}")
+        with self._tx("DEFERRED") as c:
+            r = c.execute(q + " ORDER BY seq DESC LIMIT 1", args).fetchone()
+        return None if r is None else JobEvent(r[0], r[1], r[2], r[3], json.loads(r[4]))
+
+    def wait(self, timeout: float) -> None:
+        """Block until any job or event changes (or ``timeout`` seconds): for Watch streams."""
+        with self._changed:
+            self._changed.wait(timeout)
+
+    @staticmethod
+    def _add_event(c: sqlite3.Connection, job_id: str, phase: str, payload: dict[str, Any], now: float) -> int:
+        seq = c.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE job_id = ?", (job_id,)).fetchone()[0]
+        c.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+                  (job_id, seq, now, phase, json.dumps(payload, default=str, allow_nan=True)))
+        return int(seq)
+
+    @staticmethod
+    def _get(c: sqlite3.Connection, job_id: str) -> JobRecord | None:
+        r = c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return None if r is None else _record(r)
+
+
+def _record(r: tuple[Any, ...]) -> JobRecord:
+    (job_id, name, status, reason, toml, digest, dataset, method, parties, dealer, coordinator,
+     created, started, ended, summary, cancel) = r
+    return JobRecord(job_id, name, status, reason, toml, digest, dataset, method, tuple(json.loads(parties)),
+                     dealer, coordinator, created, started, ended, None if summary is None else json.loads(summary),
+                     bool(cancel))
+
+
+def content_digest(path: str | Path) -> str:
+    """sha256 of a ``.safetensors`` file's content independent of its header's key order: the
+    header JSON with sorted keys, then the tensor bytes. "" for other files or a malformed one.
+
+    Why: safetensors writes ``__metadata__`` in hash-map order, so the same model saved by two
+    parties can differ byte for byte; this digest does not."""
+    p = Path(path)
+    if p.suffix != ".safetensors":
+        return ""
+    h = hashlib.sha256()
+    try:
+        with p.open("rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            if n > 100 << 20:
+                return ""
+            header = json.loads(fh.read(n))
+            h.update(json.dumps(header, sort_keys=True, separators=(",", ":")).encode())
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+    except (OSError, ValueError, struct.error):
+        return ""
+    return h.hexdigest()
