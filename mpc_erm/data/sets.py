@@ -191,7 +191,9 @@ def load_adult(root: str | os.PathLike[str] | None = None, n_train: int | None =
     The schema is fitted on the whole training file before any ``n_train`` subsampling, so the
     feature count does not depend on the sample.
     """
-    r = data_root(root) if root is not None else (data_root_or_none() or BUNDLED_DATA)
+    # The bundled copy only when nobody named a data root (a wrong $MPC_ERM_DATA stays an error).
+    explicit = root is not None or bool(os.environ.get(ENV_DATA))
+    r = data_root(root) if explicit else (data_root_or_none() or BUNDLED_DATA)
     ptr, pte = _data_file(r, "adult/adult.data.gz"), _data_file(r, "adult/adult.test.gz")
     tr, te = _read_adult(ptr, 0), _read_adult(pte, 1)  # adult.test opens with '|1x3 Cross...'
     if missing == "drop":

@@ -152,3 +152,6 @@ def test_missing_root_says_where_it_looked(tmp_path: Path, monkeypatch: pytest.M
         load_adult()
     with pytest.raises(DataError, match="adult.data.gz"):
         load_adult(tmp_path)  # root exists but holds no Adult files
+    monkeypatch.delenv("MPC_ERM_DATA")
+    train, test = load_adult(n_train=50, n_test=20)  # no data root at all: the copy in the package
+    assert train.d == 104 and train.n == 50 and test.n == 20
