@@ -25,12 +25,10 @@ paths are resolved against the config file's directory.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-import tomllib
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from parties.config import ConfigError, HostPort, IdentityConfig, Name, _Model, _problems
+from parties.config import HostPort, IdentityConfig, Name, _Model, load_model
 
 __all__ = ["CoordinatorConfig", "load_coordinator_config"]
 
@@ -58,16 +56,4 @@ class CoordinatorConfig(_Model):
 
 def load_coordinator_config(path: str | os.PathLike[str]) -> CoordinatorConfig:
     """Read and validate a coordinator config; every problem is raised together as a ConfigError."""
-    p = Path(path)
-    try:
-        raw = tomllib.loads(p.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ConfigError(p, [("", f"cannot read: {e.strerror or e}")]) from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(p, [("", f"not UTF-8 text: {e.reason}")]) from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(p, [("", f"invalid TOML: {e}")]) from None
-    try:
-        return CoordinatorConfig.model_validate(raw, context={"base_dir": p.absolute().parent})
-    except ValidationError as e:
-        raise ConfigError(p, _problems(e)) from None
+    return load_model(path, CoordinatorConfig)

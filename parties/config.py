@@ -36,6 +36,7 @@ __all__ = [
     "ConfigError",
     "DatasetConfig",
     "DealerConfig",
+    "load_model",
     "IdentityConfig",
     "PartyConfig",
     "PeerConfig",
@@ -324,15 +325,17 @@ def _problems(exc: ValidationError) -> list[tuple[str, str]]:
 
 def load_party_config(path: str | os.PathLike[str]) -> PartyConfig:
     """Read and validate a party config; every problem is raised together as a ConfigError."""
-    return _load(path, PartyConfig)
+    return load_model(path, PartyConfig)
 
 
 def load_dealer_config(path: str | os.PathLike[str]) -> DealerConfig:
     """Read and validate a dealer config; every problem is raised together as a ConfigError."""
-    return _load(path, DealerConfig)
+    return load_model(path, DealerConfig)
 
 
-def _load(path: str | os.PathLike[str], model: type[_C]) -> _C:
+def load_model(path: str | os.PathLike[str], model: type[_C]) -> _C:
+    """Read a TOML file into ``model``; every problem (I/O, TOML, validation) in one ConfigError.
+    Shared by the party, dealer and coordinator configs."""
     p = Path(path)
     try:
         raw = tomllib.loads(p.read_text(encoding="utf-8"))
