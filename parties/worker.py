@@ -125,23 +125,22 @@ def _join(ctx: WorkerContext) -> tuple[Any, Any]:
 
 
 def _trust_setup(ctx: WorkerContext, comm: Any) -> None:
+    """dealer: every triple from the job's dealer; replicated: 3-party RSS, no dealer (the binary
+    triples and B2A bits of comparisons made by the parties themselves, mpc.rss_provider)."""
     from mpc_erm.mpc.crypten_compat import import_crypten
-    from mpc_erm.mpc.dealer import harden_crypten_rss, start_dealer_client
 
-    crypten = import_crypten()
+    import_crypten()
     from crypten.config import cfg
 
-    trust = ctx.job.job.trust
-    if ctx.job.job.dealer is None:
-        raise ValueError(
-            f"job.dealer: trust {trust!r} still needs a dealer for the noise sampler's binary triples "
-            "(CrypTen's comparisons always use the triple provider; docs/crypten-findings.md #3)"
-        )
+    if ctx.job.job.trust == "replicated":
+        from mpc_erm.mpc.rss_provider import start_replicated_provider
+
+        start_replicated_provider()
+        return
+    from mpc_erm.mpc.dealer import start_dealer_client
+
+    cfg.mpc.protocol = "beaver"
     start_dealer_client(comm)
-    if trust == "replicated":
-        harden_crypten_rss()
-        cfg.mpc.protocol = "replicated"
-    del crypten
 
 
 def _agree(ctx: WorkerContext, comm: Any, ds: Any) -> list[int]:

@@ -11,6 +11,7 @@ import click
 from coordinator.cli.bench import bench
 from coordinator.cli.budget import budget
 from coordinator.cli.certs import certs
+from coordinator.cli.demo import demo
 from coordinator.cli.errors import run_guarded
 from coordinator.cli.job import job
 from coordinator.cli.party import dealer, party
@@ -23,6 +24,7 @@ def cli() -> None:
     """Secure multi-party differentially private ERM."""
 
 
+cli.add_command(demo)
 cli.add_command(simulate)
 cli.add_command(certs)
 cli.add_command(bench)

@@ -158,6 +158,8 @@ def current_trust_model(dealer_name: str | None = None) -> str:
         triples = TFP_TRUST_MODEL
     elif provider == "DEALER":
         triples = dealer_trust_model(dealer_name or "dealer")
+    elif provider == "RSS3" and cfg.mpc.protocol == "replicated":
+        return RSS_TRUST_MODEL + "; binary triples and B2A bits made by the 3 parties under RSS (ABY3), no dealer"
     else:
         triples = f"MPC: CrypTen provider {provider}"
     if cfg.mpc.protocol == "replicated":

@@ -21,10 +21,9 @@ Trust models (``trust=``):
   the dealer (a non-colluding third party; ``mpc_erm.mpc.dealer``). Starts M + 1 processes.
 * ``"replicated"``: CrypTen's 3-party replicated sharing (honest majority) hardened with
   :func:`~mpc_erm.mpc.dealer.harden_crypten_rss`, ``cfg.mpc.protocol = "replicated"``. Exactly 3
-  parties. Arithmetic products need no triples, but CrypTen 0.4.1 still takes the binary triples
-  and B2A pairs of every comparison (so of every noise sampler) from the provider
-  (docs/crypten-findings.md item 3): this mode therefore ALSO starts the dealer and routes those
-  to it. Its trust statement says both.
+  parties, no dealer. Arithmetic products need no triples; the binary triples and B2A bits that
+  CrypTen 0.4.1 still asks its provider for (docs/crypten-findings.md item 3) come from
+  :class:`~mpc_erm.mpc.rss_provider.ReplicatedProvider`, made by the three parties under RSS.
 * ``"tfp"``: CrypTen's default provider, party 0 generates every triple and could unmask every
   product. TESTS AND BENCHMARKS ONLY; its trust model says so.
 
@@ -327,6 +326,10 @@ def _party_main(
     try:
         if dealer:
             start_dealer_client(comm)
+        elif trust == "replicated":
+            from .rss_provider import start_replicated_provider
+
+            start_replicated_provider()
         trust_model = current_trust_model(table.dealer.name if dealer else None)
         if trust == "tfp":
             trust_model = f"{trust_model} [{TFP_LABEL}]"
@@ -371,7 +374,7 @@ def run_local_full(
     tic = time.monotonic()
     deadline = tic + timeout_s
     job = job_id or f"local-{os.getpid()}-{secrets.token_hex(4)}"
-    with_dealer = trust in ("dealer", "replicated")
+    with_dealer = trust == "dealer"
     names = [f"party{r}" for r in range(parties)] + (["dealer"] if with_dealer else [])
     roles = ["party"] * parties + (["dealer"] if with_dealer else [])
     ca = pki.create_ca(f"mpc-erm local CA {job}")
@@ -417,8 +420,8 @@ def run_local(
 
     ``fn`` must be a module-level function (it is pickled by reference into spawned processes)
     and return plain picklable data. ``trust``: ``"dealer"`` (default; M + 1 processes),
-    ``"replicated"`` (3 parties, hardened RSS for products; the dealer is started as well,
-    because comparisons' binary triples and B2A still come from the provider in CrypTen 0.4.1)
+    ``"replicated"`` (3 parties, hardened RSS for products, no dealer: comparisons' binary triples
+    and B2A bits from :class:`~mpc_erm.mpc.rss_provider.ReplicatedProvider`)
     or ``"tfp"`` (party 0 makes the triples: tests and benchmarks only, and labelled so in
     ``ctx.trust_model``). ``timeout_s`` bounds the whole run (spawn to last result);
     ``deadline_s`` bounds every communicator operation inside it.

@@ -101,8 +101,8 @@ def run_members(tmp_path: Path, job_texts: dict[str, str], timeout: float = 300,
     procs = []
     for i, name in enumerate((*PARTIES, "dealer")):
         ident = pki.issue_identity(ca, name, "dealer" if name == "dealer" else "party")
-        ctx = LocalContext("wk-job", job_texts.get(name, job_texts["*"]), _config(name, i, allow_test_only, dataset), ident,
-                           tmp_path / name, registry, events)
+        ctx = LocalContext("wk-job", job_texts.get(name, job_texts["*"]), _config(name, i, allow_test_only, dataset),
+                           ident, tmp_path / name, registry, events)
         p = ctx_mp.Process(target=_child, args=(ctx, out_q), daemon=True)
         p.start()
         procs.append(p)

@@ -1,0 +1,248 @@
+"""A whole consortium on one machine: CA, identities, configs, and the daemons as real processes.
+
+What ``mpc-erm demo`` and the end-to-end tests start: one ``mpc-erm party serve`` process per
+party, one ``mpc-erm dealer serve`` for the dealer, each in its own process group with its own
+state directory, every channel mutual TLS under a fresh CA. Each party holds shard ``i`` of ``m``
+of a built-in data set (disjoint rows, public split seed). ``host_of``/``wrap`` let a caller put
+each daemon on its own address, e.g. in its own network namespace (``ip netns exec NS …``).
+
+:meth:`LocalConsortium.stop` (and leaving the ``with`` block, also on KeyboardInterrupt) ends
+every daemon and every worker it started: SIGTERM to each process group, SIGKILL after a grace
+period.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mpc_erm.mpc import pki
+
+__all__ = ["PARTY_NAMES", "ConsortiumError", "LocalConsortium", "Member"]
+
+PARTY_NAMES = ("alice", "bob", "carol", "dave", "erin")
+COORDINATOR = "coordinator"
+DEALER = "dealer"
+
+
+class ConsortiumError(RuntimeError):
+    """A daemon did not start (its log's tail is in the message)."""
+
+
+@dataclass
+class Member:
+    name: str
+    role: str  # "party" | "dealer"
+    host: str
+    port: int
+    config: Path
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass
+class LocalConsortium:
+    """``m`` party daemons (+ a dealer) under ``root``; ``dataset`` is a built-in data set name."""
+
+    root: Path
+    parties: int = 3
+    dataset: str = "adult"
+    dealer: bool = True
+    budget_epsilon: float = 3.0
+    budget_delta: float = 1e-4
+    max_epsilon_per_job: float = 1.0
+    allow_test_only: bool = False
+    device: str = "auto"
+    host_of: Callable[[str], str] = field(default=lambda _name: "127.0.0.1")
+    wrap: Callable[[str], Sequence[str]] = field(default=lambda _name: ())
+    start_timeout_s: float = 60.0
+    members: dict[str, Member] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.parties <= len(PARTY_NAMES):
+            raise ValueError(f"parties: must be 2..{len(PARTY_NAMES)} (got {self.parties})")
+        self.root = Path(self.root)
+
+    # ------------------------------------------------------------------ files
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.root / "pki"
+
+    @property
+    def party_names(self) -> list[str]:
+        return list(PARTY_NAMES[: self.parties])
+
+    @property
+    def coordinator_config(self) -> Path:
+        return self.root / "coordinator.toml"
+
+    def write(self) -> None:
+        """CA, one identity per member and the coordinator, every config; ports chosen free now."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        ca = pki.create_ca("mpc-erm demo CA", valid_days=2)
+        pki.save_ca(ca, self.pki_dir)
+        roles = {n: "party" for n in self.party_names} | ({DEALER: "dealer"} if self.dealer else {})
+        for name, role in roles.items():
+            host = self.host_of(name)
+            hosts = sorted({host, "127.0.0.1", "localhost"})
+            pki.save_identity(pki.issue_identity(ca, name, role, valid_days=2, hosts=hosts), self.pki_dir)  # type: ignore[arg-type]
+            d = self.root / name
+            d.mkdir(exist_ok=True)
+            self.members[name] = Member(name, role, host, _free_port(host), d / f"{role}.toml", d / "daemon.log")
+        pki.save_identity(pki.issue_identity(ca, COORDINATOR, "coordinator", valid_days=2), self.pki_dir)
+        for i, m in enumerate(self.members.values()):
+            m.config.write_text(self._daemon_toml(m, i))
+        self.coordinator_config.write_text(self._coordinator_toml())
+
+    def _identity_toml(self, name: str) -> list[str]:
+        p = self.pki_dir
+        return ["[identity]", f'name = "{name}"', f'cert = "{p / (name + ".crt")}"', f'key = "{p / (name + ".key")}"',
+                f'ca = "{p / "ca.crt"}"', ""]
+
+    def _daemon_toml(self, me: Member, index: int) -> str:
+        lines = [f'listen = "{me.address}"', 'state_dir = "state"', f'device = "{self.device}"', "",
+                 *self._identity_toml(me.name)]
+        for peer in self.members.values():
+            if peer.name != me.name:
+                lines += [f"[peers.{peer.name}]", f'address = "{peer.address}"', f'role = "{peer.role}"', ""]
+        if me.role == "party":
+            lines += [f"[datasets.{self.dataset}]", 'format = "builtin"', f'name = "{self.dataset}"',
+                      f"part = {index}", f"of = {self.parties}", f"epsilon = {self.budget_epsilon!r}",
+                      f"delta = {self.budget_delta!r}", ""]
+        lines += ["[policy]", f'allowed_coordinators = ["{COORDINATOR}"]', 'allowed_methods = ["output", "gradient"]',
+                  f"max_epsilon_per_job = {self.max_epsilon_per_job!r}", "max_iterations = 2000",
+                  f"allow_test_only = {'true' if self.allow_test_only else 'false'}"]
+        return "\n".join(lines) + "\n"
+
+    def _coordinator_toml(self) -> str:
+        lines = ["timeout_s = 120", "", *self._identity_toml(COORDINATOR), "[parties]"]
+        lines += [f'{m.name} = "{m.address}"' for m in self.members.values() if m.role == "party"]
+        if self.dealer:
+            lines += ["", "[dealers]", f'{DEALER} = "{self.members[DEALER].address}"']
+        return "\n".join(lines) + "\n"
+
+    # ------------------------------------------------------------------ processes
+
+    def start(self) -> None:
+        """Start every daemon and wait until each one listens (its first stdout line)."""
+        if not self.members:
+            self.write()
+        for m in self.members.values():
+            cmd = [*self.wrap(m.name), sys.executable, "-m", "coordinator.cli", m.role, "serve", "--config",
+                   str(m.config)]
+            log = open(m.log, "ab")  # the child keeps its own copy of the descriptor
+            try:
+                m.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
+                                          cwd=m.config.parent, start_new_session=True, env=_child_env())
+            finally:
+                log.close()
+        for m in self.members.values():
+            self._await_listening(m)
+
+    def _await_listening(self, m: Member) -> None:
+        assert m.proc is not None and m.proc.stdout is not None
+        deadline = time.monotonic() + self.start_timeout_s
+        buf = b""
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([m.proc.stdout], [], [], 0.2)
+            if ready:
+                chunk = os.read(m.proc.stdout.fileno(), 4096)
+                buf += chunk
+                if b"\n" in buf:
+                    try:
+                        event = json.loads(buf.split(b"\n", 1)[0])
+                    except ValueError:
+                        event = {}
+                    if event.get("event") == "listening":
+                        return
+                if not chunk and m.proc.poll() is not None:
+                    break
+            elif m.proc.poll() is not None:
+                break
+        raise ConsortiumError(f"{m.role} daemon {m.name!r} did not start (exit {m.proc.poll()}); "
+                              f"log {m.log}:\n{self.log_tail(m.name)}")
+
+    def log_tail(self, name: str, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.members[name].log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Signal one daemon's whole process group (daemon and its job workers)."""
+        proc = self.members[name].proc
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM every process group, then SIGKILL what is left after ``grace_s``."""
+        live = [m for m in self.members.values() if m.proc is not None]
+        for m in live:
+            self.kill(m.name, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for m in live:
+            assert m.proc is not None
+            try:
+                m.proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for m in live:
+            assert m.proc is not None
+            try:  # the group may outlive its leader (a worker still ending): kill it whole
+                os.killpg(m.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            m.proc.wait()
+            if m.proc.stdout is not None:
+                m.proc.stdout.close()
+            m.proc = None
+
+    def __enter__(self) -> LocalConsortium:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def client(self) -> Any:
+        from coordinator.client import CoordinatorClient
+        from coordinator.config import load_coordinator_config
+
+        return CoordinatorClient(load_coordinator_config(self.coordinator_config))
+
+
+def _free_port(host: str) -> int:
+    """A port free on ``host`` now (127.0.0.1 for hosts this namespace cannot bind)."""
+    with socket.socket() as s:
+        try:
+            s.bind((host, 0))
+        except OSError:
+            s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _child_env() -> dict[str, str]:
+    """The daemons import this checkout's packages whatever their working directory."""
+    env = dict(os.environ)
+    here = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
