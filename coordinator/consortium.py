@@ -67,6 +67,7 @@ class LocalConsortium:
     max_epsilon_per_job: float = 1.0
     allow_test_only: bool = False
     device: str = "auto"
+    threads: int | None = 1  # torch threads per job worker: the daemons share this machine
     host_of: Callable[[str], str] = field(default=lambda _name: "127.0.0.1")
     wrap: Callable[[str], Sequence[str]] = field(default=lambda _name: ())
     start_timeout_s: float = 60.0
@@ -115,7 +116,8 @@ class LocalConsortium:
                 f'ca = "{p / "ca.crt"}"', ""]
 
     def _daemon_toml(self, me: Member, index: int) -> str:
-        lines = [f'listen = "{me.address}"', 'state_dir = "state"', f'device = "{self.device}"', "",
+        lines = [f'listen = "{me.address}"', 'state_dir = "state"', f'device = "{self.device}"',
+                 *([f"threads = {self.threads}"] if self.threads else []), "",
                  *self._identity_toml(me.name)]
         for peer in self.members.values():
             if peer.name != me.name:

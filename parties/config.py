@@ -235,6 +235,9 @@ class _DaemonConfig(_Model):
     advertise: HostPort | None = Field(None, validate_default=True)  # = listen (None: listen has port 0)
     state_dir: Path = Field(Path("state"), validate_default=True)
     device: Literal["cpu", "cuda", "auto"] = "auto"
+    # torch intra-op threads of a job worker (None: torch's default, every core); set it when
+    # several daemons share one machine (the demo: 1), or the workers fight over the cores.
+    threads: int | None = Field(None, strict=True, ge=1, le=1024)
     peers: dict[Name, PeerConfig] = Field(default_factory=dict)
     policy: PolicyConfig
 

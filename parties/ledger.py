@@ -290,9 +290,20 @@ class Ledger:
                       (job_id, dataset, eps, dl, spec_digest, ev_json, now))
         return Reservation(job_id, dataset, eps, dl, spec_digest, ev, "reserved", now)
 
-    def mark_revealed(self, job_id: str) -> Reservation:
-        """Call before the first reveal: from now on the job's budget can never be released."""
-        return self._move(job_id, {"reserved": "revealed"}, "revealed_at = ?")
+    def mark_revealed(self, job_id: str, dp_event: Mapping[str, Any] | None = None) -> Reservation:
+        """Call before the first reveal: from now on the job's budget can never be released.
+
+        ``dp_event`` describes the mechanism the job actually runs (known only once the parties
+        have agreed on n and calibrated the noise); with it, later jobs compose by RDP where that
+        is tighter. The reserved (ε, δ) stays the job's charge under basic composition."""
+        ev = normalise_dp_event(dp_event)
+        r = self._move(job_id, {"reserved": "revealed"}, "revealed_at = ?")
+        if ev is not None and r.dp_event is None and r.state in ("revealed", "committed"):
+            with self._tx() as c:
+                c.execute("UPDATE jobs SET dp_event = ? WHERE job_id = ? AND dp_event IS NULL",
+                          (json.dumps(ev, sort_keys=True), job_id))
+                r = self._get(c, job_id)  # type: ignore[assignment]
+        return r
 
     def commit(self, job_id: str) -> Reservation:
         """The job finished; its budget is spent (a job that finished has revealed)."""

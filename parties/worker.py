@@ -168,13 +168,25 @@ def _check_cancel(ctx: WorkerContext) -> None:
         raise JobCancelled("cancelled by the coordinator")
 
 
-def _mark_revealed(ctx: WorkerContext) -> None:
+def dp_event_of(g: Any) -> dict[str, Any]:
+    """The ledger's description of the mechanism a job runs (parties.ledger): the discrete
+    Gaussian's Rényi divergence equals the continuous Gaussian's at z = σ/‖s‖₂ in grid units (CKS
+    2020, Prop. 5), so it composes as a Gaussian event; the discrete Laplace as a pure-ε release.
+    The sampler's own δ rides along as ``delta_extra``."""
+    if g.mechanism == "discrete_gaussian":
+        return {"kind": "gaussian", "noise_multiplier": g.noise_scale_grid / g.sensitivity_grid,
+                "rounds": g.releases, "delta_extra": g.delta_sampler}
+    return {"kind": "laplace", "epsilon": g.epsilon, "delta_extra": g.delta_sampler}
+
+
+def _mark_revealed(ctx: WorkerContext, g: Any = None) -> None:
     if ctx.ledger_path is None:
         return
     from .ledger import Ledger
 
+    event = dp_event_of(g) if g is not None and not _test_no_noise(ctx) else None
     with Ledger(ctx.ledger_path) as led:
-        led.mark_revealed(ctx.job_id)
+        led.mark_revealed(ctx.job_id, event)
 
 
 def _test_no_noise(ctx: WorkerContext) -> bool:
@@ -277,7 +289,7 @@ def _output_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, sizes: Any, ran
     if "error" in local:
         raise local["error"]
     _check_cancel(ctx)
-    _mark_revealed(ctx)
+    _mark_revealed(ctx, g)
     ctx.emit({"phase": "reveal", "round": 1, "rounds": 1, "epsilon_spent": g.epsilon})
     theta = proto.release(agg, local["theta"].reshape(1, -1).to("cpu", torch.float64), [rank])
     curve = [{"round": 1, **_metrics(proto.loss, theta, ds, spec.model.lam)}]
@@ -303,7 +315,7 @@ def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, sizes: Any, r
     y = torch.as_tensor(np.array(ds.y), device=dev)
     theta = proto.initial_model(device=dev)
     _check_cancel(ctx)
-    _mark_revealed(ctx)
+    _mark_revealed(ctx, g)
     curve = []
     for t in range(1, tr.iterations + 1):
         _check_cancel(ctx)
@@ -355,7 +367,8 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
     from mpc_erm.mpc.noise import InMpcNoise
     from mpc_erm.protocols.common import PartySizes
 
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    if getattr(ctx.config, "threads", None):
+        torch.set_num_threads(ctx.config.threads)
     tic = time.perf_counter()
     ctx.emit({"phase": "loading", "message": f"dataset {ctx.job.job.dataset!r}"})
     ds, test = _load_rows(ctx)
@@ -395,9 +408,13 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
 
 def run_dealer_job(ctx: WorkerContext) -> dict[str, Any]:
     """The worker process's main for the dealer: serve triples for this job, then exit."""
+    import torch
+
     from mpc_erm.mpc.dealer import run_dealer
     from mpc_erm.mpc.transport import TransportOptions
 
+    if getattr(ctx.config, "threads", None):
+        torch.set_num_threads(ctx.config.threads)
     server, table = _join(ctx)
     try:
         ctx.emit({"phase": "dealing", "message": "serving triples"})

@@ -13,8 +13,8 @@ from typing import Any
 import click
 
 TRUSTS = ("dealer", "replicated", "tfp")
-TRUST_HELP = ("triples from a dealer process (default); replicated: CrypTen 3-party RSS, hardened, dealer still "
-              "serves comparisons; tfp: party 0 makes the triples (benchmarks/tests only)")
+TRUST_HELP = ("triples from a dealer process (default); replicated: CrypTen 3-party RSS, hardened, no dealer "
+              "(the parties make the comparisons' triples); tfp: party 0 makes the triples (benchmarks/tests only)")
 
 
 def _emit(result: dict[str, Any], out: Path | None, as_json: bool, summary: Any) -> None:
@@ -167,3 +167,36 @@ def _sampler_summary(r: dict[str, Any]) -> None:
     for t in r["targets"]:
         if t["applies"]:
             click.echo(f"  target {t['target']}: {'met' if t['met'] else 'NOT met'}")
+
+
+@bench.command("e2e")
+@click.option("--trust", type=click.Choice(["dealer", "replicated"]), default="dealer", show_default=True)
+@click.option("--iterations", type=click.IntRange(1, 2000), default=50, show_default=True,
+              help="T of the gradient job")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="also write the JSON here")
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+def e2e_cmd(trust: str, iterations: int, out: Path | None, as_json: bool) -> None:
+    """The demo's jobs across real daemons: accuracy vs non-private, time per round vs the simulator."""
+    from benchmarks.e2e import run
+
+    echo = (lambda _m: None) if as_json else (lambda m: click.echo(m, err=True))
+    _emit(run(trust=trust, iterations=iterations, progress=echo), out, as_json, _e2e_summary)
+
+
+def _e2e_summary(r: dict[str, Any]) -> None:
+    p = r["parameters"]
+    click.echo(f"e2e: {p['dataset']}, {p['parties']} parties ({p['trust']}), real daemons")
+    for j in r["jobs"]:
+        if j["status"] != "succeeded":
+            click.echo(f"  {j['job']}: {j['status']} ({j['reason']})")
+            continue
+        click.echo(f"  {j['job']:16s} acc {j['accuracy']:.4f} (non-private {j['nonprivate_accuracy']:.4f}, "
+                   f"gap {j['accuracy_gap_points']:.2f} pts)  ε {j['epsilon']:.4f}  wall {j['wall_s']:.1f} s  "
+                   f"online {_fmt_s(j['online']['seconds_per_round'])}/round  offline noise "
+                   f"{j['offline_noise']['samples']} samples in {j['offline_noise']['seconds']:.1f} s")
+    b = r["baseline_plaintext_gradient"]
+    click.echo(f"  simulator (plaintext) gradient: acc {b['accuracy']:.4f}, {_fmt_s(b['seconds_per_round'])}/round")
+    for k, v in r["ratios"].items():
+        click.echo(f"  {k}: {v:.3g}x")
+    for t in r["targets"]:
+        click.echo(f"  target {t['target']}: {'met' if t['met'] else 'NOT met'}")

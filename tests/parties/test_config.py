@@ -104,13 +104,13 @@ def test_explicit_values(write, tmp_path) -> None:
     crl = tmp_path / "revoked.crl"
     crl.write_text("x")
     text = BASE.replace('listen = "127.0.0.1:7001"',
-                        'listen = "[::1]:7001"\nadvertise = "alice.example.org:443"\ndevice = "cuda"')
+                        'listen = "[::1]:7001"\nadvertise = "alice.example.org:443"\ndevice = "cuda"\nthreads = 4')
     text = text.replace('ca = "pki/ca.crt"', f'ca = "pki/ca.crt"\ncrl = "{crl}"')
     text = text.replace('label = "fraud"', 'label = "fraud"\nschema = "claims-v3"')
     text = text.replace('max_iterations = 100', 'max_iterations = 100\nallowed_methods = ["gradient"]\n'
                         "allow_test_only = true")
     cfg = load_party_config(write(text))
-    assert (cfg.listen, cfg.advertise, cfg.device) == ("[::1]:7001", "alice.example.org:443", "cuda")
+    assert (cfg.listen, cfg.advertise, cfg.device, cfg.threads) == ("[::1]:7001", "alice.example.org:443", "cuda", 4)
     assert cfg.identity.crl == crl and cfg.state_dir == tmp_path / "st"
     assert cfg.datasets["claims"].feature_schema == "claims-v3"
     assert cfg.policy.allowed_methods == ["gradient"] and cfg.policy.allow_test_only is True
@@ -148,6 +148,8 @@ BAD: list[tuple[str, Callable[[str], str], str]] = [
     ("wildcard listen, no advertise", lambda t: t.replace("127.0.0.1:7001", "0.0.0.0:7001"),
      "advertise: required when listen ('0.0.0.0:7001') binds a wildcard address"),
     ("device gpu", lambda t: 'device = "gpu"\n' + t, "device: must be 'cpu', 'cuda' or 'auto' (got 'gpu')"),
+    ("zero threads", lambda t: "threads = 0\n" + t, "threads: must be >= 1 (got 0)"),
+    ("threads as text", lambda t: 'threads = "4"\n' + t, "threads: Input should be a valid integer"),
     ("peer named like me", lambda t: t.replace("[peers.bob]", "[peers.alice]"),
      "peers.alice: a peer cannot have this party's own name"),
     ("bad peer name", lambda t: t.replace("[peers.bob]", '[peers."Bob Smith"]'), "peers.Bob Smith: 'Bob Smith' is not"),

@@ -37,6 +37,12 @@ def test_gradient_perturbation_on_adult_is_within_two_points_of_non_private(tmp_
     assert r["accuracy"] >= r["nonprivate_accuracy"] - 0.02, r
     assert r["epsilon"] <= 1.0 and r["delta"] <= 1e-5 + 1e-12, r
     assert r["ledger_epsilon"] == pytest.approx(1.0)  # every party's ledger charged the job's full ε
+    from parties.ledger import Ledger
+
+    for name in ("alice", "bob", "carol"):  # ... and holds the mechanism, for RDP across later jobs
+        with Ledger(tmp_path / "out" / "consortium" / name / "state" / "ledger.sqlite3") as led:
+            ev = led.get(r["job_id"]).dp_event
+        assert ev["kind"] == "gaussian" and ev["rounds"] == job.iterations and 0 < ev["delta_extra"] < 1e-9, ev
     rep = _report(r["result_dir"])
     assert rep["mechanism"] == "gaussian" and rep["rounds"] == job.iterations and rep["accountant"].startswith("RDP")
     assert rep["delta_sampler"] > 0 and rep["parties"] == 3 and rep["n"] == 30162

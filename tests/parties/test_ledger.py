@@ -414,3 +414,27 @@ def test_spent_plus_reserved_never_exceeds_total(ops) -> None:
                 assert row.jobs == sum(1 for s, x, *_ in model.values() if x == row.dataset and s != "released")
         assert {r.job_id for r in led.open_reservations()} == {
             j for j, (s, *_) in model.items() if s in ("reserved", "revealed")}
+
+
+def test_the_event_attached_at_reveal_tightens_later_composition(tmp_path: Path) -> None:
+    """The daemon reserves (ε, δ) before n is known; the worker attaches the mechanism at reveal."""
+    z, rounds, d_job, total = 8.0, 10, 1e-6, (6.0, 1e-5)
+    e_job = epsilon_for("rdp", z, rounds, d_job)
+    with Ledger(tmp_path / "l.db", {"g": total}) as led:
+        for j in ("a", "b"):
+            led.reserve(j, "g", e_job, d_job, "d")
+        assert led.show()[0].accountant == "basic"
+        led.mark_revealed("a", gauss(z, rounds))
+        led.mark_revealed("a", gauss(z, 2 * rounds))  # repeated: the first event stays
+        assert led.get("a").dp_event == gauss(z, rounds) | {"delta_extra": 0.0}
+        led.commit("a")
+        assert led.show()[0].accountant == "basic"  # b has no event yet: RDP is not a valid bound
+        led.mark_revealed("b", gauss(z, rounds))
+        led.commit("b")
+        assert led.show()[0].accountant == "rdp"
+        assert led.spent("g") == pytest.approx(epsilon_for("rdp", z, 2 * rounds, total[1]), rel=1e-9)
+        assert led.spent("g") < 2 * e_job
+        with pytest.raises(ValueError, match="dp_event"):
+            led.reserve("c", "g", 0.1, 0.0, "d")
+            led.mark_revealed("c", {"kind": "gaussian"})
+        assert led.get("c").state == "reserved"  # a bad event changes nothing
