@@ -187,6 +187,31 @@ def _mark_revealed(ctx: WorkerContext, g: Any = None) -> None:
     event = dp_event_of(g) if g is not None and not _test_no_noise(ctx) else None
     with Ledger(ctx.ledger_path) as led:
         led.mark_revealed(ctx.job_id, event)
+    pv = ctx.job.spec.privacy
+    _audit(ctx).charge(ctx.job_id, dataset=ctx.job.job.dataset, epsilon=pv.epsilon, delta=pv.delta,
+                       spec_digest=ctx.job.spec_digest(), dp_event=event)
+
+
+class _NoAudit:
+    """Where the worker has no state dir (the dealer, tests without a daemon): nothing to log."""
+
+    def charge(self, *_a: Any, **_k: Any) -> None:
+        return None
+
+    def release(self, *_a: Any, **_k: Any) -> None:
+        return None
+
+    def head(self) -> None:
+        return None
+
+
+def _audit(ctx: WorkerContext) -> Any:
+    """The party's hash-chained audit log of charges and releases (parties.audit), in its state dir."""
+    if ctx.ledger_path is None:
+        return _NoAudit()
+    from .audit import AuditLog
+
+    return AuditLog.in_state_dir(ctx.ledger_path.parent)
 
 
 def _test_no_noise(ctx: WorkerContext) -> bool:
@@ -234,6 +259,7 @@ def _report(ctx: WorkerContext, proto: Any, g: Any, mechanism: str, trust: str, 
             "dim": proto.p, "grid_bits": g.grid_bits, "noise_scale_grid": g.noise_scale_grid,
             "sensitivity_grid": g.sensitivity_grid, "tv_per_coordinate": g.tv_per_coordinate,
             "requested_epsilon": pv.epsilon, "requested_delta": pv.delta, "job_digest": ctx.job.spec_digest(),
+            "audit_head": _audit(ctx).head(),
         },
         notes=(g.statement, note),
     )
@@ -292,6 +318,8 @@ def _output_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, sizes: Any, ran
     _mark_revealed(ctx, g)
     ctx.emit({"phase": "reveal", "round": 1, "rounds": 1, "epsilon_spent": g.epsilon})
     theta = proto.release(agg, local["theta"].reshape(1, -1).to("cpu", torch.float64), [rank])
+    _audit(ctx).release(ctx.job_id, what="noisy weighted average of the local models", value=theta, round=1,
+                        rounds=1)
     curve = [{"round": 1, **_metrics(proto.loss, theta, ds, spec.model.lam)}]
     return proto, g, theta, curve, "output perturbation: locally solved models averaged with public weights n_j/n"
 
@@ -316,11 +344,14 @@ def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, sizes: Any, r
     theta = proto.initial_model(device=dev)
     _check_cancel(ctx)
     _mark_revealed(ctx, g)
+    audit = _audit(ctx)
     curve = []
     for t in range(1, tr.iterations + 1):
         _check_cancel(ctx)
         contrib = proto.local_contribution(theta, X, y).to("cpu", torch.float64)
-        theta, _ = proto.round(agg, theta.to("cpu", torch.float64), contrib, [rank])
+        theta, noisy = proto.round(agg, theta.to("cpu", torch.float64), contrib, [rank])
+        audit.release(ctx.job_id, what="noisy weighted sum of clipped gradients", value=noisy, round=t,
+                      rounds=tr.iterations)
         theta = theta.to(dev)
         if t % PROGRESS_EVERY == 0 or t == tr.iterations:
             eps_t = g.epsilon if t == tr.iterations else (

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from coordinator.cli.audit import audit
 from coordinator.cli.bench import bench
 from coordinator.cli.budget import budget
 from coordinator.cli.certs import certs
@@ -32,6 +33,7 @@ cli.add_command(party)
 cli.add_command(dealer)
 cli.add_command(job)
 cli.add_command(budget)
+cli.add_command(audit)
 
 
 def main() -> None:

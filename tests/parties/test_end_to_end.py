@@ -9,6 +9,7 @@ UCI Adult split over 3 parties, jobs submitted by the coordinator client, in-MPC
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.demo import DemoJob, default_jobs, run_demo
+from parties.audit import verify
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,16 +39,20 @@ def test_gradient_perturbation_on_adult_is_within_two_points_of_non_private(tmp_
     assert r["accuracy"] >= r["nonprivate_accuracy"] - 0.02, r
     assert r["epsilon"] <= 1.0 and r["delta"] <= 1e-5 + 1e-12, r
     assert r["ledger_epsilon"] == pytest.approx(1.0)  # every party's ledger charged the job's full ε
+    rep = _report(r["result_dir"])
+    assert rep["mechanism"] == "gaussian" and rep["rounds"] == job.iterations and rep["accountant"].startswith("RDP")
+    assert rep["delta_sampler"] > 0 and rep["parties"] == 3 and rep["n"] == 30162
+    assert "dealer" in rep["trust_model"]
     from parties.ledger import Ledger
 
     for name in ("alice", "bob", "carol"):  # ... and holds the mechanism, for RDP across later jobs
         with Ledger(tmp_path / "out" / "consortium" / name / "state" / "ledger.sqlite3") as led:
             ev = led.get(r["job_id"]).dp_event
         assert ev["kind"] == "gaussian" and ev["rounds"] == job.iterations and 0 < ev["delta_extra"] < 1e-9, ev
-    rep = _report(r["result_dir"])
-    assert rep["mechanism"] == "gaussian" and rep["rounds"] == job.iterations and rep["accountant"].startswith("RDP")
-    assert rep["delta_sampler"] > 0 and rep["parties"] == 3 and rep["n"] == 30162
-    assert "dealer" in rep["trust_model"]
+        # ... and its audit log holds the charge and every release; the report (alice's copy) anchors its head
+        head = rep["parameters"]["audit_head"] if name == "alice" else None
+        v = verify(tmp_path / "out" / "consortium" / name / "state" / "audit.jsonl", head)
+        assert (v.jobs, v.releases, v.records) == (1, job.iterations, job.iterations + 1)
     assert set(os.listdir(r["result_dir"])) >= {"model.safetensors", "privacy_report.json", "metrics.json",
                                                  "training_curve.png"}
     # the daemons never logged a row, a share or a key: the logs are progress only
@@ -58,10 +64,19 @@ def test_gradient_perturbation_on_adult_is_within_two_points_of_non_private(tmp_
 
 def test_output_perturbation_with_replicated_sharing(tmp_path: Path) -> None:
     job = DemoJob("adult-output-rss", "output", lam=1e-3)
-    summary = run_demo(tmp_path / "out", jobs=[job], trust="replicated")
+    summary = run_demo(tmp_path / "out", jobs=[job], trust="replicated", keep_state=True)
     (r,) = summary["jobs"]
     assert r["status"] == "succeeded", r["reason"]
-    assert "replicated" in r["trust_model"], r["trust_model"]
+    assert "replicated" in r["trust_model"] and "no dealer" in r["trust_model"], r["trust_model"]
+    assert not (tmp_path / "out" / "consortium" / "dealer").exists()  # no dealer daemon at all
+    # the one release in every party's audit log is exactly the model in the result
+    from safetensors.torch import load_file
+
+    theta = load_file(str(Path(r["result_dir"]) / "model.safetensors"))["theta"].double().numpy()
+    for name in ("alice", "bob", "carol"):
+        lines = (tmp_path / "out" / "consortium" / name / "state" / "audit.jsonl").read_text().splitlines()
+        rel = json.loads(lines[-1])
+        assert rel["event"] == "release" and rel["sha256"] == hashlib.sha256(theta.tobytes()).hexdigest()
     assert r["accuracy"] >= r["nonprivate_accuracy"] - 0.02, r
     assert r["epsilon"] <= 1.0
 
