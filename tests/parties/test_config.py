@@ -80,9 +80,34 @@ def test_example_file_loads(tmp_path: Path) -> None:
     assert cfg.state_dir == tmp_path / "state"
     assert cfg.advertise == cfg.listen == "127.0.0.1:7101"
     assert {n: p.role for n, p in cfg.peers.items()} == {"bob": "party", "carol": "party", "dealer": "dealer"}
-    ds = cfg.datasets["breast_cancer"]
-    assert (ds.format, ds.name, ds.part, ds.of, ds.epsilon, ds.delta) == ("builtin", "breast_cancer", 0, 3, 4.0, 1e-5)
+    ds = cfg.datasets["adult"]
+    assert (ds.format, ds.name, ds.part, ds.of, ds.epsilon, ds.delta) == ("builtin", "adult", 0, 3, 4.0, 1e-5)
     assert cfg.policy.allowed_methods == ["output", "gradient"] and cfg.policy.allow_test_only is False
+
+
+def test_example_dealer_and_coordinator_configs_load(tmp_path: Path) -> None:
+    from coordinator.config import load_coordinator_config
+    from parties.config import load_dealer_config
+
+    (tmp_path / "pki").mkdir()
+    for f in ("dealer.crt", "dealer.key", "coordinator.crt", "coordinator.key", "ca.crt"):
+        (tmp_path / "pki" / f).write_text("x")
+    shutil.copy(EXAMPLE.parent / "example-dealer.toml", tmp_path / "dealer.toml")
+    dealer = load_dealer_config(tmp_path / "dealer.toml")
+    assert dealer.identity.name == "dealer" and set(dealer.peers) == {"alice", "bob", "carol"}
+    coord_example = EXAMPLE.parents[1] / "coordinator" / "examples" / "coordinator.toml"
+    shutil.copy(coord_example, tmp_path / "coordinator.toml")
+    coord = load_coordinator_config(tmp_path / "coordinator.toml")
+    assert coord.identity.name == "coordinator" and list(coord.parties) == ["alice", "bob", "carol"]
+    assert coord.dealers == {"dealer": "127.0.0.1:7100"}
+    # the example party's peers are where the coordinator example says they are
+    (tmp_path / "pki" / "alice.crt").write_text("x")
+    (tmp_path / "pki" / "alice.key").write_text("x")
+    shutil.copy(EXAMPLE, tmp_path / "party.toml")
+    party = load_party_config(tmp_path / "party.toml")
+    assert coord.parties["alice"] == party.listen
+    assert {n: coord.parties.get(n) or coord.dealers.get(n) for n in party.peers} == {
+        n: p.address for n, p in party.peers.items()}
 
 
 def test_defaults_and_paths_relative_to_the_config_file(write, tmp_path, monkeypatch) -> None:
