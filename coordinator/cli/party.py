@@ -1,8 +1,15 @@
-"""`mpc-erm party serve` and `mpc-erm dealer serve`: run a daemon until SIGINT/SIGTERM.
+"""`mpc-erm party serve` and `mpc-erm dealer serve`: run a daemon until SIGINT/SIGTERM;
+`mpc-erm party health` and `mpc-erm dealer health`: probe a running daemon (container health checks).
 
 The daemon logs JSON lines to stderr and state_dir/daemon.log; stdout gets one JSON line once it
 listens (``{"event": "listening", "port": …}``), so a script can start it with ``listen = "…:0"``
 and learn the port.
+
+``health`` reads the same config as ``serve``, dials the daemon's own address (its listen address;
+``127.0.0.1`` or ``[::1]`` when listen binds a wildcard; its advertise address when listen has port
+0) over mutual TLS with the daemon's own identity, pinning the server to that identity, and calls
+``Health`` with a short deadline. It prints one JSON line and exits 0 if the daemon answered as
+itself, else 1 with one ``error:`` line (never 2, which Docker reserves in health checks).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -79,3 +87,85 @@ def dealer_serve(config_path: Path, worker_module: str) -> None:
     from parties.config import load_dealer_config
 
     _serve(load_dealer_config(config_path), worker_module)
+
+
+# Not exists=True: a missing file must exit 1 (unhealthy), not click's usage status 2.
+_HEALTH_CONFIG = click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+                              help="the daemon's TOML config (the one it serves with)")
+_ADDRESS = click.option("--address", default=None,
+                        help="host:port to dial instead of the one derived from the config")
+_TIMEOUT = click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1, max=300.0), default=3.0,
+                        show_default=True, help="seconds to wait for the answer")
+
+
+def health_target(config: object) -> str:
+    """Where a local probe reaches the daemon: the listen address (a wildcard host replaced by
+    loopback), or the advertise address when listen has port 0."""
+    from parties.config import split_host_port
+
+    host, port = split_host_port(config.listen, allow_zero=True)  # type: ignore[attr-defined]
+    if port == 0:
+        advertise = getattr(config, "advertise", None)
+        if advertise is None:
+            raise ValueError("listen: port 0 (any free port) and no advertise address: pass --address")
+        return str(advertise)
+    if host == "0.0.0.0":
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _health(config_path: Path, role: str, address: str | None, timeout_s: float) -> None:
+    import grpc
+
+    from mpc_erm.mpc import tls
+    from mpc_erm.mpc._proto import party_pb2 as pb
+    from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
+    from parties.config import ConfigError, load_dealer_config, load_party_config, split_host_port
+    from parties.daemon import load_daemon_identity
+
+    def fail(msg: str) -> NoReturn:
+        click.echo(f"error: {' '.join(msg.split())}", err=True)
+        sys.exit(1)
+
+    try:
+        config = load_dealer_config(config_path) if role == "dealer" else load_party_config(config_path)
+        identity = load_daemon_identity(config)
+        if address is not None:
+            split_host_port(address)
+        target = address or health_target(config)
+    except (ConfigError, ValueError) as exc:
+        fail(str(exc))
+    name = config.identity.name
+    channel = tls.secure_channel(target, identity, name, expected_role=role)  # type: ignore[arg-type]
+    try:
+        reply = pb_grpc.PartyControlStub(channel).Health(pb.HealthRequest(), timeout=timeout_s)
+    except grpc.RpcError as exc:
+        code = exc.code()  # type: ignore[attr-defined]
+        fail(f"{role} {name} at {target}: {code.name if code else 'error'}: {exc.details() or ''}")  # type: ignore[attr-defined]
+    finally:
+        channel.close()
+    if (reply.role, reply.name) != (role, name):  # pinning makes this unreachable; checked all the same
+        fail(f"{target} answered as {reply.role}/{reply.name}, not {role}/{name}")
+    click.echo(json.dumps({"status": "ok", "name": reply.name, "role": reply.role, "address": target,
+                           "version": reply.version, "uptime_s": round(reply.uptime_s, 3),
+                           "queued": reply.queued, "running": reply.running}))
+
+
+@party.command("health")
+@_HEALTH_CONFIG
+@_ADDRESS
+@_TIMEOUT
+def party_health(config_path: Path, address: str | None, timeout_s: float) -> None:
+    """Exit 0 if the party daemon of this config answers Health over mTLS as itself, else 1."""
+    _health(config_path, "party", address, timeout_s)
+
+
+@dealer.command("health")
+@_HEALTH_CONFIG
+@_ADDRESS
+@_TIMEOUT
+def dealer_health(config_path: Path, address: str | None, timeout_s: float) -> None:
+    """Exit 0 if the dealer daemon of this config answers Health over mTLS as itself, else 1."""
+    _health(config_path, "dealer", address, timeout_s)
