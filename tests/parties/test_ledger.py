@@ -349,7 +349,7 @@ def test_for_config_uses_state_dir_and_budgets(tmp_path: Path) -> None:
     with Ledger.for_config(cfg) as led:
         assert led.path == tmp_path / "state" / LEDGER_FILE
         (row,) = led.show()
-        assert (row.dataset, row.epsilon_total, row.delta_total) == ("breast_cancer", 4.0, 1e-5)
+        assert (row.dataset, row.epsilon_total, row.delta_total) == ("adult", 4.0, 1e-5)
 
 
 EVENTS = [None, None, gauss(8.0, 3), gauss(20.0, 1), {"kind": "laplace", "epsilon": 0.25}]
