@@ -20,11 +20,11 @@ import sqlite3
 import struct
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .sqlite_store import SqliteStore, state_file
 
 __all__ = ["JOBS_FILE", "LIVE", "TERMINAL", "JobEvent", "JobExists", "JobRecord", "JobStore", "content_digest"]
 
@@ -87,42 +87,16 @@ class JobEvent:
     payload: dict[str, Any] = field(default_factory=dict)
 
 
-class JobStore:
+class JobStore(SqliteStore):
     """Thread-safe; one per daemon (one daemon per state_dir)."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._lock = threading.RLock()
+        super().__init__(path, _SCHEMA)
         self._changed = threading.Condition(self._lock)
-        self._conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA synchronous = FULL")
-        self._conn.execute("PRAGMA foreign_keys = ON")
-        with self._tx() as c:
-            for stmt in filter(str.strip, _SCHEMA.split(";")):
-                c.execute(stmt)
 
     @classmethod
     def in_state_dir(cls, state_dir: str | Path) -> JobStore:
-        d = Path(state_dir)
-        d.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return cls(d / JOBS_FILE)
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-    @contextmanager
-    def _tx(self, mode: str = "IMMEDIATE") -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._conn.execute(f"BEGIN {mode}")
-            try:
-                yield self._conn
-                self._conn.execute("COMMIT")
-            except BaseException:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                raise
+        return cls(state_file(state_dir, JOBS_FILE))
 
     # ---- jobs
 

@@ -34,14 +34,14 @@ import functools
 import json
 import math
 import sqlite3
-import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .sqlite_store import SqliteStore, state_file
 
 if TYPE_CHECKING:
     from .config import PartyConfig
@@ -200,57 +200,25 @@ def _bound(jobs: list[tuple[float, float, str | None]], delta_total: float) -> t
     return best, how
 
 
-class Ledger:
+class Ledger(SqliteStore):
     """Open (creating if needed) the ledger at ``path``; ``budgets`` maps dataset → (ε, δ) totals
     and is upserted (the config is the source of truth for totals). Thread-safe; open one Ledger
     per process (SQLite's locks and a busy timeout make processes safe against each other)."""
 
     def __init__(self, path: str | Path, budgets: Mapping[str, tuple[float, float]] | None = None,
                  *, timeout: float = 30.0) -> None:
-        self.path = Path(path)
-        self._lock = threading.RLock()
-        self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA synchronous = FULL")  # a committed reservation survives power loss
-        self._conn.execute("PRAGMA foreign_keys = ON")
-        with self._tx() as c:
-            for stmt in filter(str.strip, _SCHEMA.split(";")):
-                c.execute(stmt)
+        super().__init__(path, _SCHEMA, timeout=timeout)
         for ds, (eps, delta) in (budgets or {}).items():
             self.set_budget(ds, eps, delta)
 
     @classmethod
     def in_state_dir(cls, state_dir: str | Path, budgets: Mapping[str, tuple[float, float]] | None = None,
                      **kw: Any) -> Ledger:
-        d = Path(state_dir)
-        d.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return cls(d / LEDGER_FILE, budgets, **kw)
+        return cls(state_file(state_dir, LEDGER_FILE), budgets, **kw)
 
     @classmethod
     def for_config(cls, cfg: PartyConfig, **kw: Any) -> Ledger:
         return cls.in_state_dir(cfg.state_dir, {k: (d.epsilon, d.delta) for k, d in cfg.datasets.items()}, **kw)
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-    def __enter__(self) -> Ledger:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @contextmanager
-    def _tx(self, mode: str = "IMMEDIATE") -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._conn.execute(f"BEGIN {mode}")
-            try:
-                yield self._conn
-                self._conn.execute("COMMIT")
-            except BaseException:
-                if self._conn.in_transaction:  # also when COMMIT itself failed
-                    self._conn.execute("ROLLBACK")
-                raise
 
     def set_budget(self, dataset: str, epsilon: float, delta: float) -> None:
         eps, dl = _positive("epsilon", epsilon), _unit("delta", delta)
