@@ -56,20 +56,10 @@ class SubmitRefused(ClientError):
 
 
 def load_coordinator_identity(cfg: CoordinatorConfig) -> pki.Identity:
-    ic = cfg.identity
     try:
-        cert, key, ca = ic.cert.read_bytes(), ic.key.read_bytes(), ic.ca.read_bytes()
-        role, name = pki.identity_of_certificate(cert)
-    except (OSError, ValueError) as exc:
-        raise ClientError(f"identity: {exc}") from None
-    if (role, name) != ("coordinator", ic.name):
-        raise ClientError(f"identity.cert: {ic.cert} is for {role}/{name}, not coordinator/{ic.name}")
-    identity = pki.Identity(name=name, role=role, cert_pem=cert, key_pem=key, ca_pem=ca)
-    try:
-        pki.verify_identity(identity)
+        return cfg.identity.load("coordinator")  # type: ignore[no-any-return]
     except ValueError as exc:
-        raise ClientError(f"identity: {exc}") from None
-    return identity
+        raise ClientError(str(exc)) from None
 
 
 def info_dict(info: pb.JobInfo) -> dict[str, Any]:

@@ -144,6 +144,32 @@ class IdentityConfig(_Model):
 
     _files = field_validator("cert", "key", "ca", "crl")(_existing_file)
 
+    def load(self, role: str) -> Any:
+        """The TLS identity these files hold (a ``pki.Identity``), checked as every daemon and the
+        coordinator need it: the key matches the certificate, the CA signed it, it is valid now,
+        and it names ``name`` in ``role``. Raises ValueError naming the field."""
+        from mpc_erm.mpc import pki
+
+        try:
+            cert, key, ca = self.cert.read_bytes(), self.key.read_bytes(), self.ca.read_bytes()
+        except OSError as exc:
+            raise ValueError(f"identity: cannot read: {exc}") from None
+        try:
+            got_role, got_name = pki.identity_of_certificate(cert)
+        except ValueError as exc:
+            raise ValueError(f"identity.cert: {exc}") from None
+        if got_name != self.name:
+            raise ValueError(f"identity.cert: {self.cert} is for {got_name!r}, not identity.name {self.name!r}")
+        if got_role != role:
+            raise ValueError(f"identity.cert: {self.cert} is for {got_role}/{got_name}, not {role}/{self.name} "
+                             f"(a {role} needs a {role} certificate)")
+        identity = pki.Identity(name=got_name, role=got_role, cert_pem=cert, key_pem=key, ca_pem=ca)
+        try:
+            pki.verify_identity(identity)
+        except ValueError as exc:
+            raise ValueError(f"identity: {exc}") from None
+        return identity
+
 
 class PeerConfig(_Model):
     """Another identity this party talks to, and where to reach it."""
