@@ -117,8 +117,8 @@ def _run_job(cons: LocalConsortium, job: DemoJob, out: Path, trust: str, on_even
                 ends[ev["member"]] = ev
         wall = time.perf_counter() - tic
         bad = {m: e for m, e in ends.items() if e["phase"] != "succeeded"}
-        base = DemoResult(job.name, job.method, job_id, "succeeded" if not bad else "failed", None, float("nan"),
-                          None, None, None, wall, None)
+        base = DemoResult(job.name, job.method, job_id, "succeeded" if not bad else "failed", None,
+                          nonprivate_accuracy(cons.dataset, job.lam), None, None, None, wall, None)
         if bad:
             base.reason = "; ".join(f"{m}: {e['phase']} ({e['payload'].get('reason') or e['payload'].get('message')})"
                                     for m, e in bad.items())
@@ -177,9 +177,7 @@ def run_demo(out: Path, *, jobs: list[DemoJob] | None = None, parties: int = 3, 
             say("daemons listening: " + ", ".join(f"{m.name}@{m.address}" for m in cons.members.values()))
             for job in jobs:
                 say(f"submitting {job.name} ({job.method} perturbation)")
-                r = _run_job(cons, job, out, trust, on_event)
-                r.nonprivate_accuracy = nonprivate_accuracy(dataset, job.lam)
-                results.append(r)
+                results.append(_run_job(cons, job, out, trust, on_event))
         logs = out / "logs"
         logs.mkdir(exist_ok=True)
         for m in cons.members.values():
