@@ -43,6 +43,13 @@ test: install
 test-all: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# Issue 6's long suites: the full fault-injection campaign and the soak (see README "Reliability").
+test-reliability: install
+	$(BIN)/python -m pytest -m reliability tests/reliability $(PYTEST_ARGS)
+
+test-soak: install
+	$(BIN)/python -m pytest -m soak tests/reliability $(PYTEST_ARGS)
+
 lint: install
 	$(BIN)/ruff check mpc_erm parties coordinator tests benchmarks
 
