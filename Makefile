@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo simulate test test-all lint clean
+.PHONY: install demo simulate test test-all test-reliability test-soak lint clean
 
 install: $(STAMP)
 
