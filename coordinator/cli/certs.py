@@ -1,4 +1,5 @@
-"""`mpc-erm certs init|issue|request|sign`: the deployment CA and one key + certificate per identity.
+"""`mpc-erm certs init|issue|request|sign|revoke`: the deployment CA, one key + certificate per identity, and
+the revocation list.
 
 Why in the CLI: each organisation's operator must be able to mint and inspect its material
 without writing Python, and must not clobber a CA or a key by accident (hence `--force`).
@@ -14,6 +15,7 @@ from typing import cast
 
 import click
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 
 from mpc_erm.mpc import pki
 
@@ -190,3 +192,60 @@ def sign(dir_: Path, csr_path: Path, name: str, role: str, hosts: tuple[str, ...
     else:
         click.echo(f"{info['identity']} signed: {paths.cert} (return it with {paths.ca})")
         click.echo(f"  SHA-256 {info['cert']['sha256_fingerprint']}  valid until {info['cert']['not_after']}")
+
+
+@certs.command("revoke")
+@_DIR
+@click.option("--cert", "cert_paths", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="a certificate to revoke (repeatable)")
+@click.option("--serial", "serials", multiple=True,
+              help="a serial number to revoke, hex as `certs` prints it (repeatable)")
+@click.option("--crl", "crl_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="the revocation list to write; its serials are kept (default: DIR/crl.pem)")
+@click.option("--days", type=int, default=30, show_default=True,
+              help="the list is valid this long; daemons refuse a stale list, so re-run before it lapses")
+@_JSON
+def revoke(dir_: Path, cert_paths: tuple[Path, ...], serials: tuple[str, ...], crl_path: Path | None, days: int,
+           as_json: bool) -> None:
+    """Add certificates to the CA's revocation list (CRL) and re-sign it.
+
+    Give the list to every daemon (`[identity] crl = "…"` in its config): a daemon, and each job's
+    share transport, refuses a revoked peer by serial. With no --cert/--serial it only re-signs
+    the list for another --days (a list past its next update is refused, fail closed)."""
+    if days < 1:
+        raise ValueError(f"--days: must be >= 1, got {days}")
+    ca = pki.load_ca(dir_)
+    path = crl_path or dir_ / "crl.pem"
+    kept: set[int] = set()
+    if path.exists():  # an expired list still names what was revoked: keep its serials
+        try:
+            kept = set(pki.revoked_serials_from_crl(path.read_bytes(), ca.cert_pem, check_validity=False))
+        except ValueError as exc:
+            raise ValueError(f"--crl: {path}: {exc}") from None
+    added: set[int] = set()
+    for p in cert_paths:
+        try:
+            cert = x509.load_pem_x509_certificate(p.read_bytes())
+        except ValueError:
+            raise ValueError(f"--cert: {p} is not a PEM certificate") from None
+        try:  # the CA's signature, not just its name: two CAs may share a name
+            cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca.cert_pem))
+        except (ValueError, TypeError, InvalidSignature):
+            raise ValueError(f"--cert: {p} was not issued by the CA in {dir_}") from None
+        added.add(cert.serial_number)
+    for s in serials:
+        try:
+            added.add(int(s, 16))
+        except ValueError:
+            raise ValueError(f"--serial: {s!r} is not a hexadecimal serial number") from None
+    pem = pki.create_crl(ca, kept | added, valid_days=days)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pem)
+    crl = x509.load_pem_x509_crl(pem)
+    info = {"crl": str(path), "revoked": sorted(f"{s:x}" for s in kept | added),
+            "added": sorted(f"{s:x}" for s in added - kept), "next_update": crl.next_update_utc.isoformat()}
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+    else:
+        click.echo(f"{path}: {len(info['revoked'])} revoked ({len(info['added'])} new), valid until "
+                   f"{info['next_update']}")

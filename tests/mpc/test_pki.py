@@ -404,3 +404,28 @@ def test_cli_request_and_sign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert pki.load_identity(org, "b").role == "party"
     code, _out, err = _run_main(monkeypatch, capsys, "request", "--dir", str(org), "--name", "b", "--role", "party")
     assert code == 2 and "--force" in err
+
+
+def test_cli_revoke_accumulates_serials_and_daemons_read_the_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = tmp_path / "certs"
+    assert _run_main(monkeypatch, capsys, "init", "--dir", str(d))[0] == 0
+    for name in ("p1", "p2"):
+        assert _run_main(monkeypatch, capsys, "issue", "--dir", str(d), "--name", name, "--role", "party")[0] == 0
+    code, out, err = _run_main(monkeypatch, capsys, "revoke", "--dir", str(d), "--cert", str(d / "p1.crt"), "--json")
+    assert code == 0, err
+    p1 = x509.load_pem_x509_certificate((d / "p1.crt").read_bytes()).serial_number
+    p2 = x509.load_pem_x509_certificate((d / "p2.crt").read_bytes()).serial_number
+    assert json.loads(out)["added"] == [f"{p1:x}"]
+    code, out, err = _run_main(monkeypatch, capsys, "revoke", "--dir", str(d), "--serial", f"{p2:x}", "--json")
+    assert code == 0, err
+    assert sorted(json.loads(out)["revoked"]) == sorted([f"{p1:x}", f"{p2:x}"])  # the first one is kept
+    ca_pem = (d / "ca.crt").read_bytes()
+    assert pki.load_revoked_serials(d / "crl.pem", ca_pem) == {p1, p2}  # what a daemon loads
+    other = tmp_path / "other"
+    assert _run_main(monkeypatch, capsys, "init", "--dir", str(other))[0] == 0
+    code, _, err = _run_main(monkeypatch, capsys, "revoke", "--dir", str(other), "--cert", str(d / "p1.crt"))
+    assert code != 0 and "--cert" in err and "not issued by the CA" in err
+    code, _, err = _run_main(monkeypatch, capsys, "revoke", "--dir", str(d), "--serial", "xyz")
+    assert code != 0 and "--serial" in err
