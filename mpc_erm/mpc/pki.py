@@ -418,30 +418,47 @@ def _identity_from_extensions(extensions: x509.Extensions, what: str) -> tuple[R
 # --------------------------------------------------------------------------- revocation (CRL)
 
 
-def create_crl(ca: CertificateAuthority, revoked_serials: Iterable[int], valid_days: int = 30) -> bytes:
-    """A CA-signed CRL (PEM) listing ``revoked_serials``.
+def create_crl(
+    ca: CertificateAuthority,
+    revoked_serials: Iterable[int],
+    valid_days: int = 30,
+    *,
+    last_update: dt.datetime | None = None,
+    next_update: dt.datetime | None = None,
+) -> bytes:
+    """A CA-signed CRL (PEM) listing ``revoked_serials``, valid for ``valid_days``.
 
     Why signed: revocations travel between organisations; a party should only honour a
-    revocation list it can check came from the deployment's CA.
+    revocation list it can check came from the deployment's CA. ``last_update``/``next_update``
+    override the validity window (tests use them for stale lists).
     """
     ca_cert = _load_cert(ca.cert_pem, "ca.cert_pem")
     ca_key = _load_key(ca.key_pem, "ca.key_pem")
     now = _utcnow()
+    start = last_update if last_update is not None else now - _CLOCK_SKEW
+    end = next_update if next_update is not None else now + dt.timedelta(days=valid_days)
+    if end <= start:
+        raise ValueError("next_update: must be later than last_update")
     builder = (
         x509.CertificateRevocationListBuilder()
         .issuer_name(ca_cert.subject)
-        .last_update(now - _CLOCK_SKEW)
-        .next_update(now + dt.timedelta(days=valid_days))
+        .last_update(start)
+        .next_update(end)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
     )
     for serial in sorted(set(revoked_serials)):
         builder = builder.add_revoked_certificate(
-            x509.RevokedCertificateBuilder().serial_number(serial).revocation_date(now).build()
+            x509.RevokedCertificateBuilder().serial_number(serial).revocation_date(min(now, end)).build()
         )
     return builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
 
 
-def revoked_serials_from_crl(crl_pem: bytes, ca_pem: bytes) -> frozenset[int]:
-    """Serials listed in ``crl_pem`` after checking it is signed by the CA in ``ca_pem``."""
+def revoked_serials_from_crl(crl_pem: bytes, ca_pem: bytes, *, check_validity: bool = True) -> frozenset[int]:
+    """Serials listed in ``crl_pem`` after checking it is signed by the CA in ``ca_pem`` and current.
+
+    A list past its ``next_update`` is refused (fail closed, as OpenSSL's CRL check does): a stale
+    list would silently stop covering certificates revoked since; the operator must issue a fresh one.
+    """
     try:
         crl = x509.load_pem_x509_crl(crl_pem)
     except ValueError as exc:
@@ -449,7 +466,23 @@ def revoked_serials_from_crl(crl_pem: bytes, ca_pem: bytes) -> frozenset[int]:
     ca_cert = _load_cert(ca_pem, "ca")
     if crl.issuer != ca_cert.subject or not crl.is_signature_valid(ca_cert.public_key()):  # type: ignore[arg-type]
         raise ValueError("crl: not signed by this CA")
+    if check_validity:
+        now = _utcnow()
+        if crl.last_update_utc - _CLOCK_SKEW > now:
+            raise ValueError(f"crl: not valid before {crl.last_update_utc.isoformat()} (issued in the future)")
+        if crl.next_update_utc is not None and crl.next_update_utc < now:
+            raise ValueError(f"crl: stale since {crl.next_update_utc.isoformat()} (next_update passed); "
+                             "issue a fresh one")
     return frozenset(r.serial_number for r in crl)
+
+
+def load_revoked_serials(crl_path: str | os.PathLike[str], ca_pem: bytes) -> frozenset[int]:
+    """:func:`revoked_serials_from_crl` of a CRL file; errors name the file."""
+    path = Path(crl_path)
+    try:
+        return revoked_serials_from_crl(_read(path), ca_pem)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
 # --------------------------------------------------------------------------- files

@@ -1,6 +1,6 @@
 """Mutual TLS for every mpc_erm gRPC channel, with identity pinning and per-method authorisation.
 
-Three checks, each where it cannot be skipped by the peer:
+Checks, each where it cannot be skipped by the peer:
 
 1. **Same CA, both ways** (TLS handshake). Servers use ``require_client_auth=True`` with the
    deployment CA as the only root; clients trust only that CA. A peer without a certificate, with
@@ -18,6 +18,16 @@ Three checks, each where it cannot be skipped by the peer:
    client's identity from its certificate (``auth_context()["x509_pem_cert"]``), checks it against
    a per-method allow-list and a revocation set, and aborts with PERMISSION_DENIED naming the
    caller and the method. Methods missing from the policy are denied.
+4. **The caller is not flooding** (server side, per RPC, optional). An Authorizer given a
+   :class:`~mpc_erm.mpc.ratelimit.RateLimit` keeps a token bucket per authenticated identity and
+   answers RESOURCE_EXHAUSTED, naming the caller and the limit, once it is empty.
+5. **The request parses** (server side). A request that is not the method's protobuf message is
+   answered INVALID_ARGUMENT naming the caller, after the checks above (gRPC's own answer would
+   be INTERNAL with a traceback in the log, and before authorisation); so is a top-level string
+   field longer than the Authorizer's ``field_limits`` (ids are echoed in refusals).
+
+Every refusal, and every error status a servicer answers, is logged as one line (method, status,
+caller, a bounded reason; never request bytes), at most a few lines per second per caller.
 
 Revocation is checked in the Authorizer (serials and/or identity names), not in the handshake:
 grpcio's Python API has no CRL hook for ``ssl_server_credentials``. A revoked peer can still
@@ -48,6 +58,7 @@ from mpc_erm.mpc.pki import (
     validate_name,
     validate_role,
 )
+from mpc_erm.mpc.ratelimit import LogThrottle, RateLimit, RateLimiter
 
 log = logging.getLogger(__name__)
 
@@ -204,10 +215,11 @@ Policy = Mapping[str, Iterable[tuple[str, str]]]
 
 
 class Denied(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    def __init__(self, code: grpc.StatusCode, message: str, caller: Peer | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.caller = caller
 
 
 def _normalise_policy(policy: Policy) -> dict[str, frozenset[tuple[str, str]]]:
@@ -254,8 +266,23 @@ class Authorizer(grpc.ServerInterceptor):
         *,
         revoked_serials: Iterable[int] = (),
         revoked_identities: Iterable[str | tuple[str, str]] = (),
+        rate_limit: RateLimit | RateLimiter | None = None,
+        log_refusals: bool = True,
+        field_limits: Mapping[str, int] | None = None,
     ) -> None:
+        """``log_refusals``: also log every call the servicer itself ends with an error status (one
+        line: method, status, caller, the first 300 characters of the reason) besides the refusals
+        decided here; off for servicers that log their refusals themselves.
+
+        ``field_limits``: longest allowed top-level string/bytes field of a unary request, in bytes,
+        by field name (``"*"``: every other one); longer ones are INVALID_ARGUMENT before the servicer
+        runs. Why: servicers echo ids in their refusals, and a megabyte "job id" echoed into the
+        answer's trailer or the log is a denial of service (gRPC cannot even send such a trailer)."""
         self._policy = _normalise_policy(policy)
+        self.log_refusals = log_refusals
+        self.field_limits = dict(field_limits or {})
+        self._log_throttle = LogThrottle()
+        self.limiter = RateLimiter(rate_limit) if isinstance(rate_limit, RateLimit) else rate_limit
         self._write_lock = threading.Lock()  # readers take the current frozensets without locking
         self._revoked_serials: frozenset[int] = frozenset(revoked_serials)
         self._revoked_ids = _normalise_revoked_identities(revoked_identities)
@@ -298,6 +325,15 @@ class Authorizer(grpc.ServerInterceptor):
             caller = _peer_from_auth_context(auth_context)
         except PermissionError as exc:
             raise Denied(grpc.StatusCode.UNAUTHENTICATED, f"unauthenticated call to {method}: {exc}") from None
+        limiter = self.limiter
+        if limiter is not None:  # first: refusals of a flooding peer are cheap and logged sparingly
+            wait = limiter.take((caller.role, caller.name))
+            if wait > 0:
+                raise Denied(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"{caller} exceeded its rate limit of {limiter.limit}; refused {method}, retry in {wait:.2f} s",
+                    caller,
+                )
         revoked_ids = self._revoked_ids
         if (caller.role, caller.name) in revoked_ids or (WILDCARD, caller.name) in revoked_ids:
             raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"{caller} is revoked; refused {method}")
@@ -319,8 +355,63 @@ class Authorizer(grpc.ServerInterceptor):
             return caller
         raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"{caller} may not call {method}")
 
+    def _warn(self, key: object, fmt: str, *args: object) -> None:
+        """A refusal log line, at most a few per second per caller (see LogThrottle)."""
+        ok, dropped = self._log_throttle.allow(key)
+        if ok and dropped:
+            log.warning(fmt + " (%d similar lines not logged)", *args, dropped)
+        elif ok:
+            log.warning(fmt, *args)
+
     def _refuse(self, method: str, denied: Denied) -> None:
-        log.warning("refused %s: %s", method, denied.message)
+        if denied.code == grpc.StatusCode.RESOURCE_EXHAUSTED and denied.caller is not None and self.limiter:
+            first, suppressed = self.limiter.should_log((denied.caller.role, denied.caller.name))
+            if not first:
+                return
+            if suppressed:
+                log.warning("refused %s: %s (%d more refusals of %s not logged)", method, denied.message,
+                            suppressed, denied.caller)
+                return
+        key = str(denied.caller) if denied.caller is not None else denied.message.split(":", 1)[0]
+        self._warn(key, "refused %s: %s", method, denied.message)
+
+    def answered(self, context: grpc.ServicerContext, method: str, caller: Peer) -> None:
+        """After a servicer raised: log the error status it set (never payload, just its reason)."""
+        if not self.log_refusals:
+            return
+        try:
+            code = context.code()
+            details = context.details()
+        except (AttributeError, NotImplementedError):  # pragma: no cover - older grpcio
+            return
+        if code is None or code == grpc.StatusCode.OK:
+            return  # a crash: gRPC logs it with its traceback and answers UNKNOWN
+        text = details.decode(errors="replace") if isinstance(details, bytes) else str(details or "")
+        text = " ".join(text.split())
+        text = text if len(text) <= 300 else text[:297] + "..."
+        self._warn(str(caller), "%s answered %s to %s: %s", method, code.name, caller, text)
+
+    def oversized_field(self, request: Any) -> str | None:
+        """The first top-level string/bytes field longer than ``field_limits`` allows, described."""
+        limits = self.field_limits
+        if not limits or not hasattr(request, "ListFields"):
+            return None
+        default = limits.get(WILDCARD)
+        for fd, value in request.ListFields():
+            if isinstance(value, str | bytes):
+                limit = limits.get(fd.name, default)
+                n = len(value) if isinstance(value, bytes) else len(value.encode(errors="replace"))
+                if limit is not None and n > limit:
+                    return f"{fd.name}: {n} bytes, longer than the {limit} allowed"
+        return None
+
+    def malformed(self, context: grpc.ServicerContext, method: str, request: _Malformed | str) -> None:
+        """Abort a call whose request did not parse (or has an oversized field): INVALID_ARGUMENT
+        naming the caller and what is wrong, never the payload."""
+        who = _describe_caller(context)
+        message = f"{who}: malformed request to {method}: {request}"
+        self._warn(who, "refused %s: %s", method, message)
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
 
     def check(self, context: grpc.ServicerContext, method: str) -> Peer:
         """For servicers that authorise by hand: the caller, or abort the RPC."""
@@ -351,8 +442,8 @@ class Authorizer(grpc.ServerInterceptor):
         if handler is None:
             if self._allowed_for(method) is not None:
                 return None  # allowed but not implemented: UNIMPLEMENTED as usual
-            return _wrap_sync(_DENY_HANDLER, method, self.check)
-        return _wrap_sync(handler, method, self.check)
+            return _wrap_sync(_DENY_HANDLER, method, self)
+        return _wrap_sync(handler, method, self)
 
     def aio(self) -> AioAuthorizer:
         """The same policy and revocation state as a ``grpc.aio`` server interceptor."""
@@ -367,39 +458,108 @@ def _deny_behaviour(request: Any, context: grpc.ServicerContext) -> bytes:  # pr
 _DENY_HANDLER = grpc.unary_unary_rpc_method_handler(_deny_behaviour)
 
 
-def _wrap_sync(
-    handler: grpc.RpcMethodHandler, method: str, check: Callable[[grpc.ServicerContext, str], Peer]
-) -> grpc.RpcMethodHandler:
-    common = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}
+class _Malformed:
+    """Stands in for a request message that did not parse (the handler is never given it)."""
+
+    __slots__ = ("nbytes", "error")
+
+    def __init__(self, nbytes: int, error: str) -> None:
+        self.nbytes, self.error = nbytes, error
+
+    def __str__(self) -> str:
+        return f"{self.nbytes} bytes that are not a valid request message ({self.error})"
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """A deserializer that returns :class:`_Malformed` instead of raising (so that we, not gRPC,
+    answer: after authorisation, with INVALID_ARGUMENT instead of INTERNAL)."""
+    if deserializer is None:
+        return None
+
+    def parse(raw: bytes) -> Any:
+        try:
+            return deserializer(raw)
+        except Exception as exc:  # DecodeError and friends; the message names no payload bytes
+            return _Malformed(len(raw), type(exc).__name__)
+
+    return parse
+
+
+def _describe_caller(context: grpc.ServicerContext) -> str:
+    try:
+        return str(peer(context))
+    except PermissionError:
+        return "unauthenticated caller"
+
+
+Malformed = Callable[[grpc.ServicerContext, str, "_Malformed | str"], None]
+
+
+def _checked_requests(requests: Any, context: grpc.ServicerContext, method: str, malformed: Malformed) -> Any:
+    for request in requests:
+        if isinstance(request, _Malformed):
+            malformed(context, method, request)
+        yield request
+
+
+def _wrap_sync(handler: grpc.RpcMethodHandler, method: str, auth: Authorizer) -> grpc.RpcMethodHandler:
+    """The handler behind authorisation (and rate limit), request parsing check and refusal log."""
+    common = {
+        "request_deserializer": _tolerant(handler.request_deserializer),
+        "response_serializer": handler.response_serializer,
+    }
+    check, malformed, answered = auth.check, auth.malformed, auth.answered
     if handler.unary_unary:
         inner_uu = handler.unary_unary
 
         def unary_unary(request: Any, context: grpc.ServicerContext) -> Any:
-            check(context, method)
-            return inner_uu(request, context)
+            caller = check(context, method)
+            bad = request if isinstance(request, _Malformed) else auth.oversized_field(request)
+            if bad is not None:
+                malformed(context, method, bad)
+            try:
+                return inner_uu(request, context)
+            except Exception:
+                answered(context, method, caller)
+                raise
 
         return grpc.unary_unary_rpc_method_handler(unary_unary, **common)
     if handler.unary_stream:
         inner_us = handler.unary_stream
 
         def unary_stream(request: Any, context: grpc.ServicerContext) -> Any:
-            check(context, method)
-            yield from inner_us(request, context)
+            caller = check(context, method)
+            bad = request if isinstance(request, _Malformed) else auth.oversized_field(request)
+            if bad is not None:
+                malformed(context, method, bad)
+            try:
+                yield from inner_us(request, context)
+            except Exception:
+                answered(context, method, caller)
+                raise
 
         return grpc.unary_stream_rpc_method_handler(unary_stream, **common)
     if handler.stream_unary:
         inner_su = handler.stream_unary
 
         def stream_unary(request_iterator: Any, context: grpc.ServicerContext) -> Any:
-            check(context, method)
-            return inner_su(request_iterator, context)
+            caller = check(context, method)
+            try:
+                return inner_su(_checked_requests(request_iterator, context, method, malformed), context)
+            except Exception:
+                answered(context, method, caller)
+                raise
 
         return grpc.stream_unary_rpc_method_handler(stream_unary, **common)
     inner_ss = handler.stream_stream
 
     def stream_stream(request_iterator: Any, context: grpc.ServicerContext) -> Any:
-        check(context, method)
-        yield from inner_ss(request_iterator, context)
+        caller = check(context, method)
+        try:
+            yield from inner_ss(_checked_requests(request_iterator, context, method, malformed), context)
+        except Exception:
+            answered(context, method, caller)
+            raise
 
     return grpc.stream_stream_rpc_method_handler(stream_stream, **common)
 
@@ -472,6 +632,7 @@ __all__ = [
     "Denied",
     "Peer",
     "Policy",
+    "RateLimit",
     "channel_credentials",
     "expected_peer_target_name",
     "parse_expected_peer",

@@ -3,7 +3,9 @@
 A sender never waits for the receiver to be *in* the matching recv (the message is stored on
 arrival), so two parties that send to each other before receiving cannot deadlock, and isend/
 irecv need no rendezvous. Memory is bounded per job (``max_pending_bytes``): a runaway or
-hostile peer of the job gets RESOURCE_EXHAUSTED, not the host's memory.
+hostile peer of the job gets RESOURCE_EXHAUSTED, not the host's memory. Each stored message is
+charged ``MESSAGE_OVERHEAD`` bytes on top of its data (what its Python objects cost), so a flood
+of empty messages (tokens, or zero-size tensors, at ever new sequence numbers) is bounded too.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 from .._proto import transport_pb2 as pb
 from .errors import TransportClosed
 from .table import PartyTable
+
+MESSAGE_OVERHEAD = 1024  # bytes charged per stored message besides its data (header, objects)
 
 
 class DuplicateMessage(Exception):
@@ -51,14 +55,19 @@ class JobBox:
     def job_id(self) -> str:
         return self.table.job_id
 
-    def reserve(self, nbytes: int) -> None:
-        """Claim room for a message before reading its data."""
+    def reserve(self, nbytes: int) -> int:
+        """Claim room for a message of ``nbytes`` before reading its data; returns the charge
+        (data plus overhead) to :meth:`release` if the message is not stored after all."""
+        charge = nbytes + MESSAGE_OVERHEAD
         with self._cond:
             if self._closed is not None:
                 raise TransportClosed(self._closed)
-            if self._reserved + nbytes > self.max_pending_bytes:
-                raise MailboxFull(f"{self._reserved} bytes pending, limit {self.max_pending_bytes}")
-            self._reserved += nbytes
+            if self._reserved + charge > self.max_pending_bytes:
+                raise MailboxFull(
+                    f"{self._reserved} bytes pending in {len(self._slots)} messages, limit {self.max_pending_bytes}"
+                )
+            self._reserved += charge
+        return charge
 
     def release(self, nbytes: int) -> None:
         with self._cond:
@@ -85,7 +94,7 @@ class JobBox:
             while True:
                 msg = self._slots.pop((src, seq), None)
                 if msg is not None:
-                    self._reserved -= len(msg.data)
+                    self._reserved -= len(msg.data) + MESSAGE_OVERHEAD
                     self._mark_taken(src, seq)
                     return msg
                 if self._closed is not None:

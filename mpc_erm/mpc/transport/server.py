@@ -5,21 +5,30 @@ dealer of this deployment (``tls.Authorizer`` on the method), the job is registe
 claimed ``src`` rank belongs to the TLS identity of the caller in that job's party table (a peer
 cannot send as someone else), ``dst`` is the member this mailbox serves, and the announced size
 fits dtype, shape and the limits. Only then is the data streamed into a preallocated buffer.
+
+Every refusal is logged as one warning line (job, caller, status, reason: never payload bytes)
+and answered with a gRPC status the sender maps to :class:`~.errors.PeerRejected`. A caller is
+also refused if its certificate serial is revoked (``revoked_serials``, e.g. from the
+deployment's CRL) or once it exceeds its per-identity call rate (``rate_limit``,
+RESOURCE_EXHAUSTED); messages larger than ``max_message_bytes`` are refused from their header.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NoReturn
 
 import grpc
 
 from .. import tls
 from .._proto import transport_pb2 as pb
 from .._proto import transport_pb2_grpc as pb_grpc
-from ..pki import Identity
+from ..pki import Identity, load_revoked_serials
+from ..ratelimit import TRANSPORT_DEFAULT, LogThrottle, RateLimit
 from . import codec
 from .chunking import Assembler, grpc_message_options
 from .errors import PayloadError, TransportClosed
@@ -42,11 +51,30 @@ def transport_policy() -> tls.Policy:
 class _Servicer(pb_grpc.ShareTransportServicer):
     def __init__(self, server: TransportServer) -> None:
         self._server = server
+        self._log_throttle = LogThrottle()
 
-    def _job(self, job_id: str, context: grpc.ServicerContext) -> JobBox:
+    def _refuse(
+        self, context: grpc.ServicerContext, code: grpc.StatusCode, message: str, level: int = logging.WARNING
+    ) -> NoReturn:
+        """Log one line (who, status, why; never payload; a few per second per caller at most) and abort."""
+        try:
+            caller = str(tls.peer(context))
+        except PermissionError:
+            caller = "unauthenticated caller"
+        if log.isEnabledFor(level):
+            ok, dropped = self._log_throttle.allow(caller)
+            if ok:
+                more = f" ({dropped} similar lines not logged)" if dropped else ""
+                log.log(level, "refused a message from %s: %s: %s%s", caller, code.name, message, more)
+        context.abort(code, message)
+        raise AssertionError("unreachable: context.abort raises")
+
+    def _job(self, job_id: str, context: grpc.ServicerContext, level: int = logging.WARNING) -> JobBox:
         box = self._server.job(job_id)
         if box is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"job {job_id!r} is not registered at this member")
+            # job_id is at most what fits in a gRPC message: keep the echo (and the log line) short.
+            shown = job_id if len(job_id) <= 128 else job_id[:128] + "..."
+            self._refuse(context, grpc.StatusCode.NOT_FOUND, f"job {shown!r} is not registered at this member", level)
         return box  # type: ignore[return-value]
 
     def _authenticate_src(self, box: JobBox, src: int, context: grpc.ServicerContext) -> None:
@@ -54,14 +82,18 @@ class _Servicer(pb_grpc.ShareTransportServicer):
         try:
             role, name = tls.peer_identity(context)
         except PermissionError as exc:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+            self._refuse(context, grpc.StatusCode.UNAUTHENTICATED, str(exc))
         members = box.table.members
+        if all((m.role, m.name) != (role, name) for m in members):
+            msg = f"job {box.job_id}: {role}/{name} is not a member of the job"
+            self._refuse(context, grpc.StatusCode.PERMISSION_DENIED, msg)
         if not 0 <= src < len(members):
-            context.abort(grpc.StatusCode.PERMISSION_DENIED, f"job {box.job_id}: no member with rank {src}")
+            msg = f"job {box.job_id}: {role}/{name}: no member with rank {src}"
+            self._refuse(context, grpc.StatusCode.PERMISSION_DENIED, msg)
         claimed = members[src]
         if (claimed.role, claimed.name) != (role, name):
-            log.warning("job %s: %s/%s claimed to be rank %d (%s); refused", box.job_id, role, name, src, claimed.name)
-            context.abort(
+            self._refuse(
+                context,
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"job {box.job_id}: caller {role}/{name} may not send as {box.table.describe(src)}",
             )
@@ -75,14 +107,16 @@ class _Servicer(pb_grpc.ShareTransportServicer):
     def _store(
         self, first: pb.Chunk | None, rest: Iterator[pb.Chunk], context: grpc.ServicerContext
     ) -> pb.DeliverAck:
+        refuse = self._refuse
         if first is None or not first.HasField("header"):
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a message must start with a header chunk")
+            refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "a message must start with a header chunk")
         header = first.header
         key = header.key
         box = self._job(key.job_id, context)
         self._authenticate_src(box, key.src, context)
         if key.dst != box.local_rank:
-            context.abort(
+            refuse(
+                context,
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"job {box.job_id}: this mailbox serves rank {box.local_rank}, not {key.dst}",
             )
@@ -90,13 +124,13 @@ class _Servicer(pb_grpc.ShareTransportServicer):
         try:
             self._check_size(header)
         except PayloadError as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"job {box.job_id}: {exc}")
+            refuse(context, grpc.StatusCode.INVALID_ARGUMENT, f"job {box.job_id}: {exc}")
         try:
-            box.reserve(total)
+            charge = box.reserve(total)
         except MailboxFull as exc:
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"job {box.job_id}: mailbox full ({exc})")
+            refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED, f"job {box.job_id}: mailbox full ({exc})")
         except TransportClosed as exc:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"job {box.job_id}: closed ({exc})")
+            refuse(context, grpc.StatusCode.NOT_FOUND, f"job {box.job_id}: closed ({exc})")
         stored = False
         try:
             asm = Assembler(total)
@@ -106,14 +140,15 @@ class _Servicer(pb_grpc.ShareTransportServicer):
             box.put(Message(header=header, data=asm.finish(), chunks=asm.chunks))
             stored = True
         except PayloadError as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"job {box.job_id}: {exc}")
+            refuse(context, grpc.StatusCode.INVALID_ARGUMENT, f"job {box.job_id}: {exc}")
         except DuplicateMessage as exc:
-            context.abort(grpc.StatusCode.ALREADY_EXISTS, f"job {box.job_id}: {exc}")
+            # A retried send whose ack was lost lands here too: not worth a warning.
+            refuse(context, grpc.StatusCode.ALREADY_EXISTS, f"job {box.job_id}: {exc}", logging.INFO)
         except TransportClosed as exc:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"job {box.job_id}: closed ({exc})")
+            refuse(context, grpc.StatusCode.NOT_FOUND, f"job {box.job_id}: closed ({exc})")
         finally:
             if not stored:
-                box.release(total)
+                box.release(charge)
         return pb.DeliverAck(received_bytes=total)
 
     def _check_size(self, header: pb.Header) -> None:
@@ -133,7 +168,8 @@ class _Servicer(pb_grpc.ShareTransportServicer):
             raise PayloadError(f"unknown payload kind {header.kind}")
 
     def Ping(self, request: pb.PingRequest, context: grpc.ServicerContext) -> pb.PingReply:
-        box = self._job(request.job_id, context)
+        # Peers ping jobs they expect us to register soon (connect): NOT_FOUND is routine here.
+        box = self._job(request.job_id, context, logging.DEBUG)
         self._authenticate_src(box, request.src, context)
         me = box.table.member(box.local_rank)
         return pb.PingReply(name=me.name, rank=box.local_rank)
@@ -154,12 +190,18 @@ class TransportServer:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
         authorizer: tls.Authorizer | None = None,
+        revoked_serials: Iterable[int] = (),
+        rate_limit: RateLimit | None = TRANSPORT_DEFAULT,
     ) -> None:
+        """``revoked_serials`` and ``rate_limit`` (per caller identity; None: unlimited) configure
+        the default authorizer; an explicit ``authorizer`` brings its own."""
         self.identity = identity
         self.bind = bind
         self.max_message_bytes = max_message_bytes
         self.max_pending_bytes = max_pending_bytes
-        self.authorizer = authorizer or tls.Authorizer(transport_policy())
+        self.authorizer = authorizer or tls.Authorizer(
+            transport_policy(), revoked_serials=revoked_serials, rate_limit=rate_limit, log_refusals=False
+        )
         self._jobs: dict[str, JobBox] = {}
         self._lock = threading.Lock()
         self._server = grpc.server(
@@ -169,6 +211,21 @@ class TransportServer:
         )
         pb_grpc.add_ShareTransportServicer_to_server(_Servicer(self), self._server)
         self.port: int | None = None
+
+    @classmethod
+    def configured(
+        cls, identity: Identity, bind: str, *, limits: Any | None = None, crl: str | os.PathLike[str] | None = None
+    ) -> TransportServer:
+        """A server as a daemon's job worker runs it: ``limits`` has the ``transport_*`` fields of the
+        daemon's ``[limits]`` (None: defaults), ``crl`` the daemon's CRL file (its revoked serials are
+        refused here as on the control service; a CRL that is unreadable, not the CA's or stale raises)."""
+        kwargs: dict[str, Any] = {}
+        if limits is not None:
+            kwargs["rate_limit"] = RateLimit(limits.transport_calls_per_s, limits.transport_burst)
+            kwargs["max_message_bytes"] = limits.transport_max_message_bytes
+        if crl is not None:
+            kwargs["revoked_serials"] = load_revoked_serials(crl, identity.ca_pem)
+        return cls(identity, bind, **kwargs)
 
     def start(self) -> int:
         """Listen (mTLS only) and return the bound port (useful with ``host:0``)."""
