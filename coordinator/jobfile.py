@@ -9,16 +9,16 @@ no unknown key) and every problem is one line ``<file>: <dotted.field>: <reason>
 
 from __future__ import annotations
 
+import datetime as dt
 import difflib
 import hashlib
 import json
 import os
 import re
+import stat
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import tomllib
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -31,15 +31,22 @@ from pydantic import (
 
 from mpc_erm.mpc.pki import validate_name
 from mpc_erm.protocols.spec import JobSpec
+from parties.config import field_part, parse_toml
+from parties.config import short_repr as _short
 
 Trust = Literal["dealer", "replicated"]
 Device = Literal["cpu", "cuda", "auto"]
 MIN_PARTIES, MAX_PARTIES = 2, 16
+#: A job file is a few hundred bytes; anything over this is refused before it is read (the daemon
+#: has the same bound on SubmitJob's job_toml).
+MAX_JOB_FILE_BYTES = 1 << 20
+MAX_DEPTH = 8  # tables/arrays nested deeper than this are no job file (the real ones nest 2 deep)
+MAX_PROBLEMS = 20  # a hostile file with 100k unknown keys gets 20 lines and a count, not 100k lines
 _SLUG = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?")
 _DATASET = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _FIELD_PREFIX = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*): (.*)", re.S)  # "model.lam: reason" in a ValueError
 _TOML_TYPES = {str: "a string", bool: "a boolean", int: "an integer", float: "a number", list: "an array",
-               dict: "a table"}
+               dict: "a table", dt.date: "a date", dt.datetime: "a date-time", dt.time: "a time"}
 
 
 class JobFileError(ValueError):
@@ -51,6 +58,8 @@ class JobFileError(ValueError):
 
 
 def _identity(name: str) -> str:
+    if len(name) > 64:  # before the PKI's check, whose message quotes the whole name
+        raise ValueError(f"must be 1-64 characters from [A-Za-z0-9._-], got {_short(name)}")
     try:
         return validate_name(name, "name")  # the PKI's alphabet: these names are certificate CNs
     except ValueError as exc:
@@ -77,14 +86,14 @@ class JobTable(BaseModel):
     @classmethod
     def _slug(cls, v: str) -> str:
         if not _SLUG.fullmatch(v):
-            raise ValueError(f"must be a slug (1-64 of [a-z0-9_-], starting and ending alphanumeric), got {v!r}")
+            raise ValueError(f"must be a slug (1-64 of [a-z0-9_-], starting and ending alphanumeric), got {_short(v)}")
         return v
 
     @field_validator("dataset")
     @classmethod
     def _dataset_id(cls, v: str) -> str:
         if not _DATASET.fullmatch(v):
-            raise ValueError(f"must be a data set id (1-64 of [A-Za-z0-9._-], starting alphanumeric), got {v!r}")
+            raise ValueError(f"must be a data set id (1-64 of [A-Za-z0-9._-], starting alphanumeric), got {_short(v)}")
         return v
 
     @field_validator("parties", mode="before")
@@ -153,10 +162,22 @@ class JobFile(BaseModel):
         if "job" in raw:
             data["job"] = raw["job"]
         context = {"known_parties": None if known_parties is None else frozenset(known_parties)}
+        deep = _too_deep(raw)
+        if deep is not None:
+            raise JobFileError([f"{source}: {deep}: nested more than {MAX_DEPTH} levels deep"])
         try:
             return cls.model_validate(data, strict=True, context=context)
         except ValidationError as exc:
-            raise JobFileError(f"{source}: {line}" for err in exc.errors() for line in _explain(err)) from None
+            lines: list[str] = []
+            errors = exc.errors()
+            for err in errors:
+                lines += _explain(err)
+                if len(lines) >= MAX_PROBLEMS:
+                    break
+            if len(errors) > MAX_PROBLEMS or len(lines) > MAX_PROBLEMS:
+                lines = lines[:MAX_PROBLEMS] + [f"(file): and more problems ({len(errors)} fields in all); "
+                                                "fix these first"]
+            raise JobFileError(f"{source}: {line}" for line in lines) from None
 
     def canonical_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
@@ -177,22 +198,48 @@ class JobFile(BaseModel):
 
 
 def parse_job_file(text: str, source: str = "<job>", known_parties: Iterable[str] | None = None) -> JobFile:
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise JobFileError([f"{source}: invalid TOML: {exc}"]) from None
-    return JobFile.from_toml_dict(raw, source, known_parties)
+    """Parse and validate job TOML; any problem (size, syntax, nesting, fields) is a :class:`JobFileError`."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_JOB_FILE_BYTES:
+        raise JobFileError([f"{source}: (file): {size} bytes, larger than the limit of {MAX_JOB_FILE_BYTES}"])
+    return JobFile.from_toml_dict(parse_toml(text, lambda why: JobFileError([f"{source}: {why}"])),
+                                  source, known_parties)
+
+
+def _too_deep(raw: dict[str, Any]) -> str | None:
+    """The dotted path of the first value nested deeper than MAX_DEPTH, else None (iterative: no recursion)."""
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(raw, ())]
+    while stack:
+        node, path = stack.pop()
+        if len(path) > MAX_DEPTH:
+            return _dotted(path[:MAX_DEPTH + 1])
+        if isinstance(node, dict):
+            stack += [(v, (*path, k)) for k, v in node.items()]
+        elif isinstance(node, list):
+            stack += [(v, (*path, i)) for i, v in enumerate(node)]
+    return None
 
 
 def load_job_file(path: str | os.PathLike[str], known_parties: set[str] | None = None) -> JobFile:
-    """Read and validate a job file; with ``known_parties``, party and dealer names must be among them."""
+    """Read and validate a job file; with ``known_parties``, party and dealer names must be among them.
+    Only a regular file of at most MAX_JOB_FILE_BYTES is read (not a FIFO or /dev/zero)."""
     source = os.fspath(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise JobFileError([f"{source}: (file): not a regular file"])
+            if st.st_size > MAX_JOB_FILE_BYTES:
+                raise JobFileError([f"{source}: (file): {st.st_size} bytes, larger than the limit of "
+                                    f"{MAX_JOB_FILE_BYTES}"])
+            data = f.read(MAX_JOB_FILE_BYTES + 1)
     except OSError as exc:
         raise JobFileError([f"{source}: cannot read: {exc.strerror or exc}"]) from None
-    except UnicodeDecodeError:
-        raise JobFileError([f"{source}: not UTF-8 text"]) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise JobFileError([f"{source}: (file): not UTF-8 text (byte {data[exc.start]:#04x} at line {line})"]) from None
     return parse_job_file(text, source, known_parties)
 
 
@@ -202,6 +249,10 @@ def load_job_file(path: str | os.PathLike[str], known_parties: set[str] | None =
 def _dotted(loc: Iterable[str | int]) -> str:
     out = ""
     for part in loc:
+        if part == "":  # TOML allows an empty quoted key
+            part = '""'
+        elif isinstance(part, str):  # a hostile key: quoted if not printable, cut if long
+            part = field_part(part)
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
@@ -230,10 +281,11 @@ def _reason(err: Any) -> str:
         "missing": "required", "finite_number": "must be finite",
         "greater_than": f"must be > {ctx.get('gt')}", "greater_than_equal": f"must be >= {ctx.get('ge')}",
         "less_than": f"must be < {ctx.get('lt')}", "less_than_equal": f"must be <= {ctx.get('le')}",
-        "literal_error": f"must be {ctx.get('expected')}, got {value!r}",
+        "literal_error": f"must be {ctx.get('expected')}, got {_short(value)}",
         "float_type": f"must be a number, got {got}", "int_type": f"must be an integer, got {got}",
-        "int_from_float": f"must be an integer, got {value!r}", "string_type": f"must be a string, got {got}",
+        "int_from_float": f"must be an integer, got {_short(value)}", "string_type": f"must be a string, got {got}",
         "tuple_type": f"must be an array, got {got}", "model_type": f"must be a table, got {got}",
+        "bool_type": f"must be a boolean, got {got}",
     }
     return simple.get(kind, err["msg"])
 

@@ -20,6 +20,10 @@ TASKS: tuple[str, ...] = ("binary", "multiclass", "regression")
 #: Slack allowed on ||x|| <= 1 and on |y| <= 1 for floating-point rounding of scaled data.
 UNIT_BALL_TOL = 1e-9
 
+#: Most classes a multiclass data set may have (the job spec's n_classes has the same bound): a
+#: label of 10^12 must be refused, not turned into a 10^12-column softmax model.
+MAX_CLASSES = 10_000
+
 
 class DataError(ValueError):
     """Bad input data; the message names the file (or data set) and the column/row at fault."""
@@ -97,7 +101,7 @@ class Dataset:
             return y, self.n_classes
         if self.task == "multiclass":
             if np.issubdtype(y.dtype, np.floating):
-                nonint = ~np.isfinite(y) | (y != np.round(y))
+                nonint = ~np.isfinite(y) | (y != np.round(y)) | (np.abs(y) > 2.0**62)
                 if nonint.any():
                     i = _first_bad(nonint)
                     raise DataError(f"{where}: multiclass labels must be integers, "
@@ -108,6 +112,8 @@ class Dataset:
                 k = int(y.max()) + 1 if y.size else 0
             if k < 2:
                 raise DataError(f"{where}: multiclass needs n_classes >= 2, got {k}")
+            if k > MAX_CLASSES:
+                raise DataError(f"{where}: at most {MAX_CLASSES:,} classes are supported, got n_classes={k:,}")
             bad = (y < 0) | (y >= k)
             if bad.any():
                 i = _first_bad(bad)

@@ -3,16 +3,27 @@
 Every failure is a ``DataError`` naming the file and the column or row/line at fault, because a
 party operator must be able to fix their export without reading our code.  Nothing is coerced
 silently: missing cells, non-numeric cells, labels outside the task's domain and mis-shaped
-files all raise.  Rows are *not* scaled here (use ``preprocess`` or pass a public
-``preprocessor``), so ``Dataset.is_unit_ball()`` may be False on what these return.
+files all raise.
+
+Memory is bounded by the input, never by what a file claims: a file larger than ``max_bytes``
+is refused before a byte is read (``stat``), a gzip file that inflates past ``max_bytes`` is
+refused while streaming, a line longer than ``MAX_LINE_BYTES`` is refused, the dense matrix is
+refused once it would pass ``max_cells`` (checked as rows arrive, and a LIBSVM index is checked
+before any allocation), and an .npy/.npz header's shape is checked before numpy allocates it.
+
+Rows are *not* scaled here (use ``preprocess`` or pass a public ``preprocessor``), so
+``Dataset.is_unit_ball()`` may be False on what these return.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import math
 import os
+import zipfile
+from array import array
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .dataset import TASKS, DataError, Dataset, Task
+from .dataset import MAX_CLASSES, TASKS, DataError, Dataset, Task
 from .preprocess import (
     NumericColumn,
     Preprocessor,
@@ -29,9 +40,18 @@ from .preprocess import (
     scale_regression_labels,
 )
 
-#: Refuse to build a dense matrix with more cells than this (8 GB of float64) instead of
+#: Refuse to build a dense matrix with more cells than this (2.4 GB of float64) instead of
 #: exhausting memory half-way; pass ``max_cells`` to raise it deliberately.
-DEFAULT_MAX_CELLS = 1_000_000_000
+DEFAULT_MAX_CELLS = 300_000_000
+
+#: Refuse a file larger than this (on disk, and after gzip decompression) before reading it; a
+#: party config's ``datasets.<id>.max_bytes`` (the same default) raises it deliberately.
+DEFAULT_MAX_BYTES = 512 << 20
+
+#: Longest line (a CSV row or header, a LIBSVM row) read; a longer one is refused, not buffered.
+MAX_LINE_BYTES = 4 << 20
+
+_NPY_MAGIC, _ZIP_MAGIC = b"\x93NUMPY", b"PK\x03\x04"
 
 #: Cell spellings read as "missing" (and therefore rejected in feature/label columns).
 NA_VALUES = ("", "?", "NA", "N/A", "NaN", "nan", "NULL", "null", "None", "#N/A")
@@ -61,6 +81,59 @@ def open_maybe_gzip(path: Path, mode: str = "rb") -> Any:
     return open(path, mode)
 
 
+def _check_size(p: Path, max_bytes: int | None) -> None:
+    """Refuse a file over ``max_bytes`` from its size on disk, before reading any of it; a gzip
+    file also by its inflated size, counted in a first pass through a 1 MiB buffer (so a
+    1 MB file that inflates to 1 TB is refused in constant memory, before any parsing)."""
+    if max_bytes is None:
+        return
+    size = p.stat().st_size
+    if size > max_bytes:
+        raise DataError(f"{p}: file is {size:,} bytes, larger than max_bytes={max_bytes:,}; refused "
+                        f"before reading (raise max_bytes deliberately for a bigger file)")
+    if is_gzip(p):
+        try:
+            with _open_limited(p, max_bytes) as f:
+                while f.read(1 << 20):
+                    pass
+        except (EOFError, gzip.BadGzipFile, OSError) as e:
+            raise DataError(f"{p}: not a readable gzip file ({e})") from None
+
+
+class _Limited(io.RawIOBase):
+    """A binary reader that raises DataError once more than ``limit`` bytes came out of ``f``:
+    a gzip file that inflates to gigabytes is stopped while streaming, not after."""
+
+    def __init__(self, f: Any, limit: int | None, source: str) -> None:
+        self._f, self._limit, self._source, self._n = f, limit, source, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = self._f.readinto(b)
+        self._n += n or 0
+        if self._limit is not None and self._n > self._limit:
+            raise DataError(f"{self._source}: decompresses to more than max_bytes={self._limit:,} bytes; "
+                            f"refused while reading (raise max_bytes deliberately for a bigger file)")
+        return int(n or 0)
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
+
+
+def _open_limited(p: Path, max_bytes: int | None) -> io.BufferedReader:
+    """``p`` as a binary stream (gunzipped if gzip) that never yields more than ``max_bytes``."""
+    raw = gzip.open(p, "rb") if is_gzip(p) else open(p, "rb")
+    return io.BufferedReader(_Limited(raw, max_bytes, str(p)))
+
+
+def _line_too_long(source: str, lineno: int) -> DataError:
+    return DataError(f"{source}: line {lineno} is longer than {MAX_LINE_BYTES:,} bytes; refused "
+                     f"(no table this loader accepts has such rows)")
+
+
 def _task_arg(task: str, source: str) -> Task:
     if task not in TASKS:
         raise DataError(f"{source}: task must be one of {TASKS}, got {task!r}")
@@ -69,7 +142,7 @@ def _task_arg(task: str, source: str) -> Task:
 
 def _fmt_values(values: Sequence[Any], limit: int = 10) -> str:
     vals = list(values)
-    shown = ", ".join(repr(v) for v in vals[:limit])
+    shown = ", ".join(_cell(v) for v in vals[:limit])
     return f"[{shown}{', ...' if len(vals) > limit else ''}] ({len(vals)} distinct)"
 
 
@@ -129,7 +202,12 @@ def labels_for_task(
             r = int(np.flatnonzero(bad)[0])
             raise DataError(f"{source}: multiclass labels must be integers 0..K-1 unless "
                             f"classes= gives their order; {unit} {r + row_offset} has "
-                            f"{s.iloc[r]!r}")
+                            f"{_cell(s.iloc[r])}")
+        big = num >= MAX_CLASSES
+        if big.any():
+            r = int(np.flatnonzero(big)[0])
+            raise DataError(f"{source}: multiclass label at {unit} {r + row_offset} is {_cell(s.iloc[r])}; "
+                            f"at most {MAX_CLASSES:,} classes (0..{MAX_CLASSES - 1}) are supported")
         y = num.astype(np.int64)
         k = int(y.max()) + 1 if y.size else 0
         if k < 2:
@@ -182,8 +260,28 @@ def _resolve_columns(
     return feats
 
 
+def _cell(v: Any) -> str:
+    """A cell quoted in a message, cut to 60 characters (a 5000-digit cell is not echoed whole)."""
+    r = repr(v)
+    return r if len(r) <= 60 else f"{r[:60]}…({len(r)} characters)"
+
+
+def _check_range(v: np.ndarray, c: Any, feature_range: tuple[float, float] | None, source: str,
+                 row0: int, line0: int) -> None:
+    """Refuse a value outside the declared public range, naming column and row."""
+    if feature_range is None:
+        return
+    low, high = feature_range
+    out = (v < low) | (v > high)
+    if out.any():
+        r = int(np.flatnonzero(out)[0])
+        raise DataError(f"{source}: value {v[r].item()!r} in column {c!r} at row {row0 + r} (line {line0 + r}) "
+                        f"is outside the declared feature range [{low:g}, {high:g}]")
+
+
 def _check_numeric_chunk(chunk: pd.DataFrame, cols: list[Any], source: str,
-                         row0: int, line0: int) -> np.ndarray:
+                         row0: int, line0: int,
+                         feature_range: tuple[float, float] | None = None) -> np.ndarray:
     """Numeric block of a chunk as float64, naming the column and row of the first bad cell."""
     out = np.empty((len(chunk), len(cols)), dtype=np.float64)
     for j, c in enumerate(cols):
@@ -197,7 +295,7 @@ def _check_numeric_chunk(chunk: pd.DataFrame, cols: list[Any], source: str,
             nonnum = np.isnan(v) & col.notna().to_numpy()
             if nonnum.any():
                 r = int(np.flatnonzero(nonnum)[0])
-                raise DataError(f"{source}: non-numeric value {col.iloc[r]!r} in numeric column "
+                raise DataError(f"{source}: non-numeric value {_cell(col.iloc[r])} in numeric column "
                                 f"{c!r} at row {row0 + r} (line {line0 + r}); declare it in "
                                 f"categorical_columns if it is categorical")
         bad = ~np.isfinite(v)
@@ -206,26 +304,43 @@ def _check_numeric_chunk(chunk: pd.DataFrame, cols: list[Any], source: str,
             what = "missing (NaN/empty)" if np.isnan(v[r]) else f"infinite ({v[r]})"
             raise DataError(f"{source}: {what} value in column {c!r} at row {row0 + r} "
                             f"(line {line0 + r})")
+        _check_range(v, c, feature_range, source, row0, line0)
         out[:, j] = v
     return out
 
 
-def _check_header(path: Path, delimiter: str) -> None:
-    """Reject duplicate header names, which pandas would silently rename to 'a.1'."""
-    import csv
-
+def _first_line(path: Path, max_bytes: int | None) -> str:
+    """The first non-blank line (at most MAX_LINE_BYTES), decoded; '' for a blank file."""
     try:
-        with open_maybe_gzip(path, "rt") as f:
-            first = f.readline()
+        with _open_limited(path, max_bytes) as f:
+            for _ in range(1000):  # blank lines before the header (pandas skips them too)
+                raw = f.readline(MAX_LINE_BYTES + 1)
+                if len(raw) > MAX_LINE_BYTES:
+                    raise _line_too_long(str(path), 1)
+                if not raw or raw.strip():
+                    return raw.decode("utf-8")
     except (UnicodeDecodeError, OSError, EOFError) as e:
         raise DataError(f"{path}: cannot read as text ({e})") from None
+    return ""
+
+
+def _check_header(path: Path, delimiter: str, header: bool, max_bytes: int | None) -> int:
+    """The number of columns of the first line; rejects duplicate header names, which pandas
+    would silently rename to 'a.1'."""
+    import csv
+
+    first = _first_line(path, max_bytes)
     if not first.strip():
-        return
+        return 0
+    if len(delimiter) != 1:
+        return len(first.split())
     names = [c.strip() for c in next(csv.reader([first], delimiter=delimiter))]
-    counts = pd.Series(names).value_counts()
-    dup = sorted(counts[counts > 1].index)
-    if dup:
-        raise DataError(f"{path}: duplicate column name(s) {dup} in the header")
+    if header:
+        counts = pd.Series(names).value_counts()
+        dup = sorted(counts[counts > 1].index)
+        if dup:
+            raise DataError(f"{path}: duplicate column name(s) {', '.join(_cell(d) for d in dup[:10])} in the header")
+    return len(names)
 
 
 def load_csv(
@@ -244,6 +359,8 @@ def load_csv(
     name: str | None = None,
     chunksize: int = 200_000,
     max_cells: int = DEFAULT_MAX_CELLS,
+    max_bytes: int | None = DEFAULT_MAX_BYTES,
+    feature_range: tuple[float, float] | None = None,
 ) -> Dataset:
     """Load a delimited text file (optionally gzip) into a Dataset.
 
@@ -253,30 +370,54 @@ def load_csv(
     (the preprocessor then also scales rows into the unit ball).  Rows are numbered from 1
     (the first data row); "line" counts the header too (blank lines are skipped and not
     counted).  The file is read in chunks of
-    ``chunksize`` rows and refused once the dense matrix would exceed ``max_cells`` cells.
+    ``chunksize`` rows and refused once the dense matrix would exceed ``max_cells`` cells; a
+    file over ``max_bytes`` (on disk or decompressed) is refused, and values outside a public
+    ``feature_range`` = (low, high) are refused naming column and row.
     """
     p = _check_file(path)
     source = str(p)
     task = _task_arg(task, source)
     if p.stat().st_size == 0:
         raise DataError(f"{source}: file is empty")
+    _check_size(p, max_bytes)
     if len(delimiter) != 1 and delimiter not in ("\\s+",):
         raise DataError(f"{source}: delimiter must be one character, got {delimiter!r}")
     categorical_columns = list(categorical_columns)
-    if header and len(delimiter) == 1:
-        _check_header(p, delimiter)
+    columns = _check_header(p, delimiter, header, max_bytes)
+    if columns > max_cells:
+        raise DataError(f"{source}: {columns:,} columns would not fit max_cells={max_cells:,}")
+    # rows per chunk so that one chunk stays far below max_cells, whatever the width
+    chunksize = max(1, min(chunksize, max_cells // max(columns, 1), (64 << 20) // max(columns, 1)))
     if preprocessor is not None and categorical_columns:
         raise DataError(f"{source}: pass either categorical_columns or a preprocessor, not both")
+    stream = _open_limited(p, max_bytes)
     try:
         reader = pd.read_csv(
-            p, sep=delimiter, header=0 if header else None, chunksize=chunksize,
-            compression="gzip" if is_gzip(p) else None, na_values=list(NA_VALUES),
+            stream, sep=delimiter, header=0 if header else None, chunksize=chunksize,
+            na_values=list(NA_VALUES), encoding="utf-8",
             keep_default_na=True, skipinitialspace=True, low_memory=False,
         )
     except pd.errors.EmptyDataError:
+        stream.close()
         raise DataError(f"{source}: file is empty (no header or data)") from None
-    except (OSError, UnicodeDecodeError, pd.errors.ParserError) as e:
+    except (OSError, EOFError, UnicodeDecodeError, pd.errors.ParserError) as e:
+        stream.close()
         raise DataError(f"{source}: cannot parse as delimited text: {e}") from None
+    except DataError:
+        stream.close()
+        raise
+    with stream:
+        return _read_csv_chunks(reader, source, p, label_column, feature_columns, categorical_columns,
+                                task=task, positive_label=positive_label, header=header, classes=classes,
+                                label_bounds=label_bounds, preprocessor=preprocessor, name=name,
+                                max_cells=max_cells, feature_range=feature_range)
+
+
+def _read_csv_chunks(reader: Any, source: str, p: Path, label_column: Any, feature_columns: Sequence[Any] | None,
+                     categorical_columns: list[Any], *, task: Task, positive_label: Any, header: bool,
+                     classes: Sequence[Any] | None, label_bounds: tuple[float, float] | None,
+                     preprocessor: Preprocessor | None, name: str | None, max_cells: int,
+                     feature_range: tuple[float, float] | None) -> Dataset:
 
     feats: list[Any] | None = None
     width = 0
@@ -313,11 +454,11 @@ def load_csv(
             if preprocessor is not None:
                 # Validate numeric columns with row numbers before the preprocessor sees them.
                 nums = [c.name for c in preprocessor.columns if isinstance(c, NumericColumn)]
-                _check_numeric_chunk(chunk, nums, source, row0, line0 + n_rows)
+                _check_numeric_chunk(chunk, nums, source, row0, line0 + n_rows, feature_range)
                 raw_frames.append(chunk[feats].reset_index(drop=True))
             else:
                 num_blocks.append(_check_numeric_chunk(chunk, numeric_cols, source, row0,
-                                                       line0 + n_rows))
+                                                       line0 + n_rows, feature_range))
                 if categorical_columns:
                     cat = chunk[categorical_columns]
                     na = cat.isna().to_numpy()
@@ -334,6 +475,8 @@ def load_csv(
         raise DataError(f"{source}: malformed row (wrong number of fields?): {e}") from None
     except UnicodeDecodeError as e:
         raise DataError(f"{source}: not a text file ({e})") from None
+    except (EOFError, gzip.BadGzipFile, OSError) as e:  # a truncated or corrupt gzip stream
+        raise DataError(f"{source}: cannot read: {e}") from None
 
     if feats is None or n_rows == 0:
         raise DataError(f"{source}: no data rows")
@@ -373,13 +516,17 @@ def load_libsvm(
     zero_based: bool = False,
     name: str | None = None,
     max_cells: int = DEFAULT_MAX_CELLS,
+    max_bytes: int | None = DEFAULT_MAX_BYTES,
+    feature_range: tuple[float, float] | None = None,
 ) -> Dataset:
     """Load a LIBSVM/svmlight file ``label idx:value ...`` (1-based indices) as a dense Dataset.
 
     ``n_features`` fixes d (needed so that every party's file has the same width even when its
     rows never touch the last features); without it d is the largest index seen.  Comments after
     '#' and blank lines are skipped; query ids, repeated or decreasing indices are errors, each
-    naming the line.
+    naming the line.  The dense n x d matrix is checked against ``max_cells`` as rows arrive
+    (an index of 10^9 is refused at its line, not allocated); the non-zeros are kept in typed
+    arrays (24 bytes each), so memory stays a small multiple of the file.
     """
     p = _check_file(path)
     source = str(p)
@@ -387,21 +534,30 @@ def load_libsvm(
     if n_features is not None and (not isinstance(n_features, (int, np.integer))
                                    or n_features < 1):
         raise DataError(f"{source}: n_features must be a positive integer, got {n_features!r}")
+    if n_features is not None and n_features > max_cells:
+        raise DataError(f"{source}: n_features={n_features:,} exceeds max_cells={max_cells:,}")
+    _check_size(p, max_bytes)
     raw_labels: list[str] = []
-    lines_of_row: list[int] = []
-    rows: list[int] = []
-    cols: list[int] = []
-    vals: list[float] = []
+    lines_of_row = array("q")
+    rows, cols, vals = array("q"), array("q"), array("d")
     base = 0 if zero_based else 1
+    width = n_features or 0
     try:
-        with open_maybe_gzip(p, "rt") as f:
-            for lineno, line in enumerate(f, start=1):
-                body = line.split("#", 1)[0].strip()
+        with _open_limited(p, max_bytes) as f:
+            lineno = 0
+            while True:
+                raw = f.readline(MAX_LINE_BYTES + 1)
+                if not raw:
+                    break
+                lineno += 1
+                if len(raw) > MAX_LINE_BYTES:
+                    raise _line_too_long(source, lineno)
+                body = raw.decode("utf-8").split("#", 1)[0].strip()
                 if not body:
                     continue
                 tokens = body.split()
                 r = len(raw_labels)
-                raw_labels.append(tokens[0])
+                raw_labels.append(tokens[0][:64])  # a label is short; a hostile one is not kept whole
                 lines_of_row.append(lineno)
                 last = -1
                 for t in tokens[1:]:
@@ -427,6 +583,12 @@ def load_libsvm(
                     if n_features is not None and j >= n_features:
                         raise DataError(f"{source}: line {lineno}: feature index {idx_s} "
                                         f"exceeds n_features={n_features}")
+                    if j >= width:
+                        width = j + 1
+                        if (r + 1) * width > max_cells:
+                            raise DataError(f"{source}: line {lineno}: feature index {_cell(idx_s)} makes the "
+                                            f"dense matrix {r + 1:,} x {width:,}, over max_cells={max_cells:,}; "
+                                            "refusing rather than exhausting memory")
                     try:
                         v = float(val_s)
                     except ValueError:
@@ -434,17 +596,23 @@ def load_libsvm(
                                         f"{idx_s} is not a number") from None
                     if not math.isfinite(v):
                         raise DataError(f"{source}: line {lineno}: value of feature {idx_s} is "
-                                        f"not finite ({val_s})")
+                                        f"not finite ({_cell(val_s)})")
+                    if feature_range is not None and not feature_range[0] <= v <= feature_range[1]:
+                        raise DataError(f"{source}: line {lineno}: value {v!r} of feature {idx_s} is outside "
+                                        f"the declared feature range [{feature_range[0]:g}, {feature_range[1]:g}]")
                     last = j
                     rows.append(r)
                     cols.append(j)
                     vals.append(v)
-    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as e:
+                if (r + 1) * max(width, 1) > max_cells:
+                    raise DataError(f"{source}: line {lineno}: dense matrix {r + 1:,} x {width:,} exceeds "
+                                    f"max_cells={max_cells:,}; refusing rather than exhausting memory")
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError, OSError) as e:
         raise DataError(f"{source}: not a readable LIBSVM text file ({e})") from None
     n = len(raw_labels)
     if n == 0:
         raise DataError(f"{source}: file is empty (no data lines)")
-    d = n_features if n_features is not None else (max(cols) + 1 if cols else 0)
+    d = n_features if n_features is not None else width
     if d == 0:
         raise DataError(f"{source}: no features in any line; pass n_features")
     if n * d > max_cells:
@@ -457,13 +625,16 @@ def load_libsvm(
     except DataError as e:
         raise _relabel_rows_as_lines(e, lines_of_row) from None
     X = np.zeros((n, d), dtype=np.float64)
-    X[np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)] = vals
+    X[np.frombuffer(rows, dtype=np.int64), np.frombuffer(cols, dtype=np.int64)] = np.frombuffer(vals)
+    if feature_range is not None and not feature_range[0] <= 0.0 <= feature_range[1]:
+        raise DataError(f"{source}: absent features are 0, outside the declared feature range "
+                        f"[{feature_range[0]:g}, {feature_range[1]:g}]")
     return Dataset(X=X, y=y, task=task, name=name or p.name,
                    feature_names=tuple(f"f{j + base}" for j in range(d)),
                    n_classes=k if task == "multiclass" else None)
 
 
-def _relabel_rows_as_lines(e: DataError, lines_of_row: list[int]) -> DataError:
+def _relabel_rows_as_lines(e: DataError, lines_of_row: Sequence[int]) -> DataError:
     """Turn 'row R' (0-based data row) in a label error into 'line L' of the LIBSVM file."""
     import re
 
@@ -474,14 +645,58 @@ def _relabel_rows_as_lines(e: DataError, lines_of_row: list[int]) -> DataError:
     return DataError(re.sub(r"\brow (\d+)", sub, str(e)))
 
 
-def _np_load(path: Path) -> Any:
-    """np.load that also accepts gzip-compressed .npy/.npz, never unpickling objects."""
+def _npy_nbytes(f: Any, where: str) -> int:
+    """Bytes of the array an .npy stream declares, read from its header alone (nothing allocated)."""
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise ValueError(f".npy format version {version} is not supported (1.0 and 2.0 are)")
+    except (ValueError, OSError, EOFError, SyntaxError) as e:
+        raise DataError(f"{where}: not a valid .npy header ({e})") from None
+    if dtype.hasobject:
+        raise DataError(f"{where}: object arrays are refused (they would need unpickling)")
+    if not shape:
+        return int(dtype.itemsize)
+    return int(math.prod(int(s) for s in shape)) * int(dtype.itemsize)
+
+
+def _np_load(path: Path, max_bytes: int | None = DEFAULT_MAX_BYTES) -> Any:
+    """np.load that also accepts gzip-compressed .npy/.npz, never unpickling objects, with every
+    array's declared size checked against ``max_bytes`` before numpy allocates it."""
+    _check_size(path, max_bytes)
     try:
         if is_gzip(path):
-            with gzip.open(path, "rb") as f:
-                return np.load(io.BytesIO(f.read()), allow_pickle=False)
-        return np.load(path, allow_pickle=False)
-    except ValueError as e:
+            with _open_limited(path, max_bytes) as f:
+                data: Any = io.BytesIO(f.read())
+        else:
+            data = path
+        with open(data, "rb") if isinstance(data, Path) else contextlib.nullcontext(data) as f:
+            magic = f.read(6)
+            f.seek(0)
+            if magic == _NPY_MAGIC:
+                declared = _npy_nbytes(f, str(path))
+                f.seek(0)
+            elif magic[:4] == _ZIP_MAGIC:
+                with zipfile.ZipFile(f) as z:
+                    declared = 0
+                    for info in z.infolist():
+                        if info.filename.endswith(".npy"):
+                            with z.open(info) as member:
+                                declared += _npy_nbytes(member, f"{path}[{info.filename}]")
+                f.seek(0)
+            else:
+                raise DataError(f"{path}: not a NumPy .npy/.npz file (starts with {magic!r})")
+            if max_bytes is not None and declared > max_bytes:
+                raise DataError(f"{path}: its arrays declare {declared:,} bytes, more than max_bytes={max_bytes:,}; "
+                                "refused before loading")
+        return np.load(data, allow_pickle=False)  # an .npz's arrays are read on access (checked above)
+    except DataError:
+        raise
+    except (ValueError, zipfile.BadZipFile, MemoryError) as e:
         raise DataError(f"{path}: cannot load ({e}; object arrays are refused)") from None
     except (OSError, EOFError) as e:
         raise DataError(f"{path}: not a NumPy .npy/.npz file ({e})") from None
@@ -509,6 +724,8 @@ def load_numpy(
     name: str | None = None,
     feature_names: Sequence[str] = (),
     n_classes: int | None = None,
+    max_bytes: int | None = DEFAULT_MAX_BYTES,
+    feature_range: tuple[float, float] | None = None,
 ) -> Dataset:
     """Load X and y from an .npz (keys X, y; optional task, feature_names, n_classes), from a
     directory holding X.npy and y.npy, or from X.npy plus ``y_path``; gzip is transparent.
@@ -525,19 +742,22 @@ def load_numpy(
         for q in (xp, yp):
             if not q.exists():
                 raise DataError(f"{q}: file not found (a directory must hold X.npy and y.npy)")
-        X, y = _np_load(xp), _np_load(yp)
+        X, y = _np_load(xp, max_bytes), _np_load(yp, max_bytes)
     else:
-        obj = _np_load(p)
+        obj = _np_load(p, max_bytes)
         if isinstance(obj, np.lib.npyio.NpzFile):
             with obj:
                 keys = list(obj.files)
                 for k in ("X", "y"):
                     if k not in keys:
-                        raise DataError(f"{source}: array {k!r} not in the .npz; found {keys}")
-                X, y = obj["X"], obj["y"]
-                for k in ("task", "feature_names", "n_classes", "name"):
-                    if k in keys:
-                        meta[k] = obj[k]
+                        raise DataError(f"{source}: array {k!r} not in the .npz; found {[_cell(k) for k in keys[:20]]}")
+                try:
+                    X, y = obj["X"], obj["y"]
+                    for k in ("task", "feature_names", "n_classes", "name"):
+                        if k in keys:
+                            meta[k] = obj[k]
+                except (ValueError, OSError, EOFError, zipfile.BadZipFile, MemoryError) as e:
+                    raise DataError(f"{source}: cannot load an array of the .npz ({e})") from None
         else:
             if y_path is None:
                 sib = p.with_name(p.name.replace("X", "y", 1)) if "X" in p.name else None
@@ -545,7 +765,7 @@ def load_numpy(
                     raise DataError(f"{source}: a bare .npy holds only X; pass y_path= (or use "
                                     f"an .npz with X and y)")
                 y_path = sib
-            X, y = obj, _np_load(_check_file(y_path))
+            X, y = obj, _np_load(_check_file(y_path), max_bytes)
     if not isinstance(X, np.ndarray) or not isinstance(y, np.ndarray):
         raise DataError(f"{source}: expected arrays X and y")
     if X.ndim != 2:
@@ -554,26 +774,57 @@ def load_numpy(
         raise DataError(f"{source}: y must have shape ({X.shape[0]},) to match X, got {y.shape}")
     if X.shape[0] == 0:
         raise DataError(f"{source}: no rows")
-    if not (np.issubdtype(X.dtype, np.number) or X.dtype == np.bool_):
-        raise DataError(f"{source}: X must be numeric, got dtype {X.dtype}")
-    bad = ~np.isfinite(X.astype(np.float64, copy=False))
+    if X.shape[1] == 0:
+        raise DataError(f"{source}: X has no feature columns (shape {X.shape})")
+    if not (np.issubdtype(X.dtype, np.integer) or np.issubdtype(X.dtype, np.floating) or X.dtype == np.bool_):
+        raise DataError(f"{source}: X must be real numbers (bool, int or float), got dtype {X.dtype}")
+    Xf = X.astype(np.float64, copy=False)
+    bad = ~np.isfinite(Xf)
     if bad.any():
         r, c = np.argwhere(bad)[0]
         raise DataError(f"{source}: X has a non-finite value at row {r}, column {c}")
+    if feature_range is not None:
+        out = (Xf < feature_range[0]) | (Xf > feature_range[1])
+        if out.any():
+            r, c = np.argwhere(out)[0]
+            raise DataError(f"{source}: X has {Xf[r, c].item()!r} at row {r}, column {c}, outside the declared "
+                            f"feature range [{feature_range[0]:g}, {feature_range[1]:g}]")
     if task is None and "task" in meta:
-        task = str(meta["task"])
+        task = str(meta["task"])[:64]
     if task is None:
         task = _infer_task(y, source)
     task_ = _task_arg(task, source)
     if not feature_names and "feature_names" in meta:
-        feature_names = tuple(str(s) for s in meta["feature_names"].tolist())
+        names = meta["feature_names"]
+        if names.ndim != 1 or names.shape[0] != X.shape[1]:
+            raise DataError(f"{source}: feature_names must be {X.shape[1]} names, got shape {names.shape}")
+        feature_names = tuple(str(s)[:256] for s in names.tolist())
     if n_classes is None and "n_classes" in meta:
-        n_classes = int(meta["n_classes"])
+        nc = meta["n_classes"]
+        if nc.shape != () or not np.issubdtype(nc.dtype, np.integer):
+            raise DataError(f"{source}: n_classes must be one integer, got dtype {nc.dtype} shape {nc.shape}")
+        n_classes = int(nc)
     try:
         return Dataset(X=X, y=y, task=task_, name=name or str(meta.get("name", p.name)),
                        feature_names=tuple(feature_names), n_classes=n_classes)
     except DataError as e:
         raise DataError(f"{source}: {e}") from None
+
+
+def load_file(fmt: str, path: str | os.PathLike[str], *, task: str, label: Any = None,
+              max_bytes: int | None = DEFAULT_MAX_BYTES,
+              feature_range: tuple[float, float] | None = None) -> Dataset:
+    """A party's own data file by its config's ``format`` (``csv`` needs ``label``, the label
+    column): what the job worker calls, with the config's ``max_bytes`` and ``feature_range``."""
+    if fmt == "csv":
+        if label is None:
+            raise DataError(f"{path}: format 'csv' needs the label column's name")
+        return load_csv(path, label, task=task, max_bytes=max_bytes, feature_range=feature_range)
+    if fmt == "libsvm":
+        return load_libsvm(path, task=task, max_bytes=max_bytes, feature_range=feature_range)
+    if fmt in ("npz", "npy", "numpy"):
+        return load_numpy(path, task=task, max_bytes=max_bytes, feature_range=feature_range)
+    raise DataError(f"{path}: unknown format {fmt!r}; valid: csv, libsvm, npz")
 
 
 def save_numpy(ds: Dataset, path: str | os.PathLike[str]) -> Path:
