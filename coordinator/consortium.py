@@ -68,6 +68,7 @@ class LocalConsortium:
     allow_test_only: bool = False
     device: str = "auto"
     threads: int | None = 1  # torch threads per job worker: the daemons share this machine
+    peer_timeout_s: float | None = None  # daemons' peer_timeout_s (None: the config's default, 120 s)
     host_of: Callable[[str], str] = field(default=lambda _name: "127.0.0.1")
     wrap: Callable[[str], Sequence[str]] = field(default=lambda _name: ())
     start_timeout_s: float = 60.0
@@ -117,7 +118,8 @@ class LocalConsortium:
 
     def _daemon_toml(self, me: Member, index: int) -> str:
         lines = [f'listen = "{me.address}"', 'state_dir = "state"', f'device = "{self.device}"',
-                 *([f"threads = {self.threads}"] if self.threads else []), "",
+                 *([f"threads = {self.threads}"] if self.threads else []),
+                 *([f"peer_timeout_s = {self.peer_timeout_s!r}"] if self.peer_timeout_s else []), "",
                  *self._identity_toml(me.name)]
         for peer in self.members.values():
             if peer.name != me.name:

@@ -141,9 +141,10 @@ metrics = json.load(open(sys.argv[2]))
 eps, delta = report["epsilon"], report["delta"] + report.get("delta_sampler", 0.0)
 print(f"privacy report: epsilon {eps}, delta {delta}, mechanism {report.get('mechanism')}, "
       f"parties {report.get('parties')}, n {report.get('n')}, trust {report.get('trust_model')!r}")
-own = metrics.get("train_own_rows", {})
-print("metrics (each party's own rows): " + ", ".join(f"{k} {v:.4g}" for k, v in own.items()
-                                                      if isinstance(v, (int, float))))
+assert "train_own_rows" not in metrics, "metrics on a party's own rows must not leave the party"
+test = metrics.get("test")
+print("metrics: " + (", ".join(f"test {k} {v:.4g}" for k, v in test.items()) if test else
+                     "no public test set (metrics on each party's own rows stay in its .private/)"))
 assert eps <= 1.0 + 1e-12, f"epsilon {eps} > 1"
 assert delta <= 1e-5 * (1 + 1e-9), f"delta {delta} > 1e-5"
 assert "dealer" in str(report.get("trust_model", "")), report.get("trust_model")

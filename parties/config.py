@@ -14,8 +14,10 @@ directory), so a config and its keys can be moved together. See ``example-party.
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -51,6 +53,54 @@ _HOST_RE = re.compile(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?
                       r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
 _SCHEMA_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,127}")
 _WILDCARD_HOSTS = {"0.0.0.0", "::"}
+#: A config is a few kB; a bigger file is refused before it is read (no /dev/zero, no 1 GB TOML).
+MAX_CONFIG_BYTES = 1 << 20
+MAX_PROBLEMS = 20  # a config with 100k unknown keys gets 20 lines and a count
+_SHOW = 60  # characters of an offending value quoted in a message
+#: Default and ceiling of ``datasets.<id>.max_bytes``: a data file larger than this is refused
+#: before a byte of it is read (mpc_erm.data.loaders.DEFAULT_MAX_BYTES, 512 MiB).
+DEFAULT_DATA_MAX_BYTES = 512 << 20
+MAX_DATA_MAX_BYTES = 1 << 40
+
+
+def short_repr(v: Any) -> str:
+    """repr(v), cut to a readable length: a 10 MB string must not come back as a 10 MB message."""
+    r = repr(v)
+    return r if len(r) <= _SHOW else f"{r[:_SHOW]}…({len(r)} characters)"
+
+
+def field_part(key: str) -> str:
+    """A key as it appears in a ``<dotted.field>``: a hostile one (a newline would split the one-line
+    report, an escape sequence would reach the terminal, 10 kB would flood it) quoted and cut."""
+    if not key.isprintable():
+        key = repr(key)
+    return key if len(key) <= _SHOW else f"{key[:_SHOW]}…"
+
+
+def parse_toml(text: str, error: Any) -> dict[str, Any]:
+    """``tomllib.loads`` whose every failure is raised as ``error(reason)``: a syntax error with its
+    line quoted (so the key shows), nesting too deep for the parser (RecursionError), an integer
+    literal over Python's 4300-digit limit (ValueError). Shared with ``coordinator.jobfile``."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"invalid TOML: {exc}{_quote_line(text, str(exc))}") from None
+    except RecursionError:
+        raise error("invalid TOML: arrays or inline tables nested too deeply") from None
+    except ValueError as exc:  # int("9" * 5000): Python's limit on integer digits
+        m = re.search(r"[0-9_]{4000,}", text)
+        where = f" at line {text.count(chr(10), 0, m.start()) + 1}" if m else ""
+        raise error(f"invalid TOML: a number{where} is too long ({exc})") from None
+
+
+def _quote_line(text: str, message: str) -> str:
+    """': <the offending line>' for a TOMLDecodeError's '(at line N, ...)'."""
+    m = re.search(r"at line (\d+)", message)
+    lines = text.splitlines()
+    if not m or not 1 <= int(m[1]) <= len(lines):
+        return ""
+    line = lines[int(m[1]) - 1].strip()
+    return f": {short_repr(line)}" if line else ""
 
 
 class ConfigError(ValueError):
@@ -65,7 +115,7 @@ class ConfigError(ValueError):
 
 def _name(v: str) -> str:
     if not _NAME_RE.fullmatch(v):
-        raise ValueError(f"{v!r} is not a valid name: lower-case letters, digits, '_' and '-', "
+        raise ValueError(f"{short_repr(v)} is not a valid name: lower-case letters, digits, '_' and '-', "
                          "starting with a letter or digit, at most 63 characters")
     return v
 
@@ -73,11 +123,13 @@ def _name(v: str) -> str:
 def split_host_port(v: str, *, allow_zero: bool = False) -> tuple[str, int]:
     """``"host:port"`` → (host, port); IPv6 hosts in brackets (``"[::1]:7000"``). ``allow_zero``
     accepts port 0 (a listen address: the OS picks a free port, the daemon reports it)."""
+    if len(v) > 300:  # a host name is at most 253 characters
+        raise ValueError(f"{short_repr(v)} is not host:port (too long)")
     host, sep, port = v.rpartition(":")
     if not sep or not host:
         raise ValueError(f"{v!r} is not host:port")
     low = 0 if allow_zero else 1
-    if not port.isascii() or not port.isdigit() or not low <= int(port) <= 65535:
+    if not port.isascii() or not port.isdigit() or len(port) > 5 or not low <= int(port) <= 65535:
         zero = " (or 0: any free port)" if allow_zero else ""
         raise ValueError(f"{v!r}: port must be an integer in 1..65535{zero}")
     if host.startswith("[") and host.endswith("]"):
@@ -113,8 +165,15 @@ def _field_error(field: str, reason: str) -> PydanticCustomError:
 
 
 def _resolve(v: Path, info: ValidationInfo) -> Path:
+    if "\x00" in str(v):
+        raise ValueError(f"must not contain a NUL character: {short_repr(str(v))}")
+    if len(str(v)) > 4096:  # PATH_MAX
+        raise ValueError(f"path longer than 4096 characters: {short_repr(str(v))}")
     base = (info.context or {}).get("base_dir")
-    v = v.expanduser()
+    try:
+        v = v.expanduser()  # "~nosuchuser/x" raises RuntimeError
+    except RuntimeError as exc:
+        raise ValueError(f"{short_repr(str(v))}: {exc}") from None
     return (Path(base) / v if base is not None and not v.is_absolute() else v).absolute()
 
 
@@ -122,10 +181,14 @@ def _existing_file(v: Path | None, info: ValidationInfo) -> Path | None:
     if v is None:
         return None
     p = _resolve(v, info)
-    if not p.exists():
-        raise ValueError(f"file not found: {p}")
-    if not p.is_file():
-        raise ValueError(f"not a regular file: {p}")
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise ValueError(f"file not found: {short_repr(str(p))}") from None
+    except OSError as exc:  # a component too long, not a directory, a loop of links, no permission
+        raise ValueError(f"cannot use {short_repr(str(p))}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"not a regular file: {short_repr(str(p))}")
     return p
 
 
@@ -190,13 +253,32 @@ class DatasetConfig(_Model):
     path: Path | None = None
     label: str | None = Field(None, min_length=1)
     feature_schema: str | None = Field(None, alias="schema")
-    epsilon: PositiveFloat
+    epsilon: float = Field(strict=True, gt=0, le=1e6, allow_inf_nan=False)  # lifetime; a job asks <= 100
     delta: float = Field(strict=True, ge=0, lt=1, allow_inf_nan=False)
     name: str | None = None
-    part: int = Field(0, strict=True, ge=0)
-    of: int = Field(1, strict=True, ge=1)
+    part: int = Field(0, strict=True, ge=0, le=1_000_000)
+    of: int = Field(1, strict=True, ge=1, le=1_000_000)
+    # The file is refused, before it is read, when larger than this (here at start-up and again by
+    # the job's loader), and a gzip file when it inflates past it: no party runs out of memory on
+    # a file it was handed. Raise it deliberately for big data (memory: ~4-8 bytes per file byte).
+    max_bytes: int = Field(DEFAULT_DATA_MAX_BYTES, strict=True, ge=1, le=MAX_DATA_MAX_BYTES)
+    # Public bounds [low, high] every feature value must lie in; a row outside is refused naming
+    # the file, column and row (None: no check; the worker still clips rows into the unit ball).
+    feature_range: tuple[float, float] | None = None
 
     _path = field_validator("path")(_existing_file)
+
+    @field_validator("feature_range", mode="before")
+    @classmethod
+    def _range_array(cls, v: Any) -> Any:
+        return tuple(v) if isinstance(v, list) else v  # TOML arrays arrive as lists
+
+    @field_validator("feature_range")
+    @classmethod
+    def _range(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+        if v is not None and not (math.isfinite(v[0]) and math.isfinite(v[1]) and v[0] < v[1]):
+            raise ValueError(f"must be [low, high] with finite low < high, got {list(v)}")
+        return v
 
     @field_validator("feature_schema")
     @classmethod
@@ -209,7 +291,7 @@ class DatasetConfig(_Model):
     def _by_format(self) -> DatasetConfig:
         given = self.model_fields_set
         if self.format == "builtin":
-            for f in ("path", "label"):
+            for f in ("path", "label", "max_bytes", "feature_range"):
                 if f in given:
                     raise _field_error(f, "not allowed for format 'builtin'")
             if self.name is None:
@@ -231,6 +313,13 @@ class DatasetConfig(_Model):
             raise _field_error("label", "required for format 'csv' (the label column's name)")
         if self.format != "csv" and self.label is not None:
             raise _field_error("label", f"only allowed for format 'csv', not {self.format!r}")
+        try:
+            size = self.path.stat().st_size
+        except OSError as exc:
+            raise _field_error("path", f"cannot use {self.path}: {exc.strerror or exc}") from None
+        if size > self.max_bytes:
+            raise _field_error("path", f"{self.path} is {size:,} bytes, larger than max_bytes ({self.max_bytes:,}); "
+                                       "refused before reading (raise max_bytes deliberately for a bigger file)")
         return self
 
 
@@ -240,8 +329,8 @@ class PolicyConfig(_Model):
     allowed_coordinators: list[Name] = Field(min_length=1)
     allowed_methods: list[Literal["output", "gradient"]] = Field(
         default_factory=lambda: ["output", "gradient"], min_length=1)
-    max_epsilon_per_job: PositiveFloat
-    max_iterations: int = Field(strict=True, ge=1)
+    max_epsilon_per_job: float = Field(strict=True, gt=0, le=100, allow_inf_nan=False)  # a job asks <= 100
+    max_iterations: int = Field(strict=True, ge=1, le=1_000_000)  # a job asks <= 1,000,000
     allow_test_only: bool = Field(False, strict=True)  # test-only noise / TFP refused unless true
 
     @field_validator("allowed_coordinators", "allowed_methods")
@@ -251,6 +340,19 @@ class PolicyConfig(_Model):
         if dup:
             raise ValueError(f"duplicate entries: {', '.join(dup)}")
         return v
+
+
+# --- per-peer limits (rate limits of the control service and of the job workers' share transport)
+class LimitsConfig(_Model):
+    """``[limits]``: per caller identity, on the control service and on the workers' share transport;
+    a caller over its rate gets RESOURCE_EXHAUSTED. The defaults are far above what jobs and
+    coordinators use (mpc_erm.mpc.ratelimit)."""
+
+    control_calls_per_s: PositiveFloat = 200.0
+    control_burst: int = Field(2000, strict=True, ge=1)
+    transport_calls_per_s: PositiveFloat = 20_000.0
+    transport_burst: int = Field(50_000, strict=True, ge=1)
+    transport_max_message_bytes: int = Field(2 << 30, strict=True, ge=1 << 20)  # one tensor/object
 
 
 class _DaemonConfig(_Model):
@@ -264,8 +366,15 @@ class _DaemonConfig(_Model):
     # torch intra-op threads of a job worker (None: torch's default, every core); set it when
     # several daemons share one machine (the demo: 1), or the workers fight over the cores.
     threads: int | None = Field(None, strict=True, ge=1, le=1024)
+    # jobs this daemon runs at once, each in its own worker process (memory: ~0.5 GB each); more
+    # wait queued, oldest first. See parties.daemon for what happens at the bound.
+    max_concurrent_jobs: int = Field(4, strict=True, ge=1, le=64)
+    # how long a job worker waits on a peer (a share, a triple, an endpoint) before the job fails
+    # naming that peer; an organisation's own choice: a slow link needs more, a quick abort less.
+    peer_timeout_s: float = Field(120.0, strict=False, ge=5, le=3600, allow_inf_nan=False)
     peers: dict[Name, PeerConfig] = Field(default_factory=dict)
     policy: PolicyConfig
+    limits: LimitsConfig = Field(default_factory=lambda: LimitsConfig())
 
     @field_validator("advertise", mode="before")
     @classmethod
@@ -326,21 +435,22 @@ def _reason(err: dict[str, Any]) -> str:
         return _SHORT[kind]
     if kind in _BOUNDS:
         op, key = _BOUNDS[kind]
-        return f"must be {op} {ctx[key]} (got {err['input']!r})"
+        return f"must be {op} {ctx[key]} (got {short_repr(err['input'])})"
     if kind == "literal_error":
-        return f"must be {ctx['expected']} (got {err['input']!r})"
+        return f"must be {ctx['expected']} (got {short_repr(err['input'])})"
     if kind == "too_short" and ctx.get("min_length") == 1:
         return "must not be empty"
     msg = str(err["msg"]).removeprefix("Value error, ")
     if kind.endswith(("_type", "_parsing")) or kind == "finite_number":
-        msg += f" (got {err['input']!r})"
+        msg += f" (got {short_repr(err['input'])})"
     return msg
 
 
 def _problems(exc: ValidationError) -> list[tuple[str, str]]:
     out = []
-    for err in exc.errors(include_url=False):
-        loc = [str(x) for x in err["loc"] if x != "[key]"]  # a bad table key: name the key itself
+    errors = exc.errors(include_url=False)
+    for err in errors[:MAX_PROBLEMS]:
+        loc = [field_part(x) for x in (str(y) for y in err["loc"]) if x != "[key]"]  # a bad key: name it
         if err["type"] == "config_field":
             loc += err["ctx"]["field"].split(".")
             reason = err["ctx"]["reason"]
@@ -349,6 +459,8 @@ def _problems(exc: ValidationError) -> list[tuple[str, str]]:
             if err["type"] == "extra_forbidden" and len(loc) > 1 and loc[-1] in _TOP_LEVEL:
                 reason += " (a top-level key? in TOML it must come before the first [table])"
         out.append((".".join(loc), reason))
+    if len(errors) > MAX_PROBLEMS:
+        out.append(("", f"and {len(errors) - MAX_PROBLEMS} more problems; fix these first"))
     return out
 
 
@@ -367,15 +479,29 @@ def load_model(path: str | os.PathLike[str], model: type[_C]) -> _C:
     Shared by the party, dealer and coordinator configs."""
     p = Path(path)
     try:
-        raw = tomllib.loads(p.read_text(encoding="utf-8"))
+        with open(p, "rb") as f:  # only a regular file of bounded size is read (not a FIFO, /dev/zero)
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise ConfigError(p, [("", "not a regular file")])
+            if st.st_size > MAX_CONFIG_BYTES:
+                raise ConfigError(p, [("", f"{st.st_size:,} bytes, larger than the limit of {MAX_CONFIG_BYTES:,}")])
+            data = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as e:
         raise ConfigError(p, [("", f"cannot read: {e.strerror or e}")]) from None
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(p, [("", f"not UTF-8 text: {e.reason}")]) from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(p, [("", f"invalid TOML: {e}")]) from None
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ConfigError(p, [("", f"not UTF-8 text: {e.reason} (byte {data[e.start]:#04x} at line {line})")]) from None
+
+    def bad(reason: str) -> ConfigError:
+        return ConfigError(p, [("", reason)])
+
+    raw = parse_toml(text, bad)
     try:
         return model.model_validate(raw, context={"base_dir": p.absolute().parent})
     except ValidationError as e:
         raise ConfigError(p, _problems(e)) from None
+    except RecursionError:  # tomllib nests ~1000 deep; pydantic gives up earlier on some shapes
+        raise ConfigError(p, [("", "tables or arrays nested too deeply")]) from None
 

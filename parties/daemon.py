@@ -10,9 +10,36 @@ What happens to a job, in order (``SubmitJob``):
 4. the policy: method, ε per job, iterations — PERMISSION_DENIED naming the field;
 5. the data set must be offered here, and the job's full (ε, δ) is reserved in the ledger, in one
    transaction, before anything else happens — FAILED_PRECONDITION with the ledger's reason;
-6. the job is stored (``parties.jobs``) and queued. Jobs run one at a time, each in its own
-   ``spawn``ed process (CrypTen keeps global state) running ``parties.worker.run_party_job`` (the
-   dealer: ``run_dealer_job``) with a :class:`ProcessWorkerContext`.
+6. the job is stored (``parties.jobs``) and queued. Up to ``max_concurrent_jobs`` (config,
+   default 4) jobs run at once, each in its own worker process (CrypTen keeps global state, one
+   MPC session per process) running ``parties.worker.run_party_job`` (the dealer:
+   ``run_dealer_job``) with a :class:`ProcessWorkerContext`; more wait queued, oldest first.
+
+Concurrency, and why: a member starts a job as soon as it admits it, and a job's worker then waits
+(up to the config's ``peer_timeout_s``) for every other member's worker to publish its endpoint. Two
+coordinators submitting at the same instant can reach two daemons in opposite orders; with one
+job at a time each daemon then ran the job the other had queued, and both failed after the
+120 s look-up wait. With several slots both simply run. At the bound the same cross-queueing can
+still deadlock: daemon A's slots all hold jobs queued at B while B's slots all hold jobs queued
+at A. ``GetEndpoint`` for a job that waits for a slot answers at once (NOT_FOUND with
+``mpc-erm-admission`` trailing metadata: the ids of the jobs holding this daemon's slots), and
+the asking daemon checks for exactly that cycle; if found, the cycle's job with the largest id
+(the same choice on both sides) fails at once with a reason naming another job of the cycle,
+which frees its slot so the rest proceed (if the daemon running that job does not act within
+``ADMISSION_GRACE_S``, e.g. its job waits on a third member, the asking side fails its own
+largest). Nothing was revealed (no member can have all endpoints of a job still
+queued at one of them), so its budget is released and it can be resubmitted. A job that merely
+waits for a busy peer (no cycle) keeps waiting, up to the worker's look-up limit; so does a
+cycle through three or more daemons with no two-daemon cycle in it (not detected). With one
+coordinator, or fewer simultaneous jobs than the bound, every daemon admits in the same order and
+nothing of this arises (tests/reliability/test_concurrency.py).
+
+Worker start-up: workers are forked from a ``forkserver`` that has already imported torch,
+CrypTen and the worker's modules (``WORKER_PRELOAD``), so a job does not pay ~10-20 s of imports.
+The fork server only imports modules; it never initialises CrypTen or runs a job, so every
+worker starts from the same pristine module state and no MPC state is shared between jobs
+(secrets come from ``os.urandom``/``secrets`` in the child). ``MPC_ERM_WORKER_START=spawn``
+restores one fresh interpreter per job.
 
 Budget: the worker marks the reservation revealed right before its first reveal. A job that
 succeeds, or fails after that mark, keeps its budget spent (committed); one that ends before it
@@ -26,6 +53,7 @@ they carry ids, phases, counts and reasons, never data, shares, noise or keys.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime as dt
 import hashlib
@@ -79,6 +107,15 @@ RESULT_CHUNK_BYTES = 1 << 20
 CANCEL_GRACE_S = 10.0
 EXIT_GRACE_S = 10.0  # a worker that reported its result but does not exit is terminated after this
 MAX_ENDPOINT_WAIT_S = 30.0
+ADMISSION_KEY = "mpc-erm-admission"  # GetEndpoint trailing metadata: the job waits for a slot here
+ADMISSION_POLL_S = 1.0  # how often a job asks again while a peer has it queued behind a full daemon
+ADMISSION_GRACE_S = 30.0  # a deadlock whose loser runs at the peer: how long to let the peer break it
+WORKER_START_ENV = "MPC_ERM_WORKER_START"  # "forkserver" (default) or "spawn"
+# Imported once by the fork server (what a party or dealer worker needs), not by each job.
+WORKER_PRELOAD = ("parties.worker", "torch", "numpy", "coordinator.jobfile", "mpc_erm.data", "mpc_erm.protocols",
+                  "mpc_erm.mpc.communicator", "mpc_erm.mpc.aggregator", "mpc_erm.mpc.dealer", "mpc_erm.mpc.noise",
+                  "mpc_erm.mpc.rss_provider", "mpc_erm.privacy", "safetensors.torch", "matplotlib.figure",
+                  "matplotlib.backends.backend_agg")
 RESTART_REASON = "interrupted by a daemon restart"
 STOP_REASON = "interrupted: the daemon was stopped"
 JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
@@ -160,7 +197,14 @@ class ProcessWorkerContext:
     answers come down, cancellation is an Event (or the daemon process having gone away).
 
     Besides the contract's attributes it carries ``job_toml`` (the submitted text; ``job`` is parsed
-    from it on first use, so a worker that never needs the spec does not import torch)."""
+    from it on first use, so a worker that never needs the spec does not import torch).
+
+    ``_daemon_pid`` is, in the worker, its parent while the daemon lives: the daemon itself
+    (spawn) or the daemon's fork server (``_worker_main`` sets it); a worker whose parent changed
+    has lost its daemon and counts as cancelled. The fork server does *not* exit with a SIGKILLed
+    daemon while a worker lives (each forked child holds the server's "alive" pipe), so the worker
+    also watches the daemon process itself (``_daemon``: pid and /proc start time, so a reused pid
+    does not pass for it)."""
 
     def __init__(self, *, job_id: str, job_toml: str, config: DaemonConfig, identity: pki.Identity,
                  job_dir: Path, ledger_path: Path | None, up: Any, down: Any, cancel: Any) -> None:
@@ -172,6 +216,7 @@ class ProcessWorkerContext:
         self.ledger_path = ledger_path
         self._up, self._down, self._cancel = up, down, cancel
         self._daemon_pid = os.getpid()
+        self._daemon = (os.getpid(), _start_time(os.getpid()))
         self._job: JobFile | None = None
         self._lock = threading.Lock()
         self._next_request = 0
@@ -231,11 +276,33 @@ class ProcessWorkerContext:
                 raise RuntimeError(value)
 
     def cancelled(self) -> bool:
-        return self._cancel.is_set() or os.getppid() != self._daemon_pid
+        return (self._cancel.is_set() or os.getppid() != self._daemon_pid
+                or _start_time(self._daemon[0]) != self._daemon[1])
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time from /proc (Linux): with the pid, an identity pid reuse cannot fake.
+    None once it is gone (a zombie counts as gone); without /proc, "" while signal 0 reaches it."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return ""
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
 
 
 def _worker_main(ctx: ProcessWorkerContext, module: str, function: str, log_path: str) -> None:
     """The worker process: run ``module.function(ctx)`` and report its summary or failure."""
+    ctx._daemon_pid = os.getppid()  # the daemon (spawn) or its fork server; see ProcessWorkerContext
     handler = logging.FileHandler(log_path, encoding="utf-8")
     stderr = logging.StreamHandler(sys.stderr)
     job_filter = _JobFilter(ctx.job_id)
@@ -297,6 +364,20 @@ class _Run:
     end_status: str = "cancelled"  # what a cancelled run ends as (stop: failed)
     outcome: tuple[str, Any] | None = None
     threads: list[threading.Thread] = field(default_factory=list)
+    thread: threading.Thread | None = None  # the daemon thread that supervises this run
+
+
+def _admission_of(exc: grpc.RpcError) -> list[str] | None:
+    """The job ids a peer's full slots hold, if its NOT_FOUND says the job is queued there."""
+    try:
+        meta = exc.trailing_metadata() or ()  # type: ignore[attr-defined]
+    except Exception:
+        return None
+    for key, value in meta:
+        if key == ADMISSION_KEY:
+            text = value.decode() if isinstance(value, bytes) else str(value)
+            return [j for j in text.split(",") if JOB_ID_RE.fullmatch(j)]
+    return None
 
 
 class _Refused(Exception):
@@ -310,18 +391,25 @@ class PartyDaemon:
 
     ``start()`` binds ``config.listen`` (port 0: any free port; see :attr:`port` and
     :attr:`address`), settles what a previous run left behind and starts serving; ``stop()`` stops
-    serving and interrupts a running job; ``wait()`` blocks until stopped.
+    serving and interrupts the running jobs; ``wait()`` blocks until stopped.
     ``worker_module`` names the module with ``run_party_job``/``run_dealer_job`` (tests swap it).
+    ``start_method``: how workers start, "forkserver" or "spawn" (default: $MPC_ERM_WORKER_START,
+    else "forkserver").
     """
 
     def __init__(self, config: DaemonConfig, *, worker_module: str = "parties.worker",
-                 cancel_grace_s: float = CANCEL_GRACE_S, log_to_stderr: bool = True) -> None:
+                 cancel_grace_s: float = CANCEL_GRACE_S, log_to_stderr: bool = True,
+                 start_method: str | None = None) -> None:
         self.config = config
         self.role = "dealer" if isinstance(config, DealerConfig) else "party"
         self.name = config.identity.name
         self.worker_module = worker_module
         self.cancel_grace_s = cancel_grace_s
         self.log_to_stderr = log_to_stderr
+        self.max_jobs = int(getattr(config, "max_concurrent_jobs", 4))
+        self.start_method = start_method or os.environ.get(WORKER_START_ENV) or "forkserver"
+        if self.start_method not in ("forkserver", "spawn"):
+            raise ValueError(f"{WORKER_START_ENV}: must be 'forkserver' or 'spawn', got {self.start_method!r}")
         self.state_dir = Path(config.state_dir)
         self.jobs_dir = self.state_dir / "jobs"
         self.port: int | None = None
@@ -333,12 +421,13 @@ class PartyDaemon:
         self._lock = threading.RLock()
         self._endpoint_changed = threading.Condition(self._lock)
         self._endpoints: dict[str, str] = {}
-        self._queue: queue.Queue[str] = queue.Queue()
-        self._running: _Run | None = None
+        self._queue: queue.Queue[str] = queue.Queue()  # job ids to admit ("" only wakes the scheduler)
+        self._runs: dict[str, _Run] = {}  # the admitted jobs, at most max_jobs
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._server: grpc.Server | None = None
         self._scheduler: threading.Thread | None = None
+        self._mp: Any = multiprocessing.get_context("spawn")  # replaced in start()
         self._started_at = 0.0
 
     # ---- life cycle
@@ -363,7 +452,9 @@ class PartyDaemon:
         self._recover()
         self._server = grpc.server(
             ThreadPoolExecutor(max_workers=32, thread_name_prefix=f"party-{self.name}"),
-            interceptors=[tls.Authorizer(control_policy(cfg), revoked_serials=revoked)],
+            interceptors=[tls.Authorizer(control_policy(cfg), revoked_serials=revoked, rate_limit=tls.RateLimit(
+                cfg.limits.control_calls_per_s, cfg.limits.control_burst),
+                field_limits={"*": 1024, "job_toml": MAX_JOB_TOML_BYTES})],
             options=[*grpc_options(), ("grpc.so_reuseport", 0)],
         )
         pb_grpc.add_PartyControlServicer_to_server(_Servicer(self), self._server)
@@ -376,12 +467,26 @@ class PartyDaemon:
         host = f"[{host}]" if ":" in host else host
         self.address = cfg.advertise or f"{host}:{port}"
         self._started_at = time.time()
+        self._mp = self._worker_context()
         self._server.start()
         self._scheduler = threading.Thread(target=self._schedule, name=f"scheduler-{self.name}", daemon=True)
         self._scheduler.start()
         self._info(f"{self.role} daemon {self.name} listening on port {port} (advertised {self.address})",
                    phase="start", address=self.address)
         return port
+
+    def _worker_context(self) -> Any:
+        """The multiprocessing context workers start in. A fork server is started now, so that it
+        imports torch and CrypTen while the daemon waits for its first job, not during it."""
+        mp = multiprocessing.get_context(self.start_method)
+        if self.start_method == "forkserver":
+            heavy = WORKER_PRELOAD if self.worker_module == "parties.worker" else ()
+            # process-wide: the first daemon of a process chooses (one daemon per process in production)
+            mp.set_forkserver_preload(["parties.daemon", self.worker_module, *heavy])
+            from multiprocessing import forkserver
+
+            forkserver.ensure_running()
+        return mp
 
     def _recover(self) -> None:
         assert self.store is not None
@@ -398,7 +503,7 @@ class PartyDaemon:
                 self._info("budget kept as spent (the job had revealed)", job_id=r.job_id, phase="recover")
 
     def stop(self, grace: float = 2.0) -> None:
-        """Stop serving, interrupt a running job (it ends failed; budget settled as for any
+        """Stop serving, interrupt the running jobs (they end failed; budget settled as for any
         failure); queued jobs stay queued and end failed at the next start."""
         if self._stopping.is_set():
             self._stopped.wait()
@@ -407,14 +512,20 @@ class PartyDaemon:
         try:
             if self._server is not None:
                 self._server.stop(grace).wait()
-            with self._lock:
-                run = self._running
-                if run is not None and run.cancel_at is None:
-                    run.cancel_at = time.monotonic() - max(0.0, self.cancel_grace_s - 2.0)  # 2 s to stop
-                    run.cancel_reason, run.end_status = STOP_REASON, "failed"
-                    run.cancel.set()
             if self._scheduler is not None:
-                self._scheduler.join(timeout=self.cancel_grace_s + 30)
+                self._scheduler.join(timeout=5.0)  # admits nothing once stopping is set
+            with self._lock:
+                runs = list(self._runs.values())
+                for run in runs:
+                    if run.cancel_at is None:
+                        run.cancel_at = time.monotonic() - max(0.0, self.cancel_grace_s - 2.0)  # 2 s to stop
+                        run.cancel_reason, run.end_status = STOP_REASON, "failed"
+                        run.cancel.set()
+                self._endpoint_changed.notify_all()
+            deadline = time.monotonic() + self.cancel_grace_s + 30
+            for run in runs:
+                if run.thread is not None:
+                    run.thread.join(timeout=max(0.0, deadline - time.monotonic()))
             self._info(f"{self.role} daemon {self.name} stopped", phase="stop")
         finally:
             self._close_state()
@@ -532,8 +643,8 @@ class PartyDaemon:
             if rec.terminal:
                 return rec
             self.store.request_cancel(job_id)
-            run = self._running
-            if run is not None and run.job_id == job_id:
+            run = self._runs.get(job_id)
+            if run is not None:
                 if run.cancel_at is None:
                     run.cancel_at, run.cancel_reason = time.monotonic(), reason
                     run.cancel.set()
@@ -569,48 +680,79 @@ class PartyDaemon:
     # ---- scheduling and workers
 
     def _schedule(self) -> None:
+        """Admit queued jobs, oldest first, while fewer than ``max_jobs`` run; each admitted job is
+        supervised by its own thread, which wakes this one when it ends."""
         assert self.store is not None
+        pending: collections.deque[str] = collections.deque()
         while not self._stopping.is_set():
             try:
-                job_id = self._queue.get(timeout=0.2)
+                item = self._queue.get(timeout=0.2)
+                while True:
+                    if item:
+                        pending.append(item)
+                    item = self._queue.get_nowait()
             except queue.Empty:
-                continue
-            if self._stopping.is_set():
-                break
-            try:
-                self._run(job_id)
-            except Exception:  # never let one job kill the scheduler
-                self.log.exception("scheduler error", extra={"job_id": job_id, "phase": "scheduler"})
-                with contextlib.suppress(Exception):
-                    note = self._release(job_id, "internal error in the daemon")
-                    self.store.finish(job_id, "failed", "internal error in the daemon" + (f"; {note}" if note else ""))
-            finally:
+                pass
+            while pending and not self._stopping.is_set():
                 with self._lock:
-                    self._running = None
-                    self._endpoints.pop(job_id, None)
-                    self._endpoint_changed.notify_all()
+                    if len(self._runs) >= self.max_jobs:
+                        break
+                job_id = pending.popleft()
+                try:
+                    self._admit(job_id)
+                except Exception:  # never let one job kill the scheduler
+                    self._internal_error(job_id)
 
-    def _run(self, job_id: str) -> None:
-        assert self.store is not None and self.identity is not None
-        mp = multiprocessing.get_context("spawn")
-        cancel, up, down = mp.Event(), mp.Queue(), mp.Queue()
+    def _internal_error(self, job_id: str) -> None:
+        assert self.store is not None
+        self.log.exception("scheduler error", extra={"job_id": job_id, "phase": "scheduler"})
+        with contextlib.suppress(Exception):
+            note = self._release(job_id, "internal error in the daemon")
+            self.store.finish(job_id, "failed", "internal error in the daemon" + (f"; {note}" if note else ""))
+
+    def _admit(self, job_id: str) -> None:
+        """queued → running: take a slot and start the job's supervising thread."""
+        assert self.store is not None
         with self._lock:
+            if self._stopping.is_set():
+                return  # stays queued; ends failed at the next start
             rec = self.store.get(job_id)
             if rec is None or not self.store.set_running(job_id):
                 return  # cancelled while queued
-            run = _Run(job_id, rec, cancel, down)
-            self._running = run
+            run = _Run(job_id, rec, self._mp.Event(), self._mp.Queue())
+            self._runs[job_id] = run
+            run.thread = threading.Thread(target=self._run_thread, args=(run,), name=f"job-{job_id[:12]}",
+                                          daemon=True)
+            run.thread.start()
+
+    def _run_thread(self, run: _Run) -> None:
+        try:
+            self._run(run)
+        except Exception:
+            self._internal_error(run.job_id)
+        finally:
+            with self._lock:
+                self._runs.pop(run.job_id, None)
+                self._endpoints.pop(run.job_id, None)
+                self._endpoint_changed.notify_all()
+            self._queue.put("")  # a slot is free: wake the scheduler
+
+    def _run(self, run: _Run) -> None:
+        assert self.store is not None and self.identity is not None
+        job_id, rec, up = run.job_id, run.record, self._mp.Queue()
         job_dir = self.jobs_dir / job_id
         job_dir.mkdir(mode=0o700, exist_ok=True)
         config = self.config if self.config.advertise else self.config.model_copy(update={"advertise": self.address})
         ctx = ProcessWorkerContext(job_id=job_id, job_toml=rec.job_toml, config=config, identity=self.identity,
                                    job_dir=job_dir, ledger_path=None if self.ledger is None else self.ledger.path,
-                                   up=up, down=down, cancel=cancel)
+                                   up=up, down=run.down, cancel=run.cancel)
         entry = "run_dealer_job" if self.role == "dealer" else "run_party_job"
-        proc = mp.Process(target=_worker_main, args=(ctx, self.worker_module, entry, str(self.state_dir / LOG_FILE)),
-                          name=f"mpc-erm-job-{job_id[:12]}")
+        proc = self._mp.Process(target=_worker_main,
+                                args=(ctx, self.worker_module, entry, str(self.state_dir / LOG_FILE)),
+                                name=f"mpc-erm-job-{job_id[:12]}")
         run.process = proc
-        self._info(f"starting worker ({self.worker_module}.{entry})", job_id=job_id, phase="running")
+        self._info(f"starting worker ({self.worker_module}.{entry}, {self.start_method})", job_id=job_id,
+                   phase="running")
         try:
             proc.start()
         except Exception as exc:
@@ -619,7 +761,9 @@ class PartyDaemon:
             self._supervise(run, up)
         self._finish(run, proc.exitcode)
         up.close()
-        down.close()
+        run.down.close()
+        with contextlib.suppress(Exception):
+            proc.close()  # its sentinel descriptor: a long-lived daemon must not keep one per job
 
     def _supervise(self, run: _Run, up: Any) -> None:
         proc = run.process
@@ -721,6 +865,7 @@ class PartyDaemon:
             raise ValueError(f"{member!r} is not among {self.name}'s peers")
         role = members[member]
         last = "no answer"
+        cycle_since: float | None = None
         with tls.secure_channel(peer.address, self.identity, member, grpc_options(), expected_role=role) as ch:
             stub = pb_grpc.PartyControlStub(ch)
             while True:
@@ -731,6 +876,7 @@ class PartyDaemon:
                 if run.cancel.is_set() or self._stopping.is_set():
                     raise RuntimeError("job cancelled or daemon stopping")
                 wait = min(left, 5.0)
+                pause = 0.2
                 try:
                     reply = stub.GetEndpoint(pb.EndpointRequest(job_id=run.job_id, member=member, wait_s=wait),
                                              timeout=wait + 5.0)
@@ -741,7 +887,14 @@ class PartyDaemon:
                     if code not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE,
                                     grpc.StatusCode.DEADLINE_EXCEEDED):
                         raise RuntimeError(f"{member}'s daemon: {last}") from None
-                time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+                    peer_running = _admission_of(exc) if code == grpc.StatusCode.NOT_FOUND else None
+                    if peer_running is not None:  # queued there behind full slots: a cycle with us?
+                        pause = ADMISSION_POLL_S
+                        failed, cycle_since = self._break_cross_queueing(run, member, stub, peer_running,
+                                                                         cycle_since)
+                        if failed:
+                            raise RuntimeError(run.cancel_reason) from None
+                time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
 
     def _finish(self, run: _Run, exitcode: int | None) -> None:
         assert self.store is not None
@@ -773,16 +926,84 @@ class PartyDaemon:
     # ---- queries used by the servicer
 
     def endpoint(self, job_id: str, wait_s: float) -> str | None:
+        """The job's published worker address, waiting up to ``wait_s``; None at once if the job
+        waits for a slot here (see :meth:`admission`), is being cancelled, or the daemon stops."""
         deadline = time.monotonic() + max(0.0, min(wait_s, MAX_ENDPOINT_WAIT_S))
         with self._endpoint_changed:
             while job_id not in self._endpoints:
                 left = deadline - time.monotonic()
-                run = self._running
-                if left <= 0 or self._stopping.is_set() or (run is not None and run.job_id == job_id
-                                                           and run.cancel_at is not None):
+                run = self._runs.get(job_id)
+                if (left <= 0 or self._stopping.is_set() or (run is not None and run.cancel_at is not None)
+                        or (run is None and len(self._runs) >= self.max_jobs)):
                     return None
                 self._endpoint_changed.wait(min(left, 0.5))
             return self._endpoints[job_id]
+
+    def admission(self, job_id: str) -> list[str] | None:
+        """If ``job_id`` is queued here behind ``max_jobs`` running jobs: the ids of those jobs
+        (what a peer needs to see a cross-queueing deadlock); else None."""
+        assert self.store is not None
+        with self._lock:
+            if job_id in self._runs or len(self._runs) < self.max_jobs:
+                return None
+            running = sorted(self._runs)
+        rec = self.store.get(job_id)
+        return running if rec is not None and rec.status == "queued" else None
+
+    def _queued_here(self) -> set[str]:
+        assert self.store is not None
+        return {r.id for r in self.store.list(statuses=("queued",))}
+
+    def _fail_run(self, run: _Run, reason: str) -> None:
+        """End a running job as failed (its worker is cancelled; budget settled as for any failure)."""
+        assert self.store is not None
+        with self._lock:
+            if run.cancel_at is not None:
+                return
+            run.cancel_at, run.cancel_reason, run.end_status = time.monotonic(), reason, "failed"
+            run.cancel.set()
+            self._endpoint_changed.notify_all()
+        self._warn(reason, job_id=run.job_id, phase="deadlock")
+        self.store.add_event(run.job_id, "failing", {"message": reason})
+
+    def _break_cross_queueing(self, run: _Run, member: str, stub: Any, peer_running: list[str],
+                              since: float | None) -> tuple[bool, float | None]:
+        """``run`` waits for a slot at ``member``, whose slots hold ``peer_running``. A deadlock:
+        every job running there is queued here, and every job running here is queued there (so
+        neither daemon can free a slot). Then the largest job id of the two sets fails, on the
+        daemon that runs it (both sides pick the same); if the other side has not acted after
+        ``ADMISSION_GRACE_S`` (it may be waiting on a third member), this side fails its own
+        largest. Returns (whether ``run`` itself was failed, when the cycle was first seen)."""
+        with self._lock:
+            mine = {j: r for j, r in self._runs.items() if r.cancel_at is None}
+            full = len(self._runs) >= self.max_jobs
+            freeing = len(mine) < len(self._runs)  # a job here is ending: its slot frees soon
+        queued = self._queued_here()
+        if not full or freeing or not peer_running or not set(peer_running) <= queued:
+            return False, None
+        for job_id in sorted(set(mine) - {run.job_id}):  # is each of ours queued at the peer, behind its slots?
+            members = dict(_members(mine[job_id].record))
+            if member not in members:
+                return False, None  # it does not need the peer: it can finish and free a slot
+            try:
+                stub.GetEndpoint(pb.EndpointRequest(job_id=job_id, member=member, wait_s=0.0), timeout=10.0)
+                return False, None  # running there
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.NOT_FOUND or not _admission_of(exc):  # type: ignore[attr-defined]
+                    return False, None
+        now = time.monotonic()
+        since = now if since is None else since
+        loser, why = max([*mine, *peer_running]), "the largest job id of the cycle"
+        if loser not in mine:
+            if now - since < ADMISSION_GRACE_S:
+                return False, since
+            loser, why = max(mine), f"{member} did not break the cycle within {ADMISSION_GRACE_S:g} s"
+        other = max(set(peer_running) | (set(mine) - {loser}))
+        reason = (f"admission deadlock: {self.name} and {member} each run max_concurrent_jobs jobs that are queued "
+                  f"at the other (this job and e.g. {other}); this job gives way ({why}) so the others can run "
+                  "- nothing was revealed; resubmit it")
+        self._fail_run(mine[loser], reason)
+        return loser == run.job_id, since
 
     def job_info(self, rec: JobRecord) -> pb.JobInfo:
         assert self.store is not None
@@ -908,6 +1129,12 @@ class _Servicer(pb_grpc.PartyControlServicer):
                           + (f": {rec.reason}" if rec.reason else ""))
         address = self.d.endpoint(rec.id, request.wait_s)
         if address is None:
+            running = self.d.admission(rec.id)
+            if running is not None:  # queued behind full slots: tell the asker which jobs hold them
+                context.set_trailing_metadata(((ADMISSION_KEY, ",".join(running)),))
+                context.abort(grpc.StatusCode.NOT_FOUND,
+                              f"job {rec.id} is queued at {self.d.name}: all {self.d.max_jobs} slots "
+                              f"(max_concurrent_jobs) are busy")
             context.abort(grpc.StatusCode.NOT_FOUND, f"job {rec.id}: {self.d.name}'s worker has not published "
                                                      "its endpoint yet")
         return pb.EndpointReply(job_id=rec.id, member=self.d.name, address=address)
@@ -921,7 +1148,7 @@ class _Servicer(pb_grpc.PartyControlServicer):
             v = "unknown"
         assert self.d.store is not None
         with self.d._lock:
-            running = 1 if self.d._running is not None else 0
+            running = len(self.d._runs)
         queued = len(self.d.store.list(statuses=("queued",)))
         return pb.HealthReply(name=self.d.name, role=self.d.role, version=v,
                               uptime_s=time.time() - self.d._started_at, queued=queued, running=running)

@@ -11,7 +11,9 @@ the budget reservation):
 5. calibrate the in-MPC noise for the exact mechanism sampled (:mod:`mpc_erm.mpc.noise`), fill
    the offline noise pool (for output perturbation concurrently with the local solve);
 6. mark the ledger reservation revealed (permanent spend), then run the protocol's reveals;
-7. write model.safetensors, privacy_report.json, metrics.json and training_curve.png.
+7. write model.safetensors, privacy_report.json, metrics.json (public: test-set metrics, MPC and
+   noise counters) and training_curve.png; metrics on this party's own rows — a function of its
+   data that no ε covers — only to ``.private/own_rows.json``, which the daemon never serves.
 """
 
 from __future__ import annotations
@@ -30,10 +32,15 @@ from .context import JobCancelled, WorkerContext
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AgreementError", "run_dealer_job", "run_party_job"]
+__all__ = ["AgreementError", "DealerJobAborted", "run_dealer_job", "run_party_job"]
 
-DEADLINE_S = 120.0  # every wait on a peer is bounded by this (transport deadline)
-LOOKUP_S = 120.0
+DEADLINE_S = 120.0  # default of the daemon config's peer_timeout_s: every wait on a peer (a message, an
+# endpoint look-up) is bounded by it
+
+
+def _peer_timeout(ctx: WorkerContext) -> float:
+    """The daemon's ``peer_timeout_s`` (transport deadline and endpoint look-up)."""
+    return float(getattr(ctx.config, "peer_timeout_s", DEADLINE_S))
 PROGRESS_EVERY = 5  # rounds between progress events
 
 
@@ -41,12 +48,17 @@ class AgreementError(RuntimeError):
     """The members do not hold the identical job or the same dataset schema: nothing was revealed."""
 
 
+class DealerJobAborted(RuntimeError):
+    """The dealer's job ended without party 0's "terminate": a party went away or failed."""
+
+
 # ------------------------------------------------------------------------------------ data
 
 
 def _load_rows(ctx: WorkerContext) -> tuple[Any, Any | None]:
     """(this party's training rows, a public test set if the dataset has one) as mpc_erm Datasets."""
-    from mpc_erm.data import Dataset, clip_to_unit_ball, load_csv, load_dataset, load_libsvm, load_numpy
+    from mpc_erm.data import Dataset, clip_to_unit_ball, load_dataset
+    from mpc_erm.data.loaders import load_file
     from mpc_erm.data.partition import partition_equal
 
     ds_id = ctx.job.job.dataset
@@ -63,12 +75,9 @@ def _load_rows(ctx: WorkerContext) -> tuple[Any, Any | None]:
         mine = Dataset(train.X[idx], train.y[idx], train.task, f"{cfg.name}[{cfg.part}/{cfg.of}]",
                        train.feature_names, train.n_classes)
         return mine, test
-    if cfg.format == "csv":
-        ds = load_csv(cfg.path, label=cfg.label, task=task)
-    elif cfg.format == "libsvm":
-        ds = load_libsvm(cfg.path, task=task)
-    else:
-        ds = load_numpy(cfg.path, task=task)
+    # the loader refuses a file over max_bytes before reading it, and values outside feature_range
+    ds = load_file(cfg.format, cfg.path, task=task, label=cfg.label, max_bytes=cfg.max_bytes,
+                   feature_range=cfg.feature_range)
     # A user's file is expected to be scaled by a public schema; rows are clipped into the unit ball
     # so the protocols' sensitivity bounds hold whatever the file contains.
     X = clip_to_unit_ball(np.asarray(ds.X))
@@ -104,14 +113,15 @@ def _join(ctx: WorkerContext) -> tuple[Any, Any]:
 
     listen_host = str(ctx.config.listen).rsplit(":", 1)[0]
     adv_host = str(getattr(ctx.config, "advertise", None) or ctx.config.listen).rsplit(":", 1)[0]
-    server = TransportServer(ctx.identity, f"{listen_host}:0")
+    server = TransportServer.configured(ctx.identity, f"{listen_host}:0", limits=getattr(ctx.config, "limits", None),
+                                        crl=getattr(getattr(ctx.config, "identity", None), "crl", None))
     port = server.start()
     ctx.publish_endpoint(f"{adv_host}:{port}")
     parties, dealer = _members(ctx)
     me = ctx.identity.name
-    addr = {n: (f"{adv_host}:{port}" if n == me else ctx.lookup_endpoint(n, LOOKUP_S)) for n in parties}
+    addr = {n: (f"{adv_host}:{port}" if n == me else ctx.lookup_endpoint(n, _peer_timeout(ctx))) for n in parties}
     if dealer:
-        addr[dealer] = f"{adv_host}:{port}" if dealer == me else ctx.lookup_endpoint(dealer, LOOKUP_S)
+        addr[dealer] = f"{adv_host}:{port}" if dealer == me else ctx.lookup_endpoint(dealer, _peer_timeout(ctx))
     table = PartyTable(
         job_id=ctx.job_id,
         parties=tuple(Member(n, addr[n], "party") for n in parties),
@@ -120,7 +130,7 @@ def _join(ctx: WorkerContext) -> tuple[Any, Any]:
     ctx.emit({"phase": "connecting", "message": f"{len(parties)} parties" + (f" + dealer {dealer}" if dealer else "")})
     if ctx.identity.role == "dealer":
         return server, table
-    comm = init_crypten(table, me, ctx.identity, server=server, options=TransportOptions(deadline_s=DEADLINE_S))
+    comm = init_crypten(table, me, ctx.identity, server=server, options=TransportOptions(deadline_s=_peer_timeout(ctx)))
     return server, comm
 
 
@@ -266,7 +276,10 @@ def _report(ctx: WorkerContext, proto: Any, g: Any, mechanism: str, trust: str, 
 
 
 def _metrics(loss: Any, theta: Any, ds: Any, lam: float) -> dict[str, float]:
-    """Objective and accuracy (classification) or MSE (regression) of θ on rows this party holds."""
+    """Objective and accuracy (classification) or MSE (regression) of θ on the rows of ``ds``.
+
+    On this party's own rows they are a function of its private data that no ε covers: they stay
+    in the job's ``.private/`` directory (never served); only metrics on a public test set leave."""
     import torch
 
     from mpc_erm.models import objective_value
@@ -278,7 +291,17 @@ def _metrics(loss: Any, theta: Any, ds: Any, lam: float) -> dict[str, float]:
     return {"objective": float(objective_value(loss, th, X, y, lam)), key: loss.score(th, X, y)}
 
 
-def _output_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, sizes: Any, rank: int, dev: Any) -> tuple:
+def _point(t: int, eps: float, proto: Any, theta: Any, ds: Any, test: Any, lam: float) -> dict[str, Any]:
+    """One point of the training curve: public part (round, ε spent, test-set metrics) and, under
+    ``own``, the private part."""
+    point: dict[str, Any] = {"round": t, "epsilon_spent": eps, "own": _metrics(proto.loss, theta, ds, lam)}
+    if test is not None:
+        point["test"] = _metrics(proto.loss, theta, test, lam)
+    return point
+
+
+def _output_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, sizes: Any, rank: int,
+                dev: Any) -> tuple:
     import torch
 
     from mpc_erm.mpc.noise import calibrate_gaussian, calibrate_laplace
@@ -320,11 +343,12 @@ def _output_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, sizes: Any, ran
     theta = proto.release(agg, local["theta"].reshape(1, -1).to("cpu", torch.float64), [rank])
     _audit(ctx).release(ctx.job_id, what="noisy weighted average of the local models", value=theta, round=1,
                         rounds=1)
-    curve = [{"round": 1, **_metrics(proto.loss, theta, ds, spec.model.lam)}]
+    curve = [_point(1, g.epsilon, proto, theta, ds, test, spec.model.lam)]
     return proto, g, theta, curve, "output perturbation: locally solved models averaged with public weights n_j/n"
 
 
-def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, sizes: Any, rank: int, dev: Any) -> tuple:
+def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, sizes: Any, rank: int,
+                  dev: Any) -> tuple:
     import torch
 
     from mpc_erm.mpc.noise import calibrate_gaussian, guarantee, plan_noise
@@ -356,7 +380,7 @@ def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, sizes: Any, r
         if t % PROGRESS_EVERY == 0 or t == tr.iterations:
             eps_t = g.epsilon if t == tr.iterations else (
                 guarantee(plan_noise(noise, proto.p, sizes.m), t, pv.delta, acc).epsilon)
-            curve.append({"round": t, **_metrics(proto.loss, theta, ds, spec.model.lam)})
+            curve.append(_point(t, eps_t, proto, theta, ds, test, spec.model.lam))
             ctx.emit({"phase": "training", "round": t, "rounds": tr.iterations, "epsilon_spent": eps_t})
     note = (f"gradient perturbation: T = {tr.iterations} full-batch rounds, clip C = {proto.clip:g}; accountant "
             f"{acc!r} (the job asked for {pv.accountant!r}; the discrete Gaussian is accounted by its "
@@ -364,7 +388,10 @@ def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, sizes: Any, r
     return proto, g, theta.cpu(), curve, note
 
 
-def _write_results(ctx: WorkerContext, theta: Any, report: Any, metrics: dict[str, Any], curve: list) -> None:
+def _write_results(ctx: WorkerContext, theta: Any, report: Any, metrics: dict[str, Any], curve: list,
+                   own: dict[str, Any]) -> None:
+    """The served results (model, report, public metrics, curve) and, in ``.private/`` (a dot
+    directory the daemon never serves), the metrics on this party's own rows."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -377,11 +404,16 @@ def _write_results(ctx: WorkerContext, theta: Any, report: Any, metrics: dict[st
               metadata={"job_id": ctx.job_id, "job_digest": ctx.job.spec_digest(), "loss": ctx.job.spec.model.name})
     (d / "privacy_report.json").write_text(report.to_json(indent=2))
     (d / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float))
+    private = d / ".private"
+    private.mkdir(mode=0o700, exist_ok=True)
+    (private / "own_rows.json").write_text(json.dumps(own, indent=2, default=float))
     fig, ax = plt.subplots(figsize=(6, 3.5))
     xs = [c["round"] for c in curve]
-    ax.plot(xs, [c.get("objective", math.nan) for c in curve], marker="o" if len(xs) < 3 else None)
+    has_test = all("test" in c for c in curve)
+    ys = [c["test"]["objective"] if has_test else c["epsilon_spent"] for c in curve]
+    ax.plot(xs, ys, marker="o" if len(xs) < 3 else None)
     ax.set_xlabel("round")
-    ax.set_ylabel("objective on this party's rows")
+    ax.set_ylabel("objective on the public test set" if has_test else "ε spent")
     ax.set_title(f"{ctx.job.job.name}: {ctx.job.spec.method} perturbation, ε = {report.epsilon:.3g}")
     fig.tight_layout()
     fig.savefig(d / "training_curve.png", dpi=100)
@@ -394,7 +426,6 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
 
     from mpc_erm.mpc.aggregator import MpcAggregator, ZeroNoise
     from mpc_erm.mpc.communicator import uninit_crypten
-    from mpc_erm.mpc.dealer import stop_dealer_client
     from mpc_erm.mpc.noise import InMpcNoise
     from mpc_erm.protocols.common import PartySizes
 
@@ -415,26 +446,47 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
         agg = MpcAggregator(ZeroNoise() if no_noise else src, allow_test_only=no_noise)
         ctx.emit({"phase": "agreed", "message": f"n = {sizes.n} rows over {sizes.m} parties; {agg.trust_model}"})
         run = _output_job if ctx.job.spec.method == "output" else _gradient_job
-        proto, g, theta, curve, note = run(ctx, agg, src, ds, sizes, rank, dev)
+        proto, g, theta, curve, note = run(ctx, agg, src, ds, test, sizes, rank, dev)
         report = _report(ctx, proto, g, proto.noise.mechanism, agg.trust_model, sizes, note)
+        lam = ctx.job.spec.model.lam
+        own = {"train_own_rows": _metrics(proto.loss, theta, ds, lam),
+               "curve": [{"round": c["round"], **c["own"]} for c in curve]}
         metrics: dict[str, Any] = {
-            "train_own_rows": _metrics(proto.loss, theta, ds, ctx.job.spec.model.lam),
             "wall_seconds": time.perf_counter() - tic,
-            "mpc": agg.describe(), "noise": src.stats(), "curve": curve,
+            "mpc": agg.describe(), "noise": src.stats(),
+            "curve": [{k: v for k, v in c.items() if k != "own"} for c in curve],
         }
         if test is not None:
-            metrics["test"] = _metrics(proto.loss, theta, test, ctx.job.spec.model.lam)
-        _write_results(ctx, theta, report, metrics, curve)
+            metrics["test"] = _metrics(proto.loss, theta, test, lam)
+        _write_results(ctx, theta, report, metrics, curve, own)
         ctx.emit({"phase": "done", "epsilon_spent": report.epsilon, "message": "results written"})
         ok = True
-        return {"epsilon": report.epsilon, "delta": report.delta_total, "metrics": {k: metrics[k] for k in
-                ("train_own_rows", "wall_seconds") if k in metrics} | ({"test": metrics["test"]} if test else {})}
+        return {"epsilon": report.epsilon, "delta": report.delta_total, "metrics": {"wall_seconds": metrics[
+                "wall_seconds"]} | ({"test": metrics["test"]} if test is not None else {})}
     finally:
         try:
-            stop_dealer_client(send_terminate=ok)
+            _stop_dealer(ctx, ok)
         finally:
             uninit_crypten()
             server.stop(1.0)
+
+
+def _stop_dealer(ctx: WorkerContext, ok: bool) -> None:
+    """Party 0 tells the dealer the job is over. After a success that is a courtesy: every reveal
+    is done, the results are written and the budget is spent, so a dealer that cannot be reached
+    (it crashed after serving its last triple; gradient rounds and the output reveal need none) must
+    not turn the job into a failure: the coordinator would see "failed", refetch nothing and
+    resubmit, charging the ε twice. The dealer's worker ends by itself once party 0's is gone."""
+    from mpc_erm.mpc.dealer import stop_dealer_client
+    from mpc_erm.mpc.transport import TransportError
+
+    try:
+        stop_dealer_client(send_terminate=ok)
+    except TransportError as exc:
+        if not ok:
+            raise
+        log.warning("job %s: results written, but the dealer could not be told the job is over: %s", ctx.job_id,
+                    " ".join(str(exc).split())[:500])
 
 
 def run_dealer_job(ctx: WorkerContext) -> dict[str, Any]:
@@ -449,8 +501,14 @@ def run_dealer_job(ctx: WorkerContext) -> dict[str, Any]:
     server, table = _join(ctx)
     try:
         ctx.emit({"phase": "dealing", "message": "serving triples"})
-        rep = run_dealer(table, ctx.identity, server=server, options=TransportOptions(deadline_s=DEADLINE_S),
-                         idle_timeout_s=DEADLINE_S * 5)
+        rep = run_dealer(table, ctx.identity, server=server, options=TransportOptions(deadline_s=_peer_timeout(ctx)),
+                         idle_timeout_s=_peer_timeout(ctx) * 5)
+        if rep.ended_by != "terminate":
+            # Party 0 sends "terminate" only once its job has succeeded; anything else (a party
+            # crashed or failed, no request for too long) means the job failed, and the dealer's
+            # job table must not say "succeeded" for a job whose parties failed.
+            raise DealerJobAborted(f"the parties did not finish the job ({rep.requests} requests served): "
+                                   f"{rep.ended_by or 'the dealer loop ended without terminate'}")
         return {"requests": rep.requests, "elements": rep.elements_served, "ended_by": rep.ended_by}
     finally:
         server.stop(1.0)

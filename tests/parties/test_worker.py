@@ -148,6 +148,11 @@ def test_gradient_job_produces_one_private_model_at_every_party(gradient_run: tu
     assert "discrete Gaussian" in rep["accountant"]
     metrics = json.loads((tmp / "alice" / "metrics.json").read_text())
     assert 0.0 <= metrics["test"]["accuracy"] <= 1.0  # utility: see the output job and the no-noise twin
+    # metrics on a party's own rows are not covered by ε: they stay private (never served)
+    assert "train_own_rows" not in metrics
+    assert all(set(c) <= {"round", "epsilon_spent", "test"} for c in metrics["curve"])
+    own = json.loads((tmp / "alice" / ".private" / "own_rows.json").read_text())
+    assert 0.0 <= own["train_own_rows"]["accuracy"] <= 1.0 and len(own["curve"]) == len(metrics["curve"])
     assert metrics["noise"]["online_samples"] == 0  # all noise came from the offline pool
     assert (tmp / "alice" / "training_curve.png").stat().st_size > 1000
     phases = {e["phase"] for who, e in res["_events"] if who == "alice"}
