@@ -75,3 +75,22 @@ def start_parties(
             p.kill()
         pytest.fail("a party did not announce its port within the deadline")
     return procs, out_q
+
+
+def join_as_party(rank: int, identity: Any, port_q: Any, table_q: Any, local_seed: int) -> tuple[Any, Any, Any]:
+    """The child's half of :func:`start_parties`: one torch thread, a transport server whose port is
+    announced, the job's table received, CrypTen initialised over gRPC with a 60 s deadline, and the
+    ``local`` generator seeded with ``local_seed + rank`` (fixed seeds: tests only).
+    Returns (crypten, communicator, server); the caller uninitialises and stops them."""
+    from mpc_erm.mpc.communicator import init_crypten
+    from mpc_erm.mpc.crypten_compat import import_crypten
+    from mpc_erm.mpc.transport import TransportOptions, TransportServer
+
+    torch.set_num_threads(1)
+    crypten = import_crypten()
+    server = TransportServer(identity, "127.0.0.1:0")
+    port_q.put((rank, server.start()))
+    table = table_q.get(timeout=60)
+    comm = init_crypten(table, identity.name, identity, server=server, options=TransportOptions(deadline_s=60))
+    crypten.generators["local"][torch.device("cpu")].manual_seed(local_seed + rank)
+    return crypten, comm, server

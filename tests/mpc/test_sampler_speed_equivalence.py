@@ -25,7 +25,7 @@ import pytest
 
 from mpc_erm.mpc import pki
 from mpc_erm.mpc.samplers.gaussian import DiscreteGaussianParams
-from tests.mpc.harness import collect_reports, start_parties
+from tests.mpc.harness import collect_reports, join_as_party, start_parties
 
 PARTIES = ("alice", "bob", "carol")
 THRESHOLDS = (0, 1, 12345, 32768, 65535, 65536 - 7)
@@ -41,17 +41,9 @@ def _party(rank: int, identity: pki.Identity, port_q: Any, table_q: Any, out_q: 
     try:
         import torch
 
-        torch.set_num_threads(1)
-        from mpc_erm.mpc.communicator import init_crypten, uninit_crypten
-        from mpc_erm.mpc.crypten_compat import import_crypten
-        from mpc_erm.mpc.transport import TransportOptions, TransportServer
+        from mpc_erm.mpc.communicator import uninit_crypten
 
-        crypten = import_crypten()
-        server = TransportServer(identity, "127.0.0.1:0")
-        port_q.put((rank, server.start()))
-        table = table_q.get(timeout=60)
-        init_crypten(table, identity.name, identity, server=server, options=TransportOptions(deadline_s=60))
-        crypten.generators["local"][torch.device("cpu")].manual_seed(777 + rank)  # fixed seeds: test only
+        crypten, _comm, server = join_as_party(rank, identity, port_q, table_q, local_seed=777)
         from crypten.mpc.primitives.arithmetic import ArithmeticSharedTensor
 
         from mpc_erm.mpc.samplers import discrete_gaussian as dg

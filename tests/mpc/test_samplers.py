@@ -29,7 +29,7 @@ from mpc_erm.mpc.samplers.gaussian import (
     ideal_discrete_gaussian_log_pmf,
 )
 from mpc_erm.mpc.samplers.pmf import ideal_discrete_laplace_log_pmf
-from tests.mpc.harness import collect_reports, start_parties
+from tests.mpc.harness import collect_reports, join_as_party, start_parties
 
 PARTIES = ("alice", "bob", "carol")
 SMALL = DiscreteLaplaceParams(t=50.0, bits=11, k=48)  # support ±2048: binned chi-square
@@ -156,19 +156,11 @@ def _party(rank: int, identity: pki.Identity, port_q: Any, table_q: Any, out_q: 
     try:
         import torch
 
-        torch.set_num_threads(1)
-        from mpc_erm.mpc.communicator import init_crypten, uninit_crypten
-        from mpc_erm.mpc.crypten_compat import import_crypten
+        from mpc_erm.mpc.communicator import uninit_crypten
         from mpc_erm.mpc.samplers.discrete_laplace import ring_to_grid_units
         from mpc_erm.mpc.samplers.pool import NoisePool, PoolExhausted
-        from mpc_erm.mpc.transport import TransportOptions, TransportServer
 
-        crypten = import_crypten()
-        server = TransportServer(identity, "127.0.0.1:0")
-        port_q.put((rank, server.start()))
-        table = table_q.get(timeout=60)
-        comm = init_crypten(table, identity.name, identity, server=server, options=TransportOptions(deadline_s=60))
-        crypten.generators["local"][torch.device("cpu")].manual_seed(4242 + rank)  # fixed seeds: test only
+        crypten, comm, server = join_as_party(rank, identity, port_q, table_q, local_seed=4242)
         report: dict[str, Any] = {"rank": rank}
 
         pool = NoisePool(SMALL, batch=8192)
