@@ -237,13 +237,6 @@ def _random_coins(masks: torch.Tensor, words: int, device: torch.device) -> torc
     return _chain(lambda i: _local_words((j, words), device), masks, k)
 
 
-def _less_than_public(u: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
-    """[U < c]: the configured circuit (:data:`COMPARISON`)."""
-    if COMPARISON == "tree":
-        return _less_than_public_tree(u, masks)
-    return _less_than_public_chain(u, masks)
-
-
 def _less_than_public_tree(u: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
     """XOR shares of the 64-lane words [U < c] from bit planes u (k, J, W) of U (MSB first):
     ⌈log2 k⌉ rounds, ≈ 2k ANDs (for high-latency links)."""
