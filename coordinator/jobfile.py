@@ -150,6 +150,10 @@ class JobFile(BaseModel):
             problems.append("seed: simulation only (it seeds plaintext noise); a job samples its noise in the MPC")
         if self.spec.model.n_classes is not None and self.spec.model.name != "softmax":
             problems.append(f"model.n_classes: only for softmax, not {self.spec.model.name}")
+        if self.spec.method == "output" and self.spec.privacy.mechanism == "l2_laplace":
+            problems.append("privacy.mechanism: 'l2_laplace' (the simulator's default) is not sampled inside the MPC; "
+                            "set mechanism = \"gaussian\" ((ε, δ)) or \"laplace_thesis\" (pure ε, per-coordinate "
+                            "discrete Laplace with Δ₁ = √d·Δ₂)")
         if problems:
             raise ValueError("\n".join(problems))
         return self

@@ -9,9 +9,22 @@ sampler's public parameters. Then it hands out this party's shares of samples:
 * ``gaussian`` → discrete Gaussian N_Z(0, σ²) on the grid (CKS rejection from the discrete
   Laplace, :mod:`.samplers.discrete_gaussian`);
 * ``laplace`` → discrete Laplace per coordinate (:mod:`.samplers.discrete_laplace`);
-* ``l2_laplace`` (Gamma-norm, uniform direction) is **not** sampled inside the MPC: it needs a
-  secure norm and division. Jobs that want pure ε in MPC use per-coordinate ``laplace`` with
-  Δ₁ = √d·Δ₂; the error says so.
+* ``l2_laplace`` (Gamma-norm, uniform direction) is **not** sampled inside the MPC. Jobs that
+  want pure ε in MPC use per-coordinate ``laplace`` with Δ₁ = √d·Δ₂ (exact on the grid); its RMS
+  noise norm is √(2d/(d+1)) ≤ √2 times ℓ2-Laplace's at the same ε
+  (``tests/privacy/test_laplace.py``). The job file refuses ``l2_laplace`` and says so.
+
+  Why not: its guarantee would have to hold for what is sampled. The discrete ℓ2-Laplace
+  P(z) ∝ exp(−‖z‖₂/t) on the grid is ε-DP (triangle inequality), and so is the continuous one
+  rounded to the grid (rounding commutes with integer shifts); an error in the norm alone that
+  is independent of the direction only rescales ε. But the direction needs a secure
+  normalisation g/‖g‖ of a Gaussian vector, which on shares is a discrete g on a ring. Coupling
+  the sampled output with the rounded ideal one fails as soon as a coordinate's error moves it
+  across a rounding boundary, with probability ≈ 2·d·(coordinate error); for that to be a
+  negligible δ (≤ 10⁻¹⁰) at d = 10⁶ and noise ≈ 2¹⁴·√d units, the direction would need ≈ 78
+  bits of relative precision, beyond the 64-bit ring (CrypTen's encoder and our samplers); the
+  exact routes (scale mixture of discrete Gaussians with a *secret* variance; rejection from a
+  product proposal, whose acceptance falls exponentially in d) are not practical either.
 
 The grid: g is the smallest number of fractional bits for which the parties' rounding adds at
 most :data:`GRID_SLACK` to the sensitivity (all m parties' inputs may round differently: m·√d

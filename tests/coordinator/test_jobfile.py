@@ -54,6 +54,8 @@ BAD = [
     ([("delta = 1e-5\n", "")], "privacy.delta: gradient perturbation (Gaussian) needs δ > 0"),
     ([OUTPUT, ("delta = 1e-5", 'mechanism = "gaussian"')], "privacy.delta: the Gaussian mechanism needs δ > 0"),
     ([OUTPUT, ("lam = 0.001", "lam = 0.0")], "model.lam: output perturbation needs λ > 0"),
+    ([OUTPUT], "privacy.mechanism: 'l2_laplace' (the simulator's default) is not sampled inside the MPC"),
+    ([OUTPUT, ("delta = 1e-5", 'delta = 1e-5\nmechanism = "l2_laplace"')], "privacy.mechanism: 'l2_laplace'"),
     ([("lam = 0.001", "lam = -1.0")], "model.lam: must be >= 0"),
     ([("delta = 1e-5", "delta = 1e-5\nclip = inf")], "privacy.clip: must be finite"),
     ([("delta = 1e-5", "delta = 1e-5\nclip = 0.0")], "privacy.clip: must be > 0"),
@@ -220,6 +222,8 @@ def test_digest_changes_when_any_field_changes() -> None:
         for key in path[:-1]:
             node = node[key]
         node[path[-1]] = new
+        if path == ("spec", "method"):  # an output job must name a mechanism sampled in the MPC
+            data["spec"]["privacy"]["mechanism"] = "laplace_thesis"
         digests.add(JobFile.model_validate(data).spec_digest())
         changed += 1
     replicated = copy.deepcopy(base)

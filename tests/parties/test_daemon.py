@@ -137,7 +137,7 @@ def job_toml(name: str = "ok", *, parties: tuple[str, ...] = ("alice", "bob", "c
     dealer_line = f'dealer = "{dealer}"\n' if dealer else ""
     return (f'method = "{method}"\n{extra}\n[job]\nname = "{name}"\ndataset = "{dataset}"\nparties = [{plist}]\n'
             f'trust = "{trust}"\n{dealer_line}\n[privacy]\nepsilon = {epsilon}\ndelta = 1e-5\n'
-            + ('accountant = "rdp"\n' if method == "gradient" else "")
+            + ('accountant = "rdp"\n' if method == "gradient" else 'mechanism = "gaussian"\n')
             + f"\n[training]\niterations = {iterations}\n")
 
 

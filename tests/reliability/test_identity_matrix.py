@@ -110,7 +110,8 @@ def _channel(m: Matrix, target: str, server: str, who: str) -> grpc.Channel:
 
 
 _JOB = ('method = "output"\n\n[job]\nname = "m"\ndataset = "adult"\nparties = ["alice", "bob", "carol"]\n'
-        'trust = "replicated"\n\n[privacy]\nepsilon = 0.5\ndelta = 1e-5\n\n[training]\niterations = 10\n')
+        'trust = "replicated"\n\n[privacy]\nepsilon = 0.5\ndelta = 1e-5\nmechanism = "gaussian"\n'
+        '\n[training]\niterations = 10\n')
 CONTROL_CALLS: dict[str, Callable[[cpb_grpc.PartyControlStub], object]] = {
     "SubmitJob": lambda s: s.SubmitJob(cpb.SubmitRequest(job_id="m1", job_toml=_JOB), timeout=T),
     "GetStatus": lambda s: s.GetStatus(cpb.JobRef(job_id="m1"), timeout=T),

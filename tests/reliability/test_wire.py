@@ -558,7 +558,8 @@ def _raw(daemon: DaemonProcess, method: str, stream: bool = False) -> Any:
 
 def _job_toml(name: str = "block") -> str:
     return (f'method = "output"\n\n[job]\nname = "{name}"\ndataset = "adult"\nparties = ["alice", "bob", "carol"]\n'
-            'trust = "replicated"\n\n[privacy]\nepsilon = 0.5\ndelta = 1e-5\n\n[training]\niterations = 10\n')
+            'trust = "replicated"\n\n[privacy]\nepsilon = 0.5\ndelta = 1e-5\nmechanism = "gaussian"\n'
+            '\n[training]\niterations = 10\n')
 
 
 CONTROL_CASES: dict[str, tuple[str, Callable[[DaemonProcess], object], grpc.StatusCode, str, str | None]] = {
