@@ -13,11 +13,27 @@ import click
 
 
 class _Terminated(Exception):
-    """SIGTERM/SIGHUP: unwind like Ctrl-C so every daemon is stopped on the way out."""
+    """SIGINT/SIGTERM/SIGHUP: unwind so that every daemon is stopped on the way out."""
 
 
-def _raise_terminated(signum: int, _frame: object) -> None:
-    raise _Terminated(signal.Signals(signum).name)
+class _Interrupts:
+    """Signal handler that raises :class:`_Terminated` and remembers that it did.
+
+    Why remember: a signal handler's exception is raised at whatever bytecode runs next, and if
+    that is a finaliser (a generator's ``finally``, a gRPC object's ``__del__``), Python prints
+    "Exception ignored" and goes on: a Ctrl-C was seen to vanish and the demo to run to the end
+    with status 0. :meth:`check` raises again at the demo's next progress event."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def __call__(self, signum: int, _frame: object) -> None:
+        self.seen.append(signal.Signals(signum).name)
+        raise _Terminated(self.seen[0])
+
+    def check(self) -> None:
+        if self.seen:
+            raise _Terminated(self.seen[0])
 
 
 def _fmt(x: float | None, spec: str) -> str:
@@ -48,7 +64,10 @@ def demo(out: Path, parties: int, trust: str, iterations: int, keep_state: bool,
     console = Console(stderr=True, highlight=False)
     last: dict[str, str] = {}
 
+    interrupts = _Interrupts()
+
     def on_event(job: str, ev: dict[str, Any]) -> None:
+        interrupts.check()
         p = ev.get("payload") or {}
         phase = ev["phase"]
         if phase == "training" and "round" in p:
@@ -62,12 +81,17 @@ def demo(out: Path, parties: int, trust: str, iterations: int, keep_state: bool,
             last[job] = line
             console.print(f"  [dim]{job}[/dim] {ev['member']}: {line}")
 
-    old = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+    def on_status(message: str) -> None:
+        interrupts.check()
+        console.print(f"[bold]demo[/bold] {message}")
+
+    old = {s: signal.signal(s, interrupts) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         summary = run_demo(out, jobs=default_jobs(iterations), parties=parties, trust=trust, keep_state=keep_state,
-                           on_event=on_event, on_status=lambda m: console.print(f"[bold]demo[/bold] {m}"))
+                           on_event=on_event, on_status=on_status)
+        interrupts.check()  # a signal whose exception a finaliser swallowed after the last event
     except (KeyboardInterrupt, _Terminated) as exc:
-        console.print(f"[red]demo interrupted ({type(exc).__name__}); every daemon was stopped[/red]")
+        console.print(f"[red]demo interrupted ({exc or type(exc).__name__}); every daemon was stopped[/red]")
         sys.exit(130)
     finally:
         for s, h in old.items():
