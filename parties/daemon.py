@@ -80,7 +80,7 @@ from mpc_erm.mpc._proto import party_pb2 as pb
 from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
 
 from .config import DealerConfig, PartyConfig, split_host_port
-from .jobs import JobExists, JobRecord, JobStore, content_digest
+from .jobs import LIVE, JobExists, JobRecord, JobStore, content_digest, read_result_manifest
 from .ledger import AlreadyRevealed, BudgetExceeded, JobConflict, Ledger, LedgerError, UnknownDataset
 
 if TYPE_CHECKING:
@@ -120,6 +120,7 @@ RESTART_REASON = "interrupted by a daemon restart"
 STOP_REASON = "interrupted: the daemon was stopped"
 JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 LOG_FILE = "daemon.log"
+CONTROL_THREADS = 32  # control-plane RPCs served at once (Watch streams and endpoint long-polls hold one each)
 
 
 # --------------------------------------------------------------------------- logging
@@ -162,6 +163,21 @@ def _one_line(exc: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------- identity and policy
+
+
+def prestarted_thread_pool(workers: int, prefix: str) -> ThreadPoolExecutor:
+    """A thread pool whose ``workers`` threads all exist before it is returned.
+
+    ``ThreadPoolExecutor`` starts threads lazily and never retires them, so a daemon's thread count
+    would step up to its busiest moment and stay there, and a real leak would hide in those steps.
+    Started up front, the count is constant for the daemon's life (the soak test relies on it).
+    """
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=prefix)
+    barrier = threading.Barrier(workers + 1)
+    for _ in range(workers):  # none is idle until all have started: each submit starts a new thread
+        pool.submit(barrier.wait)
+    barrier.wait()
+    return pool
 
 
 def load_daemon_identity(cfg: DaemonConfig) -> pki.Identity:
@@ -426,6 +442,7 @@ class PartyDaemon:
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._server: grpc.Server | None = None
+        self._authorizer: tls.Authorizer | None = None
         self._scheduler: threading.Thread | None = None
         self._mp: Any = multiprocessing.get_context("spawn")  # replaced in start()
         self._started_at = 0.0
@@ -435,12 +452,7 @@ class PartyDaemon:
     def start(self) -> int:
         cfg = self.config
         self.identity = load_daemon_identity(cfg)  # before touching any file: a bad config changes nothing
-        revoked: frozenset[int] = frozenset()
-        if cfg.identity.crl is not None:
-            try:
-                revoked = pki.revoked_serials_from_crl(cfg.identity.crl.read_bytes(), self.identity.ca_pem)
-            except ValueError as exc:
-                raise ValueError(f"identity.crl: {exc}") from None
+        revoked = self._read_crl()
         self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.jobs_dir.mkdir(mode=0o700, exist_ok=True)
         self.log.handlers[:] = _handlers(self.state_dir, self.log_to_stderr)
@@ -450,11 +462,13 @@ class PartyDaemon:
         if isinstance(cfg, PartyConfig):
             self.ledger = Ledger.for_config(cfg)
         self._recover()
+        self._authorizer = tls.Authorizer(
+            control_policy(cfg), revoked_serials=revoked,
+            rate_limit=tls.RateLimit(cfg.limits.control_calls_per_s, cfg.limits.control_burst),
+            field_limits={"*": 1024, "job_toml": MAX_JOB_TOML_BYTES})
         self._server = grpc.server(
-            ThreadPoolExecutor(max_workers=32, thread_name_prefix=f"party-{self.name}"),
-            interceptors=[tls.Authorizer(control_policy(cfg), revoked_serials=revoked, rate_limit=tls.RateLimit(
-                cfg.limits.control_calls_per_s, cfg.limits.control_burst),
-                field_limits={"*": 1024, "job_toml": MAX_JOB_TOML_BYTES})],
+            prestarted_thread_pool(CONTROL_THREADS, f"party-{self.name}"),
+            interceptors=[self._authorizer],
             options=[*grpc_options(), ("grpc.so_reuseport", 0)],
         )
         pb_grpc.add_PartyControlServicer_to_server(_Servicer(self), self._server)
@@ -475,6 +489,33 @@ class PartyDaemon:
                    phase="start", address=self.address)
         return port
 
+    def _read_crl(self) -> frozenset[int]:
+        """Serials revoked by the config's CRL (checked against our CA and its validity dates)."""
+        crl = self.config.identity.crl
+        if crl is None:
+            return frozenset()
+        assert self.identity is not None
+        try:
+            return pki.revoked_serials_from_crl(crl.read_bytes(), self.identity.ca_pem)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"identity.crl: {exc}") from None
+
+    def reload_crl(self) -> bool:
+        """Re-read ``identity.crl`` (``mpc-erm party serve`` calls this on SIGHUP) and refuse the
+        newly revoked from the next call on; each new job's transport reads the file itself. A
+        list that does not verify (foreign CA, stale, unreadable) is logged and the old one kept:
+        an operator's mistake must not silently un-revoke anyone. Returns whether it was applied."""
+        try:
+            revoked = self._read_crl()
+        except ValueError as exc:
+            self._warn(f"CRL not reloaded, the previous list stays in force: {exc}", phase="crl")
+            return False
+        if self._authorizer is None:
+            raise RuntimeError("reload_crl: the daemon is not started")
+        self._authorizer.set_revoked(serials=revoked)
+        self._info(f"CRL reloaded: {len(revoked)} revoked serial(s)", phase="crl")
+        return True
+
     def _worker_context(self) -> Any:
         """The multiprocessing context workers start in. A fork server is started now, so that it
         imports torch and CrypTen while the daemon waits for its first job, not during it."""
@@ -489,18 +530,28 @@ class PartyDaemon:
         return mp
 
     def _recover(self) -> None:
+        """Settle what a dead predecessor left: live jobs end failed, their budget released unless
+        they revealed; a job that revealed *and* whose worker wrote every result (its manifest
+        matches the files) ends succeeded, so it is fetched, not resubmitted and paid twice."""
         assert self.store is not None
-        for job_id in self.store.interrupt_live(RESTART_REASON):
-            self._info(f"job ended: {RESTART_REASON}", job_id=job_id, phase="failed")
+        kept: list[Any] = []
         if self.ledger is not None:
             released, kept = self.ledger.recover(RESTART_REASON)
             for r in released:
                 self._info("budget reservation released (nothing was revealed)", job_id=r.job_id, phase="recover")
-            for r in kept:
-                rec = self.store.get(r.job_id)
-                if rec is None or rec.terminal:
-                    self.ledger.commit(r.job_id)
-                self._info("budget kept as spent (the job had revealed)", job_id=r.job_id, phase="recover")
+        revealed = {r.job_id for r in kept}
+        for rec in self.store.list(statuses=LIVE):
+            summary = read_result_manifest(self.jobs_dir / rec.id) if rec.id in revealed else None
+            if summary is not None and self.store.finish(rec.id, "succeeded", None, summary):
+                self._info("job succeeded: its worker had written every result before the daemon stopped",
+                           job_id=rec.id, phase="succeeded", status="succeeded")
+            elif self.store.finish(rec.id, "failed", RESTART_REASON):
+                self._info(f"job ended: {RESTART_REASON}", job_id=rec.id, phase="failed")
+        for r in kept:
+            job = self.store.get(r.job_id)
+            if self.ledger is not None and (job is None or job.terminal):
+                self.ledger.commit(r.job_id)
+            self._info("budget kept as spent (the job had revealed)", job_id=r.job_id, phase="recover")
 
     def stop(self, grace: float = 2.0) -> None:
         """Stop serving, interrupt the running jobs (they end failed; budget settled as for any
@@ -1119,8 +1170,10 @@ class _Servicer(pb_grpc.PartyControlServicer):
         caller = tls.peer(context)
         rec = self._record(request.job_id, context)
         if (caller.name, caller.role) not in _members(rec):
-            context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                          f"{caller} is not a member of job {rec.id}; refused GetEndpoint")
+            # answered exactly as for an unknown id: a non-member learns nothing, not even that the job exists
+            self.d._warn(f"GetEndpoint refused: {caller} is not a member of job {rec.id}", job_id=rec.id,
+                         phase="refused", caller=str(caller), code=grpc.StatusCode.NOT_FOUND.name)
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no job {request.job_id!r} at {self.d.name}")
         if request.member and request.member != self.d.name:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"member: this daemon is {self.d.name}, "
                                                             f"not {request.member}")

@@ -6,9 +6,10 @@ know which jobs it left behind. A job's life::
     queued ──► running ──► succeeded | failed | cancelled
        └──────────────────► failed | cancelled
 
-Terminal states never change. On start-up the daemon calls :meth:`JobStore.interrupt_live`: every
-job still queued or running (the daemon died under it) ends ``failed`` with a reason; the ledger's
-``recover`` then releases their budget unless they had revealed. Events (progress, phases) are
+Terminal states never change. On start-up the daemon ends every job still queued or running (it
+died under them) ``failed`` with a reason, after the ledger's ``recover`` released their budget
+unless they had revealed; a job that revealed and whose worker wrote its result manifest
+(:func:`write_result_manifest`) ends ``succeeded`` instead. Events (progress, phases) are
 kept per job with a sequence number so ``job watch`` can replay them and then follow live ones.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import struct
 import threading
@@ -26,9 +28,11 @@ from typing import Any
 
 from .sqlite_store import SqliteStore, state_file
 
-__all__ = ["JOBS_FILE", "LIVE", "TERMINAL", "JobEvent", "JobExists", "JobRecord", "JobStore", "content_digest"]
+__all__ = ["JOBS_FILE", "LIVE", "RESULT_MANIFEST", "TERMINAL", "JobEvent", "JobExists", "JobRecord", "JobStore",
+           "content_digest", "read_result_manifest", "write_result_manifest"]
 
 JOBS_FILE = "jobs.sqlite3"
+RESULT_MANIFEST = ".complete.json"  # in the job's directory; a dot file, so never served as a result
 LIVE = ("queued", "running")
 TERMINAL = ("succeeded", "failed", "cancelled")
 _SCHEMA = """
@@ -176,13 +180,6 @@ class JobStore(SqliteStore):
             self._changed.notify_all()
         return True
 
-    def interrupt_live(self, reason: str) -> list[str]:
-        """At start-up: every queued or running job (its daemon died) ends failed with ``reason``."""
-        ids = [r.id for r in self.list(statuses=LIVE)]
-        for job_id in ids:
-            self.finish(job_id, "failed", reason)
-        return ids
-
     # ---- events
 
     def add_event(self, job_id: str, phase: str, payload: dict[str, Any] | None = None) -> int:
@@ -260,3 +257,52 @@ def content_digest(path: str | Path) -> str:
     except (OSError, ValueError, struct.error):
         return ""
     return h.hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_result_manifest(job_dir: str | Path, summary: dict[str, Any]) -> None:
+    """The worker's last write: the job's summary and the sha256 of every result file, made
+    durable and renamed into place, so that it exists only once every result does.
+
+    Why: a daemon killed after its job revealed (ε spent) but before it heard the worker's result
+    must not call the job failed if the model is on disk: the user would resubmit and pay twice.
+    The restarted daemon marks such a job succeeded only if this manifest matches the files."""
+    root = Path(job_dir)
+    files = {p.relative_to(root).as_posix(): _file_sha256(p) for p in sorted(root.rglob("*"))
+             if p.is_file() and not p.is_symlink() and not any(s.startswith(".") for s in p.relative_to(root).parts)}
+    tmp = root / (RESULT_MANIFEST + ".tmp")
+    with tmp.open("w") as fh:
+        json.dump({"summary": summary, "files": files}, fh, default=float, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, root / RESULT_MANIFEST)
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_result_manifest(job_dir: str | Path) -> dict[str, Any] | None:
+    """The summary recorded by :func:`write_result_manifest`, or None unless the manifest is
+    present, well formed, and every file it lists is there with the same sha256."""
+    root = Path(job_dir)
+    try:
+        doc = json.loads((root / RESULT_MANIFEST).read_text())
+        files, summary = doc["files"], doc["summary"]
+        if not isinstance(files, dict) or not files or not isinstance(summary, dict):
+            return None
+        for name, digest in files.items():
+            path = (root / name).resolve()
+            if root.resolve() not in path.parents or path.is_symlink() or _file_sha256(path) != digest:
+                return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return summary

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from .context import JobCancelled, WorkerContext
+from .jobs import write_result_manifest
 
 log = logging.getLogger(__name__)
 
@@ -458,11 +459,13 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
         }
         if test is not None:
             metrics["test"] = _metrics(proto.loss, theta, test, lam)
+        summary = {"epsilon": report.epsilon, "delta": report.delta_total, "metrics": {"wall_seconds": metrics[
+                   "wall_seconds"]} | ({"test": metrics["test"]} if test is not None else {})}
         _write_results(ctx, theta, report, metrics, curve, own)
+        write_result_manifest(ctx.job_dir, summary)  # last: a restarted daemon trusts the results only with it
         ctx.emit({"phase": "done", "epsilon_spent": report.epsilon, "message": "results written"})
         ok = True
-        return {"epsilon": report.epsilon, "delta": report.delta_total, "metrics": {"wall_seconds": metrics[
-                "wall_seconds"]} | ({"test": metrics["test"]} if test is not None else {})}
+        return summary
     finally:
         try:
             _stop_dealer(ctx, ok)

@@ -1,4 +1,5 @@
-"""`mpc-erm party serve` and `mpc-erm dealer serve`: run a daemon until SIGINT/SIGTERM;
+"""`mpc-erm party serve` and `mpc-erm dealer serve`: run a daemon until SIGINT/SIGTERM (SIGHUP
+re-reads the CRL named by ``identity.crl``, e.g. after ``mpc-erm certs revoke``);
 `mpc-erm party health` and `mpc-erm dealer health`: probe a running daemon (container health checks).
 
 The daemon logs JSON lines to stderr and state_dir/daemon.log; stdout gets one JSON line once it
@@ -40,12 +41,12 @@ def _serve(config: object, worker_module: str) -> None:
     root.setLevel(logging.WARNING)  # library warnings (e.g. refused TLS callers); the daemon logs itself
 
     daemon = PartyDaemon(config, worker_module=worker_module)  # type: ignore[arg-type]
-    stop = threading.Event()
+    stop, reload = threading.Event(), threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
-        stop.set()
+        (reload if signum == signal.SIGHUP else stop).set()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
     try:
         daemon.start()
@@ -55,7 +56,9 @@ def _serve(config: object, worker_module: str) -> None:
                            "address": daemon.address}))
     sys.stdout.flush()
     while not stop.wait(0.5):
-        pass
+        if reload.is_set():
+            reload.clear()
+            daemon.reload_crl()
     daemon.stop()
 
 

@@ -30,8 +30,8 @@ from mpc_erm.mpc import pki, tls
 from mpc_erm.mpc._proto import party_pb2 as pb
 from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
 from parties.config import load_dealer_config, load_party_config
-from parties.daemon import RESTART_REASON, PartyDaemon
-from parties.jobs import JobStore
+from parties.daemon import RESTART_REASON, PartyDaemon, prestarted_thread_pool
+from parties.jobs import JobStore, write_result_manifest
 from parties.ledger import Ledger
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -182,6 +182,24 @@ def alice(tmp_path: Path, pki_dir: Path) -> Iterator[tuple[PartyDaemon, pb_grpc.
 
 
 # --------------------------------------------------------------------------- one daemon
+
+
+def test_control_pool_starts_all_its_threads_up_front() -> None:
+    """The daemon's thread count must not step up with load (the soak test reads it for leaks)."""
+    import threading
+
+    before = {t.ident for t in threading.enumerate()}
+    pool = prestarted_thread_pool(8, "pool-test")
+    try:
+        started = [t for t in threading.enumerate() if t.ident not in before]
+        assert len(started) == 8 and all(t.name.startswith("pool-test") for t in started)
+        gate = threading.Event()
+        busy = [pool.submit(gate.wait, 5) for _ in range(8)]  # all busy at once: no new thread
+        assert len([t for t in threading.enumerate() if t.ident not in before]) == 8
+        gate.set()
+        assert all(f.result(timeout=5) for f in busy)
+    finally:
+        pool.shutdown(wait=True)
 
 
 def test_job_runs_streams_events_and_results_and_spends_budget(alice: Any, tmp_path: Path) -> None:
@@ -350,23 +368,38 @@ def test_a_job_killed_with_its_daemon_ends_failed_after_restart(tmp_path: Path, 
 
 
 def test_restart_settles_state_left_on_disk(tmp_path: Path, pki_dir: Path) -> None:
-    """The same without processes: rows a crashed daemon left in the job store and the ledger."""
+    """The same without processes: rows a crashed daemon left in the job store and the ledger,
+    and the results a worker wrote. x1 never revealed; x2 revealed, no results; x3 revealed and
+    its worker wrote every result and the manifest (it succeeded, only the daemon missed it); x4
+    like x3 but a result changed after the manifest; x5 has results but never revealed."""
     cfg = load_party_config(write_config(tmp_path, pki_dir, "alice"))
     cfg.state_dir.mkdir(parents=True)
     store = JobStore.in_state_dir(cfg.state_dir)
+    summary = {"epsilon": 0.5, "delta": 1e-5, "metrics": {"wall_seconds": 3.0}}
     with Ledger.for_config(cfg) as led:
-        for job_id, revealed in (("x1", False), ("x2", True)):
+        for job_id, revealed in (("x1", False), ("x2", True), ("x3", True), ("x4", True), ("x5", False)):
             led.reserve(job_id, "adult", 0.5, 1e-5, "digest")
             store.create(job_id, name="ok", job_toml=job_toml(), digest="digest", dataset="adult", method="output",
                          parties=("alice", "bob", "carol"), dealer=None, coordinator="coord")
             assert store.set_running(job_id)
             if revealed:
                 led.mark_revealed(job_id)
+            if job_id in ("x3", "x4", "x5"):
+                d = cfg.state_dir / "jobs" / job_id
+                d.mkdir(parents=True)
+                (d / "model.safetensors").write_bytes(b"model-bytes")
+                (d / "privacy_report.json").write_text("{}")
+                write_result_manifest(d, summary)
+        (cfg.state_dir / "jobs" / "x4" / "privacy_report.json").write_text('{"epsilon": 0}')
     store.close()
     with PartyDaemon(cfg, worker_module=FAKE, log_to_stderr=False) as d:
         assert {r.id: (r.status, r.reason) for r in d.store.list()} == {
-            "x1": ("failed", RESTART_REASON), "x2": ("failed", RESTART_REASON)}
-        assert d.ledger.get("x1").state == "released" and d.ledger.get("x2").state == "committed"
+            "x1": ("failed", RESTART_REASON), "x2": ("failed", RESTART_REASON), "x3": ("succeeded", None),
+            "x4": ("failed", RESTART_REASON), "x5": ("failed", RESTART_REASON)}
+        assert d.store.get("x3").summary == summary
+        assert [n for n, _ in d.result_files("x3")] == ["model.safetensors", "privacy_report.json"]
+        assert {j: d.ledger.get(j).state for j in ("x1", "x2", "x3", "x4", "x5")} == {
+            "x1": "released", "x2": "committed", "x3": "committed", "x4": "committed", "x5": "released"}
 
 
 def test_bad_identity_is_refused_before_serving(tmp_path: Path, pki_dir: Path) -> None:
@@ -439,12 +472,13 @@ def test_consortium_end_to_end_with_the_coordinator_cli(consortium: dict[str, An
     out = runner.invoke(_cli(), ["job", "watch", job_id, *cfg])
     assert out.exit_code == 0 and "dealer: succeeded" in out.output, out.output
 
-    # GetEndpoint is for the job's members only
-    for who, server in (("dave", "alice"), ("coord", "bob")):
+    # GetEndpoint is for the job's members only; a party that is not one cannot tell the job exists
+    for who, server, code in (("dave", "alice", grpc.StatusCode.NOT_FOUND),
+                              ("coord", "bob", grpc.StatusCode.PERMISSION_DENIED)):
         ask = stub(pki_dir, ports[server], who=who, server=server)
         err = refused(lambda ask=ask, server=server: ask.GetEndpoint(  # type: ignore[misc]
             pb.EndpointRequest(job_id=job_id, member=server), timeout=10))
-        assert err.code() == grpc.StatusCode.PERMISSION_DENIED, err.details()
+        assert err.code() == code, err.details()
     h = stub(pki_dir, ports["alice"], who="dave").Health(pb.HealthRequest(), timeout=10)
     assert (h.name, h.role) == ("alice", "party")
 

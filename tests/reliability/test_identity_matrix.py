@@ -18,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -32,7 +34,7 @@ from mpc_erm.mpc._proto import transport_pb2_grpc as pb_grpc
 from mpc_erm.mpc.transport import PartyTable, TransportServer
 from parties.config import load_party_config
 from parties.daemon import PartyDaemon
-from tests.reliability.test_wire import DaemonProcess
+from tests.reliability.test_wire import DaemonProcess, wait_logged
 
 pytestmark = pytest.mark.reliability
 
@@ -292,3 +294,44 @@ def test_a_stale_or_foreign_crl_is_refused_at_start(matrix: Matrix, tmp_path: Pa
         cfg.write_text(text)
         with pytest.raises(ValueError, match=f"identity.crl: crl: {reason}"):
             PartyDaemon(load_party_config(cfg), log_to_stderr=False).start()
+
+
+def test_sighup_reloads_the_crl_and_keeps_the_old_one_when_the_new_one_is_bad(matrix: Matrix, tmp_path: Path) -> None:
+    """Revocation without a restart: the operator revokes bob (``certs revoke``) and sends SIGHUP;
+    bob's otherwise valid certificate is refused from the next call on. A list that does not
+    verify is not applied (the old one stays: nobody is un-revoked by a mistake); restoring the
+    list and another SIGHUP let bob in again."""
+    daemon, crl = matrix.daemon, matrix.daemon.crl
+    assert daemon.proc is not None and crl is not None
+    original = crl.read_bytes()
+    bob = pki.certificate_serial(matrix.ids["bob"].cert_pem)
+
+    def bob_health() -> grpc.StatusCode | None:
+        ch, stub = _stub(matrix, "bob")
+        try:
+            stub.Health(cpb.HealthRequest(), timeout=T)
+            return None
+        except grpc.RpcError as exc:
+            return exc.code()
+        finally:
+            ch.close()
+
+    def hup(fragment: str) -> None:
+        seen = daemon.log_text().count(fragment)
+        os.kill(daemon.proc.pid, signal.SIGHUP)  # type: ignore[union-attr]
+        wait_logged(lambda: "\n".join([fragment] * (daemon.log_text().count(fragment) > seen)), fragment)
+
+    assert bob_health() is None
+    try:
+        crl.write_bytes(pki.create_crl(matrix.ca, [*matrix.revoked.values(), bob]))
+        hup(f"CRL reloaded: {len(matrix.revoked) + 1} revoked serial(s)")
+        assert bob_health() == DENIED
+        wait_logged(daemon.log_text, f"certificate serial {bob:#x} is revoked")
+        crl.write_bytes(pki.create_crl(pki.create_ca("matrix CA"), []))  # same name, another CA: not ours
+        hup("CRL not reloaded, the previous list stays in force")
+        assert bob_health() == DENIED
+        assert daemon.alive()
+    finally:
+        crl.write_bytes(original)
+        hup(f"CRL reloaded: {len(matrix.revoked)} revoked serial(s)")
+    assert bob_health() is None

@@ -631,11 +631,16 @@ def test_a_job_is_only_for_its_members_and_refusals_leave_it_running(daemon: Dae
                 break
             except grpc.RpcError as exc:
                 assert exc.code() == grpc.StatusCode.NOT_FOUND and time.monotonic() < deadline, exc.details()
-        for who, code, fragment in (("dealer", DENIED, f"dealer/dealer is not a member of job {job_id}"),
+        # a non-member is answered as for a job that does not exist: it cannot even learn the id is in use
+        unknown = refused(lambda: _ctl(daemon, "dealer").GetEndpoint(cpb.EndpointRequest(job_id="nosuchjob"),
+                                                                     timeout=T))
+        for who, code, fragment in (("dealer", grpc.StatusCode.NOT_FOUND, f"no job {job_id!r} at alice"),
                                     ("coord", DENIED, "coordinator/coord may not call")):
             err = refused(lambda who=who: _ctl(daemon, who).GetEndpoint(  # type: ignore[misc]
                 cpb.EndpointRequest(job_id=job_id), timeout=T))
             assert err.code() == code and fragment in err.details(), err.details()
+            if who == "dealer":
+                assert (err.code(), err.details().replace(job_id, "nosuchjob")) == (unknown.code(), unknown.details())
         # the same job id with another job: refused, and the running one is untouched
         err = refused(lambda: ctl.SubmitJob(cpb.SubmitRequest(job_id=job_id, job_toml=_job_toml("other")), timeout=T))
         assert err.code() in (grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.FAILED_PRECONDITION, INVALID), \
