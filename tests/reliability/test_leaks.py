@@ -42,6 +42,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import os
 import re
 import time
@@ -533,9 +534,11 @@ def _numbers(blob: bytes) -> list[tuple[float, int]]:
         s = m.group().decode()
         mant = re.split(r"[eE]", s)[0].lstrip("-").replace(".", "").lstrip("0")
         try:
-            out.append((float(s), len(mant)))
+            x = float(s)
         except ValueError:
             continue
+        if math.isfinite(x):  # "…4919948e512" inside a hex job id reads as inf, which "matched" the largest secret
+            out.append((x, len(mant)))
     return out
 
 
