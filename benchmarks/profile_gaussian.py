@@ -13,8 +13,9 @@ For every n it prints samples/s (the slowest party's wall time), the communicato
 production; ``tfp`` is CrypTen's trusted-first-party provider used by the tests.
 
 Parameters: DiscreteGaussianParams.for_sigma(σ, grid_bits=g, rounds=R, k=k); the defaults give
-σ·2^g = 2^14 grid units, R = 26, k = 56 (the production regime). ``--rounds 0`` lets for_sigma
-choose R (when its signature allows it). ``--laplace`` times the discrete Laplace alone too.
+σ·2^g = 2^14 grid units, k = 56, oblivious rounds R = 26 (the regime before revealed rejection).
+``--rounds 0`` takes for_sigma's default: revealed rejection, what jobs use now. ``--laplace``
+times the discrete Laplace alone too.
 
 The sampler module is imported from wherever ``mpc_erm`` resolves (PYTHONPATH first), so the same
 script measures another checkout: ``PYTHONPATH=/tmp/base .venv/bin/python benchmarks/profile_gaussian.py``.
@@ -47,7 +48,8 @@ def _params(args: argparse.Namespace) -> Any:
 
 
 def _describe(p: Any) -> str:
-    return (f"t={p.t} mu={p.mu} sigma={p.sigma:.1f} grid units, R={p.rounds}, k={p.k}, Laplace B={p.laplace.bits} "
+    sel = f"revealed rejection ({p.candidates_per_output():.2f} candidates/output)" if p.revealed else f"R={p.rounds}"
+    return (f"t={p.t} mu={p.mu} sigma={p.sigma:.1f} grid units, {sel}, k={p.k}, Laplace B={p.laplace.bits} "
             f"(coins {len(p.laplace.thresholds)}), N bits {p.low_bit}..{p.n_bits - 1}, "
             f"compared acceptance coins {p.compared_coins}")
 

@@ -84,7 +84,10 @@ def describe_params(params: Any) -> dict[str, Any]:
 
     if isinstance(params, DiscreteGaussianParams):
         return {"kind": "discrete Gaussian (CKS rejection from discrete Laplace, exact coins)", "t": params.t,
-                "mu": params.mu, "sigma_grid_units": params.sigma, "rounds_R": params.rounds, "k": params.k,
+                "mu": params.mu, "sigma_grid_units": params.sigma,
+                "selection": "revealed rejection" if params.revealed else "oblivious rounds",
+                "rounds_R": None if params.revealed else params.rounds,
+                "candidates_per_output": params.candidates_per_output(), "k": params.k,
                 "laplace_bits": params.laplace.bits, "compared_coins": params.compared_coins,
                 "grid_bits": params.grid_bits, "fallback_probability": params.failure_probability()}
     return {"kind": "discrete Laplace (sign x magnitude from biased coins)", "t": params.t, "bits": params.bits,
@@ -229,10 +232,10 @@ def _sampler_party(ctx: Any, params: Any, n: int, batch: int | None, randn_n: in
     comm = ctx.comm
     out: dict[str, Any] = {"rank": ctx.rank, "trust_model": ctx.trust_model}
     if n > 0:
-        if batch is None:  # what InMpcNoise uses: 2^15, and 1/8 of it for the Gaussian's R candidates
-            from mpc_erm.mpc.samplers import DiscreteGaussianParams
+        if batch is None:  # what InMpcNoise uses
+            from mpc_erm.mpc.samplers.pool import batch_for
 
-            batch = DEFAULT_BATCH // 8 if isinstance(params, DiscreteGaussianParams) else DEFAULT_BATCH
+            batch = batch_for(params, DEFAULT_BATCH)
         pool = NoisePool(params, batch=batch)
         out["batch"] = pool.batch
         comm.barrier()

@@ -56,7 +56,7 @@ from .samplers.guarantee import (
     discrete_laplace_guarantee,
 )
 from .samplers.params import MAX_GRID_BITS, DiscreteLaplaceParams
-from .samplers.pool import NoisePool
+from .samplers.pool import NoisePool, batch_for
 
 __all__ = [
     "GRID_SLACK", "InMpcNoise", "NoisePlan", "calibrate_gaussian", "calibrate_laplace", "guarantee", "plan_noise",
@@ -164,8 +164,7 @@ class InMpcNoise:
         key = (spec.mechanism, spec.scale, spec.sensitivity, dim)
         if key not in self._pools:
             plan = plan_noise(spec, dim, self.parties)
-            # a Gaussian batch holds R candidates per sample: keep its memory like a Laplace batch's
-            batch = self.batch if plan.mechanism == "laplace" else max(1024, self.batch // 8)
+            batch = batch_for(plan.params, self.batch)  # memory like a Laplace batch of self.batch
             self._pools[key] = (plan, NoisePool(plan.params, device=self.device, batch=batch))
         return self._pools[key]
 

@@ -53,6 +53,18 @@ def test_gaussian_tv_bound_covers_the_exact_tv(k: int, rounds: int) -> None:
     assert bound < 1e3 * exact + 1e-12
 
 
+@pytest.mark.parametrize("k", [12, 16, 20])
+def test_gaussian_tv_bound_covers_the_exact_tv_with_revealed_rejection(k: int) -> None:
+    params = DiscreteGaussianParams(t=6, mu=4, revealed=True, k=k)
+    m_ideal = 400
+    ideal = ideal_discrete_gaussian_log_pmf(params.sigma, np.arange(-m_ideal, m_ideal + 1))
+    exact = _tv(params.log_pmf(), params.support_max, ideal, m_ideal)
+    bound = gaussian_tv_bound(params)
+    assert exact <= bound < 1e3 * exact + 1e-12
+    oblivious = DiscreteGaussianParams(t=6, mu=4, rounds=26, k=k)
+    assert bound < gaussian_tv_bound(oblivious) / 10  # ≈ 1/ρ candidates per output instead of R
+
+
 def test_acceptance_lower_bound_is_below_the_exact_rate_and_tight() -> None:
     params = DiscreteGaussianParams(t=6, mu=4, rounds=2, k=60)  # k = 60: coins ≈ exact
     rho_impl = params.acceptance_rate()

@@ -198,6 +198,6 @@ def test_production_regime_samples_follow_the_exact_pmf(session: dict[int, dict[
     assert np.abs(s).max() <= params.support_max
     emp = np.searchsorted(np.sort(s), xs, side="right") / s.size
     ks = float(np.max(np.abs(emp - cdf)))
-    print(f"\nMPC discrete Gaussian σ={params.sigma:.0f} grid units, R={params.rounds}, k={params.k}, "
+    print(f"\nMPC discrete Gaussian σ={params.sigma:.0f} grid units, revealed rejection, k={params.k}, "
           f"COIN_PLANES={mode}: KS to the exact PMF over {s.size} samples = {ks:.4f}")
     assert ks < 1.95 / np.sqrt(s.size)  # the KS statistic's 0.1 % quantile

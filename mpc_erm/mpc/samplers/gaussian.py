@@ -18,15 +18,26 @@ with C_i one comparison of a jointly random k-bit uniform with the *public* cons
 from CrypTen's A2B. No secure exp, no fixed-point approximation: the implemented acceptance
 probability is acc(m) = Π_{i: n_i(m)=1} a_i, an exactly known function of m.
 
-Rounds: R candidates per output are drawn in parallel; the output is the first accepted among
-the first R − 1, else candidate R unconditionally (oblivious selection, so the round that
-accepted is never revealed). With ρ = Σ_y L(y)·acc(|y|) the per-round acceptance of the
-implemented sampler and L its discrete Laplace PMF:
+Two ways to turn candidates into outputs. With ρ = Σ_y L(y)·acc(|y|) the acceptance rate of
+the implemented sampler and L its discrete Laplace PMF:
 
-    P_out(y) = L(y)·[ (1 − (1 − ρ)^{R−1})/ρ · acc(|y|) + (1 − ρ)^{R−1} ],
+* **Revealed rejection** (``revealed=True``; what :meth:`DiscreteGaussianParams.for_sigma`
+  gives, and what jobs use): candidates are drawn in batches, every candidate's acceptance bit
+  is opened, and the accepted candidates, in order, are the outputs (their values stay secret).
+  Opening the bits is safe: for i.i.d. candidates Y_j and bits A_j ~ Bernoulli(acc(Y_j)),
+  P(A = α, (Y_j)_{α_j=1} = y) = Π_{j: α_j=1} ρ·P_out(y_j) · Π_{j: α_j=0} (1 − ρ), so the
+  accepted values are i.i.d. with P_out(y) = L(y)·acc(|y|)/ρ *and independent of the opened
+  pattern*, which is a function of the noise's randomness alone (no data). No fallback, and
+  ≈ 1/ρ candidates per output (ρ ≈ 0.8 at the product's σ) instead of R.
+* **Oblivious rounds** (``revealed=False``, R = ``rounds``): R candidates per output; the output
+  is the first accepted among the first R − 1, else candidate R unconditionally, selected
+  without revealing which, so
 
-exactly (the second term is the Laplace fallback). The accountant uses this PMF, so the
-fallback and the k-bit coins are in ε(δ), not in a side δ.
+      P_out(y) = L(y)·[ (1 − (1 − ρ)^{R−1})/ρ · acc(|y|) + (1 − ρ)^{R−1} ]
+
+  (the second term is the Laplace fallback; R ≈ 26 for a fallback ≤ 2^-50).
+
+:meth:`DiscreteGaussianParams.log_pmf` is the exact PMF of either, the k-bit coins included.
 
 Two cost cuts, both part of the defined (and exactly analysed) distribution: the low bits
 i < ``low_bit`` of N get no coin (a_i := 1; they change exp(−N/D) by a factor in
@@ -50,6 +61,7 @@ __all__ = [
     "gaussian_reference_samples",
     "ideal_acceptance_lower_bound",
     "ideal_discrete_gaussian_log_pmf",
+    "candidates_for",
     "rounds_for_fallback",
 ]
 
@@ -80,11 +92,13 @@ def rounds_for_fallback(t: int, mu: int, fallback_log2: int = FALLBACK_LOG2) -> 
 
 @dataclass(frozen=True)
 class DiscreteGaussianParams:
-    """σ² = t·μ in grid units; ``laplace`` draws the candidates; ``rounds`` = R."""
+    """σ² = t·μ in grid units; ``laplace`` draws the candidates; ``revealed``: revealed
+    rejection, else ``rounds`` = R oblivious rounds (module docstring)."""
 
     t: int
     mu: int
     rounds: int = 16
+    revealed: bool = False
     k: int = 48
     grid_bits: int = FRAC_BITS
     laplace_bits: int | None = None
@@ -128,16 +142,19 @@ class DiscreteGaussianParams:
     @classmethod
     def for_sigma(
         cls, sigma: float, grid_bits: int = FRAC_BITS, rounds: int | None = None, k: int = 56,
-        fallback_log2: int = FALLBACK_LOG2,
+        fallback_log2: int | None = None,
     ) -> DiscreteGaussianParams:
         """σ in real units on the grid 2^-grid_bits: t = ⌊σ⌋ + 1, μ = ⌈σ²/t⌉ (grid units, so the
-        sampled σ = √(tμ) is never below the request). ``rounds=None`` picks the smallest R whose
-        fallback probability (1 − ρ)^{R−1} is ≤ 2^-``fallback_log2`` (ρ: ideal acceptance rate)."""
+        sampled σ = √(tμ) is never below the request). By default revealed rejection; ``rounds``
+        = R oblivious rounds instead, or ``fallback_log2``: the smallest R whose fallback
+        probability (1 − ρ)^{R−1} is ≤ 2^-fallback_log2 (ρ: ideal acceptance rate)."""
         s = sigma * 2.0**grid_bits
         t = math.floor(s) + 1
         mu = max(1, math.ceil(s * s / t))
+        if rounds is None and fallback_log2 is None:
+            return cls(t=t, mu=mu, rounds=1, revealed=True, k=k, grid_bits=grid_bits, coarse_log2=COARSE_LOG2)
         if rounds is None:
-            rounds = rounds_for_fallback(t, mu, fallback_log2)
+            rounds = rounds_for_fallback(t, mu, fallback_log2 or FALLBACK_LOG2)
         return cls(t=t, mu=mu, rounds=rounds, k=k, grid_bits=grid_bits, coarse_log2=COARSE_LOG2)
 
     @property
@@ -167,8 +184,15 @@ class DiscreteGaussianParams:
         return float(np.exp(lp + full).sum())
 
     def failure_probability(self) -> float:
-        """(1 − ρ)^{R−1}: no candidate among the first R − 1 accepted (output = Laplace fallback)."""
+        """(1 − ρ)^{R−1}: no candidate among the first R − 1 accepted (output = Laplace fallback);
+        0 with revealed rejection, which has no fallback."""
+        if self.revealed:
+            return 0.0
         return (1.0 - self.acceptance_rate()) ** (self.rounds - 1)
+
+    def candidates_per_output(self) -> float:
+        """Discrete Laplace candidates drawn per output: 1/ρ on average (revealed), else R."""
+        return 1.0 / self.acceptance_rate() if self.revealed else float(self.rounds)
 
     def log_pmf(self) -> np.ndarray:
         """Exact log P_out(y), y = −2^B … 2^B (module docstring)."""
@@ -176,6 +200,8 @@ class DiscreteGaussianParams:
         la = self.log_acceptance()
         full = np.concatenate([la[::-1], la[1:]])
         rho = float(np.exp(lp + full).sum())
+        if self.revealed:
+            return lp + full - math.log(rho)
         log_fail = (self.rounds - 1) * math.log1p(-rho)
         log_w = math.log(-math.expm1(log_fail)) - math.log(rho) if self.rounds > 1 else -math.inf
         return lp + np.logaddexp(log_w + full, log_fail)
@@ -191,14 +217,38 @@ def ideal_discrete_gaussian_log_pmf(sigma: float, xs: np.ndarray, terms: int | N
 
 def gaussian_reference_samples(params: DiscreteGaussianParams, n: int, rng: np.random.Generator) -> np.ndarray:
     """Plaintext reference of the MPC discrete Gaussian: same candidates, coins and selection."""
+    if params.revealed:
+        out: list[np.ndarray] = []
+        need = n
+        while need > 0:
+            cand = reference_samples(params.laplace, candidates_for(need, params), rng)
+            out.append(cand[_reference_accept(params, cand, rng)][:need])
+            need -= out[-1].size
+        return np.concatenate(out)
     r = params.rounds
     cand = reference_samples(params.laplace, n * r, rng).reshape(r, n)
-    nn = (np.abs(cand) - params.mu) ** 2
-    top = 1 << params.k
-    acc = np.ones((r, n), dtype=bool)
-    for i, c in enumerate(params.coin_thresholds, start=params.low_bit):
-        coin = rng.integers(0, top, size=(r, n), dtype=np.int64) < c
-        acc &= ~(((nn >> i) & 1 == 1) & ~coin)
+    acc = _reference_accept(params, cand, rng)
     acc[-1] = True  # the last candidate is the fallback
     first = np.argmax(acc, axis=0)
     return cand[first, np.arange(n)]
+
+
+def _reference_accept(params: DiscreteGaussianParams, cand: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The acceptance bits of the candidates ``cand`` with fresh k-bit coins (plaintext)."""
+    nn = (np.abs(cand) - params.mu) ** 2
+    top = 1 << params.k
+    acc = np.ones(cand.shape, dtype=bool)
+    for i, c in enumerate(params.coin_thresholds, start=params.low_bit):
+        coin = rng.integers(0, top, size=cand.shape, dtype=np.int64) < c
+        acc &= ~(((nn >> i) & 1 == 1) & ~coin)
+    return acc
+
+
+def candidates_for(need: int, params: DiscreteGaussianParams, lanes: int = 64) -> int:
+    """Candidates to draw in one batch of revealed rejection for ``need`` more outputs: 5 % and
+    3 standard deviations above need/ρ (ρ: the ideal rate's lower bound), in whole 64-lane words,
+    so that one batch almost always suffices; a short batch only means one more, smaller one."""
+    rho = ideal_acceptance_lower_bound(params.t, params.mu)
+    mean = need / rho
+    m = math.ceil(1.05 * mean + 3.0 * math.sqrt(mean * (1.0 - rho)) / rho + 1)
+    return -(-m // lanes) * lanes

@@ -21,8 +21,9 @@ that into one guarantee, by a route every step of which is a theorem or an exact
    events bounded by coupling (same randomness, compare coin by coin): a coin whose implemented
    probability c/2^k differs from the ideal p (|p − c/2^k| < 2^-k: c = ⌊p·2^k⌋ computed exactly),
    the geometric's bits above B (ideal mass Σ_{j≥B} q^{2^j}/(1+q^{2^j}) ≤ 2q^{2^B}), the
-   Gaussian's dropped low-bit coins (≤ 2^low/D per candidate) and its fallback after R − 1
-   rejections ((1 − ρ)^{R−1}, ρ bounded below numerically). Summed: ``tv`` per coordinate
+   Gaussian's dropped low-bit coins (≤ 2^low/D per candidate) and, with oblivious rounds, its
+   fallback after R − 1 rejections ((1 − ρ)^{R−1}, ρ bounded below numerically); with revealed
+   rejection the per-candidate terms count 1/ρ times (:func:`gaussian_tv_bound`). Summed: ``tv`` per coordinate
    (:func:`laplace_tv_bound`, :func:`gaussian_tv_bound`).
 3. **Transfer.** If M is (ε, δ)-DP and TV(M'(x), M(x)) ≤ τ for every x, then M' is
    (ε, δ + (1 + e^ε)·τ)-DP. Over d coordinates and T releases τ = T·d·tv (union bound). That
@@ -70,13 +71,19 @@ def laplace_tv_bound(params: DiscreteLaplaceParams) -> float:
 
 
 def gaussian_tv_bound(params: DiscreteGaussianParams) -> float:
-    """TV between the implemented discrete Gaussian and N_Z(0, tμ), per sample (module doc, 2)."""
+    """TV between the implemented discrete Gaussian and N_Z(0, tμ), per sample (module doc, 2).
+
+    Revealed rejection: couple the implemented and the ideal sampler candidate by candidate; an
+    output can differ only if a coupling fails at one of the candidates the ideal sampler draws
+    until it accepts, 1/ρ of them on average, so TV ≤ (per candidate + per test)/ρ."""
     r = params.rounds
     lap = params.laplace
     per_candidate = laplace_tv_bound(lap)
     d = 2 * params.t * params.mu
     per_test = len(params.coin_thresholds) * coin_error(params.k) + (2.0**params.low_bit - 1) / d
     rho = ideal_acceptance_lower_bound(params.t, params.mu)
+    if params.revealed:
+        return (per_candidate + per_test) / rho
     fallback = math.exp((r - 1) * math.log1p(-rho)) if r > 1 else 1.0
     return fallback + r * per_candidate + (r - 1) * per_test
 

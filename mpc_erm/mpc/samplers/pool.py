@@ -26,7 +26,20 @@ from .params import FRAC_BITS, DiscreteLaplaceParams
 crypten = import_crypten()
 from crypten.mpc.mpc import MPCTensor  # noqa: E402  (after the compat shim)
 
-__all__ = ["NoisePool", "PoolExhausted", "PoolStats"]
+__all__ = ["NoisePool", "PoolExhausted", "PoolStats", "batch_for"]
+
+
+def batch_for(params: DiscreteLaplaceParams | DiscreteGaussianParams, base: int = 1 << 15) -> int:
+    """Samples per batch. A batch costs ≈ 300 communication rounds whatever its size, so larger
+    is faster until memory binds: a Laplace batch of ``base``; a Gaussian one by revealed
+    rejection 2·base (≈ 1.3 candidates per output, each with its acceptance coins; measured by
+    benchmarks/profile_gaussian.py: 2^16 outputs 17.6k/s, 2^17 22.9k/s at a peak of 438 MB RSS
+    per party); by oblivious rounds base/8 (R ≈ 26 candidates per output)."""
+    if isinstance(params, DiscreteLaplaceParams):
+        return base
+    if params.revealed:
+        return 2 * base
+    return max(1024, base // 8)
 
 
 class PoolExhausted(RuntimeError):
@@ -61,11 +74,10 @@ class NoisePool:
     """Secret-shared noise made ahead of time.
 
     ``produce(n)`` samples n values in batches of ``batch`` (bounded memory: a Laplace batch of
-    m samples holds k·(B+1)·m/64 words of bit planes; a Gaussian batch R times more: lower
-    ``batch`` for it); ``take(d)`` returns the next d as an
-    MPCTensor with CrypTen's encoder (value = D · 2^-grid_bits). Communication counters come from
-    the communicator (measured bytes over gRPC; CrypTen's gloo communicator counts only when its
-    verbose mode is on).
+    m samples holds k·(B+1)·m/64 words of bit planes; a Gaussian one more: :func:`batch_for`);
+    ``take(d)`` returns the next d as an MPCTensor with CrypTen's encoder (value = D · 2^-grid_bits).
+    Communication counters come from the communicator (measured bytes over gRPC; CrypTen's gloo
+    communicator counts only when its verbose mode is on).
     """
 
     def __init__(
