@@ -571,7 +571,11 @@ class Scanner:
         order = np.argsort(windows[:, 1], kind="stable")
         self.mids, self.windows = windows[order, 1], windows[order]
         secret = np.sort(np.abs(np.concatenate([plaintext.noise_real, plaintext.exact_real, plaintext.party_real])))
-        self.secret_floats = secret[secret > 0]
+        # A value of a few grid units (e.g. noise of exactly 1 unit: 2^-16) has a ≤ 4-bit mantissa
+        # and is a public constant too (metrics.json prints the resolution 2^-16): not evidence.
+        mant = np.frexp(secret)[0] * 2.0**53
+        low_info = np.array([int(m) & -int(m) for m in mant], dtype=float) >= 2.0**49 if mant.size else mant > 0
+        self.secret_floats = secret[(secret > 0) & ~low_info]
         self.ints16 = self.long_numbers = self.bytes = 0
 
     def scan(self, where: str, blob: bytes) -> list[str]:
