@@ -80,7 +80,7 @@ from mpc_erm.mpc._proto import party_pb2 as pb
 from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
 
 from .config import DealerConfig, PartyConfig, split_host_port
-from .jobs import LIVE, JobExists, JobRecord, JobStore, content_digest, read_result_manifest
+from .jobs import LIVE, JobExists, JobRecord, JobStore, content_digest, read_result_manifest, result_files
 from .ledger import AlreadyRevealed, BudgetExceeded, JobConflict, Ledger, LedgerError, UnknownDataset
 
 if TYPE_CHECKING:
@@ -1072,14 +1072,7 @@ class PartyDaemon:
         )
 
     def result_files(self, job_id: str) -> list[tuple[str, Path]]:
-        root = (self.jobs_dir / job_id).resolve()
-        out = []
-        for p in sorted(root.rglob("*")):
-            rel = p.relative_to(root)
-            if p.is_symlink() or not p.is_file() or any(part.startswith(".") for part in rel.parts):
-                continue
-            out.append((rel.as_posix(), p))
-        return out
+        return result_files(self.jobs_dir / job_id)
 
 
 # --------------------------------------------------------------------------- gRPC servicer

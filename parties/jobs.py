@@ -29,7 +29,7 @@ from typing import Any
 from .sqlite_store import SqliteStore, state_file
 
 __all__ = ["JOBS_FILE", "LIVE", "RESULT_MANIFEST", "TERMINAL", "JobEvent", "JobExists", "JobRecord", "JobStore",
-           "content_digest", "read_result_manifest", "write_result_manifest"]
+           "content_digest", "read_result_manifest", "result_files", "write_result_manifest"]
 
 JOBS_FILE = "jobs.sqlite3"
 RESULT_MANIFEST = ".complete.json"  # in the job's directory; a dot file, so never served as a result
@@ -259,12 +259,22 @@ def content_digest(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
+def result_files(job_dir: str | Path) -> list[tuple[str, Path]]:
+    """What a job serves as its result: the regular files under its directory, by relative path,
+    except symlinks and anything under a dot name (``.private/``, the manifest)."""
+    root = Path(job_dir).resolve()
+    out = []
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root)
+        if p.is_symlink() or not p.is_file() or any(part.startswith(".") for part in rel.parts):
+            continue
+        out.append((rel.as_posix(), p))
+    return out
+
+
+def _sha256(path: Path) -> str:
     with path.open("rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def write_result_manifest(job_dir: str | Path, summary: dict[str, Any]) -> None:
@@ -275,8 +285,7 @@ def write_result_manifest(job_dir: str | Path, summary: dict[str, Any]) -> None:
     must not call the job failed if the model is on disk: the user would resubmit and pay twice.
     The restarted daemon marks such a job succeeded only if this manifest matches the files."""
     root = Path(job_dir)
-    files = {p.relative_to(root).as_posix(): _file_sha256(p) for p in sorted(root.rglob("*"))
-             if p.is_file() and not p.is_symlink() and not any(s.startswith(".") for s in p.relative_to(root).parts)}
+    files = {name: _sha256(p) for name, p in result_files(root)}
     tmp = root / (RESULT_MANIFEST + ".tmp")
     with tmp.open("w") as fh:
         json.dump({"summary": summary, "files": files}, fh, default=float, sort_keys=True)
@@ -292,16 +301,17 @@ def write_result_manifest(job_dir: str | Path, summary: dict[str, Any]) -> None:
 
 def read_result_manifest(job_dir: str | Path) -> dict[str, Any] | None:
     """The summary recorded by :func:`write_result_manifest`, or None unless the manifest is
-    present, well formed, and every file it lists is there with the same sha256."""
+    present, well formed, and every file it lists is served (:func:`result_files`) with the same
+    sha256."""
     root = Path(job_dir)
     try:
         doc = json.loads((root / RESULT_MANIFEST).read_text())
         files, summary = doc["files"], doc["summary"]
         if not isinstance(files, dict) or not files or not isinstance(summary, dict):
             return None
+        served = dict(result_files(root))
         for name, digest in files.items():
-            path = (root / name).resolve()
-            if root.resolve() not in path.parents or path.is_symlink() or _file_sha256(path) != digest:
+            if name not in served or _sha256(served[name]) != digest:
                 return None
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -371,35 +371,42 @@ def test_restart_settles_state_left_on_disk(tmp_path: Path, pki_dir: Path) -> No
     """The same without processes: rows a crashed daemon left in the job store and the ledger,
     and the results a worker wrote. x1 never revealed; x2 revealed, no results; x3 revealed and
     its worker wrote every result and the manifest (it succeeded, only the daemon missed it); x4
-    like x3 but a result changed after the manifest; x5 has results but never revealed."""
+    like x3 but a result changed after the manifest; x5 has results but never revealed; x6 like x3
+    but a result replaced by a symlink to a same-content file (a symlink is never served)."""
     cfg = load_party_config(write_config(tmp_path, pki_dir, "alice"))
     cfg.state_dir.mkdir(parents=True)
     store = JobStore.in_state_dir(cfg.state_dir)
     summary = {"epsilon": 0.5, "delta": 1e-5, "metrics": {"wall_seconds": 3.0}}
     with Ledger.for_config(cfg) as led:
-        for job_id, revealed in (("x1", False), ("x2", True), ("x3", True), ("x4", True), ("x5", False)):
-            led.reserve(job_id, "adult", 0.5, 1e-5, "digest")
+        for job_id, revealed in (("x1", False), ("x2", True), ("x3", True), ("x4", True), ("x5", False),
+                                  ("x6", True)):
+            led.reserve(job_id, "adult", 0.4, 1e-5, "digest")  # six jobs within the 2.5 budget
             store.create(job_id, name="ok", job_toml=job_toml(), digest="digest", dataset="adult", method="output",
                          parties=("alice", "bob", "carol"), dealer=None, coordinator="coord")
             assert store.set_running(job_id)
             if revealed:
                 led.mark_revealed(job_id)
-            if job_id in ("x3", "x4", "x5"):
+            if job_id in ("x3", "x4", "x5", "x6"):
                 d = cfg.state_dir / "jobs" / job_id
                 d.mkdir(parents=True)
                 (d / "model.safetensors").write_bytes(b"model-bytes")
                 (d / "privacy_report.json").write_text("{}")
                 write_result_manifest(d, summary)
         (cfg.state_dir / "jobs" / "x4" / "privacy_report.json").write_text('{"epsilon": 0}')
+        x6 = cfg.state_dir / "jobs" / "x6"
+        (x6 / "copy.json").write_text("{}")
+        (x6 / "privacy_report.json").unlink()
+        (x6 / "privacy_report.json").symlink_to(x6 / "copy.json")
     store.close()
     with PartyDaemon(cfg, worker_module=FAKE, log_to_stderr=False) as d:
         assert {r.id: (r.status, r.reason) for r in d.store.list()} == {
             "x1": ("failed", RESTART_REASON), "x2": ("failed", RESTART_REASON), "x3": ("succeeded", None),
-            "x4": ("failed", RESTART_REASON), "x5": ("failed", RESTART_REASON)}
+            "x4": ("failed", RESTART_REASON), "x5": ("failed", RESTART_REASON), "x6": ("failed", RESTART_REASON)}
         assert d.store.get("x3").summary == summary
         assert [n for n, _ in d.result_files("x3")] == ["model.safetensors", "privacy_report.json"]
-        assert {j: d.ledger.get(j).state for j in ("x1", "x2", "x3", "x4", "x5")} == {
-            "x1": "released", "x2": "committed", "x3": "committed", "x4": "committed", "x5": "released"}
+        assert {j: d.ledger.get(j).state for j in ("x1", "x2", "x3", "x4", "x5", "x6")} == {
+            "x1": "released", "x2": "committed", "x3": "committed", "x4": "committed", "x5": "released",
+            "x6": "committed"}
 
 
 def test_bad_identity_is_refused_before_serving(tmp_path: Path, pki_dir: Path) -> None:
