@@ -161,6 +161,16 @@ def worker_pids(state_dir: Path, job_id: str) -> list[int]:
     return out
 
 
+def stop_process_group(proc: subprocess.Popen[Any], grace_s: float) -> None:
+    """SIGTERM the process group ``proc`` leads (a daemon and its workers), SIGKILL it after ``grace_s``."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def wait_for(pred: Callable[[], Any], timeout: float, what: str, every: float = 0.05) -> Any:
     deadline = time.monotonic() + timeout
     while True:

@@ -13,12 +13,10 @@ import gzip
 import io
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +24,8 @@ import pytest
 
 from mpc_erm.data import DataError
 from mpc_erm.data.loaders import load_file
+
+from .faults import stop_process_group, wait_for
 
 pytestmark = pytest.mark.reliability
 
@@ -292,16 +292,6 @@ def test_a_1_gib_generated_csv_is_refused_and_a_64_mib_one_is_read_in_bounded_me
 # --------------------------------------------------------------------------- the worker, end to end
 
 
-def _wait(pred: Callable[[], object], timeout: float) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError("timed out")
-
-
 @pytest.mark.slow
 def test_a_real_worker_refuses_a_bad_csv_and_the_budget_is_released(tmp_path: Path) -> None:
     """``mpc-erm party serve`` with a CSV data set holding a NaN; a job on it runs the real
@@ -342,8 +332,8 @@ def test_a_real_worker_refuses_a_bad_csv_and_the_budget_is_released(tmp_path: Pa
                'delta = 1e-5\nmechanism = "gaussian"\n')
         reply = stub.SubmitJob(pb.SubmitRequest(job_id="baddata", job_toml=job), timeout=120)
         assert reply.accepted
-        info = _wait(lambda: (i := stub.GetStatus(pb.JobRef(job_id="baddata"), timeout=30)).status
-                     in ("failed", "succeeded", "cancelled") and i, 300)
+        info = wait_for(lambda: (i := stub.GetStatus(pb.JobRef(job_id="baddata"), timeout=30)).status
+                        in ("failed", "succeeded", "cancelled") and i, 300, "the job to end", every=0.2)
         assert info.status == "failed", info  # type: ignore[union-attr]
         reason = info.reason  # type: ignore[union-attr]
         assert "rows.csv" in reason and "column 'b' at row 41" in reason, reason
@@ -351,12 +341,7 @@ def test_a_real_worker_refuses_a_bad_csv_and_the_budget_is_released(tmp_path: Pa
     except grpc.RpcError as exc:
         raise AssertionError(f"{exc}; daemon log: {(tmp_path / 'daemon.err').read_text()[-2000:]}") from None
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process_group(proc, 30)
     with Ledger(tmp_path / "state" / "ledger.sqlite3") as led:
         assert led.get("baddata").state == "released"
         assert led.show()[0].epsilon_spent == 0.0

@@ -33,6 +33,8 @@ from coordinator.config import load_coordinator_config
 from coordinator.jobfile import JobFile, JobFileError, load_job_file, parse_job_file
 from parties.config import ConfigError, load_dealer_config, load_party_config
 
+from .faults import stop_process_group
+
 pytestmark = pytest.mark.reliability
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -296,12 +298,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory, pki_dir: Path) -> Iterator[
         yield pb_grpc.PartyControlStub(channel), d / "state"
         channel.close()
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_process_group(proc, 20)
 
 
 def _submit_all(stub: Any, cases: list[Case]) -> list[str]:

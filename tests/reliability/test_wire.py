@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -43,6 +42,8 @@ from mpc_erm.mpc._proto import transport_pb2_grpc as pb_grpc
 from mpc_erm.mpc.ratelimit import RateLimit
 from mpc_erm.mpc.transport import Endpoint, PartyTable, TransportOptions, TransportServer
 from mpc_erm.mpc.transport.mailbox import MESSAGE_OVERHEAD
+
+from .faults import stop_process_group
 
 pytestmark = pytest.mark.reliability
 
@@ -171,12 +172,7 @@ class DaemonProcess:
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
-        os.killpg(proc.pid, signal.SIGTERM)  # our own process group: the daemon and its workers
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        stop_process_group(proc, 30)  # our own process group: the daemon and its workers
 
 
 def control_stub(pki_dir: Path, target: str, who: str, options: list[tuple[str, Any]] | None = None,
