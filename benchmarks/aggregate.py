@@ -1,7 +1,7 @@
 """Benchmark of the noisy secure aggregate: online latency per round, in one run, beside the
 raw-gRPC floor and CrypTen's own gloo transport.
 
-    mpc-erm bench aggregate --parties 3 --dim 122 --rounds 50 --json
+    python -m benchmarks aggregate --parties 3 --dim 122 --rounds 50 --json
     python -m benchmarks.aggregate --dim 1000000 --rounds 5 --out benchmarks/results/aggregate_1e6.json
 
 Three measurements, each with M party processes on this machine (one session each):
@@ -240,7 +240,7 @@ def _gloo_member(index: int, count: int, rendezvous: str, dim: int, rounds: int,
 
 
 def default_crypten_rounds(dim: int, rounds: int, with_randn: bool) -> int:
-    """As many rounds as fit ≈ CRYPTEN_BUDGET_S by DESIGN.md §3's figures (randn(100) 0.79 s,
+    """As many rounds as fit ≈ CRYPTEN_BUDGET_S by docs/architecture.md §2's figures (randn(100) 0.79 s,
     randn(10^6) 60 s), at least 1, at most ``rounds``."""
     est = 0.8 + 6e-5 * dim if with_randn else 0.05 + 5e-7 * dim
     return max(1, min(rounds, int(CRYPTEN_BUDGET_S // est)))

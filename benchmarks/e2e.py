@@ -1,9 +1,10 @@
 """End to end across real daemons: private models on UCI Adult, accuracy and time per round.
 
-Runs :func:`coordinator.demo.run_demo` (3 party daemons + dealer as separate processes, mTLS on
+Runs the demo's jobs (:func:`coordinator.local_jobs.default_jobs`) with
+:func:`coordinator.local_jobs.run_jobs` (3 party daemons + dealer as separate processes, mTLS on
 loopback, in-MPC noise) and, in the same script as the baseline, the same gradient-perturbation
 job in the in-process simulator (plaintext aggregator, same protocol code, same σ): what the MPC
-costs per round is reported as a ratio to it. ``mpc-erm bench e2e --out FILE`` writes the JSON.
+costs per round is reported as a ratio to it. ``python -m benchmarks e2e --out FILE`` writes the JSON.
 """
 
 from __future__ import annotations
@@ -81,13 +82,13 @@ def _job_block(r: dict[str, Any]) -> dict[str, Any]:
 
 def run(*, trust: str = "dealer", iterations: int = 50, parties: int = 3,
         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    from coordinator.demo import default_jobs, run_demo
+    from coordinator.local_jobs import default_jobs, run_jobs
 
     say = progress or (lambda _m: None)
     jobs = default_jobs(iterations)
     with tempfile.TemporaryDirectory(prefix="mpc-erm-bench-e2e-") as tmp:
         say(f"running the demo's jobs across real daemons ({trust})")
-        summary = run_demo(Path(tmp), jobs=jobs, parties=parties, trust=trust,
+        summary = run_jobs(Path(tmp), jobs=jobs, parties=parties, trust=trust,
                            on_status=lambda m: say(f"  {m}"))
         blocks = [_job_block(r) for r in summary["jobs"]]
     say("baseline: the same gradient job in the in-process simulator")

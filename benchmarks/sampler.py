@@ -1,6 +1,6 @@
 """Benchmark of the in-MPC noise samplers: offline cost and the distribution actually sampled.
 
-    mpc-erm bench sampler --mechanism gaussian --samples 100000 --json
+    python -m benchmarks sampler --mechanism gaussian --samples 100000 --json
     python -m benchmarks.sampler --mechanism laplace --samples 1000000 --out benchmarks/results/sampler_laplace.json
 
 One run, M parties over gRPC + mTLS on loopback (:func:`mpc_erm.mpc.local.run_local`, trust

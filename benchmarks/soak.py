@@ -50,7 +50,9 @@ class Job:
     def toml(self) -> str:
         name = f"soak-{self.index:04d}-{self.kind}"
         dealer = 'dealer = "dealer"\n' if self.trust == "dealer" else ""
-        head = (f'method = "{self.kind}"\n\n[job]\nname = "{name}"\ndataset = "adult"\n'
+        # a zero-noise job spends its data set's whole budget (parties.ledger): each gets a scratch id
+        dataset = scratch_dataset(self.index) if self.kind == "gradient" else "adult"
+        head = (f'method = "{self.kind}"\n\n[job]\nname = "{name}"\ndataset = "{dataset}"\n'
                 f'parties = ["alice", "bob", "carol"]\ntrust = "{self.trust}"\n{dealer}device = "cpu"\n')
         if self.kind == "gradient":
             return (head + "test_no_noise = true\n\n[model]\nname = \"logistic\"\nlam = 1e-4\n\n"
@@ -59,6 +61,11 @@ class Job:
         return (head + "\n[model]\nname = \"logistic\"\nlam = 1e-3\n\n"
                 f"[privacy]\nepsilon = 1.0\ndelta = 1e-5\nmechanism = \"{self.mechanism}\"\n\n"
                 "[training]\nsolver_tol = 1e-9\n")
+
+
+def scratch_dataset(index: int) -> str:
+    """The data set id a zero-noise soak job runs on (the same Adult shard, its own budget)."""
+    return f"adult-z{index:04d}"
 
 
 def plan(jobs: int, *, rounds: int = 56, noisy_every: int = 10,
@@ -117,12 +124,13 @@ class Soak:
     """A running consortium and the clients that submit to it (use as a context manager)."""
 
     def __init__(self, root: Path, *, max_concurrent_jobs: int | None = None, start_method: str | None = None,
-                 clients: int = 4) -> None:
+                 clients: int = 4, scratch: int = 0) -> None:
         from coordinator.consortium import LocalConsortium
 
         self.root = Path(root)
         self.consortium = LocalConsortium(self.root / "consortium", budget_epsilon=1e6, budget_delta=0.5,
-                                          max_epsilon_per_job=1.0, allow_test_only=True, device="cpu")
+                                          max_epsilon_per_job=1.0, allow_test_only=True, device="cpu",
+                                          scratch_datasets=[scratch_dataset(i) for i in range(scratch)])
         self.max_concurrent_jobs = max_concurrent_jobs
         self.start_method = start_method
         self.n_clients = clients
@@ -222,7 +230,7 @@ def run(out: Path | None = RESULT, *, jobs: int = 200, rounds: int = 56, noisy_e
     stopped_early = False
     with tempfile.TemporaryDirectory(prefix="mpc-erm-soak-") as tmp, \
             Soak(Path(root or tmp), max_concurrent_jobs=max_concurrent_jobs,
-                 clients=max(len(b) for b in batches)) as soak:
+                 clients=max(len(b) for b in batches), scratch=1 + max(j.index for b in batches for j in b)) as soak:
         baseline = soak.sample()
         for batch in batches:
             if time_budget_s is not None and time.monotonic() - t_start > time_budget_s:
@@ -277,7 +285,7 @@ def startup(start_method: str, repeats: int = 3, root: Path | None = None) -> di
     job = Job(0, "output", 1, "dealer")
     out = []
     with tempfile.TemporaryDirectory(prefix="mpc-erm-startup-") as tmp, \
-            Soak(Path(root or tmp), start_method=start_method, clients=1) as soak:
+            Soak(Path(root or tmp), start_method=start_method, clients=1, scratch=repeats) as soak:
         for k in range(repeats):
             r = soak.run_job(Job(k, job.kind, job.rounds, job.trust), soak.clients[0])
             out.append({"wall_s": r["wall_s"], "startup_s": r["startup_s"], "status": r["status"]})

@@ -7,7 +7,7 @@ reservations are released) and :class:`SubmitRefused` names every refusal. The m
 carry the spec digest each computed; they must all be equal.
 
 Import cost: this module does not import torch; :meth:`CoordinatorClient.submit` parses the job
-file (``coordinator.jobfile``, which does) when called.
+file (``mpc_erm.jobs.jobfile``, which does) when called.
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ class CoordinatorClient:
 
     def submit(self, job_file: str | os.PathLike[str], *, job_id: str | None = None) -> dict[str, Any]:
         """Submit the job file to every member; returns {job_id, name, spec_digest, members}."""
-        from coordinator.jobfile import JobFileError, load_job_file
+        from mpc_erm.jobs.jobfile import JobFileError, load_job_file
 
         known = set(self.config.parties) | set(self.config.dealers)
         try:

@@ -72,6 +72,9 @@ class LocalConsortium:
     host_of: Callable[[str], str] = field(default=lambda _name: "127.0.0.1")
     wrap: Callable[[str], Sequence[str]] = field(default=lambda _name: ())
     start_timeout_s: float = 60.0
+    # more ids for the same built-in shard, each with its own budget: a test-only zero-noise job
+    # exhausts the budget of the data set it touches (parties.ledger), so a soak gives each one its own
+    scratch_datasets: Sequence[str] = ()
     members: dict[str, Member] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
@@ -125,9 +128,10 @@ class LocalConsortium:
             if peer.name != me.name:
                 lines += [f"[peers.{peer.name}]", f'address = "{peer.address}"', f'role = "{peer.role}"', ""]
         if me.role == "party":
-            lines += [f"[datasets.{self.dataset}]", 'format = "builtin"', f'name = "{self.dataset}"',
-                      f"part = {index}", f"of = {self.parties}", f"epsilon = {self.budget_epsilon!r}",
-                      f"delta = {self.budget_delta!r}", ""]
+            for ds_id in (self.dataset, *self.scratch_datasets):
+                lines += [f"[datasets.{ds_id}]", 'format = "builtin"', f'name = "{self.dataset}"',
+                          f"part = {index}", f"of = {self.parties}", f"epsilon = {self.budget_epsilon!r}",
+                          f"delta = {self.budget_delta!r}", ""]
         lines += ["[policy]", f'allowed_coordinators = ["{COORDINATOR}"]', 'allowed_methods = ["output", "gradient"]',
                   f"max_epsilon_per_job = {self.max_epsilon_per_job!r}", "max_iterations = 2000",
                   f"allow_test_only = {'true' if self.allow_test_only else 'false'}"]

@@ -9,7 +9,7 @@ its eigenvectors are the Fourier modes and (notes §0.2-0.3)
 with divisor 1 + 4 sigma sin^2(pi k / p) >= 1 (never zero; the DC mode k = 0 is untouched, so
 the mean of v is preserved).  For real v we use rfft/irfft (half the work, real output).
 
-It is applied to the *noisy* gradient: post-processing, no privacy cost (notes §A7, DESIGN §1).
+It is applied to the *noisy* gradient: post-processing, no privacy cost (notes §A7, docs/privacy.md §7).
 
 Small p (neither paper defines these, notes §0.5).  We take the operator the FFT formula gives,
 which is the dense matrix obtained by *accumulating* the periodic stencil (A[i, i] += 2 sigma,

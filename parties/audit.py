@@ -6,7 +6,11 @@ removed or reordered an entry. Each record carries ``prev`` (the previous record
 ``hash`` = SHA-256 of its own canonical JSON without ``hash``; the first record's ``prev`` is 64
 zeros. Changing any byte, dropping or swapping a record breaks the chain at that point; dropping
 the *tail* is caught by comparing the head hash with one kept elsewhere (every job's privacy
-report carries the head after its last release: ``audit_head``).
+report carries the head after its last release: ``audit_head``). Later jobs append to the same
+chain, so a report's head is usually an *older* head of the log: :func:`verify` accepts a head
+found anywhere in the chain and says how many records follow it; a head not in the chain means
+the log was cut back past it (or is another party's log). The newest head one holds is the
+strongest anchor: a rollback to a point after it cannot be seen (see ``parties.ledger_check``).
 
 Events:
 
@@ -16,7 +20,7 @@ Events:
   SHA-256 of the revealed float64 bytes (the value itself is already in the job's result; the log
   holds no data, share, noise or key).
 
-``mpc-erm audit verify --state-dir DIR`` checks a log (:func:`verify`).
+``mpc-erm audit verify --config party.toml [--expect-head H]`` checks a log (:func:`verify`).
 """
 
 from __future__ import annotations
@@ -107,14 +111,21 @@ class Verification:
     head: str
     jobs: int
     releases: int
+    after_expected: int | None = None  # records after the expected head (0: it is the head; None: none given)
 
 
 def verify(path: str | os.PathLike[str], expect_head: str | None = None) -> Verification:
-    """Check every record's hash and link; raise :class:`AuditError` naming the first bad line."""
+    """Check every record's hash and link; raise :class:`AuditError` naming the first bad line.
+
+    ``expect_head`` (a hash kept elsewhere, e.g. a privacy report's ``audit_head``) must be the
+    hash of some record of the chain (or GENESIS): the current head, or an older one followed by
+    later records (``after_expected`` says how many). Not found: records were dropped from the end
+    (or this is another log)."""
     p = Path(path)
     if not p.exists():
         raise AuditError(f"{p}: no audit log")
     prev, seq, jobs, releases = GENESIS, 0, set(), 0
+    found: int | None = 0 if expect_head == GENESIS else None  # seq of the record whose hash is expect_head
     with p.open("rb") as f:
         for n, raw in enumerate(f, 1):
             try:
@@ -131,9 +142,12 @@ def verify(path: str | os.PathLike[str], expect_head: str | None = None) -> Veri
             if _digest(rec) != rec["hash"]:
                 raise AuditError(f"{p}:{n}: record altered (its hash does not match its content)")
             prev, seq = rec["hash"], rec["seq"]
+            if rec["hash"] == expect_head:
+                found = seq
             jobs.add(rec["job_id"])
             releases += rec["event"] == "release"
-    if expect_head is not None and prev != expect_head:
-        raise AuditError(f"{p}: head {prev[:16]}… is not the expected {expect_head[:16]}… (records were dropped "
-                         "from the end, or this is another log)")
-    return Verification(records=seq, head=prev, jobs=len(jobs), releases=releases)
+    if expect_head is not None and found is None:
+        raise AuditError(f"{p}: the expected head {expect_head[:16]}… is not in this chain of {seq} records (head "
+                         f"{prev[:16]}…): records were dropped from the end, or this is another log")
+    return Verification(records=seq, head=prev, jobs=len(jobs), releases=releases,
+                        after_expected=None if found is None else seq - found)

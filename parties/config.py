@@ -7,8 +7,10 @@ strict (TOML ``"1.0"`` is not a number, ``1`` is not ``true``), and all field pr
 at once as ``<file>: <dotted.field>: <reason>`` (cross-field checks, e.g. ``part < of``, run once
 the fields of their table are valid).
 
-Relative paths are resolved against the config file's directory (not the daemon's working
-directory), so a config and its keys can be moved together. See ``example-party.toml``.
+The file is read by the strict TOML reader shared with job files (:mod:`mpc_erm.jobs.toml_reader`:
+size, UTF-8, syntax, nesting). Relative paths are resolved against the config file's directory (not
+the daemon's working directory), so a config and its keys can be moved together. See
+``example-party.toml``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import stat
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-import tomllib
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -33,6 +34,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
+
+from mpc_erm.jobs.toml_reader import MAX_PROBLEMS, MAX_TOML_BYTES, TomlProblem, field_part, read_toml_file, short_repr
 
 __all__ = [
     "ConfigError",
@@ -54,53 +57,11 @@ _HOST_RE = re.compile(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?
 _SCHEMA_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,127}")
 _WILDCARD_HOSTS = {"0.0.0.0", "::"}
 #: A config is a few kB; a bigger file is refused before it is read (no /dev/zero, no 1 GB TOML).
-MAX_CONFIG_BYTES = 1 << 20
-MAX_PROBLEMS = 20  # a config with 100k unknown keys gets 20 lines and a count
-_SHOW = 60  # characters of an offending value quoted in a message
+MAX_CONFIG_BYTES = MAX_TOML_BYTES
 #: Default and ceiling of ``datasets.<id>.max_bytes``: a data file larger than this is refused
 #: before a byte of it is read (mpc_erm.data.loaders.DEFAULT_MAX_BYTES, 512 MiB).
 DEFAULT_DATA_MAX_BYTES = 512 << 20
 MAX_DATA_MAX_BYTES = 1 << 40
-
-
-def short_repr(v: Any) -> str:
-    """repr(v), cut to a readable length: a 10 MB string must not come back as a 10 MB message."""
-    r = repr(v)
-    return r if len(r) <= _SHOW else f"{r[:_SHOW]}…({len(r)} characters)"
-
-
-def field_part(key: str) -> str:
-    """A key as it appears in a ``<dotted.field>``: a hostile one (a newline would split the one-line
-    report, an escape sequence would reach the terminal, 10 kB would flood it) quoted and cut."""
-    if not key.isprintable():
-        key = repr(key)
-    return key if len(key) <= _SHOW else f"{key[:_SHOW]}…"
-
-
-def parse_toml(text: str, error: Any) -> dict[str, Any]:
-    """``tomllib.loads`` whose every failure is raised as ``error(reason)``: a syntax error with its
-    line quoted (so the key shows), nesting too deep for the parser (RecursionError), an integer
-    literal over Python's 4300-digit limit (ValueError). Shared with ``coordinator.jobfile``."""
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise error(f"invalid TOML: {exc}{_quote_line(text, str(exc))}") from None
-    except RecursionError:
-        raise error("invalid TOML: arrays or inline tables nested too deeply") from None
-    except ValueError as exc:  # int("9" * 5000): Python's limit on integer digits
-        m = re.search(r"[0-9_]{4000,}", text)
-        where = f" at line {text.count(chr(10), 0, m.start()) + 1}" if m else ""
-        raise error(f"invalid TOML: a number{where} is too long ({exc})") from None
-
-
-def _quote_line(text: str, message: str) -> str:
-    """': <the offending line>' for a TOMLDecodeError's '(at line N, ...)'."""
-    m = re.search(r"at line (\d+)", message)
-    lines = text.splitlines()
-    if not m or not 1 <= int(m[1]) <= len(lines):
-        return ""
-    line = lines[int(m[1]) - 1].strip()
-    return f": {short_repr(line)}" if line else ""
 
 
 class ConfigError(ValueError):
@@ -255,6 +216,9 @@ class DatasetConfig(_Model):
     feature_schema: str | None = Field(None, alias="schema")
     epsilon: float = Field(strict=True, gt=0, le=1e6, allow_inf_nan=False)  # lifetime; a job asks <= 100
     delta: float = Field(strict=True, ge=0, lt=1, allow_inf_nan=False)
+    # The relation the lifetime budget is stated under (mpc_erm.privacy.events): "replace" admits
+    # every job (add/remove jobs are converted); "add_remove" admits only add/remove jobs.
+    adjacency: Literal["replace", "add_remove"] = "replace"
     name: str | None = None
     part: int = Field(0, strict=True, ge=0, le=1_000_000)
     of: int = Field(1, strict=True, ge=1, le=1_000_000)
@@ -479,25 +443,9 @@ def load_model(path: str | os.PathLike[str], model: type[_C]) -> _C:
     Shared by the party, dealer and coordinator configs."""
     p = Path(path)
     try:
-        with open(p, "rb") as f:  # only a regular file of bounded size is read (not a FIFO, /dev/zero)
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise ConfigError(p, [("", "not a regular file")])
-            if st.st_size > MAX_CONFIG_BYTES:
-                raise ConfigError(p, [("", f"{st.st_size:,} bytes, larger than the limit of {MAX_CONFIG_BYTES:,}")])
-            data = f.read(MAX_CONFIG_BYTES + 1)
-    except OSError as e:
-        raise ConfigError(p, [("", f"cannot read: {e.strerror or e}")]) from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise ConfigError(p, [("", f"not UTF-8 text: {e.reason} (byte {data[e.start]:#04x} at line {line})")]) from None
-
-    def bad(reason: str) -> ConfigError:
-        return ConfigError(p, [("", reason)])
-
-    raw = parse_toml(text, bad)
+        raw = read_toml_file(p, max_bytes=MAX_CONFIG_BYTES)
+    except TomlProblem as problem:
+        raise ConfigError(p, [(problem.field or "", problem.reason)]) from None
     try:
         return model.model_validate(raw, context={"base_dir": p.absolute().parent})
     except ValidationError as e:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from coordinator.jobfile import JobFile
+from mpc_erm.jobs.jobfile import JobFile
 from mpc_erm.mpc.pki import Identity
 
 from .config import PartyConfig

@@ -4,7 +4,7 @@ What happens to a job, in order (``SubmitJob``):
 
 1. the caller is a coordinator named in ``policy.allowed_coordinators`` (``tls.Authorizer``, before
    the servicer runs; anyone else gets PERMISSION_DENIED);
-2. the job TOML is validated (``coordinator.jobfile``; party and dealer names must be this daemon's
+2. the job TOML is validated (``mpc_erm.jobs.jobfile``; party and dealer names must be this daemon's
    peers or itself) — INVALID_ARGUMENT naming the field;
 3. this daemon must be one of the job's parties (a dealer: the job's dealer) — FAILED_PRECONDITION;
 4. the policy: method, ε per job, iterations — PERMISSION_DENIED naming the field;
@@ -46,9 +46,20 @@ succeeds, or fails after that mark, keeps its budget spent (committed); one that
 (failure, cancel, daemon restart) gets its reservation released. On start-up every job left queued
 or running ends ``failed`` ("interrupted by a daemon restart") and ``Ledger.recover`` settles the
 budget, so a job is never left half-released.
+Before any of that, a party daemon checks its ledger against its hash-chained audit log
+(:mod:`parties.ledger_check`) and refuses to start, with one line naming the file, when the ledger
+is missing, unreadable or holds less than the log charged: a lost ledger must not become a fresh
+budget (the repair is ``mpc-erm budget rebuild``, never automatic).
 
 Logs are JSON lines (time, level, job_id, phase, message) to stderr and ``state_dir/daemon.log``;
 they carry ids, phases, counts and reasons, never data, shares, noise or keys.
+
+Failure reasons: a job's ``reason`` leaves the party (``GetStatus``/``Watch``/``ListJobs``/
+``GetResult`` to the coordinator), so a worker's failure is recorded as ``"<CODE>: <public reason>"``
+(:mod:`parties.public_errors`: data set id, member names, phase, job-file field names — never a file
+path, a value or a column name); the exception's text and traceback go only to this party's log.
+``GetEndpoint`` tells another member (whose worker waits for this one's transport, and which records
+what it hears in its own job table and log) only the job's status and that code.
 """
 
 from __future__ import annotations
@@ -78,13 +89,24 @@ import grpc
 from mpc_erm.mpc import pki, tls
 from mpc_erm.mpc._proto import party_pb2 as pb
 from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
+from mpc_erm.privacy.plan import PlanError
+from mpc_erm.protocols.common import plan_job
 
 from .config import DealerConfig, PartyConfig, split_host_port
 from .jobs import LIVE, JobExists, JobRecord, JobStore, content_digest, read_result_manifest, result_files
-from .ledger import AlreadyRevealed, BudgetExceeded, JobConflict, Ledger, LedgerError, UnknownDataset
+from .ledger import (
+    AdjacencyMismatch,
+    AlreadyRevealed,
+    BudgetExceeded,
+    JobConflict,
+    Ledger,
+    LedgerError,
+    UnknownDataset,
+)
+from .public_errors import code_of
 
 if TYPE_CHECKING:
-    from coordinator.jobfile import JobFile
+    from mpc_erm.jobs.jobfile import JobFile
 
 __all__ = [
     "CANCEL_GRACE_S",
@@ -112,7 +134,7 @@ ADMISSION_POLL_S = 1.0  # how often a job asks again while a peer has it queued 
 ADMISSION_GRACE_S = 30.0  # a deadlock whose loser runs at the peer: how long to let the peer break it
 WORKER_START_ENV = "MPC_ERM_WORKER_START"  # "forkserver" (default) or "spawn"
 # Imported once by the fork server (what a party or dealer worker needs), not by each job.
-WORKER_PRELOAD = ("parties.worker", "torch", "numpy", "coordinator.jobfile", "mpc_erm.data", "mpc_erm.protocols",
+WORKER_PRELOAD = ("parties.worker", "torch", "numpy", "mpc_erm.jobs.jobfile", "mpc_erm.data", "mpc_erm.protocols",
                   "mpc_erm.mpc.communicator", "mpc_erm.mpc.aggregator", "mpc_erm.mpc.dealer", "mpc_erm.mpc.noise",
                   "mpc_erm.mpc.rss_provider", "mpc_erm.privacy", "safetensors.torch", "matplotlib.figure",
                   "matplotlib.backends.backend_agg")
@@ -236,6 +258,7 @@ class ProcessWorkerContext:
         self._job: JobFile | None = None
         self._lock = threading.Lock()
         self._next_request = 0
+        self.phase: str | None = None  # the last phase the worker emitted: named in a public failure reason
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -250,12 +273,14 @@ class ProcessWorkerContext:
     @property
     def job(self) -> JobFile:
         if self._job is None:
-            from coordinator.jobfile import parse_job_file
+            from mpc_erm.jobs.jobfile import parse_job_file
 
             self._job = parse_job_file(self.job_toml, source="job.toml")
         return self._job
 
     def emit(self, event: dict[str, Any]) -> None:
+        if isinstance(event.get("phase"), str):
+            self.phase = event["phase"][:64]
         self._up.put(("event", json.loads(json.dumps(dict(event), default=str))))
 
     def publish_endpoint(self, address: str) -> None:
@@ -264,8 +289,12 @@ class ProcessWorkerContext:
 
     def lookup_endpoint(self, member: str, timeout_s: float) -> str:
         """Raises TimeoutError naming the member if it is not published in time; RuntimeError if
-        the member's daemon refuses for good (job unknown there after it ended, not a member, ...)."""
+        the member's daemon refuses for good (job unknown there after it ended, not a member, ...).
+        Both are :class:`parties.public_errors.PublicError`: the daemon's text (which may quote the
+        member's own reason) is their detail, for this party's log; their public reason names the
+        member and, where the job ended there, only that member's code."""
         from .context import JobCancelled
+        from .public_errors import peer_lookup_failure, peer_lookup_timeout
 
         with self._lock:  # one look-up at a time: the answers share one queue
             self._next_request += 1
@@ -275,8 +304,7 @@ class ProcessWorkerContext:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError(f"endpoint of {member!r} for job {self.job_id}: no answer from the daemon "
-                                       f"within {timeout_s:g} s")
+                    raise peer_lookup_timeout(member, self.job_id, timeout_s, "no answer from the daemon")
                 try:
                     got, kind, value = self._down.get(timeout=min(left, 0.5))
                 except queue.Empty:
@@ -288,8 +316,8 @@ class ProcessWorkerContext:
                 if kind == "ok":
                     return str(value)
                 if kind == "timeout":
-                    raise TimeoutError(value)
-                raise RuntimeError(value)
+                    raise peer_lookup_timeout(member, self.job_id, timeout_s, str(value))
+                raise peer_lookup_failure(member, self.job_id, str(value))
 
     def cancelled(self) -> bool:
         return (self._cancel.is_set() or os.getppid() != self._daemon_pid
@@ -339,9 +367,12 @@ def _worker_main(ctx: ProcessWorkerContext, module: str, function: str, log_path
         msg: tuple[str, Any] = ("done", json.loads(json.dumps(summary or {}, default=str)))
     except JobCancelled as exc:
         msg = ("cancelled", _one_line(exc))
-    except BaseException as exc:  # the daemon records the reason; the traceback goes to the log
-        log.error("job failed: %s", _one_line(exc), exc_info=True, extra={"phase": "failed"})
-        msg = ("failed", f"{type(exc).__name__}: {_one_line(exc)}")
+    except BaseException as exc:
+        # The daemon records (and serves, and tells the other members) only a code and a public
+        # reason; the detail and the traceback stay in this party's own log (parties.public_errors).
+        code, reason = _public_failure(ctx, exc)
+        log.error("job failed (%s): %s", code, _one_line(exc), exc_info=True, extra={"phase": "failed", "code": code})
+        msg = ("failed", reason)
     try:
         ctx._up.put(msg)
         ctx._up.close()
@@ -350,6 +381,23 @@ def _worker_main(ctx: ProcessWorkerContext, module: str, function: str, log_path
         for h in root.handlers:
             h.flush()
         os._exit(0)  # whatever threads the job left behind (gRPC servers, pools) must not keep it alive
+
+
+def _public_failure(ctx: ProcessWorkerContext, exc: BaseException) -> tuple[str, str]:
+    """(code, public reason) of a worker's failure: what may leave the party."""
+    from .public_errors import public_failure
+
+    name = ctx.identity.name
+    try:
+        jt = ctx.job.job
+        dataset, members = jt.dataset, [*jt.parties, *([jt.dealer] if jt.dealer else [])]
+    except Exception:  # the job text did not parse: nothing more to name
+        dataset, members = None, []
+    try:
+        return public_failure(exc, member=name, job_id=ctx.job_id, dataset=dataset, phase=ctx.phase,
+                              members=members)
+    except Exception:  # never let the classification hide the failure
+        return "INTERNAL", f"INTERNAL: internal error at {name} ({type(exc).__name__}); see {name}'s log"
 
 
 class _JobFilter(logging.Filter):
@@ -453,6 +501,12 @@ class PartyDaemon:
         cfg = self.config
         self.identity = load_daemon_identity(cfg)  # before touching any file: a bad config changes nothing
         revoked = self._read_crl()
+        if isinstance(cfg, PartyConfig):
+            # before any file is created: a missing or damaged ledger must not become a fresh
+            # budget (parties.ledger_check; LedgerDamaged/AuditDamaged say in one line what to do)
+            from .ledger_check import check_ledger
+
+            check_ledger(self.state_dir)
         self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.jobs_dir.mkdir(mode=0o700, exist_ok=True)
         self.log.handlers[:] = _handlers(self.state_dir, self.log_to_stderr)
@@ -613,7 +667,7 @@ class PartyDaemon:
     def submit(self, job_id: str, job_toml: str, caller: str) -> tuple[JobRecord, bool]:
         """Validate, check policy, reserve budget, store and queue; (record, newly queued).
         Raises _Refused with the gRPC status and a one-line reason."""
-        from coordinator.jobfile import JobFileError, parse_job_file
+        from mpc_erm.jobs.jobfile import JobFileError, parse_job_file
 
         assert self.store is not None
         bad_arg, denied, precondition = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.PERMISSION_DENIED,
@@ -649,6 +703,10 @@ class PartyDaemon:
         if jt.dealer is not None and jt.dealer != self.name and cfg.peers[jt.dealer].role != "dealer":
             raise _Refused(precondition, f"job.dealer: {jt.dealer!r} is a {cfg.peers[jt.dealer].role} in this "
                                          "daemon's peers, not a dealer")
+        try:  # the job's privacy, planned once; its event is what the ledger reserves and composes
+            plan = plan_job(spec, sampler="mpc", test_no_noise=bool(getattr(jt, "test_no_noise", False)))
+        except PlanError as exc:
+            raise _Refused(bad_arg, str(exc)) from None
         pol = cfg.policy
         if spec.method not in pol.allowed_methods:
             raise _Refused(denied, f"method: {spec.method!r} is not allowed by {self.name}'s policy "
@@ -667,10 +725,11 @@ class PartyDaemon:
             if jt.dataset not in cfg.datasets:
                 raise _Refused(precondition, f"job.dataset: {self.name} offers no dataset {jt.dataset!r}")
             try:
-                self.ledger.reserve(job_id, jt.dataset, spec.privacy.epsilon, spec.privacy.delta, digest)
+                self.ledger.reserve(job_id, jt.dataset, spec.privacy.epsilon, spec.privacy.delta, digest,
+                                    plan.event)
             except BudgetExceeded as exc:
                 raise _Refused(precondition, f"privacy budget of {self.name}: {exc}") from None
-            except (JobConflict, UnknownDataset) as exc:
+            except (JobConflict, UnknownDataset, AdjacencyMismatch) as exc:
                 raise _Refused(precondition, f"{self.name}: {exc}") from None
         try:
             rec = self.store.create(job_id, name=jt.name, job_toml=job_toml, digest=digest, dataset=jt.dataset,
@@ -807,7 +866,9 @@ class PartyDaemon:
         try:
             proc.start()
         except Exception as exc:
-            run.outcome = ("failed", f"cannot start the worker process: {_one_line(exc)}")
+            self._warn(f"cannot start the worker process: {_one_line(exc)}", job_id=job_id, phase="running")
+            run.outcome = ("failed", f"INTERNAL: {self.name} could not start the job's worker process; "
+                                     f"see {self.name}'s log")
         else:
             self._supervise(run, up)
         self._finish(run, proc.exitcode)
@@ -1170,9 +1231,10 @@ class _Servicer(pb_grpc.PartyControlServicer):
         if request.member and request.member != self.d.name:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"member: this daemon is {self.d.name}, "
                                                             f"not {request.member}")
-        if rec.terminal:
+        if rec.terminal:  # another member learns the status and the reason's public code, not its text
+            code = code_of(rec.reason)
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"job {rec.id} is {rec.status} at {self.d.name}"
-                          + (f": {rec.reason}" if rec.reason else ""))
+                          + (f": {code}: see {self.d.name}'s status" if code else ""))
         address = self.d.endpoint(rec.id, request.wait_s)
         if address is None:
             running = self.d.admission(rec.id)

@@ -1,7 +1,7 @@
 """The daemon's durable job store: one SQLite file (WAL) in the daemon's state_dir.
 
 Why durable: a coordinator may ask about a job long after it ran, and a daemon that restarts must
-know which jobs it left behind. A job's life::
+know which jobs it left behind. A job's life (:class:`mpc_erm.jobs.JobStatus`)::
 
     queued ──► running ──► succeeded | failed | cancelled
        └──────────────────► failed | cancelled
@@ -22,9 +22,12 @@ import sqlite3
 import struct
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from mpc_erm.jobs.status import LIVE, TERMINAL
 
 from .sqlite_store import SqliteStore, state_file
 
@@ -33,8 +36,6 @@ __all__ = ["JOBS_FILE", "LIVE", "RESULT_MANIFEST", "TERMINAL", "JobEvent", "JobE
 
 JOBS_FILE = "jobs.sqlite3"
 RESULT_MANIFEST = ".complete.json"  # in the job's directory; a dot file, so never served as a result
-LIVE = ("queued", "running")
-TERMINAL = ("succeeded", "failed", "cancelled")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY, name TEXT NOT NULL, status TEXT NOT NULL
@@ -127,13 +128,13 @@ class JobStore(SqliteStore):
         with self._tx("DEFERRED") as c:
             return self._get(c, job_id)
 
-    def list(self, limit: int = 0, statuses: tuple[str, ...] | None = None) -> list[JobRecord]:
+    def list(self, limit: int = 0, statuses: Collection[str] | None = None) -> list[JobRecord]:
         """Newest first."""
         q = "SELECT * FROM jobs"
         args: list[Any] = []
         if statuses:
             q += f" WHERE status IN ({', '.join('?' * len(statuses))})"
-            args += statuses
+            args += [str(x) for x in statuses]  # a JobStatus binds as its stored value
         q += " ORDER BY created_at DESC, id"
         if limit > 0:
             q += " LIMIT ?"
@@ -161,7 +162,7 @@ class JobStore(SqliteStore):
             c.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ?", (job_id,))
 
     def finish(self, job_id: str, status: str, reason: str | None = None,
-               summary: dict[str, Any] | None = None, *, only_from: tuple[str, ...] = LIVE) -> bool:
+               summary: dict[str, Any] | None = None, *, only_from: Collection[str] = LIVE) -> bool:
         """Move a live job to a terminal status (and log its terminal event); False if it was not
         in one of ``only_from`` (e.g. already finished)."""
         if status not in TERMINAL:

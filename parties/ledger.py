@@ -15,52 +15,73 @@ between the two errs on the side of counting the spend. **Restart:** :meth:`Ledg
 (no output left the party, nothing was spent) and keeps every revealed one as spent for good. Call
 it at start-up, before accepting jobs; one daemon per state_dir.
 
-Composition across jobs of a data set: basic composition (Σε at Σδ) by default. A job may carry a
-``dp_event`` (JSON) describing its mechanism; when *every* live job of the data set has one, the
-ledger also composes them with ``dp_accounting``'s RDP accountant at the data set's δ and uses
-min(basic, RDP). Each bound is used only where valid: basic needs Σδ ≤ δ_total, RDP needs all events.
-Events (all keys required except ``delta_extra``, a sampler's failure probability, default 0):
+Composition across jobs of a data set: every job carries its plan's typed privacy event
+(:mod:`mpc_erm.privacy.events`: Gaussian rounds with a noise multiplier, pure-ε releases, or a
+non-private release; each with its adjacency and its sampler's total-variation budget), made once
+by the job's :class:`~mpc_erm.privacy.plan.PrivacyPlan` *before* the reservation. Admission,
+``spent`` and ``show`` are one computation: :func:`mpc_erm.privacy.events.compose` of the live
+jobs' events at the data set's δ under the relation its budget is stated in (``replace`` by
+default: add/remove events are converted, replace-one events are refused on an ``add_remove``
+budget). The samplers' terms enter once, at the composed ε: (1 + e^ε_total)·Στ.
 
-* ``{"kind": "gaussian", "noise_multiplier": z, "rounds": T}`` — T full-batch Gaussian rounds,
-  z = σ/Δ (``GaussianDpEvent`` self-composed, the convention of ``mpc_erm.privacy.accountants``);
-* ``{"kind": "laplace", "epsilon": e}`` — any pure e-DP release (per-coordinate or ℓ2-Laplace),
-  accounted as binary randomized response with e, the worst case of every e-DP mechanism
-  (Kairouz–Oh–Viswanath 2015); ``LaplaceDpEvent`` would be exact only for 1-D ℓ1-Laplace.
+What a job is charged: its planned event while it runs (reserved or revealing: it may still
+reveal every round); once it ends, the event of the rounds it revealed (``mark_revealed`` records
+the round count *before* each reveal, so a crash errs towards counting). A non-private release
+(test-only zero-noise job) is admitted only on an untouched data set and then exhausts it.
+Rows written before typed events existed are composed by basic composition of their (ε, δ).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import sqlite3
 import time
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from mpc_erm.privacy.events import (
+    ADJACENCIES,
+    AdjacencyError,
+    ApproxDp,
+    Composition,
+    DpEvent,
+    GaussianRounds,
+    NonPrivate,
+    PureDp,
+    compose,
+    event_from_dict,
+    event_from_json,
+)
 
 from .sqlite_store import SqliteStore, state_file
 
 if TYPE_CHECKING:
     from .config import PartyConfig
 
-__all__ = ["LEDGER_FILE", "SLACK", "AlreadyRevealed", "BudgetExceeded", "BudgetRow", "JobConflict", "Ledger",
-           "LedgerError", "Reservation", "UnknownDataset", "UnknownJob", "normalise_dp_event"]
+__all__ = ["LEDGER_FILE", "SLACK", "AdjacencyMismatch", "AlreadyRevealed", "BudgetExceeded", "BudgetRow",
+           "JobConflict", "Ledger", "LedgerError", "Reservation", "UnknownDataset", "UnknownJob", "normalise_dp_event"]
 
 LEDGER_FILE = "ledger.sqlite3"
 SLACK = 1e-9  # relative: absorbs decimal→binary rounding (3 × 0.1 vs 0.3), far below any meaningful ε
 _LIVE = ("reserved", "revealed", "committed")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS budgets (dataset TEXT PRIMARY KEY, epsilon REAL NOT NULL CHECK (epsilon > 0),
-    delta REAL NOT NULL CHECK (delta >= 0 AND delta < 1), updated_at REAL NOT NULL);
+    delta REAL NOT NULL CHECK (delta >= 0 AND delta < 1), updated_at REAL NOT NULL,
+    adjacency TEXT NOT NULL DEFAULT 'replace' CHECK (adjacency IN ('replace', 'add_remove')));
 CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, dataset TEXT NOT NULL REFERENCES budgets(dataset),
     epsilon REAL NOT NULL, delta REAL NOT NULL, spec_digest TEXT NOT NULL, dp_event TEXT,
     state TEXT NOT NULL CHECK (state IN ('reserved', 'revealed', 'committed', 'released')),
-    reserved_at REAL NOT NULL, revealed_at REAL, finished_at REAL, reason TEXT);
+    reserved_at REAL NOT NULL, revealed_at REAL, finished_at REAL, reason TEXT, revealed_rounds INTEGER);
 CREATE INDEX IF NOT EXISTS jobs_by_dataset ON jobs (dataset, state);
 """
+# columns added since the first schema: (table, column, declaration) — applied to older files
+_MIGRATIONS = (
+    ("budgets", "adjacency", "TEXT NOT NULL DEFAULT 'replace' CHECK (adjacency IN ('replace', 'add_remove'))"),
+    ("jobs", "revealed_rounds", "INTEGER"),
+)
 
 
 class LedgerError(Exception):
@@ -85,13 +106,15 @@ class AlreadyRevealed(LedgerError):
 
 class BudgetExceeded(LedgerError):
     def __init__(self, dataset: str, job_id: str, requested: tuple[float, float], spent: float,
-                 reserved: float, total: tuple[float, float], delta_used: float) -> None:
+                 reserved: float, total: tuple[float, float], delta_used: float,
+                 composed: Composition | None = None) -> None:
         self.dataset, self.job_id, self.requested = dataset, job_id, requested
         self.spent, self.reserved, self.total = spent, reserved, total
+        with_it = "" if composed is None else f"; with it the data set would be at ε={composed.epsilon:g}"
         super().__init__(
             f"dataset {dataset!r}: job {job_id!r} requests ε={requested[0]:g}, δ={requested[1]:g}; "
             f"spent ε={spent:g}, reserved ε={reserved:g}, total ε={total[0]:g} "
-            f"(δ: {delta_used:g} in use of {total[1]:g}); refused, nothing reserved")
+            f"(δ: {delta_used:g} in use of {total[1]:g}){with_it}; refused, nothing reserved")
 
 
 @dataclass(frozen=True)
@@ -101,12 +124,13 @@ class Reservation:
     epsilon: float
     delta: float
     spec_digest: str
-    dp_event: dict[str, Any] | None
+    dp_event: DpEvent | None
     state: str
     reserved_at: float
     revealed_at: float | None = None
     finished_at: float | None = None
     reason: str | None = None
+    revealed_rounds: int | None = None  # rounds marked revealed (None: all planned, once finished)
 
     @property
     def revealed(self) -> bool:
@@ -121,10 +145,11 @@ class BudgetRow:
     epsilon_spent: float      # revealed + committed jobs
     epsilon_reserved: float   # what the open, unrevealed reservations add on top
     epsilon_remaining: float
-    delta_spent: float        # Σδ (basic), for the record
+    delta_spent: float        # δ of the spent composition (0 when nothing is spent)
     delta_reserved: float
     jobs: int                 # live jobs (not released)
-    accountant: str           # which bound gave epsilon_spent + epsilon_reserved: basic | rdp | none
+    accountant: str           # the composition route of spent + reserved: rdp | pure | pure+rdp | basic… | none
+    adjacency: str = "replace"  # the relation the budget (and every composition) is stated under
 
 
 def _positive(name: str, x: float) -> float:
@@ -139,101 +164,92 @@ def _unit(name: str, x: float) -> float:
     return float(x)
 
 
-def normalise_dp_event(ev: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Validate a dp_event description (module docstring) and return it with canonical types."""
-    if ev is None:
-        return None
-    keys = {"gaussian": {"kind", "noise_multiplier", "rounds"}, "laplace": {"kind", "epsilon"}}
-    kind = ev.get("kind") if isinstance(ev, Mapping) else None
-    if kind not in keys:
-        raise ValueError(f"dp_event: kind must be 'gaussian' or 'laplace', got {kind!r}")
-    if set(ev) - {"delta_extra"} != keys[kind]:
-        raise ValueError(f"dp_event {kind!r} needs exactly the keys {sorted(keys[kind])} "
-                         f"(+ optional delta_extra), got {sorted(ev)}")
-    out: dict[str, Any] = {"kind": kind, "delta_extra": _unit("dp_event.delta_extra", ev.get("delta_extra", 0.0))}
-    if kind == "gaussian":
-        t = ev["rounds"]
-        if isinstance(t, bool) or not isinstance(t, int) or t < 1:
-            raise ValueError(f"dp_event.rounds must be an integer >= 1, got {t!r}")
-        out.update(noise_multiplier=_positive("dp_event.noise_multiplier", ev["noise_multiplier"]), rounds=t)
-    else:
-        out["epsilon"] = _positive("dp_event.epsilon", ev["epsilon"])
-    return out
+def normalise_dp_event(ev: DpEvent | Mapping[str, Any] | None) -> DpEvent | None:
+    """A typed event from an event or its dict form (:func:`mpc_erm.privacy.events.event_from_dict`)."""
+    if ev is None or isinstance(ev, (GaussianRounds, PureDp, ApproxDp, NonPrivate)):
+        return ev
+    return event_from_dict(ev)
 
 
-@functools.lru_cache(maxsize=1024)
-def _rdp_epsilon(counts: tuple[tuple[tuple[str, float | None, int, float | None], int], ...], delta: float) -> float:
-    """RDP ε at ``delta`` of ((kind, z, rounds, e), how many jobs) — identical events are composed as
-    one SelfComposedDpEvent and results are cached: RR's RDP costs dp_accounting ~0.1 s per event."""
-    import dp_accounting  # lazy: ~2 s import, only needed when every job has an event
-    from dp_accounting.rdp import RdpAccountant
-
-    parts: list[dp_accounting.DpEvent] = []
-    for (kind, z, rounds, eps), n in counts:
-        if kind == "gaussian":
-            one: dp_accounting.DpEvent = dp_accounting.GaussianDpEvent(z)
-        else:  # binary RR with ε = e keeps the true bucket w.p. e^e/(1+e^e): p = 2/(1+e^e), stably
-            one = dp_accounting.RandomizedResponseDpEvent(2.0 * math.exp(-eps) / (1.0 + math.exp(-eps)), 2)
-        parts.append(dp_accounting.SelfComposedDpEvent(one, rounds * n))
-    # REPLACE_ONE: required for RR; for GaussianDpEvent the RDP accountant gives the same as add/remove.
-    acc = RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
-    acc.compose(dp_accounting.ComposedDpEvent(parts))
-    return float(acc.get_epsilon(delta))
+def _event_json(ev: DpEvent) -> str:
+    return ev.to_json()
 
 
-def _bound(jobs: list[tuple[float, float, str | None]], delta_total: float) -> tuple[float, str]:
-    """A valid ε at δ_total for the composition of ``jobs`` (ε, δ, dp_event JSON), and its source."""
-    if not jobs:
-        return 0.0, "basic"
-    best, how = math.inf, "none"
-    if math.fsum(d for _, d, _ in jobs) <= delta_total * (1 + SLACK):
-        best, how = math.fsum(e for e, _, _ in jobs), "basic"
-    if all(ev is not None for _, _, ev in jobs):
-        events = [json.loads(ev) for _, _, ev in jobs if ev is not None]
-        d = delta_total - math.fsum(ev["delta_extra"] for ev in events)
-        if d > 0:
-            counts = Counter((ev["kind"], ev.get("noise_multiplier"), ev.get("rounds", 1), ev.get("epsilon"))
-                             for ev in events)
-            e = _rdp_epsilon(tuple(sorted(counts.items(), key=repr)), d)
-            if e < best:
-                best, how = e, "rdp"
-    return best, how
+def _stored_event(ev_json: str | None, epsilon: float, delta: float) -> DpEvent:
+    """The event of a ledger row; rows from before typed events compose by their (ε, δ) alone."""
+    if ev_json is not None:
+        try:
+            return event_from_json(ev_json)
+        except (ValueError, TypeError):
+            pass  # an older event format: fall through to the row's own numbers
+    return ApproxDp(rounds=1, adjacency="replace", epsilon=epsilon, delta=delta)
+
+
+def _charged(ev: DpEvent, state: str, revealed_rounds: int | None) -> DpEvent:
+    """What a live job counts: its whole planned event while it may still reveal, the rounds it
+    revealed once it has ended (NULL: all of them — a finished job, or a row restored from the log)."""
+    if state == "committed" and revealed_rounds is not None:
+        return ev.with_rounds(min(revealed_rounds, ev.rounds))
+    return ev
+
+
+class AdjacencyMismatch(LedgerError):
+    """The job's adjacency cannot be composed under the data set's budget."""
 
 
 class Ledger(SqliteStore):
-    """Open (creating if needed) the ledger at ``path``; ``budgets`` maps dataset → (ε, δ) totals
-    and is upserted (the config is the source of truth for totals). Thread-safe; open one Ledger
-    per process (SQLite's locks and a busy timeout make processes safe against each other)."""
+    """Open (creating if needed) the ledger at ``path``; ``budgets`` maps dataset → (ε, δ) or
+    (ε, δ, adjacency) totals and is upserted (the config is the source of truth for totals).
+    Thread-safe; open one Ledger per process (SQLite's locks and a busy timeout make processes
+    safe against each other)."""
 
-    def __init__(self, path: str | Path, budgets: Mapping[str, tuple[float, float]] | None = None,
+    def __init__(self, path: str | Path, budgets: Mapping[str, tuple[Any, ...]] | None = None,
                  *, timeout: float = 30.0) -> None:
         super().__init__(path, _SCHEMA, timeout=timeout)
-        for ds, (eps, delta) in (budgets or {}).items():
-            self.set_budget(ds, eps, delta)
+        self._migrate()
+        for ds, total in (budgets or {}).items():
+            self.set_budget(ds, *total)
+
+    def _migrate(self) -> None:
+        with self._tx() as c:
+            for table, column, decl in _MIGRATIONS:
+                cols = {r[1] for r in c.execute(f"PRAGMA table_info({table})").fetchall()}
+                if column not in cols:
+                    c.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
 
     @classmethod
-    def in_state_dir(cls, state_dir: str | Path, budgets: Mapping[str, tuple[float, float]] | None = None,
+    def in_state_dir(cls, state_dir: str | Path, budgets: Mapping[str, tuple[Any, ...]] | None = None,
                      **kw: Any) -> Ledger:
         return cls(state_file(state_dir, LEDGER_FILE), budgets, **kw)
 
     @classmethod
     def for_config(cls, cfg: PartyConfig, **kw: Any) -> Ledger:
-        return cls.in_state_dir(cfg.state_dir, {k: (d.epsilon, d.delta) for k, d in cfg.datasets.items()}, **kw)
+        return cls.in_state_dir(cfg.state_dir, {k: (d.epsilon, d.delta, getattr(d, "adjacency", "replace"))
+                                                for k, d in cfg.datasets.items()}, **kw)
 
-    def set_budget(self, dataset: str, epsilon: float, delta: float) -> None:
+    def set_budget(self, dataset: str, epsilon: float, delta: float, adjacency: str = "replace") -> None:
         eps, dl = _positive("epsilon", epsilon), _unit("delta", delta)
+        if adjacency not in ADJACENCIES:
+            raise ValueError(f"adjacency must be one of {ADJACENCIES}, got {adjacency!r}")
         with self._tx() as c:
-            c.execute("INSERT INTO budgets VALUES (?, ?, ?, ?) ON CONFLICT (dataset) DO UPDATE SET "
-                      "epsilon = excluded.epsilon, delta = excluded.delta, updated_at = excluded.updated_at",
-                      (dataset, eps, dl, time.time()))
+            c.execute("INSERT INTO budgets (dataset, epsilon, delta, updated_at, adjacency) VALUES (?, ?, ?, ?, ?) "
+                      "ON CONFLICT (dataset) DO UPDATE SET epsilon = excluded.epsilon, delta = excluded.delta, "
+                      "updated_at = excluded.updated_at, adjacency = excluded.adjacency",
+                      (dataset, eps, dl, time.time(), adjacency))
 
     def reserve(self, job_id: str, dataset: str, epsilon: float, delta: float, spec_digest: str,
-                dp_event: Mapping[str, Any] | None = None) -> Reservation:
-        """Reserve a job's full (ε, δ), or raise BudgetExceeded; idempotent for identical numbers."""
+                dp_event: DpEvent | Mapping[str, Any] | None = None) -> Reservation:
+        """Reserve a job by its planned event (the composed bound of every live job and this one
+        must fit the data set's budget), or raise BudgetExceeded; idempotent for identical numbers.
+        ``epsilon``/``delta`` are the job's own target, kept for the record; without an event the job
+        is composed by basic composition of them."""
         if not job_id or not isinstance(job_id, str) or not spec_digest or not isinstance(spec_digest, str):
             raise ValueError("job_id and spec_digest must be non-empty strings")
-        eps, dl, ev = _positive("epsilon", epsilon), _unit("delta", delta), normalise_dp_event(dp_event)
-        ev_json = None if ev is None else json.dumps(ev, sort_keys=True)
+        eps, dl = _positive("epsilon", epsilon), _unit("delta", delta)
+        ev = normalise_dp_event(dp_event)
+        if ev is None:
+            ev = ApproxDp(rounds=1, adjacency="replace", epsilon=eps, delta=dl)
+        ev_json = _event_json(ev)
         with self._tx() as c:
             old = self._get(c, job_id)
             if old is not None:
@@ -244,37 +260,61 @@ class Ledger(SqliteStore):
                     raise JobConflict(f"job {job_id!r} is already reserved with different numbers: "
                                       f"{old.dataset}, ε={old.epsilon:g}, δ={old.delta:g}, {old.spec_digest}")
                 return old
-            total = c.execute("SELECT epsilon, delta FROM budgets WHERE dataset = ?", (dataset,)).fetchone()
+            total = c.execute("SELECT epsilon, delta, adjacency FROM budgets WHERE dataset = ?", (dataset,)).fetchone()
             if total is None:
                 raise UnknownDataset(f"no budget for dataset {dataset!r}")
             live = self._live(c, dataset)
-            if _bound([(e, d, v) for e, d, v, _ in live] + [(eps, dl, ev_json)], total[1])[0] > total[0] * (1 + SLACK):
-                spent, reserved, _ = self._split(live, total[1])
-                raise BudgetExceeded(dataset, job_id, (eps, dl), spent, reserved, total,
-                                     math.fsum(d for _, d, _, _ in live))
+            try:
+                both = compose([*(e for e, _ in live), ev], total[1], total[2])
+            except AdjacencyError as exc:
+                raise AdjacencyMismatch(f"dataset {dataset!r} has a budget stated under {total[2]!r} adjacency: "
+                                        f"job {job_id!r} ({ev.adjacency}) refused: {exc}") from None
+            untouched = not any(e.rounds for e, _ in live)
+            fits = both.epsilon <= total[0] * (1 + SLACK) or (isinstance(ev, NonPrivate) and untouched)
+            if not fits:
+                spent, reserved, _ = self._split(live, total[1], total[2])
+                raise BudgetExceeded(dataset, job_id, (eps, dl), spent, reserved, (total[0], total[1]),
+                                     math.fsum(e.delta for e, _ in live if isinstance(e, ApproxDp)),
+                                     composed=both)
             now = time.time()
             c.execute("INSERT INTO jobs (job_id, dataset, epsilon, delta, spec_digest, dp_event, state, "
                       "reserved_at) VALUES (?, ?, ?, ?, ?, ?, 'reserved', ?)",
                       (job_id, dataset, eps, dl, spec_digest, ev_json, now))
         return Reservation(job_id, dataset, eps, dl, spec_digest, ev, "reserved", now)
 
-    def mark_revealed(self, job_id: str, dp_event: Mapping[str, Any] | None = None) -> Reservation:
-        """Call before the first reveal: from now on the job's budget can never be released.
+    def mark_revealed(self, job_id: str, dp_event: DpEvent | Mapping[str, Any] | None = None, *,
+                      rounds: int | None = None) -> Reservation:
+        """Call before a reveal: from now on the job's budget can never be released.
 
-        ``dp_event`` describes the mechanism the job actually runs (known only once the parties
-        have agreed on n and calibrated the noise); with it, later jobs compose by RDP where that
-        is tighter. The reserved (ε, δ) stays the job's charge under basic composition."""
+        ``rounds``: the number of rounds revealed once this reveal is done (call it before each
+        round, or ahead of a batch; it only grows); None: all of the planned rounds. ``dp_event``:
+        the worker's plan's event, which must be the one reserved (a different plan must not reveal)."""
+        if rounds is not None and (isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1):
+            # checked before any change: a stored count < 0 would make every later composition of the
+            # data set raise, and 0 would mark a job revealed that is then charged nothing
+            raise ValueError(f"rounds must be an integer >= 1 (the rounds revealed once this reveal is done), "
+                             f"got {rounds!r}")
         ev = normalise_dp_event(dp_event)
+        with self._tx() as c:
+            r = self._get(c, job_id)
+            if r is None:
+                raise UnknownJob(f"no reservation for job {job_id!r}")
+            if ev is not None and r.dp_event != ev and not isinstance(r.dp_event, ApproxDp):
+                raise LedgerError(f"job {job_id!r}: the worker's privacy plan ({ev.to_json()}) is not the one reserved "
+                                  f"({r.dp_event.to_json() if r.dp_event else None}); refusing to reveal")
         r = self._move(job_id, {"reserved": "revealed"}, "revealed_at = ?")
-        if ev is not None and r.dp_event is None and r.state in ("revealed", "committed"):
-            with self._tx() as c:
-                c.execute("UPDATE jobs SET dp_event = ? WHERE job_id = ? AND dp_event IS NULL",
-                          (json.dumps(ev, sort_keys=True), job_id))
-                r = self._get(c, job_id)  # type: ignore[assignment]
-        return r
+        if r.state != "revealed":
+            return r
+        planned = r.dp_event.rounds if r.dp_event is not None else 1
+        want = planned if rounds is None else min(int(rounds), planned)
+        with self._tx() as c:
+            c.execute("UPDATE jobs SET revealed_rounds = ? WHERE job_id = ? AND state = 'revealed' AND "
+                      "(revealed_rounds IS NULL OR revealed_rounds < ?)", (want, job_id, want))
+            return self._get(c, job_id)  # type: ignore[return-value]
 
     def commit(self, job_id: str) -> Reservation:
-        """The job finished; its budget is spent (a job that finished has revealed)."""
+        """The job ended after revealing; it is charged the rounds it revealed (all of them when
+        it was never marked round by round, e.g. it finished)."""
         return self._move(job_id, {"reserved": "committed", "revealed": "committed"},
                           "revealed_at = COALESCE(revealed_at, ?), finished_at = ?")
 
@@ -325,48 +365,86 @@ class Ledger(SqliteStore):
                     kept.append(r)
         return released, kept
 
-    def spent(self, dataset: str, delta_budget: float | None = None, *, include_reserved: bool = False) -> float:
-        """ε spent on ``dataset`` (revealed + committed jobs; with ``include_reserved`` also the open
-        reservations) at δ = ``delta_budget`` (default: the dataset's δ total). inf if no bound is valid."""
+    def composition(self, dataset: str, *, include_reserved: bool = False) -> Composition:
+        """The composed guarantee of the data set's jobs (spent; with ``include_reserved`` also
+        the open reservations) at its δ, under its budget's adjacency."""
         with self._tx("DEFERRED") as c:
-            row = c.execute("SELECT delta FROM budgets WHERE dataset = ?", (dataset,)).fetchone()
+            row = c.execute("SELECT delta, adjacency FROM budgets WHERE dataset = ?", (dataset,)).fetchone()
             if row is None:
                 raise UnknownDataset(f"no budget for dataset {dataset!r}")
             live = self._live(c, dataset)
-        jobs = [(e, d, v) for e, d, v, s in live if include_reserved or s != "reserved"]
-        return _bound(jobs, row[0] if delta_budget is None else _unit("delta_budget", delta_budget))[0]
+        return compose([e for e, st in live if include_reserved or st != "reserved"], row[0], row[1])
+
+    def spent(self, dataset: str, delta_budget: float | None = None, *, include_reserved: bool = False) -> float:
+        """ε spent on ``dataset`` (revealed + committed jobs; with ``include_reserved`` also the open
+        reservations) at δ = ``delta_budget`` (default: the data set's δ). inf if no bound is valid."""
+        with self._tx("DEFERRED") as c:
+            row = c.execute("SELECT delta, adjacency FROM budgets WHERE dataset = ?", (dataset,)).fetchone()
+            if row is None:
+                raise UnknownDataset(f"no budget for dataset {dataset!r}")
+            live = self._live(c, dataset)
+        d = row[0] if delta_budget is None else _unit("delta_budget", delta_budget)
+        return compose([e for e, st in live if include_reserved or st != "reserved"], d, row[1]).epsilon
 
     def show(self) -> list[BudgetRow]:
-        """One row per dataset: totals, spent, reserved, remaining (all ε at the dataset's δ)."""
+        """One row per dataset: totals, spent, reserved, remaining (all ε at the dataset's δ), by
+        the same composition admission uses."""
         out = []
         with self._tx("DEFERRED") as c:
-            budgets = c.execute("SELECT dataset, epsilon, delta FROM budgets ORDER BY dataset").fetchall()
-            lives = {ds: self._live(c, ds) for ds, _, _ in budgets}
-        for ds, eps, dl in budgets:
+            budgets = c.execute("SELECT dataset, epsilon, delta, adjacency FROM budgets ORDER BY dataset").fetchall()
+            lives = {ds: self._live(c, ds) for ds, *_ in budgets}
+        for ds, eps, dl, adj in budgets:
             live = lives[ds]
-            spent, reserved, how = self._split(live, dl)
-            d_spent = math.fsum(d for _, d, _, s in live if s != "reserved")
-            out.append(BudgetRow(ds, eps, dl, spent, reserved, max(0.0, eps - spent - reserved), d_spent,
-                                 math.fsum(d for _, d, _, _ in live) - d_spent, len(live), how))
+            spent, reserved, how = self._split(live, dl, adj)
+            spent_c = compose([e for e, st in live if st != "reserved"], dl, adj)
+            both_c = compose([e for e, _ in live], dl, adj)
+            out.append(BudgetRow(ds, eps, dl, spent, reserved, max(0.0, eps - spent - reserved), spent_c.delta,
+                                 max(0.0, both_c.delta - spent_c.delta), len(live), how, adj))
         return out
 
     @staticmethod
-    def _split(live: list[tuple[float, float, str | None, str]], delta_total: float) -> tuple[float, float, str]:
-        spent = _bound([(e, d, v) for e, d, v, s in live if s != "reserved"], delta_total)[0]
-        both, how = _bound([(e, d, v) for e, d, v, _ in live], delta_total)
-        return spent, both - spent if math.isfinite(both) else math.inf, how
+    def _split(live: list[tuple[DpEvent, str]], delta_total: float, adjacency: str) -> tuple[float, float, str]:
+        spent = compose([e for e, st in live if st != "reserved"], delta_total, adjacency).epsilon  # type: ignore[arg-type]
+        both = compose([e for e, _ in live], delta_total, adjacency)  # type: ignore[arg-type]
+        return spent, both.epsilon - spent if math.isfinite(both.epsilon) else math.inf, both.route
 
     @staticmethod
-    def _live(c: sqlite3.Connection, dataset: str) -> list[tuple[float, float, str | None, str]]:
-        return c.execute("SELECT epsilon, delta, dp_event, state FROM jobs WHERE dataset = ? AND state IN "
-                         "(?, ?, ?) ORDER BY reserved_at, job_id", (dataset, *_LIVE)).fetchall()
+    def _live(c: sqlite3.Connection, dataset: str) -> list[tuple[DpEvent, str]]:
+        """(what each live job counts, its state) — see :func:`_charged`."""
+        rows = c.execute("SELECT epsilon, delta, dp_event, state, revealed_rounds FROM jobs WHERE dataset = ? AND "
+                         "state IN (?, ?, ?) ORDER BY reserved_at, job_id", (dataset, *_LIVE)).fetchall()
+        return [(_charged(_stored_event(ev, e, d), st, rr), st) for e, d, ev, st, rr in rows]
 
     @staticmethod
     def _get(c: sqlite3.Connection, job_id: str) -> Reservation | None:
-        r = c.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        r = c.execute("SELECT job_id, dataset, epsilon, delta, spec_digest, dp_event, state, reserved_at, revealed_at, "
+                      "finished_at, reason, revealed_rounds FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
         return None if r is None else _row(r)
+
+    def restore_charge(self, job_id: str, dataset: str, epsilon: float, delta: float, spec_digest: str,
+                       dp_event: Mapping[str, Any] | None, *, at: float | None = None,
+                       reason: str = "restored from the audit log") -> Reservation:
+        """Insert a job as spent (``committed``) exactly as the audit log charged it; only for
+        rebuilding a lost or damaged ledger (``parties.ledger_check.rebuild_ledger``). No budget
+        check (the spend happened), and ``dp_event`` is stored as the log holds it (opaque JSON).
+        The data set needs a budget row; a job id the ledger already has is refused (JobConflict)."""
+        if not job_id or not isinstance(job_id, str) or not spec_digest or not isinstance(spec_digest, str):
+            raise ValueError("job_id and spec_digest must be non-empty strings")
+        eps, dl = _positive("epsilon", epsilon), _unit("delta", delta)
+        ev_json = None if dp_event is None else json.dumps(dp_event, sort_keys=True)
+        t = time.time() if at is None else float(at)
+        with self._tx() as c:
+            if self._get(c, job_id) is not None:
+                raise JobConflict(f"job {job_id!r} is already in the ledger")
+            if c.execute("SELECT 1 FROM budgets WHERE dataset = ?", (dataset,)).fetchone() is None:
+                raise UnknownDataset(f"no budget for dataset {dataset!r}")
+            c.execute("INSERT INTO jobs (job_id, dataset, epsilon, delta, spec_digest, dp_event, state, reserved_at, "
+                      "revealed_at, finished_at, reason) VALUES (?, ?, ?, ?, ?, ?, 'committed', ?, ?, ?, ?)",
+                      (job_id, dataset, eps, dl, spec_digest, ev_json, t, t, t, reason))
+            return self._get(c, job_id)  # type: ignore[return-value]
 
 
 def _row(r: tuple[Any, ...]) -> Reservation:
-    job_id, ds, eps, dl, digest, ev, state, t0, t1, t2, reason = r
-    return Reservation(job_id, ds, eps, dl, digest, None if ev is None else json.loads(ev), state, t0, t1, t2, reason)
+    job_id, ds, eps, dl, digest, ev, state, t0, t1, t2, reason, *rest = r
+    return Reservation(job_id, ds, eps, dl, digest, _stored_event(ev, eps, dl), state, t0, t1, t2, reason,
+                       rest[0] if rest else None)

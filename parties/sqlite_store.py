@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-__all__ = ["SqliteStore", "state_file"]
+__all__ = ["SqliteStore", "StoreDamaged", "state_file"]
 
 _S = TypeVar("_S", bound="SqliteStore")
 
@@ -27,19 +27,42 @@ def state_file(state_dir: str | Path, name: str) -> Path:
     return d / name
 
 
+class StoreDamaged(sqlite3.DatabaseError, ValueError):
+    """A store file SQLite cannot open: one line naming the file (the CLI prints it as ``error: …``)."""
+
+    def __init__(self, path: Path, exc: sqlite3.DatabaseError) -> None:
+        self.path = path
+        name = getattr(exc, "sqlite_errorname", "")
+        if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or not isinstance(exc, sqlite3.OperationalError):
+            todo = ("damaged or not a SQLite database", "with the daemon stopped, move the file aside and restore a "
+                    "good copy (a ledger: `mpc-erm budget rebuild` rebuilds it from the audit log)")
+        else:
+            todo = ("cannot be opened", "check the path, its permissions and the disk")
+        super().__init__(f"{path}: {todo[0]} (SQLite: {exc}); {todo[1]}")
+
+
 class SqliteStore:
     """Opens (creating if needed) ``path`` and applies ``schema`` (``;``-separated, idempotent)."""
 
     def __init__(self, path: str | Path, schema: str, *, timeout: float = 30.0) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
-        self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA synchronous = FULL")  # a committed row survives power loss
-        self._conn.execute("PRAGMA foreign_keys = ON")
-        with self._tx() as c:
-            for stmt in filter(str.strip, schema.split(";")):
-                c.execute(stmt)
+        try:
+            self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False)
+        except sqlite3.DatabaseError as exc:  # "unable to open database file"
+            raise StoreDamaged(self.path, exc) from None
+        try:
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = FULL")  # a committed row survives power loss
+            self._conn.execute("PRAGMA foreign_keys = ON")
+            with self._tx() as c:
+                for stmt in filter(str.strip, schema.split(";")):
+                    c.execute(stmt)
+        except sqlite3.DatabaseError as exc:  # "file is not a database", "database disk image is malformed"
+            if isinstance(exc, sqlite3.OperationalError):  # locked, busy, disk full: not the file's fault
+                raise
+            self._conn.close()
+            raise StoreDamaged(self.path, exc) from None
 
     def close(self) -> None:
         with self._lock:

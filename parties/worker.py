@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import threading
 import time
 from typing import Any
@@ -30,6 +29,7 @@ import numpy as np
 
 from .context import JobCancelled, WorkerContext
 from .jobs import write_result_manifest
+from .public_errors import PublicError, data_failure
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,13 @@ def _peer_timeout(ctx: WorkerContext) -> float:
 PROGRESS_EVERY = 5  # rounds between progress events
 
 
-class AgreementError(RuntimeError):
-    """The members do not hold the identical job or the same dataset schema: nothing was revealed."""
+class AgreementError(PublicError):
+    """The members do not hold the identical job or the same dataset schema: nothing was revealed.
+    The message names only members, the data set id and digests (public, code AGREEMENT); a schema
+    mismatch's columns are in ``detail``, which stays in this party's log."""
+
+    def __init__(self, public: str, detail: str | None = None) -> None:
+        super().__init__("AGREEMENT", public, f"{public}; {detail}" if detail else None)
 
 
 class DealerJobAborted(RuntimeError):
@@ -57,7 +62,22 @@ class DealerJobAborted(RuntimeError):
 
 
 def _load_rows(ctx: WorkerContext) -> tuple[Any, Any | None]:
-    """(this party's training rows, a public test set if the dataset has one) as mpc_erm Datasets."""
+    """(this party's training rows, a public test set if the dataset has one) as mpc_erm Datasets.
+
+    Any failure to read them becomes a :class:`PublicError` (DATA_SCHEMA or DATA_FILE) naming only
+    the data set and this party: the loader's message (the file's path, the column, the row and
+    its value) is the error's detail, for this party's log only."""
+    try:
+        return _read_rows(ctx)
+    except (PublicError, JobCancelled):
+        raise
+    except Exception as exc:
+        if isinstance(exc, ValueError) and str(exc).startswith("job.dataset: "):
+            raise  # the job file's field, public as it is (the daemon checks it at submission)
+        raise data_failure(exc, ctx.job.job.dataset, ctx.identity.name) from exc
+
+
+def _read_rows(ctx: WorkerContext) -> tuple[Any, Any | None]:
     from mpc_erm.data import Dataset, clip_to_unit_ball, load_dataset
     from mpc_erm.data.loaders import load_file
     from mpc_erm.data.partition import partition_equal
@@ -87,6 +107,26 @@ def _load_rows(ctx: WorkerContext) -> tuple[Any, Any | None]:
 
 def _schema_digest(ds: Any) -> str:
     return hashlib.sha256(json.dumps([list(ds.feature_names), ds.task, ds.n_classes]).encode()).hexdigest()
+
+
+def _column_digests(ds: Any, salt: str) -> list[str]:
+    """One short digest per (position, feature name), salted with the job digest: enough for each
+    party to find *which positions* differ, without any party sending its column names."""
+    return [hashlib.sha256(json.dumps([salt, k, str(name)]).encode()).hexdigest()[:16]
+            for k, name in enumerate(ds.feature_names)]
+
+
+def _schema_difference(ds: Any, mine: list[str], theirs: list[str]) -> str:
+    """For this party's log only: our columns whose name or position the other party does not share."""
+    names = [str(n) for n in ds.feature_names]
+    differ = [names[k] for k in range(len(mine)) if k >= len(theirs) or mine[k] != theirs[k]]
+    out = f"we have {len(mine)} columns, they have {len(theirs)}"
+    if differ:
+        shown = ", ".join(repr(n) for n in differ[:20]) + (f" and {len(differ) - 20} more" if len(differ) > 20 else "")
+        out += f"; our columns that differ: {shown}"
+    else:
+        out += f"; every column is the same: the task or class count differs (ours: {ds.task!r}, {ds.n_classes})"
+    return out
 
 
 def _device(ctx: WorkerContext) -> Any:
@@ -154,21 +194,33 @@ def _trust_setup(ctx: WorkerContext, comm: Any) -> None:
     start_dealer_client(comm)
 
 
-def _agree(ctx: WorkerContext, comm: Any, ds: Any) -> list[int]:
-    """All-gather (digest, schema, n) and refuse any mismatch; returns every party's row count."""
-    mine = {"digest": ctx.job.spec_digest(), "schema": _schema_digest(ds), "n": int(ds.n), "name": ctx.identity.name}
+def _agree(ctx: WorkerContext, comm: Any, ds: Any) -> list[int] | None:
+    """All-gather (digest, schema, n) and refuse any mismatch; returns every party's row count
+    (replace-one adjacency) or None (add/remove: counts stay private, n is not sent)."""
+    digest = ctx.job.spec_digest()
+    # under add/remove a count is a private statistic: it never leaves the party (privacy.plan)
+    public_counts = ctx.job.spec.privacy.adjacency == "replace"
+    mine = {"digest": digest, "schema": _schema_digest(ds), "n": int(ds.n) if public_counts else None,
+            "name": ctx.identity.name,
+            "columns": _column_digests(ds, digest)}
     everyone = [comm.broadcast_obj(mine if r == comm.get_rank() else None, r) for r in range(comm.get_world_size())]
     names = [e["name"] for e in everyone]
     for e in everyone:
         if e["digest"] != mine["digest"]:
             raise AgreementError(f"job spec mismatch: party {e['name']!r} holds a different job (digest "
                                  f"{e['digest'][:12]}… vs ours {mine['digest'][:12]}…); nothing revealed")
-        if e["schema"] != mine["schema"]:
-            raise AgreementError(f"dataset schema mismatch: party {e['name']!r} has different features for "
-                                 f"{ctx.job.job.dataset!r}; nothing revealed")
+    other = [e for e in everyone if e["schema"] != mine["schema"]]
+    if other:  # the public reason names the parties; which columns differ stays in this party's log
+        who = ", ".join(repr(e["name"]) for e in other)
+        detail = "; ".join(f"vs {e['name']!r}: " + _schema_difference(ds, mine["columns"], list(e.get("columns") or []))
+                           for e in other)
+        raise AgreementError(f"dataset schema mismatch: part{'ies' if len(other) > 1 else 'y'} {who} "
+                             f"{'have' if len(other) > 1 else 'has'} different features for {ctx.job.job.dataset!r} "
+                             f"than {ctx.identity.name!r}; nothing revealed; each party's log names its own "
+                             "differing columns", detail)
     if names != list(ctx.job.job.parties):
         raise AgreementError(f"party order {names} differs from the job's {list(ctx.job.job.parties)}")
-    return [int(e["n"]) for e in everyone]
+    return [int(e["n"]) for e in everyone] if public_counts else None
 
 
 # ------------------------------------------------------------------------------------ protocol
@@ -179,28 +231,30 @@ def _check_cancel(ctx: WorkerContext) -> None:
         raise JobCancelled("cancelled by the coordinator")
 
 
-def dp_event_of(g: Any) -> dict[str, Any]:
-    """The ledger's description of the mechanism a job runs (parties.ledger): the discrete
-    Gaussian's Rényi divergence equals the continuous Gaussian's at z = σ/‖s‖₂ in grid units (CKS
-    2020, Prop. 5), so it composes as a Gaussian event; the discrete Laplace as a pure-ε release.
-    The sampler's own δ rides along as ``delta_extra``."""
-    if g.mechanism == "discrete_gaussian":
-        return {"kind": "gaussian", "noise_multiplier": g.noise_scale_grid / g.sensitivity_grid,
-                "rounds": g.releases, "delta_extra": g.delta_sampler}
-    return {"kind": "laplace", "epsilon": g.epsilon, "delta_extra": g.delta_sampler}
+class _Spend:
+    """Records a job's spend before each reveal, in this order: the ledger's count of revealed
+    rounds (with the plan's event, which must be the one reserved), then — once — the audit
+    log's charge. A party that cannot record a release raises here and does not reveal."""
 
+    def __init__(self, ctx: WorkerContext, plan: Any) -> None:
+        from .ledger import Ledger
 
-def _mark_revealed(ctx: WorkerContext, g: Any = None) -> None:
-    if ctx.ledger_path is None:
-        return
-    from .ledger import Ledger
+        self.ctx, self.plan, self.charged = ctx, plan, False
+        self.ledger = Ledger(ctx.ledger_path) if ctx.ledger_path is not None else None
 
-    event = dp_event_of(g) if g is not None and not _test_no_noise(ctx) else None
-    with Ledger(ctx.ledger_path) as led:
-        led.mark_revealed(ctx.job_id, event)
-    pv = ctx.job.spec.privacy
-    _audit(ctx).charge(ctx.job_id, dataset=ctx.job.job.dataset, epsilon=pv.epsilon, delta=pv.delta,
-                       spec_digest=ctx.job.spec_digest(), dp_event=event)
+    def before_round(self, t: int) -> None:
+        if self.ledger is not None:
+            self.ledger.mark_revealed(self.ctx.job_id, self.plan.event, rounds=t)
+        if not self.charged:
+            job = self.ctx.job
+            _audit(self.ctx).charge(self.ctx.job_id, dataset=job.job.dataset, epsilon=job.spec.privacy.epsilon,
+                                    delta=job.spec.privacy.delta, spec_digest=job.spec_digest(),
+                                    dp_event=self.plan.event.as_dict())
+            self.charged = True
+
+    def close(self) -> None:
+        if self.ledger is not None:
+            self.ledger.close()
 
 
 class _NoAudit:
@@ -233,47 +287,16 @@ def _test_no_noise(ctx: WorkerContext) -> bool:
     return True
 
 
-def _noise_or_none(ctx: WorkerContext, noise: Any) -> Any:
-    from mpc_erm.protocols import NO_NOISE
-
-    return NO_NOISE if _test_no_noise(ctx) else noise
-
-
-def _report(ctx: WorkerContext, proto: Any, g: Any, mechanism: str, trust: str, sizes: Any, note: str) -> Any:
-    from mpc_erm.privacy import PrivacyReport
-
-    pv = ctx.job.spec.privacy
-    if mechanism == "none":
-        return PrivacyReport(
-            mechanism="none", noise_scale=0.0, norm="l2", adjacency=pv.adjacency, accountant="none",
-            epsilon=math.inf, delta=1.0, trust_model=trust, parties=sizes.m, n=sizes.n,
-            notes=("TEST-ONLY ZERO-NOISE RUN: NO PRIVACY (job.test_no_noise)", note),
-        )
-    l1 = mechanism == "laplace"
-    return PrivacyReport(
-        mechanism="laplace" if l1 else "gaussian",
-        noise_scale=g.noise_scale,
-        norm="l1" if l1 else "l2",
-        sensitivity_l2=proto.sensitivity,
-        sensitivity_l1=g.sensitivity if l1 else None,
-        adjacency=pv.adjacency,
-        accountant=g.accountant,
-        epsilon=g.epsilon,
-        delta=g.delta - g.delta_sampler,
-        delta_sampler=g.delta_sampler,
-        rounds=g.releases,
-        trust_model=trust,
-        parties=sizes.m,
-        n=sizes.n,
-        parameters={
-            "protocol": f"{ctx.job.spec.method}_perturbation", "loss": proto.loss.name, "lam": ctx.job.spec.model.lam,
-            "dim": proto.p, "grid_bits": g.grid_bits, "noise_scale_grid": g.noise_scale_grid,
-            "sensitivity_grid": g.sensitivity_grid, "tv_per_coordinate": g.tv_per_coordinate,
-            "requested_epsilon": pv.epsilon, "requested_delta": pv.delta, "job_digest": ctx.job.spec_digest(),
-            "audit_head": _audit(ctx).head(),
-        },
-        notes=(g.statement, note),
-    )
+def _report(ctx: WorkerContext, plan: Any, real: Any, trust: str, note: str) -> Any:
+    """The job's privacy report: the plan's, with the engine's realisation of its noise."""
+    where = ("" if real is None else f"{'discrete Laplace' if plan.mechanism == 'laplace' else 'discrete Gaussian'} "
+             f"noise sampled inside the MPC on the grid 2^-{real.plan.grid_bits}")
+    return plan.report(noise_scale=0.0 if real is None else real.spec.scale,
+                       realisation=None if real is None else real.describe(), trust_model=trust,
+                       parties=len(ctx.job.job.parties),
+                       parameters={"protocol": f"{plan.method}_perturbation", "loss": ctx.job.spec.model.name,
+                                   "job_digest": ctx.job.spec_digest(), "audit_head": _audit(ctx).head()},
+                       notes=tuple(x for x in (where, note) if x))
 
 
 def _metrics(loss: Any, theta: Any, ds: Any, lam: float) -> dict[str, float]:
@@ -301,25 +324,14 @@ def _point(t: int, eps: float, proto: Any, theta: Any, ds: Any, test: Any, lam: 
     return point
 
 
-def _output_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, sizes: Any, rank: int,
-                dev: Any) -> tuple:
+def _output_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, plan: Any, real: Any,
+                weight: float, dev: Any) -> tuple:
     import torch
 
-    from mpc_erm.mpc.noise import calibrate_gaussian, calibrate_laplace
     from mpc_erm.protocols import OutputPerturbation
 
     spec = ctx.job.spec
-    proto = OutputPerturbation(spec, sizes, ds.d)
-    pv = spec.privacy
-    if pv.mechanism == "gaussian":
-        noise, g = calibrate_gaussian(proto.sensitivity, proto.p, 1, pv.epsilon, pv.delta, sizes.m)
-    elif pv.mechanism == "laplace_thesis":
-        noise, g = calibrate_laplace(math.sqrt(proto.p) * proto.sensitivity, proto.p, pv.epsilon,
-                                     max(pv.delta, 1e-9), sizes.m)
-    else:
-        raise ValueError("privacy.mechanism: 'l2_laplace' is not sampled inside the MPC; use 'gaussian' (ε, δ) "
-                         "or 'laplace_thesis' (pure ε per coordinate with Δ₁ = √d·Δ₂)")
-    proto.noise = _noise_or_none(ctx, noise)
+    proto = OutputPerturbation(spec, None, ds.d, plan=plan, noise=None if real is None else real.spec)
     X = torch.as_tensor(np.array(ds.X), dtype=torch.float64, device=dev)
     y = torch.as_tensor(np.array(ds.y), device=dev)
     local: dict[str, Any] = {}
@@ -333,60 +345,71 @@ def _output_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, size
     ctx.emit({"phase": "local", "message": "local solve and offline noise, concurrently"})
     th = threading.Thread(target=solve, name="local-solve")
     th.start()
-    if proto.noise.mechanism != "none":
-        src.prepare(noise, proto.p, 1)  # CrypTen stays in this thread
+    if real is not None:
+        src.prepare(real.spec, proto.p, 1)  # CrypTen stays in this thread
     th.join()
     if "error" in local:
         raise local["error"]
     _check_cancel(ctx)
-    _mark_revealed(ctx, g)
-    ctx.emit({"phase": "reveal", "round": 1, "rounds": 1, "epsilon_spent": g.epsilon})
-    theta = proto.release(agg, local["theta"].reshape(1, -1).to("cpu", torch.float64), [rank])
+    spend = _Spend(ctx, plan)
+    try:
+        spend.before_round(1)
+    finally:
+        spend.close()
+    eps = plan.guarantee().epsilon
+    ctx.emit({"phase": "reveal", "round": 1, "rounds": 1, "epsilon_spent": eps})
+    theta = proto.release(agg, local["theta"].reshape(1, -1).to("cpu", torch.float64),
+                          torch.tensor([weight], dtype=torch.float64))
     _audit(ctx).release(ctx.job_id, what="noisy weighted average of the local models", value=theta, round=1,
                         rounds=1)
-    curve = [_point(1, g.epsilon, proto, theta, ds, test, spec.model.lam)]
-    return proto, g, theta, curve, "output perturbation: locally solved models averaged with public weights n_j/n"
+    curve = [_point(1, eps, proto, theta, ds, test, spec.model.lam)]
+    how = "n_j/n̂ (each party its own count)" if plan.adjacency == "add_remove" else (
+        "n_j/n" if plan.weighting == "pooled" else "1/m")
+    return proto, theta, curve, f"output perturbation: locally solved models averaged with weights {how}"
 
 
-def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, sizes: Any, rank: int,
-                  dev: Any) -> tuple:
+def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, plan: Any, real: Any,
+                  weight: float, dev: Any) -> tuple:
     import torch
 
-    from mpc_erm.mpc.noise import calibrate_gaussian, guarantee, plan_noise
     from mpc_erm.protocols import GradientPerturbation
 
     spec = ctx.job.spec
-    pv, tr = spec.privacy, spec.training
-    proto = GradientPerturbation(spec, sizes, ds.d)
-    acc = pv.accountant if pv.accountant in ("rdp", "zcdp") else "rdp"
-    noise, g = calibrate_gaussian(proto.sensitivity, proto.p, tr.iterations, pv.epsilon, pv.delta, sizes.m, acc)
-    proto.noise = _noise_or_none(ctx, noise)
-    if proto.noise.mechanism != "none":
+    tr = spec.training
+    proto = GradientPerturbation(spec, None, ds.d, plan=plan, noise=None if real is None else real.spec)
+    if real is not None:
         ctx.emit({"phase": "offline", "message": f"sampling {tr.iterations * proto.p} noise values inside the MPC"})
-        src.prepare(noise, proto.p, tr.iterations)
+        src.prepare(real.spec, proto.p, tr.iterations)
     X = torch.as_tensor(np.array(ds.X), dtype=torch.float64, device=dev)
     y = torch.as_tensor(np.array(ds.y), device=dev)
-    theta = proto.initial_model(device=dev)
-    _check_cancel(ctx)
-    _mark_revealed(ctx, g)
+    w = torch.tensor([weight], dtype=torch.float64)
     audit = _audit(ctx)
-    curve = []
-    for t in range(1, tr.iterations + 1):
+    curve: list[dict[str, Any]] = []
+    spend = _Spend(ctx, plan)
+
+    def local_sum(theta: Any) -> tuple[Any, Any]:
         _check_cancel(ctx)
-        contrib = proto.local_contribution(theta, X, y).to("cpu", torch.float64)
-        theta, noisy = proto.round(agg, theta.to("cpu", torch.float64), contrib, [rank])
+        return proto.local_contribution(theta.to(dev), X, y).to("cpu", torch.float64), w
+
+    def before_reveal(t: int) -> None:
+        _check_cancel(ctx)
+        spend.before_round(t)
+
+    def after_round(t: int, theta: Any, noisy: Any) -> None:
         audit.release(ctx.job_id, what="noisy weighted sum of clipped gradients", value=noisy, round=t,
                       rounds=tr.iterations)
-        theta = theta.to(dev)
         if t % PROGRESS_EVERY == 0 or t == tr.iterations:
-            eps_t = g.epsilon if t == tr.iterations else (
-                guarantee(plan_noise(noise, proto.p, sizes.m), t, pv.delta, acc).epsilon)
+            eps_t = plan.guarantee(rounds=t).epsilon
             curve.append(_point(t, eps_t, proto, theta, ds, test, spec.model.lam))
             ctx.emit({"phase": "training", "round": t, "rounds": tr.iterations, "epsilon_spent": eps_t})
+
+    try:
+        theta = proto.train(agg, local_sum, before_reveal=before_reveal, after_round=after_round)
+    finally:
+        spend.close()
     note = (f"gradient perturbation: T = {tr.iterations} full-batch rounds, clip C = {proto.clip:g}; accountant "
-            f"{acc!r} (the job asked for {pv.accountant!r}; the discrete Gaussian is accounted by its "
-            "Rényi divergence)")
-    return proto, g, theta.cpu(), curve, note
+            f"{plan.accountant!r}")
+    return proto, theta.cpu(), curve, note
 
 
 def _write_results(ctx: WorkerContext, theta: Any, report: Any, metrics: dict[str, Any], curve: list,
@@ -427,8 +450,8 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
 
     from mpc_erm.mpc.aggregator import MpcAggregator, ZeroNoise
     from mpc_erm.mpc.communicator import uninit_crypten
-    from mpc_erm.mpc.noise import InMpcNoise
-    from mpc_erm.protocols.common import PartySizes
+    from mpc_erm.mpc.noise import InMpcNoise, realise
+    from mpc_erm.protocols.common import PartySizes, plan_job, public_sizes
 
     if getattr(ctx.config, "threads", None):
         torch.set_num_threads(ctx.config.threads)
@@ -440,16 +463,22 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
     ok = False
     try:
         _trust_setup(ctx, comm)
-        sizes = PartySizes.of(_agree(ctx, comm, ds))
+        counts = _agree(ctx, comm, ds)
         rank = comm.get_rank()
         no_noise = _test_no_noise(ctx)
+        spec = ctx.job.spec
+        plan = plan_job(spec, sampler="mpc", test_no_noise=no_noise,
+                        sizes=public_sizes(spec, None if counts is None else PartySizes.of(counts)), n_features=ds.d)
+        real = None if no_noise else realise(plan, comm.get_world_size())
         src = InMpcNoise()
         agg = MpcAggregator(ZeroNoise() if no_noise else src, allow_test_only=no_noise)
-        ctx.emit({"phase": "agreed", "message": f"n = {sizes.n} rows over {sizes.m} parties; {agg.trust_model}"})
-        run = _output_job if ctx.job.spec.method == "output" else _gradient_job
-        proto, g, theta, curve, note = run(ctx, agg, src, ds, test, sizes, rank, dev)
-        report = _report(ctx, proto, g, proto.noise.mechanism, agg.trust_model, sizes, note)
-        lam = ctx.job.spec.model.lam
+        ctx.emit({"phase": "agreed", "message": (f"n = {sum(counts)} rows over {len(counts)} parties" if counts
+                                                 else f"add/remove: normaliser n̂ = {plan.public_n}")
+                  + f"; {agg.trust_model}"})
+        run = _output_job if spec.method == "output" else _gradient_job
+        proto, theta, curve, note = run(ctx, agg, src, ds, test, plan, real, plan.weight(rank, int(ds.n)), dev)
+        report = _report(ctx, plan, real, agg.trust_model, note)
+        lam = spec.model.lam
         own = {"train_own_rows": _metrics(proto.loss, theta, ds, lam),
                "curve": [{"round": c["round"], **c["own"]} for c in curve]}
         metrics: dict[str, Any] = {

@@ -1,4 +1,5 @@
-"""`mpc-erm bench`: help, one-line errors, and tiny real runs returning the documented JSON."""
+"""`python -m benchmarks`: help, one-line errors, and tiny real runs returning the documented JSON;
+and benchmarks are a leaf (the product's `mpc-erm` has no `bench` and never imports them)."""
 
 from __future__ import annotations
 
@@ -8,26 +9,38 @@ import sys
 
 from click.testing import CliRunner
 
-from coordinator.cli import cli
+from benchmarks.__main__ import cli
+from coordinator.cli import cli as product_cli
 
 
 def _run(*args: str) -> dict:
-    res = CliRunner().invoke(cli, ["bench", *args], catch_exceptions=False)
+    res = CliRunner().invoke(cli, list(args), catch_exceptions=False)
     assert res.exit_code == 0, res.output
     return json.loads(res.output)
 
 
 def test_help_works_without_torch() -> None:
-    for args in (["bench", "--help"], ["bench", "aggregate", "--help"], ["bench", "sampler", "--help"]):
+    for args in (["--help"], ["aggregate", "--help"], ["sampler", "--help"], ["e2e", "--help"]):
         res = CliRunner().invoke(cli, args)
         assert res.exit_code == 0 and "Usage:" in res.output
-    code = "import sys, coordinator.cli.bench; print('torch' in sys.modules)"
+    code = "import sys, benchmarks.__main__; print('torch' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "False", proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "python -m benchmarks" in proc.stdout and "aggregate" in proc.stdout
+
+
+def test_the_product_cli_has_no_bench() -> None:
+    assert "bench" not in product_cli.commands
+    res = CliRunner().invoke(product_cli, ["bench", "--help"])
+    assert res.exit_code == 2 and "No such command 'bench'" in res.output
+    code = "import sys, coordinator.cli; print(sorted(m for m in sys.modules if m.split('.')[0] == 'benchmarks'))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "[]", proc.stderr
 
 
 def test_bad_input_is_one_line() -> None:
-    proc = subprocess.run([sys.executable, "-m", "coordinator.cli", "bench", "aggregate", "--parties", "2",
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "aggregate", "--parties", "2",
                            "--trust", "replicated"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: trust 'replicated' needs exactly 3 parties"

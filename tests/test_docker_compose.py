@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from coordinator.config import load_coordinator_config
-from coordinator.jobfile import load_job_file
+from mpc_erm.jobs.jobfile import load_job_file
 from mpc_erm.mpc import pki
 from parties.config import load_dealer_config, load_party_config
 

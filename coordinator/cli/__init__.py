@@ -9,13 +9,13 @@ from __future__ import annotations
 import click
 
 from coordinator.cli.audit import audit
-from coordinator.cli.bench import bench
 from coordinator.cli.budget import budget
 from coordinator.cli.certs import certs
 from coordinator.cli.demo import demo
 from coordinator.cli.errors import run_guarded
 from coordinator.cli.job import job
 from coordinator.cli.party import dealer, party
+from coordinator.cli.report import report
 from coordinator.cli.simulate import simulate
 
 
@@ -28,12 +28,12 @@ def cli() -> None:
 cli.add_command(demo)
 cli.add_command(simulate)
 cli.add_command(certs)
-cli.add_command(bench)
 cli.add_command(party)
 cli.add_command(dealer)
 cli.add_command(job)
 cli.add_command(budget)
 cli.add_command(audit)
+cli.add_command(report)
 
 
 def main() -> None:

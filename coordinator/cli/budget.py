@@ -1,4 +1,6 @@
-"""`mpc-erm budget show`: a party's privacy budget per data set, read from its ledger."""
+"""`mpc-erm budget show`: a party's privacy budget per data set, read from its ledger (checked
+against the party's audit log first, :mod:`parties.ledger_check`); `mpc-erm budget rebuild`: a
+missing or damaged ledger rebuilt from the verified audit log."""
 
 from __future__ import annotations
 
@@ -32,8 +34,10 @@ def show(config_path: Path, as_json: bool) -> None:
     """Per data set: total (ε, δ), ε spent (revealed jobs), reserved (queued/running), remaining."""
     from parties.config import load_party_config
     from parties.ledger import Ledger
+    from parties.ledger_check import check_ledger
 
     cfg = load_party_config(config_path)
+    check_ledger(cfg.state_dir)  # a missing or damaged ledger: one line naming the file, exit 2
     with Ledger.for_config(cfg) as ledger:
         rows = ledger.show()
         open_jobs = ledger.open_reservations()
@@ -56,3 +60,49 @@ def show(config_path: Path, as_json: bool) -> None:
         table.add_row(r.dataset, _num(r.epsilon_total), _num(r.epsilon_spent), _num(r.epsilon_reserved),
                       _num(r.epsilon_remaining), _num(r.delta_total), _num(r.delta_spent), str(r.jobs), r.accountant)
     Console().print(table)
+
+
+@budget.command("rebuild")
+@click.option("--state-dir", "state_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="the party's state directory (ledger.sqlite3 and audit.jsonl)")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="the party's TOML config instead (its state_dir; its budget totals are written at once)")
+@click.option("--force", is_flag=True, help="rebuild even when the ledger matches the audit log")
+@click.option("--json", "as_json", is_flag=True, help="print what was done as JSON")
+def rebuild(state_dir: Path | None, config_path: Path | None, force: bool, as_json: bool) -> None:
+    """Rebuild a missing or damaged ledger from the verified audit log (stop the daemon first).
+
+    The damaged file is moved aside (ledger.sqlite3.damaged-<UTC time>); every job the log
+    charged is inserted as committed with the log's data set, ε, δ, spec digest and mechanism.
+    Budget totals come from the config (the daemon writes them when it starts)."""
+    from parties.ledger import Ledger
+    from parties.ledger_check import rebuild_ledger
+
+    if (state_dir is None) == (config_path is None):
+        raise click.UsageError("give exactly one of --state-dir and --config")
+    cfg = None
+    if config_path is not None:
+        from parties.config import load_party_config
+
+        cfg = load_party_config(config_path)
+        state_dir = cfg.state_dir
+    assert state_dir is not None
+    r = rebuild_ledger(state_dir, force=force)
+    # the totals: written from the config as the daemon does (data sets it does not name keep total = spent)
+    with Ledger.for_config(cfg) if cfg is not None else Ledger(r.ledger) as led:
+        rows = {row.dataset: row for row in led.show()}
+    unset = [ds for ds in r.placeholder_totals if cfg is None or ds not in cfg.datasets]
+    spent = {ds: _finite(row.epsilon_spent) for ds, row in rows.items()}
+    if as_json:
+        click.echo(json.dumps({"ledger": str(r.ledger), "audit": str(r.audit), "audit_head": r.audit_head,
+                               "moved_to": None if r.moved_to is None else str(r.moved_to),
+                               "restored": list(r.restored), "kept": list(r.kept),
+                               "no_configured_total": unset, "epsilon_spent": spent}, indent=2))
+        return
+    click.echo(f"{r.ledger}: rebuilt from {r.audit} (head {r.audit_head[:16]}…): {len(r.restored)} charged job(s) "
+               "restored as committed" + (f", {len(r.kept)} spent row(s) of the old file kept" if r.kept else ""))
+    if r.moved_to is not None:
+        click.echo(f"the old file is at {r.moved_to}")
+    for ds, row in rows.items():
+        click.echo(f"  {ds}: ε spent {_num(row.epsilon_spent)} of {_num(row.epsilon_total)}"
+                   + (" (no configured total yet: the daemon writes it at start)" if ds in unset else ""))

@@ -57,7 +57,7 @@ def demo(out: Path, parties: int, trust: str, iterations: int, keep_state: bool,
     from rich.console import Console
     from rich.table import Table
 
-    from coordinator.demo import default_jobs, run_demo
+    from coordinator.local_jobs import default_jobs, run_jobs
 
     if trust == "replicated" and parties != 3:
         raise click.BadParameter("replicated sharing is for exactly 3 parties", param_hint="--parties")
@@ -87,7 +87,7 @@ def demo(out: Path, parties: int, trust: str, iterations: int, keep_state: bool,
 
     old = {s: signal.signal(s, interrupts) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        summary = run_demo(out, jobs=default_jobs(iterations), parties=parties, trust=trust, keep_state=keep_state,
+        summary = run_jobs(out, jobs=default_jobs(iterations), parties=parties, trust=trust, keep_state=keep_state,
                            on_event=on_event, on_status=on_status)
         interrupts.check()  # a signal whose exception a finaliser swallowed after the last event
     except (KeyboardInterrupt, _Terminated) as exc:

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-TERMINAL = ("succeeded", "failed", "cancelled")
+from mpc_erm.jobs.status import TERMINAL
 
 _CONFIG = click.option(
     "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("coordinator.toml"),

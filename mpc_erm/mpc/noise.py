@@ -59,7 +59,8 @@ from .samplers.params import MAX_GRID_BITS, DiscreteLaplaceParams
 from .samplers.pool import NoisePool, batch_for
 
 __all__ = [
-    "GRID_SLACK", "InMpcNoise", "NoisePlan", "calibrate_gaussian", "calibrate_laplace", "guarantee", "plan_noise",
+    "GRID_SLACK", "InMpcNoise", "NoisePlan", "Realisation", "calibrate_gaussian", "calibrate_laplace", "guarantee",
+    "plan_noise", "realise",
 ]
 
 GRID_SLACK = 0.01  # rounding may add at most 1 % to the sensitivity (when the caps allow)
@@ -107,10 +108,12 @@ def plan_noise(spec: NoiseSpec, dim: int, parties: int) -> NoisePlan:
     if dim < 1 or parties < 1:
         raise ValueError("dim and parties must be positive")
     if spec.mechanism == "gaussian":
-        g = _grid_bits(spec.scale, spec.sensitivity, dim, parties, "l2")
+        g = spec.grid_bits if spec.grid_bits is not None else _grid_bits(spec.scale, spec.sensitivity, dim, parties,
+                                                                         "l2")
         params: Any = DiscreteGaussianParams.for_sigma(spec.scale, grid_bits=g)
     elif spec.mechanism == "laplace":
-        g = _grid_bits(spec.scale, spec.sensitivity, dim, parties, "l1")
+        g = spec.grid_bits if spec.grid_bits is not None else _grid_bits(spec.scale, spec.sensitivity, dim, parties,
+                                                                         "l1")
         params = DiscreteLaplaceParams.for_scale(spec.scale, grid_bits=g, k=LAPLACE_K)
     elif spec.mechanism == "l2_laplace":
         raise ValueError(
@@ -161,7 +164,7 @@ class InMpcNoise:
         return "discrete Gaussian / discrete Laplace sampled inside the MPC (offline pool)"
 
     def _entry(self, spec: NoiseSpec, dim: int) -> tuple[NoisePlan, NoisePool]:
-        key = (spec.mechanism, spec.scale, spec.sensitivity, dim)
+        key = (spec.mechanism, spec.scale, spec.sensitivity, spec.grid_bits, dim)
         if key not in self._pools:
             plan = plan_noise(spec, dim, self.parties)
             batch = batch_for(plan.params, self.batch)  # memory like a Laplace batch of self.batch
@@ -205,6 +208,73 @@ class InMpcNoise:
                 "bytes": st.bytes, "samples_per_second": st.samples_per_second,
             })
         return {"plans": plans, "online_samples": self.online_samples, "online_seconds": self.online_seconds}
+
+
+@dataclass(frozen=True)
+class Realisation:
+    """How the engine realises a :class:`~mpc_erm.privacy.plan.PrivacyPlan`'s noise on its grid,
+    with the checks that make the plan's event true for what is sampled."""
+
+    spec: NoiseSpec  # what InMpcNoise samples (grid fixed)
+    plan: NoisePlan
+    sensitivity_grid: float  # ‖s‖ bound in grid units, every party's rounding included
+    noise_scale_grid: float  # σ or t actually sampled, grid units
+    multiplier: float  # Gaussian: σ_grid / s_grid (≥ the plan's z); Laplace: s_grid / t (≤ the plan's ε)
+    tv_per_release: float  # dim × the sampler's TV bound per sample (≤ the plan's budget)
+
+    def describe(self) -> dict[str, Any]:
+        return {"grid_bits": self.plan.grid_bits, "sensitivity_grid": self.sensitivity_grid,
+                "noise_scale_grid": self.noise_scale_grid, "realised_multiplier": self.multiplier,
+                "sampler_tv_per_release": self.tv_per_release, "noise_scale": self.spec.scale}
+
+
+def realise(plan: Any, parties: int) -> Realisation:
+    """Realise ``plan`` (a bound :class:`~mpc_erm.privacy.plan.PrivacyPlan`) among ``parties``
+    parties: pick the grid, set σ_grid = z·s_grid (Gaussian) or t = s_grid/ε (Laplace) with s_grid
+    the grid sensitivity including every party's rounding, and check the sampler's total-variation
+    bound against the plan's budget. Raises ValueError (before anything is sampled or revealed)
+    if the realisation cannot meet the plan."""
+    from .samplers.guarantee import gaussian_tv_bound, grid_sensitivity_units, laplace_tv_bound
+
+    if plan.sampler != "mpc" or plan.dim is None or plan.sizes is None:
+        raise ValueError("realise: needs an in-MPC plan bound with the agreed sizes and the dimension")
+    dim, delta_s = int(plan.dim), plan.sensitivity()
+    if plan.mechanism == "gaussian":
+        z = float(plan.noise_multiplier)
+        g = _grid_bits(z * delta_s, delta_s, dim, parties, "l2")
+        s_grid = grid_sensitivity_units(delta_s, g, dim, parties, "l2")
+        sigma = z * s_grid * 2.0**-g
+        for _ in range(64):  # for_sigma never samples below the request; guard the float round trip
+            spec = NoiseSpec("gaussian", sigma, sensitivity=delta_s, grid_bits=g)
+            noise_plan = plan_noise(spec, dim, parties)
+            if noise_plan.params.sigma >= z * s_grid:
+                break
+            sigma = math.nextafter(sigma, math.inf)
+        mult = noise_plan.params.sigma / s_grid
+        tv = dim * gaussian_tv_bound(noise_plan.params)
+        scale_grid = noise_plan.params.sigma
+        ok = mult >= z
+    elif plan.mechanism == "laplace":
+        eps = float(plan.epsilon_per_release)
+        g = _grid_bits(delta_s / eps, delta_s, dim, parties, "l1")
+        s_grid = grid_sensitivity_units(delta_s, g, dim, parties, "l1")
+        b = s_grid / eps * 2.0**-g * (1.0 + 1e-12)
+        spec = NoiseSpec("laplace", b, sensitivity=delta_s, grid_bits=g)
+        noise_plan = plan_noise(spec, dim, parties)
+        scale_grid = noise_plan.params.t
+        mult = s_grid / scale_grid
+        tv = dim * laplace_tv_bound(noise_plan.params)
+        ok = mult <= eps
+    else:
+        raise ValueError(f"realise: no in-MPC sampler for mechanism {plan.mechanism!r}")
+    if not ok:  # pragma: no cover - guarded above
+        raise ValueError("realise: the sampled noise does not meet the plan's multiplier")
+    if tv > plan.sampler_tv_per_release:
+        raise ValueError(
+            f"the in-MPC sampler's total-variation bound {tv:.3g} per release ({dim} coordinates) exceeds the plan's "
+            f"budget {plan.sampler_tv_per_release:.3g}: raise privacy.delta or shorten the job"
+        )
+    return Realisation(spec, noise_plan, s_grid, scale_grid, mult, tv)
 
 
 def calibrate_gaussian(

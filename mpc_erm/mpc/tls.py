@@ -140,19 +140,6 @@ def secure_channel(
     return grpc.secure_channel(target, channel_credentials(identity), options=opts)
 
 
-def secure_aio_channel(
-    target: str,
-    identity: Identity,
-    expected_peer: str,
-    options: ChannelOptions = (),
-    *,
-    expected_role: Role | None = None,
-) -> grpc.aio.Channel:
-    """asyncio flavour of :func:`secure_channel`, same pinning."""
-    opts = _pinned_options(options, expected_peer, expected_role)
-    return grpc.aio.secure_channel(target, channel_credentials(identity), options=opts)
-
-
 # --------------------------------------------------------------------------- peer identity
 
 
@@ -196,12 +183,12 @@ def _peer_from_auth_context(auth: Mapping[str, Sequence[bytes]]) -> Peer:
     raise PermissionError("no authenticated peer certificate (is the channel mutual TLS?)")
 
 
-def peer(context: grpc.ServicerContext | grpc.aio.ServicerContext) -> Peer:
+def peer(context: grpc.ServicerContext) -> Peer:
     """The verified caller of this RPC; PermissionError if the call is not mTLS-authenticated."""
     return _peer_from_auth_context(context.auth_context() or {})
 
 
-def peer_identity(context: grpc.ServicerContext | grpc.aio.ServicerContext) -> tuple[Role, str]:
+def peer_identity(context: grpc.ServicerContext) -> tuple[Role, str]:
     """(role, name) of the verified caller; PermissionError if the call is not mTLS-authenticated."""
     p = peer(context)
     return p.role, p.name
@@ -255,8 +242,8 @@ def _normalise_revoked_identities(items: Iterable[str | tuple[str, str]]) -> fro
 class Authorizer(grpc.ServerInterceptor):
     """Per-method allow-list + revocation check on the mTLS-verified caller, for sync servers.
 
-    Use as ``grpc.server(pool, interceptors=[Authorizer(policy)])``; for ``grpc.aio`` servers use
-    :meth:`aio`. Servicers can also call :meth:`check` themselves. Fail closed: a method absent
+    Use as ``grpc.server(pool, interceptors=[Authorizer(policy)])``. Servicers can also call
+    :meth:`check` themselves. Fail closed: a method absent
     from the policy, a caller without an identity, or a revoked caller are all refused.
     """
 
@@ -422,14 +409,6 @@ class Authorizer(grpc.ServerInterceptor):
             context.abort(denied.code, denied.message)
             raise AssertionError("unreachable: context.abort raises") from None
 
-    async def check_async(self, context: grpc.aio.ServicerContext, method: str) -> Peer:
-        try:
-            return self.decide(context.auth_context() or {}, method)
-        except Denied as denied:
-            self._refuse(method, denied)
-            await context.abort(denied.code, denied.message)
-            raise AssertionError("unreachable: context.abort raises") from None
-
     # ---- sync interceptor
 
     def intercept_service(
@@ -444,10 +423,6 @@ class Authorizer(grpc.ServerInterceptor):
                 return None  # allowed but not implemented: UNIMPLEMENTED as usual
             return _wrap_sync(_DENY_HANDLER, method, self)
         return _wrap_sync(handler, method, self)
-
-    def aio(self) -> AioAuthorizer:
-        """The same policy and revocation state as a ``grpc.aio`` server interceptor."""
-        return AioAuthorizer(self)
 
 
 def _deny_behaviour(request: Any, context: grpc.ServicerContext) -> bytes:  # pragma: no cover - never reached
@@ -564,70 +539,9 @@ def _wrap_sync(handler: grpc.RpcMethodHandler, method: str, auth: Authorizer) ->
     return grpc.stream_stream_rpc_method_handler(stream_stream, **common)
 
 
-class AioAuthorizer(grpc.aio.ServerInterceptor):
-    """``grpc.aio`` flavour of :class:`Authorizer`; shares its policy and revocation state."""
-
-    def __init__(self, authorizer: Authorizer) -> None:
-        self.authorizer = authorizer
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Any],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        method = handler_call_details.method
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            if self.authorizer._allowed_for(method) is not None:
-                return None
-            handler = _DENY_HANDLER
-        return _wrap_aio(handler, method, self.authorizer.check_async)
-
-
-def _wrap_aio(handler: grpc.RpcMethodHandler, method: str, check: Callable[..., Any]) -> grpc.RpcMethodHandler:
-    import inspect
-
-    common = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}
-
-    async def _call(inner: Callable[..., Any], arg: Any, context: grpc.aio.ServicerContext) -> Any:
-        result = inner(arg, context)
-        return await result if inspect.isawaitable(result) else result
-
-    async def _stream(inner: Callable[..., Any], arg: Any, context: grpc.aio.ServicerContext) -> Any:
-        result = inner(arg, context)
-        if hasattr(result, "__aiter__"):
-            async for item in result:
-                yield item
-        elif inspect.isawaitable(result):  # handler writes with context.write() and returns None
-            await result
-        else:
-            for item in result:
-                yield item
-
-    if handler.unary_unary or handler.stream_unary:
-        inner = handler.unary_unary or handler.stream_unary
-        factory = grpc.unary_unary_rpc_method_handler if handler.unary_unary else grpc.stream_unary_rpc_method_handler
-
-        async def single(arg: Any, context: grpc.aio.ServicerContext) -> Any:
-            await check(context, method)
-            return await _call(inner, arg, context)
-
-        return factory(single, **common)
-    inner_s = handler.unary_stream or handler.stream_stream
-    factory_s = grpc.unary_stream_rpc_method_handler if handler.unary_stream else grpc.stream_stream_rpc_method_handler
-
-    async def many(arg: Any, context: grpc.aio.ServicerContext) -> Any:
-        await check(context, method)
-        async for item in _stream(inner_s, arg, context):
-            yield item
-
-    return factory_s(many, **common)
-
-
 __all__ = [
     "ROLES",
     "WILDCARD",
-    "AioAuthorizer",
     "Authorizer",
     "Denied",
     "Peer",
@@ -638,7 +552,6 @@ __all__ = [
     "parse_expected_peer",
     "peer",
     "peer_identity",
-    "secure_aio_channel",
     "secure_channel",
     "server_credentials",
 ]

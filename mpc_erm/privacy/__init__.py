@@ -1,6 +1,6 @@
 """mpc_erm.privacy: sensitivities, noise calibration, accountants, samplers and reports.
 
-Everything numeric a privacy claim rests on lives here (DESIGN.md §2); each module cites the
+Everything numeric a privacy claim rests on lives here (docs/privacy.md); each module cites the
 paper/notes section its formula comes from, and ``tests/privacy`` checks each one against an
 independent computation or a published number.
 

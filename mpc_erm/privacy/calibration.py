@@ -1,4 +1,4 @@
-"""Calibration entry points the protocols call: sensitivity + budget → noise (DESIGN.md §2).
+"""Calibration entry points the protocols call: sensitivity + budget → noise (docs/privacy.md §2-4).
 
 Each returns a frozen :class:`Calibration` carrying the noise the sampler takes
 (:func:`.noise.sample_noise` ``(mechanism, scale)``) and everything a report must state.

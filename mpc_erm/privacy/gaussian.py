@@ -9,7 +9,7 @@ between N(0,1) and N(μ,1) (Balle–Wang 2018, "analytic Gaussian mechanism"):
 
 which is the function θ_{e^ε}(μ) of paper 004 (notes §004.3, Definition 1) and the "exact
 alternative" of notes §003.8. So T full-batch gradient steps are calibrated exactly, with no
-slack from an RDP/zCDP→(ε,δ) conversion (DESIGN.md §2: ~20 % less noise than the thesis's zCDP
+slack from an RDP/zCDP→(ε,δ) conversion (docs/privacy.md §4: ~20 % less noise than the thesis's zCDP
 route). One implementation serves both uses; :mod:`.contraction` calls :func:`gdp_delta`.
 
 Numerics: δ is computed in log space with ``scipy.special.log_ndtr`` and a log-difference, so

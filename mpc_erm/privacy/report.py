@@ -1,8 +1,8 @@
-"""The JSON privacy report attached to every result (DESIGN.md §5: mechanism, σ, accountant,
+"""The JSON privacy report attached to every result (docs/privacy.md §8: mechanism, σ, accountant,
 ε, δ incl. the sampler term, parties, n, trust model).
 
 ``delta_sampler`` is the extra δ charged for deviations of the actual sampler from the ideal
-distribution (truncation, grid holes; DESIGN.md §2). The plaintext simulator samples the ideal
+distribution (truncation, grid holes; docs/privacy.md §5). The plaintext simulator samples the ideal
 float64 distribution and reports 0.0 with a note saying so; the MPC engine must fill in its
 measured/bounded term. ``delta_total`` = ``delta`` + ``delta_sampler`` is the guarantee.
 """
@@ -52,6 +52,10 @@ class PrivacyReport(BaseModel):
     parties: int | None = Field(None, ge=1)
     n: int | None = Field(None, ge=1)
     parameters: dict[str, Any] = Field(default_factory=dict)
+    # the job's privacy plan (mpc_erm.privacy.plan.PrivacyPlan.describe(): event, multiplier, what is
+    # public, sensitivity inputs) and how the engine realised its noise: enough to recompute ε alone
+    plan: dict[str, Any] | None = None
+    realisation: dict[str, Any] | None = None
     notes: tuple[str, ...] = ()
 
     @field_validator("noise_scale", "sensitivity_l2", "sensitivity_l1", "delta", "delta_sampler")

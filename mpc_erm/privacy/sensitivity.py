@@ -1,4 +1,4 @@
-"""ℓ2 (and ℓ1) sensitivities of the two aggregates the MPC perturbs (DESIGN.md §2).
+"""ℓ2 (and ℓ1) sensitivities of the two aggregates the MPC perturbs (docs/privacy.md §2).
 
 Setting (docs/CONTRACTS.md, thesis ch. 6): m parties, party j holds n_j records, n = Σ n_j.
 The loss ℓ(·, x, y) is convex and G-Lipschitz in θ (so every per-example gradient, or clipped

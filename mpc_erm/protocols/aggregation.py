@@ -31,6 +31,7 @@ class NoiseSpec:
     mechanism: NoiseMechanism
     scale: float
     sensitivity: float | None = None
+    grid_bits: int | None = None  # fixed by the engine's realisation of a plan (mpc_erm.mpc.noise.realise)
 
     def __post_init__(self) -> None:
         if self.mechanism != "none" and not (self.scale > 0 and self.scale < float("inf")):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from mpc_erm.models import Loss, get_loss
+from mpc_erm.privacy.plan import PrivacyPlan, PublicSizes, Sampler
 from mpc_erm.protocols.spec import JobSpec, Weighting
 
 
@@ -91,3 +92,30 @@ def project_to_unit_ball(X: torch.Tensor) -> tuple[torch.Tensor, int]:
     if moved == 0:
         return X, 0
     return torch.where(outside, X / norms, X), moved
+
+
+def clip_for(spec: JobSpec) -> float:
+    """The per-release contribution bound the plan needs: the gradient clip C (default: the loss's
+    Lipschitz constant) or, for output perturbation, the loss's Lipschitz constant G."""
+    loss = loss_for(spec)
+    if spec.method == "gradient" and spec.privacy.clip is not None:
+        return float(spec.privacy.clip)
+    return lipschitz_for(loss, spec.model.lam)
+
+
+def plan_job(spec: JobSpec, *, sampler: Sampler = "ideal", test_no_noise: bool = False,
+             sizes: PublicSizes | None = None, n_features: int | None = None) -> PrivacyPlan:
+    """The job's :class:`PrivacyPlan`: what the daemon reserves at admission (no sizes yet), and,
+    bound with the agreed sizes and the model's dimension, what the protocol and the report use."""
+    dim = None if n_features is None else loss_for(spec).param_dim(n_features)
+    return PrivacyPlan.make(spec, clip=clip_for(spec), sampler=sampler, test_no_noise=test_no_noise, sizes=sizes,
+                            dim=dim)
+
+
+def public_sizes(spec: JobSpec, parties: PartySizes | None) -> PublicSizes:
+    """What the plan may use about the counts: the exact ones (replace), n̂ (add_remove)."""
+    if spec.privacy.adjacency == "add_remove":
+        return PublicSizes(public_n=spec.privacy.public_n)
+    if parties is None:
+        raise ValueError("sizes: a replace-one job needs the parties' agreed counts")
+    return PublicSizes(counts=parties.sizes)

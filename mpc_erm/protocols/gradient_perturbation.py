@@ -19,36 +19,57 @@ from dataclasses import dataclass, field
 import torch
 
 from mpc_erm.models import clip_rows
-from mpc_erm.privacy import Calibration, PrivacyReport, calibrate_gradient_perturbation, gradient_sensitivity
-from mpc_erm.protocols.aggregation import NoiseSpec, SecureAggregator
-from mpc_erm.protocols.common import PartySizes, gradient_weights, lipschitz_for, loss_for
+from mpc_erm.privacy import Calibration, PrivacyReport, calibrate_gradient_perturbation, no_noise_calibration
+from mpc_erm.privacy.plan import SAMPLER_DELTA_SHARE, PrivacyPlan
+from mpc_erm.protocols.aggregation import NO_NOISE, NoiseSpec, SecureAggregator
+from mpc_erm.protocols.common import PartySizes, loss_for, plan_job, public_sizes
 from mpc_erm.protocols.spec import JobSpec
 from mpc_erm.smoothing import laplacian_smooth
 
 RoundCallback = Callable[[int, torch.Tensor], None]
+LocalSum = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 @dataclass
 class GradientPerturbation:
+    """One job's gradient rounds. Its privacy comes from ``plan`` (made from the spec and the public
+    sizes when not given: the simulator's ideal-noise plan); ``noise`` is the plan's noise as the
+    aggregator realises it (the MPC engine passes its grid realisation; default: the ideal one)."""
+
     spec: JobSpec
-    parties: PartySizes
+    parties: PartySizes | None
     n_features: int
+    plan: PrivacyPlan | None = None
+    noise: NoiseSpec | None = None
     calibration: Calibration = field(init=False)
-    noise: NoiseSpec = field(init=False)
 
     def __post_init__(self) -> None:
         if self.spec.method != "gradient":
             raise ValueError("method: GradientPerturbation needs method = 'gradient'")
         self.loss = loss_for(self.spec)
         self.p = self.loss.param_dim(self.n_features)
+        if self.plan is None:
+            self.plan = plan_job(self.spec, sizes=public_sizes(self.spec, self.parties), n_features=self.n_features)
+        pl = self.plan
+        if pl.dim != self.p:
+            raise ValueError(f"plan.dim {pl.dim} is not the model's {self.p} parameters")
+        self.clip = pl.clip
+        self.sensitivity = pl.sensitivity_l2()
+        self.weights = (torch.tensor([pl.weight(j, n) for j, n in enumerate(self.parties.sizes)], dtype=torch.float64)
+                        if self.parties is not None else None)
         pv, tr = self.spec.privacy, self.spec.training
-        self.clip = pv.clip if pv.clip is not None else lipschitz_for(self.loss, self.spec.model.lam)
-        self.weights = gradient_weights(self.parties, tr.weighting)
-        self.sensitivity = gradient_sensitivity(self.clip, self.parties.sizes, tr.weighting, pv.adjacency)
+        if pl.mechanism == "none":
+            self.calibration = no_noise_calibration(self.sensitivity, rounds=tr.iterations, adjacency=pv.adjacency)
+            self.noise = NO_NOISE if self.noise is None else self.noise
+            return
+        # the report of an ideal-noise run (simulator); the daemon reports from the plan
         self.calibration = calibrate_gradient_perturbation(
-            self.sensitivity, tr.iterations, pv.epsilon, pv.delta, accountant=pv.accountant, adjacency=pv.adjacency
+            self.sensitivity, tr.iterations, pv.epsilon, pv.delta * (1.0 - SAMPLER_DELTA_SHARE)
+            if pl.sampler == "mpc" else pv.delta,
+            accountant=pl.accountant, adjacency=pv.adjacency,
         )
-        self.noise = NoiseSpec("gaussian", self.calibration.scale)
+        if self.noise is None:
+            self.noise = NoiseSpec("gaussian", pl.noise_scale(), sensitivity=self.sensitivity)
 
     def initial_model(self, dtype: torch.dtype = torch.float64, device: torch.device | str = "cpu") -> torch.Tensor:
         return torch.zeros(self.p, dtype=dtype, device=device)
@@ -98,19 +119,49 @@ class GradientPerturbation:
         aggregator: SecureAggregator,
         theta: torch.Tensor,
         contributions: torch.Tensor,
-        party_ids: torch.Tensor | list[int],
+        weights: torch.Tensor,
+        noise: NoiseSpec | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One round: aggregate the caller's contributions with noise, step. Returns (θ_next, g̃)."""
-        w = self.weights[torch.as_tensor(party_ids, dtype=torch.long)].to(contributions.dtype)
-        noisy = aggregator.aggregate(contributions, w, self.noise)
+        """One round: aggregate the caller's contributions (rows, with their public ``weights``:
+        :meth:`PrivacyPlan.weight`) with the plan's noise (``noise``: a baseline's instead), step.
+        Returns (θ_next, g̃)."""
+        noise = self.noise if noise is None else noise
+        assert noise is not None
+        noisy = aggregator.aggregate(contributions, weights.to(contributions.dtype), noise)
         return self.public_step(theta, noisy), noisy
+
+    def train(
+        self,
+        aggregator: SecureAggregator,
+        local_sum: LocalSum,
+        *,
+        noise: NoiseSpec | None = None,
+        before_reveal: Callable[[int], None] | None = None,
+        after_round: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None,
+    ) -> torch.Tensor:
+        """The protocol's T rounds from θ₀ = 0: the one loop a party daemon's worker and the
+        simulator both run, so a simulated run predicts a daemon's.
+
+        ``local_sum(θ)`` → (contributions, weights) the caller holds (a party: its own clipped
+        sum and weight; the simulator: every row's weighted sum with weight 1). ``before_reveal(t)``
+        runs before round t's aggregate is revealed (a daemon records the spend there, and may
+        raise to stop before revealing); ``after_round(t, θ_t, g̃_t)`` after it."""
+        theta = self.initial_model()
+        for t in range(1, self.spec.training.iterations + 1):
+            contributions, weights = local_sum(theta)
+            if before_reveal is not None:
+                before_reveal(t)
+            theta, noisy = self.round(aggregator, theta, contributions, weights, noise)
+            if after_round is not None:
+                after_round(t, theta, noisy)
+        return theta
 
     def report(self, trust_model: str) -> PrivacyReport:
         tr = self.spec.training
         return self.calibration.report(
             trust_model=trust_model,
-            parties=self.parties.m,
-            n=self.parties.n,
+            parties=None if self.parties is None else self.parties.m,
+            n=None if self.spec.privacy.adjacency == "add_remove" or self.parties is None else self.parties.n,
             parameters={
                 "protocol": "gradient_perturbation",
                 "loss": self.loss.name,
@@ -122,5 +173,6 @@ class GradientPerturbation:
                 "ls_sigma": tr.ls_sigma,
                 "smoothing": "post-processing of the revealed noisy gradient (no privacy cost)",
                 "dim": self.p,
+                "plan": self.plan.describe() if self.plan is not None else None,
             },
         )

@@ -17,14 +17,10 @@ from dataclasses import dataclass, field
 import torch
 
 from mpc_erm.models import solve_erm
-from mpc_erm.privacy import (
-    Calibration,
-    PrivacyReport,
-    calibrate_output_perturbation,
-    output_perturbation_sensitivity,
-)
-from mpc_erm.protocols.aggregation import NoiseSpec, SecureAggregator
-from mpc_erm.protocols.common import PartySizes, lipschitz_for, loss_for, model_weights, project_to_unit_ball
+from mpc_erm.privacy import Calibration, PrivacyReport, calibrate_output_perturbation, no_noise_calibration
+from mpc_erm.privacy.plan import PrivacyPlan
+from mpc_erm.protocols.aggregation import NO_NOISE, NoiseSpec, SecureAggregator
+from mpc_erm.protocols.common import PartySizes, loss_for, plan_job, project_to_unit_ball, public_sizes
 from mpc_erm.protocols.spec import JobSpec
 
 
@@ -34,56 +30,67 @@ class LocalSolveError(RuntimeError):
 
 @dataclass
 class OutputPerturbation:
+    """One job's output release. Privacy from ``plan`` (default: the simulator's ideal-noise plan
+    for ``parties``); ``noise``: the plan's noise as the aggregator realises it."""
+
     spec: JobSpec
-    parties: PartySizes
+    parties: PartySizes | None
     n_features: int
+    plan: PrivacyPlan | None = None
+    noise: NoiseSpec | None = None
     calibration: Calibration = field(init=False)
-    noise: NoiseSpec = field(init=False)
 
     def __post_init__(self) -> None:
         if self.spec.method != "output":
             raise ValueError("method: OutputPerturbation needs method = 'output'")
         self.loss = loss_for(self.spec)
         self.p = self.loss.param_dim(self.n_features)
-        lam = self.spec.model.lam
-        self.lipschitz = lipschitz_for(self.loss, lam)
-        self.weights = model_weights(self.parties, self.spec.training.weighting)
-        base = output_perturbation_sensitivity(
-            self.lipschitz, lam, self.parties.sizes, self.spec.training.weighting, self.spec.privacy.adjacency
-        )
-        self.solver_slack = 2.0 * float(self.weights.max()) * self.spec.training.solver_tol
-        self.sensitivity = base + self.solver_slack
+        if self.plan is None:
+            self.plan = plan_job(self.spec, sizes=public_sizes(self.spec, self.parties), n_features=self.n_features)
+        pl = self.plan
+        if pl.dim != self.p:
+            raise ValueError(f"plan.dim {pl.dim} is not the model's {self.p} parameters")
+        self.lipschitz = pl.clip
+        self.sensitivity = pl.sensitivity_l2()
+        self.weights = (torch.tensor([pl.weight(j, n) for j, n in enumerate(self.parties.sizes)], dtype=torch.float64)
+                        if self.parties is not None else None)
         pv = self.spec.privacy
+        if pl.mechanism == "none":
+            self.calibration = no_noise_calibration(self.sensitivity, adjacency=pv.adjacency)
+            self.noise = NO_NOISE if self.noise is None else self.noise
+            return
         self.calibration = calibrate_output_perturbation(
             self.sensitivity, self.p, pv.epsilon, pv.delta, mechanism=pv.mechanism, adjacency=pv.adjacency
         )
-        self.noise = NoiseSpec(self.calibration.mechanism, self.calibration.scale)
+        if self.noise is None:
+            self.noise = NoiseSpec(self.calibration.mechanism, self.calibration.scale)
 
     def local_model(self, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """θ̂_j: the party's exact regularised minimiser, certified to ``solver_tol``."""
+        """θ̂_j: the party's exact regularised minimiser, certified to the plan's tolerance for its
+        row count (``training.solver_tol``; under add/remove scaled by n̂/n_j, see the plan)."""
         X, _ = project_to_unit_ball(X)
         self.loss.check_labels(y)
-        res = solve_erm(self.loss, X, y, self.spec.model.lam, tol=self.spec.training.solver_tol)
-        if not res.converged or res.certified_error > self.spec.training.solver_tol:
+        assert self.plan is not None
+        tol = self.plan.solver_tol_for(int(X.shape[0]))
+        res = solve_erm(self.loss, X, y, self.spec.model.lam, tol=tol)
+        if not res.converged or res.certified_error > tol:
             raise LocalSolveError(
-                f"local solve stopped at certified error {res.certified_error:.3g} > "
-                f"training.solver_tol {self.spec.training.solver_tol:.3g}"
+                f"local solve stopped at certified error {res.certified_error:.3g} > {tol:.3g} "
+                "(training.solver_tol)"
             )
         return res.theta
 
-    def release(
-        self, aggregator: SecureAggregator, local_models: torch.Tensor, party_ids: torch.Tensor | list[int]
-    ) -> torch.Tensor:
+    def release(self, aggregator: SecureAggregator, local_models: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """Securely aggregate the caller's local model(s) (rows of ``local_models``) with their
-        public weights, add the calibrated noise once, and return the revealed private model."""
-        w = self.weights[torch.as_tensor(party_ids, dtype=torch.long)]
-        return aggregator.aggregate(local_models, w.to(local_models.dtype), self.noise)
+        weights (:meth:`PrivacyPlan.weight`), add the noise once, return the revealed model."""
+        assert self.noise is not None
+        return aggregator.aggregate(local_models, weights.to(local_models.dtype), self.noise)
 
     def report(self, trust_model: str) -> PrivacyReport:
         return self.calibration.report(
             trust_model=trust_model,
-            parties=self.parties.m,
-            n=self.parties.n,
+            parties=None if self.parties is None else self.parties.m,
+            n=None if self.spec.privacy.adjacency == "add_remove" or self.parties is None else self.parties.n,
             parameters={
                 "protocol": "output_perturbation",
                 "loss": self.loss.name,
@@ -91,7 +98,7 @@ class OutputPerturbation:
                 "lipschitz_G": self.lipschitz,
                 "weighting": self.spec.training.weighting,
                 "solver_tol": self.spec.training.solver_tol,
-                "solver_slack_in_sensitivity": self.solver_slack,
                 "dim": self.p,
+                "plan": self.plan.describe() if self.plan is not None else None,
             },
         )

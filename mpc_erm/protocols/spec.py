@@ -45,11 +45,17 @@ class PrivacySpec(_Strict):
     delta: float = Field(0.0, ge=0.0, lt=1.0)
     # output perturbation: noise distribution; gradient perturbation: always Gaussian
     mechanism: OutputMechanism = "l2_laplace"
-    accountant: GradientAccountant = "gdp"
+    # None: the tightest accountant valid for the noise actually sampled (RDP for the in-MPC discrete
+    # Gaussian, exact GDP for the simulator's continuous one); see mpc_erm.privacy.plan
+    accountant: GradientAccountant | None = None
     clip: float | None = Field(
         None, gt=0.0, description="per-example gradient ℓ2 clip C; default: the loss's Lipschitz constant G"
     )
     adjacency: Adjacency = "replace"
+    public_n: int | None = Field(
+        None, ge=1, le=10**12,
+        description="add_remove only: the public record count aggregates are divided by (exact counts stay private)",
+    )
 
     @field_validator("epsilon", "delta")
     @classmethod

@@ -8,7 +8,7 @@ Two conventions:
 - ``exact``: the product's calibration. ℓ2-Laplace (pure ε) for one-shot releases, the analytic
   Gaussian / GDP accountant for T Gaussian rounds, pooled weights.
 - ``thesis``: the formulas as printed in the thesis, for reproduction: per-coordinate
-  Lap(Δ₂/ε) (NOT ε-DP for d > 1: it is calibrated to the ℓ2 sensitivity, see DESIGN.md §2),
+  Lap(Δ₂/ε) (NOT ε-DP for d > 1: it is calibrated to the ℓ2 sensitivity, see docs/privacy.md §3),
   σ² = 8G²T log(1/δ)/(m² n₍₁₎² ε²) (eq. 6.3.1), per-party-mean weights 1/(m·n_j).
 
 Rajkumar–Agarwal (AISTATS'12) is modelled from the thesis's description only (the paper is not
@@ -34,7 +34,7 @@ from mpc_erm.privacy import (
     thesis_grad_sigma,
 )
 from mpc_erm.protocols import GradientPerturbation, JobSpec, ModelSpec, OutputPerturbation, PrivacySpec, TrainingSpec
-from mpc_erm.protocols.aggregation import NoiseSpec
+from mpc_erm.protocols.aggregation import NoiseSpec, SecureAggregator
 from mpc_erm.simulate.aggregator import InProcessAggregator
 from mpc_erm.simulate.parties import SimulatedParties
 
@@ -147,7 +147,7 @@ def run_mpc_out_p(setting: Setting, parties: SimulatedParties, gen: torch.Genera
             "laplace (per coordinate, thesis Thm 6.3.1 as printed)", b, setting.epsilon, 0.0,
             "calibrated to the ℓ2 sensitivity: not ε-DP for d > 1", accountant="pure ε (as printed)", trust="mpc"))
     agg = InProcessAggregator(gen)
-    theta = proto.release(agg, local, list(range(parties.m)))
+    theta = proto.release(agg, local, proto.weights)
     return MethodRun("mpc_out_p", theta, proto.report(agg.trust_model).model_dump(mode="json"))
 
 
@@ -264,21 +264,33 @@ def run_gradient_method(setting: Setting, parties: SimulatedParties, gen: torch.
     else:
         raise ValueError(f"method: unknown gradient method {name!r}")
 
-    agg = InProcessAggregator(gen)
-    theta = proto.initial_model()
+    agg: SecureAggregator = InProcessAggregator(gen)
+    if name == "rajkumar_agarwal":  # a per-round Laplace term on top, as the trusted aggregator adds it
+        agg = _PlusLaplace(agg, lap_b, gen)
     w = proto.weights[parties.party_ids]  # per-row weight: pooled 1/n or thesis 1/(m n_j)
     x_norms = parties.X.norm(dim=1)  # constant across rounds
-    for t in range(T):
+    one = torch.ones(1, dtype=torch.float64)
+
+    def local_sum(theta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # Σ_j w_j Σ_{i∈j} clip(∇ℓ_i) = Σ_i w_{j(i)} clip(∇ℓ_i): one weighted row-sum, same value
         # as aggregating the m per-party contributions of GradientPerturbation.local_contribution.
-        total = proto.weighted_clipped_sum(theta, parties.X, parties.y, w, x_norms)
-        noisy = agg.aggregate(total[None, :], torch.ones(1, dtype=total.dtype), noise)
-        if name == "rajkumar_agarwal":
-            noisy = noisy + _noise("laplace", lap_b, noisy.shape, gen)
-        theta = proto.public_step(theta, noisy)
-        if hook is not None:
-            hook(t + 1, theta)
+        return proto.weighted_clipped_sum(theta, parties.X, parties.y, w, x_norms)[None, :], one
+
+    theta = proto.train(agg, local_sum, noise=noise,
+                        after_round=None if hook is None else (lambda t, th, _g: hook(t, th)))
     return MethodRun(name, theta, privacy)
+
+
+class _PlusLaplace:
+    """Rajkumar–Agarwal's trusted aggregator: the Gaussian aggregate plus a per-round Laplace term."""
+
+    def __init__(self, inner: SecureAggregator, b: float, gen: torch.Generator) -> None:
+        self.inner, self.b, self.gen = inner, b, gen
+        self.trust_model = inner.trust_model
+
+    def aggregate(self, contributions: torch.Tensor, weights: torch.Tensor, noise: NoiseSpec) -> torch.Tensor:
+        out = self.inner.aggregate(contributions, weights, noise)
+        return out + _noise("laplace", self.b, out.shape, self.gen)
 
 
 def run_method(name: str, setting: Setting, parties: SimulatedParties, gen: torch.Generator,

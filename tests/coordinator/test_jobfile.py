@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from coordinator.jobfile import JobFile, JobFileError, _toml_value, load_job_file, parse_job_file
+from mpc_erm.jobs.jobfile import JobFile, JobFileError, _toml_value, load_job_file, parse_job_file
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "coordinator" / "examples"
 KNOWN = {"alice", "bob", "carol", "dave", "dealer"}
@@ -60,6 +60,17 @@ BAD = [
     ([("delta = 1e-5", "delta = 1e-5\nclip = inf")], "privacy.clip: must be finite"),
     ([("delta = 1e-5", "delta = 1e-5\nclip = 0.0")], "privacy.clip: must be > 0"),
     ([("delta = 1e-5", 'delta = 1e-5\naccountant = "moments"')], "privacy.accountant: must be 'gdp', 'zcdp'"),
+    # issue 13: what the privacy plan cannot honour is refused at parse, naming the field
+    ([("delta = 1e-5", 'delta = 1e-5\naccountant = "gdp"')], "privacy.accountant: 'gdp' is exact for the continuous"),
+    ([("delta = 1e-5", 'delta = 1e-5\naccountant = "pld"')], "privacy.accountant: 'pld' is exact for the continuous"),
+    ([("delta = 1e-5", 'delta = 1e-5\nadjacency = "add_remove"')], "privacy.public_n: add/remove adjacency keeps"),
+    ([("delta = 1e-5", "delta = 1e-5\npublic_n = 30000")], "privacy.public_n: only for adjacency = 'add_remove'"),
+    ([("delta = 1e-5", 'delta = 1e-5\nadjacency = "add_remove"\npublic_n = 30000'),
+      ("iterations = 10", 'iterations = 10\nweighting = "thesis"')], "training.weighting: the thesis's weights"),
+    ([OUTPUT, ("delta = 1e-5", 'delta = 1e-5\nmechanism = "gaussian"'), ("iterations = 10", "ls_sigma = 1.0")],
+     "training.ls_sigma: Laplacian smoothing applies to gradient rounds"),
+    ([OUTPUT, ("delta = 1e-5", 'delta = 0.0\nmechanism = "laplace_thesis"')],
+     "privacy.delta: the in-MPC discrete Laplace"),
     ([('"carol"]', '"mallory"]')], "job.parties: unknown party 'mallory'"),
     ([('"carol"]', '"alice"]')], "job.parties: duplicate party 'alice'"),
     ([('"carol"]', '"Alice"]')], "job.parties: duplicate party 'Alice'"),
@@ -152,7 +163,8 @@ def test_examples_load_and_round_trip(tmp_path: Path, name: str) -> None:
 
 def test_round_trip_of_a_replicated_softmax_job() -> None:
     job = parse_job_file(_text([REPLICATED, ('name = "logistic"', 'name = "softmax"\nn_classes = 10'),
-                                ("delta = 1e-5", 'delta = 1e-5\nclip = 0.25\nadjacency = "add_remove"'),
+                                ("delta = 1e-5",
+                                 'delta = 1e-5\nclip = 0.25\nadjacency = "add_remove"\npublic_n = 30000'),
                                 ('trust = "replicated"', 'trust = "replicated"\ndevice = "cuda"')]))
     text = job.to_toml()
     assert parse_job_file(text) == job and "dealer" not in text and "seed" not in text
@@ -224,6 +236,9 @@ def test_digest_changes_when_any_field_changes() -> None:
         node[path[-1]] = new
         if path == ("spec", "method"):  # an output job must name a mechanism sampled in the MPC
             data["spec"]["privacy"]["mechanism"] = "laplace_thesis"
+            data["spec"]["training"]["ls_sigma"] = 0.0  # and smooths nothing
+        if path == ("spec", "privacy", "adjacency"):  # add/remove divides by a public count
+            data["spec"]["privacy"]["public_n"] = 30000
         digests.add(JobFile.model_validate(data).spec_digest())
         changed += 1
     replicated = copy.deepcopy(base)

@@ -6,7 +6,6 @@ refusal asserts the status code, and that the handler never ran when the handsha
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
 import threading
@@ -312,46 +311,6 @@ def test_plaintext_call_is_unauthenticated(make_server: Callable[..., Server]) -
     err = refused(lambda: call(grpc.insecure_channel(bare.target)))
     assert err.code() == grpc.StatusCode.UNAUTHENTICATED and "certificate" in err.details()
     assert guarded.calls == [] and bare.calls == []
-
-
-# --------------------------------------------------------------------------- asyncio flavour
-
-
-def test_aio_server_and_channel(ids: dict[str, pki.Identity]) -> None:
-    async def echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        role, name = tls.peer_identity(context)
-        return f"{role}/{name}".encode()
-
-    async def stream(request: bytes, context: grpc.aio.ServicerContext):  # type: ignore[no-untyped-def]
-        for b in request:
-            yield bytes([b])
-
-    async def main() -> None:
-        handler = grpc.method_handlers_generic_handler(SERVICE, {
-            "Echo": grpc.unary_unary_rpc_method_handler(echo),
-            "Stream": grpc.unary_stream_rpc_method_handler(stream),
-        })
-        server = grpc.aio.server(interceptors=[tls.Authorizer(POLICY).aio()])
-        server.add_generic_rpc_handlers([handler])
-        port = server.add_secure_port("127.0.0.1:0", tls.server_credentials(ids["p1"]))
-        await server.start()
-        target = f"127.0.0.1:{port}"
-        try:
-            async with tls.secure_aio_channel(target, ids["p2"], "p1") as ch:
-                assert await ch.unary_unary(ECHO)(b"x", timeout=TIMEOUT) == b"party/p2"
-                assert [m async for m in ch.unary_stream(STREAM)(b"ab", timeout=TIMEOUT)] == [b"a", b"b"]
-            async with tls.secure_aio_channel(target, ids["d2"], "p1") as ch:
-                with pytest.raises(grpc.aio.AioRpcError) as err:
-                    await ch.unary_unary(ECHO)(b"x", timeout=TIMEOUT)
-                assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED and "dealer/d2" in err.value.details()
-            async with tls.secure_aio_channel(target, ids["p2"], "p2") as ch:
-                with pytest.raises(grpc.aio.AioRpcError) as err:
-                    await ch.unary_unary(ECHO)(b"x", timeout=TIMEOUT)
-                assert err.value.code() == grpc.StatusCode.UNAVAILABLE
-        finally:
-            await server.stop(None)
-
-    asyncio.run(main())
 
 
 # --------------------------------------------------------------------------- API edges

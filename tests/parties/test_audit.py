@@ -61,6 +61,31 @@ def test_a_dropped_tail_is_caught_by_the_head_kept_elsewhere(tmp_path: Path) -> 
         verify(log.path, expect_head=head)  # ... but not the one the report anchored
 
 
+def test_an_older_head_of_the_same_chain_is_accepted(tmp_path: Path) -> None:
+    """A job's report carries the head after its last release; later jobs append to the same log,
+    so that report's head is an older head of an intact log, not a sign of dropped records."""
+    from coordinator.cli import cli
+
+    log = AuditLog.in_state_dir(tmp_path / "state")
+    _fill(log, jobs=1, rounds=2)
+    first_job_head = log.head()  # what job0's privacy report holds
+    log.charge("job1", dataset="adult", epsilon=1.0, delta=1e-5, spec_digest="d" * 64, dp_event=None)
+    log.release("job1", what="x", value=np.zeros(2), round=1, rounds=1)
+    v = verify(log.path, expect_head=first_job_head)
+    assert (v.records, v.after_expected) == (5, 2) and v.head == log.head()
+    assert verify(log.path, expect_head=log.head()).after_expected == 0
+    assert verify(log.path).after_expected is None
+    lines = log.path.read_text().splitlines()
+    log.path.write_text("\n".join(lines[:2]) + "\n")  # cut back past job0's last release
+    with pytest.raises(AuditError, match="not in this chain of 2 records .*records were dropped from the end"):
+        verify(log.path, expect_head=first_job_head)
+    log.path.write_text("\n".join(lines) + "\n")
+    cfg = _config(tmp_path)
+    run = CliRunner().invoke(cli, ["audit", "verify", "--config", str(cfg), "--expect-head", first_job_head])
+    assert run.exit_code == 0, run.output
+    assert "chain intact" in run.output and "the expected head is record 3, 2 later record(s) follow it" in run.output
+
+
 def _writer(path: str, who: int) -> None:
     log = AuditLog(path)
     for t in range(25):
@@ -80,12 +105,8 @@ def test_concurrent_writers_keep_one_chain(tmp_path: Path) -> None:
     assert (v.records, v.jobs, v.releases) == (100, 4, 100)
 
 
-def test_cli_verify(tmp_path: Path) -> None:
-    from coordinator.cli import cli
-
-    state = tmp_path / "state"
-    log = AuditLog.in_state_dir(state)
-    _fill(log, jobs=1, rounds=2)
+def _config(tmp_path: Path) -> Path:
+    """A party config whose state_dir is tmp_path/state (identity files are stand-ins)."""
     cfg = tmp_path / "party.toml"
     for f in ("a.crt", "a.key", "ca.crt"):
         (tmp_path / f).write_text("x")
@@ -94,9 +115,19 @@ def test_cli_verify(tmp_path: Path) -> None:
                    'part = 0\nof = 3\n'
                    'epsilon = 1.0\ndelta = 1e-5\n\n[policy]\nallowed_coordinators = ["c"]\nmax_epsilon_per_job = 1.0\n'
                    'max_iterations = 10\n')
+    return cfg
+
+
+def test_cli_verify(tmp_path: Path) -> None:
+    from coordinator.cli import cli
+
+    state = tmp_path / "state"
+    log = AuditLog.in_state_dir(state)
+    _fill(log, jobs=1, rounds=2)
+    cfg = _config(tmp_path)
     run = CliRunner().invoke(cli, ["audit", "verify", "--config", str(cfg), "--json"])
     assert run.exit_code == 0, run.output
     assert json.loads(run.output) | {"path": None} == {"ok": True, "path": None, "records": 3, "head": log.head(),
-                                                        "jobs": 1, "releases": 2}
+                                                        "jobs": 1, "releases": 2, "after_expected": None}
     run = CliRunner().invoke(cli, ["audit", "verify", "--config", str(cfg), "--expect-head", "f" * 64])
     assert run.exit_code == 1 and "NOT valid" in run.output

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.demo import DemoJob, default_jobs, run_demo
+from coordinator.local_jobs import LocalJob, default_jobs, run_jobs
 from parties.audit import verify
 
 pytestmark = pytest.mark.e2e
@@ -33,7 +33,7 @@ def _report(result_dir: str) -> dict:
 
 def test_gradient_perturbation_on_adult_is_within_two_points_of_non_private(tmp_path: Path) -> None:
     job = next(j for j in default_jobs() if j.method == "gradient")
-    summary = run_demo(tmp_path / "out", jobs=[job], keep_state=True)
+    summary = run_jobs(tmp_path / "out", jobs=[job], keep_state=True)
     (r,) = summary["jobs"]
     assert r["status"] == "succeeded", r["reason"]
     assert r["accuracy"] >= r["nonprivate_accuracy"] - 0.02, r
@@ -63,8 +63,8 @@ def test_gradient_perturbation_on_adult_is_within_two_points_of_non_private(tmp_
 
 
 def test_output_perturbation_with_replicated_sharing(tmp_path: Path) -> None:
-    job = DemoJob("adult-output-rss", "output", lam=1e-3)
-    summary = run_demo(tmp_path / "out", jobs=[job], trust="replicated", keep_state=True)
+    job = LocalJob("adult-output-rss", "output", lam=1e-3)
+    summary = run_jobs(tmp_path / "out", jobs=[job], trust="replicated", keep_state=True)
     (r,) = summary["jobs"]
     assert r["status"] == "succeeded", r["reason"]
     assert "replicated" in r["trust_model"] and "no dealer" in r["trust_model"], r["trust_model"]

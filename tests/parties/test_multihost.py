@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.consortium import LocalConsortium
-from coordinator.demo import DemoJob, job_toml
+from coordinator.local_jobs import LocalJob, job_toml
 from tests.netns import Hosts, namespaces_or_skip
 
 pytestmark = pytest.mark.e2e
@@ -49,7 +49,7 @@ def test_a_job_runs_across_namespaced_hosts(hosts: Hosts, tmp_path: Path) -> Non
                                capture_output=True, text=True, timeout=30)
         assert probe.returncode != 0
         job = tmp_path / "job.toml"
-        job.write_text(job_toml(DemoJob("multihost-output", "output", lam=1e-3), cons.party_names, "adult",
+        job.write_text(job_toml(LocalJob("multihost-output", "output", lam=1e-3), cons.party_names, "adult",
                                 "dealer", "dealer"))
         with cons.client() as client:
             job_id = client.submit(job)["job_id"]

@@ -7,6 +7,7 @@ multiprocessing manager dict); the daemon provides the production one (tests/par
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing as mp
 import time
 import traceback
@@ -46,7 +47,7 @@ class LocalContext:
 
     def __init__(self, job_id: str, job_text: str, config: Any, identity: Any, job_dir: Path, registry: Any,
                  events: Any) -> None:
-        from coordinator.jobfile import parse_job_file
+        from mpc_erm.jobs.jobfile import parse_job_file
 
         self.job_id, self.job, self.config, self.identity = job_id, parse_job_file(job_text), config, identity
         self.job_dir, self.ledger_path = job_dir, None
@@ -84,16 +85,18 @@ def _child(ctx: LocalContext, out_q: Any) -> None:
         out_q.put((ctx.identity.name, {"error": f"{type(exc).__name__}: {exc}", "tb": traceback.format_exc()}))
 
 
-def _config(name: str, part: int, allow_test_only: bool = False, dataset: str = "breast_cancer") -> Any:
+def _config(name: str, part: int, allow_test_only: bool = False, dataset: str = "breast_cancer",
+            csv: Path | None = None) -> Any:
     from types import SimpleNamespace
 
-    ds = SimpleNamespace(format="builtin", name=dataset, part=part, of=3, task=None)
+    ds = (SimpleNamespace(format="builtin", name=dataset, part=part, of=3, task=None) if csv is None else
+          SimpleNamespace(format="csv", path=csv, label="label", max_bytes=1 << 26, feature_range=None, task=None))
     return SimpleNamespace(listen="127.0.0.1:0", advertise=None, device="cpu", datasets={"bc": ds},
                            policy=SimpleNamespace(allow_test_only=allow_test_only))
 
 
 def run_members(tmp_path: Path, job_texts: dict[str, str], timeout: float = 300, allow_test_only: bool = False,
-                dataset: str = "breast_cancer") -> dict[str, Any]:
+                dataset: str = "breast_cancer", csvs: dict[str, Path] | None = None) -> dict[str, Any]:
     ca = pki.create_ca("worker test CA")
     ctx_mp = mp.get_context("spawn")
     manager = ctx_mp.Manager()
@@ -101,7 +104,8 @@ def run_members(tmp_path: Path, job_texts: dict[str, str], timeout: float = 300,
     procs = []
     for i, name in enumerate((*PARTIES, "dealer")):
         ident = pki.issue_identity(ca, name, "dealer" if name == "dealer" else "party")
-        ctx = LocalContext("wk-job", job_texts.get(name, job_texts["*"]), _config(name, i, allow_test_only, dataset),
+        ctx = LocalContext("wk-job", job_texts.get(name, job_texts["*"]),
+                           _config(name, i, allow_test_only, dataset, (csvs or {}).get(name)),
                            ident, tmp_path / name, registry, events)
         p = ctx_mp.Process(target=_child, args=(ctx, out_q), daemon=True)
         p.start()
@@ -184,9 +188,9 @@ def test_no_noise_twin_equals_the_plaintext_protocol(tmp_path: Path) -> None:
     import torch
     from safetensors.torch import load_file
 
-    from coordinator.jobfile import parse_job_file
     from mpc_erm.data import load_dataset
     from mpc_erm.data.partition import partition_equal
+    from mpc_erm.jobs.jobfile import parse_job_file
     from mpc_erm.protocols import GradientPerturbation, PartySizes
 
     job = JOB.format(method="gradient", lam=1e-3, eps=1.0, T=10).replace('dealer = "dealer"\n',
@@ -210,3 +214,61 @@ def test_no_noise_twin_equals_the_plaintext_protocol(tmp_path: Path) -> None:
         agg = (proto.weights.to(contribs.dtype)[:, None] * contribs).sum(0)
         theta = proto.public_step(theta, agg)
     assert torch.allclose(mpc_theta, theta, atol=1e-4, rtol=0), float((mpc_theta - theta).abs().max())
+
+
+def test_add_remove_release_through_the_workers_moves_by_at_most_its_sensitivity(tmp_path: Path) -> None:
+    """Issue 13, defect 1, measured on what the worker processes reveal: one zero-noise gradient
+    round (θ₁ = −η·g̃ from θ₀ = 0, so the revealed aggregate is −θ₁/η) on D and on D minus the row
+    whose clipped gradient is farthest from the mean. Under add/remove the parties divide by the
+    public n̂, so g̃ moves by ‖clip(g_z)‖/n̂ ≤ C/n̂ = the report's sensitivity; dividing by the
+    realised counts (the old protocol) moved it past the C/n it reported (1.13× here, ≈ 2× on Adult)."""
+    import numpy as np
+    import torch
+    from safetensors.torch import load_file
+
+    from mpc_erm.data import load_dataset
+    from mpc_erm.data.partition import partition_equal
+    from mpc_erm.models import clip_rows, get_loss
+
+    clip, n_hat = 0.2, 40  # n̂ small: C/n̂ = 5e-3 dwarfs the zero-noise grid's rounding (2^-16 per party)
+    train, _ = load_dataset("breast_cancer")
+    X = train.X / np.maximum(1.0, np.linalg.norm(train.X, axis=1, keepdims=True))
+    y = train.y
+    g = clip_rows(get_loss("logistic").per_example_grad(torch.zeros(X.shape[1], dtype=torch.float64),
+                                                         torch.tensor(X), torch.tensor(y)), clip)
+    parts = [np.sort(p) for p in partition_equal(len(X), 3, rng=0)]
+    alice = parts[0]
+    z = int(alice[int((g[alice] - g.mean(0)).norm(dim=1).argmax())])
+
+    def write(where: Path, drop: int | None) -> dict[str, Path]:
+        out = {}
+        for name, rows in zip(PARTIES, parts, strict=True):
+            keep = [r for r in rows if r != drop]
+            path = where / f"{name}.csv"
+            where.mkdir(parents=True, exist_ok=True)
+            header = ",".join(f"f{k}" for k in range(X.shape[1])) + ",label"
+            np.savetxt(path, np.column_stack([X[keep], (y[keep] > 0).astype(float)]), delimiter=",",
+                       header=header, comments="", fmt="%.17g")
+            out[name] = path
+        return out
+
+    job = JOB.format(method="gradient", lam=0.0, eps=1.0, T=1).replace(
+        'accountant = "rdp"', f'accountant = "rdp"\nclip = {clip}\nadjacency = "add_remove"\npublic_n = {n_hat}'
+    ).replace('dealer = "dealer"\n', 'dealer = "dealer"\ntest_no_noise = true\n')
+    thetas, reports = [], []
+    for label, drop in (("D", None), ("D-minus-z", z)):
+        res = run_members(tmp_path / label, {"*": job}, allow_test_only=True,
+                          csvs=write(tmp_path / f"{label}-data", drop))
+        assert "error" not in res["alice"], res["alice"].get("tb")
+        thetas.append(load_file(str(tmp_path / label / "alice" / "model.safetensors"))["theta"])
+        reports.append(json.loads((tmp_path / label / "alice" / "privacy_report.json").read_text()))
+    sens = reports[0]["plan"]["sensitivity_l2"]
+    assert sens == pytest.approx(clip / n_hat)
+    assert reports[0]["plan"]["public_counts"] is None and reports[0]["n"] is None  # no count left a party
+    moved = float((thetas[0] - thetas[1]).norm())  # η = 1
+    rounding = 2 * 3 * math.sqrt(X.shape[1]) * 2.0**-17  # each of 3 parties rounds to 2^-16, in both runs
+    assert moved <= sens + rounding
+    assert moved == pytest.approx(float(g[z].norm()) / n_hat, abs=rounding)
+    realised = float((g[np.concatenate(parts)].sum(0) / len(X) - g[[r for r in range(len(X)) if r != z]].sum(0)
+                      / (len(X) - 1)).norm())
+    assert realised > 1.1 * clip / len(X)  # dividing by the realised count moves it past the C/n once reported

@@ -153,7 +153,7 @@ def test_validation_names_argument() -> None:
 
 
 def test_thesis_setting_gdp_vs_zcdp_noise_ratio() -> None:
-    """DESIGN.md §2 claims ~20 % less noise than the thesis's zCDP route. At the thesis's
+    """docs/privacy.md §4 says ~20 % less noise than the thesis's zCDP route. At the thesis's
     experimental setting (T=1500, ε=0.5, δ=1e-3, Δ=2G/n; thesis §6.4) we measure
     σ_gdp/σ_zcdp(6.3.1) = 0.620 (σ/Δ = 178.55 vs 287.91): 38 % less noise. The ~20 % figure
     holds at small ε and tiny δ (e.g. 0.78 at ε=0.1, δ=1/n², notes §003.8). Against the

@@ -46,7 +46,7 @@ def test_output_release_is_the_pooled_average_of_local_minimisers(cancer) -> Non
     X, y, parts = cancer
     proto = OutputPerturbation(_out_spec(), PartySizes.of([len(p) for p in parts]), X.shape[1])
     local = torch.stack([proto.local_model(X[p], y[p]) for p in parts])
-    got = proto.release(ExactSum(), local, [0, 1, 2])
+    got = proto.release(ExactSum(), local, proto.weights)
     want = sum(len(p) / X.shape[0] * local[j] for j, p in enumerate(parts))
     assert torch.allclose(got, want, atol=1e-14)
 
@@ -57,7 +57,7 @@ def test_output_sensitivity_bounds_a_real_neighbour(cancer) -> None:
     X, y, parts = cancer
     proto = OutputPerturbation(_out_spec(), PartySizes.of([len(p) for p in parts]), X.shape[1])
     local = torch.stack([proto.local_model(X[p], y[p]) for p in parts])
-    base = proto.release(ExactSum(), local, [0, 1, 2])
+    base = proto.release(ExactSum(), local, proto.weights)
     worst = 0.0
     X0, y0 = X[parts[0]].clone(), y[parts[0]].clone()
     direction = local[0] / local[0].norm()
@@ -67,7 +67,7 @@ def test_output_sensitivity_bounds_a_real_neighbour(cancer) -> None:
         y1[0] = -y0[0]
         moved = local.clone()
         moved[0] = proto.local_model(X1, y1)
-        worst = max(worst, float((proto.release(ExactSum(), moved, [0, 1, 2]) - base).norm()))
+        worst = max(worst, float((proto.release(ExactSum(), moved, proto.weights) - base).norm()))
     n = X.shape[0]
     assert worst <= proto.sensitivity
     assert proto.sensitivity == pytest.approx(2 * 1.0 / (n * 1e-2), rel=1e-6)
@@ -131,7 +131,7 @@ def test_noiseless_gradient_rounds_converge_to_the_central_optimum(cancer) -> No
     theta = proto.initial_model()
     for _ in range(spec.training.iterations):
         contribs = torch.cat([proto.local_contribution(theta, X[p], y[p]) for p in parts])
-        theta, _ = proto.round(ExactSum(), theta, contribs, [0, 1, 2])
+        theta, _ = proto.round(ExactSum(), theta, contribs, proto.weights)
     star = solve_erm(proto.loss, X, y, 1e-2, tol=1e-10).theta
     assert float((theta - star).norm()) < 1e-6
 

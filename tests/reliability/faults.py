@@ -45,13 +45,13 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.consortium import LocalConsortium
-from coordinator.demo import DemoJob, job_toml
+from coordinator.local_jobs import LocalJob, job_toml
+from mpc_erm.jobs.status import TERMINAL
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTIES = ("alice", "bob", "carol")
 DEALER = "dealer"
 MEMBERS = (*PARTIES, DEALER)
-TERMINAL = ("succeeded", "failed", "cancelled")
 RESULT_FILES = ("model.safetensors", "privacy_report.json", "metrics.json", "training_curve.png")
 EPSILON, DELTA = 0.5, 1e-5
 ITERATIONS = 20
@@ -293,8 +293,8 @@ class FaultConsortium:
     def job_file(self, method: str) -> Path:
         path = self.jobs_dir / f"{method}.toml"
         if not path.exists():
-            job = (DemoJob("fault-output", "output", lam=1e-3, epsilon=EPSILON, delta=DELTA) if method == "output"
-                   else DemoJob("fault-gradient", "gradient", lam=1e-4, epsilon=EPSILON, delta=DELTA,
+            job = (LocalJob("fault-output", "output", lam=1e-3, epsilon=EPSILON, delta=DELTA) if method == "output"
+                   else LocalJob("fault-gradient", "gradient", lam=1e-4, epsilon=EPSILON, delta=DELTA,
                                 iterations=ITERATIONS, learning_rate=20.0))
             path.write_text(job_toml(job, list(PARTIES), "adult", "dealer", DEALER))
         return path

@@ -107,7 +107,7 @@ def _output(index: int, mechanism: str = "gaussian") -> str:
 @pytest.fixture(scope="module")
 def soak(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Soak]:
     """One consortium at the default bound (max_concurrent_jobs = 4), four coordinator clients."""
-    with Soak(tmp_path_factory.mktemp("concurrency"), clients=4) as s:
+    with Soak(tmp_path_factory.mktemp("concurrency"), clients=4, scratch=64) as s:
         yield s
 
 
@@ -178,7 +178,7 @@ def test_more_jobs_than_the_bound_all_succeed_and_the_bound_holds(soak: Soak) ->
 
 @pytest.fixture(scope="module")
 def one_slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Soak]:
-    with Soak(tmp_path_factory.mktemp("one-slot"), max_concurrent_jobs=1, clients=2) as s:
+    with Soak(tmp_path_factory.mktemp("one-slot"), max_concurrent_jobs=1, clients=2, scratch=64) as s:
         yield s
 
 

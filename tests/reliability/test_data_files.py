@@ -4,7 +4,8 @@ or read in bounded memory — never an out-of-memory crash, never another except
 Through ``mpc_erm.data.loaders.load_file`` (what the party's job worker calls with its config's
 ``format``, ``label``, ``max_bytes`` and ``feature_range``); a 1 GiB file in a subprocess whose
 peak RSS is measured; and (slow) a real party daemon whose real worker meets a bad CSV: the job
-fails naming the file and row, and its budget reservation is released.
+fails with a public reason (the file and row only in the party's own log), and its budget
+reservation is released.
 """
 
 from __future__ import annotations
@@ -295,8 +296,9 @@ def test_a_1_gib_generated_csv_is_refused_and_a_64_mib_one_is_read_in_bounded_me
 @pytest.mark.slow
 def test_a_real_worker_refuses_a_bad_csv_and_the_budget_is_released(tmp_path: Path) -> None:
     """``mpc-erm party serve`` with a CSV data set holding a NaN; a job on it runs the real
-    ``parties.worker``: the job fails naming the file, column and row, and its reservation is
-    released (no ε spent). It fails at step 1 (load rows), before any peer is contacted."""
+    ``parties.worker``: the job fails with a code and a public reason, the file, column and row are
+    in the party's own log (issue 13: not in what leaves it), and its reservation is released (no ε
+    spent). It fails at step 1 (load rows), before any peer is contacted."""
     import grpc
 
     from mpc_erm.mpc import pki, tls
@@ -336,7 +338,11 @@ def test_a_real_worker_refuses_a_bad_csv_and_the_budget_is_released(tmp_path: Pa
                         in ("failed", "succeeded", "cancelled") and i, 300, "the job to end", every=0.2)
         assert info.status == "failed", info  # type: ignore[union-attr]
         reason = info.reason  # type: ignore[union-attr]
-        assert "rows.csv" in reason and "column 'b' at row 41" in reason, reason
+        assert reason.startswith("DATA_SCHEMA: data set 'claims' failed its schema check at party alice; see that "
+                                 "party's log"), reason
+        assert "rows.csv" not in reason and "row 41" not in reason, reason
+        log = (tmp_path / "state" / "daemon.log").read_text()
+        assert "rows.csv" in log and "column 'b' at row 41" in log, log[-2000:]
         channel.close()
     except grpc.RpcError as exc:
         raise AssertionError(f"{exc}; daemon log: {(tmp_path / 'daemon.err').read_text()[-2000:]}") from None

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coordinator.config import load_coordinator_config
-from coordinator.jobfile import JobFile, JobFileError, load_job_file, parse_job_file
+from mpc_erm.jobs.jobfile import JobFile, JobFileError, load_job_file, parse_job_file
 from parties.config import ConfigError, load_dealer_config, load_party_config
 
 from .faults import stop_process_group

@@ -6,7 +6,10 @@ daemons and their job workers through a ``sitecustomize`` hook: no product file 
 
 * an output-perturbation job and a 3-round gradient-perturbation job (both succeed),
 * a gradient job cancelled by the coordinator mid-run (while the parties sample noise in the MPC),
-* a job refused by policy (ε above the parties' ``max_epsilon_per_job``).
+* a job refused by policy (ε above the parties' ``max_epsilon_per_job``);
+* failure paths (issue 13, item 7; ``failing_data``): carol's data file with an out-of-range
+  regression label, one with a text label in a binary data set, a schema mismatch (carol has a
+  column the others do not), and a gradient job whose worker at carol is SIGKILLed mid-run.
 
 Then, sharing that one run (module fixture):
 
@@ -45,6 +48,7 @@ import json
 import math
 import os
 import re
+import signal
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -55,14 +59,27 @@ import numpy as np
 import pytest
 
 from coordinator.consortium import LocalConsortium
-from coordinator.demo import DemoJob, job_toml
+from coordinator.local_jobs import LocalJob, job_toml
+from mpc_erm.jobs.status import TERMINAL
+from parties.public_errors import code_of
 
+from .failing_data import (
+    FAILING_JOBS,
+    OWN_COLUMN,
+    VICTIM,
+    VICTIM_COLUMN,
+    VICTIM_SECRETS,
+    add_datasets,
+    crossings,
+    reason_problems,
+)
+from .failing_data import job_toml as failing_job_toml
+from .faults import wait_for, worker_pids
 from .recording import ENV, NeedleSet, Record, read_records, runs, uniformity, value_bytes, write_sitecustomize
 
 pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
 
 PARTIES = ("alice", "bob", "carol")
-TERMINAL = ("succeeded", "failed", "cancelled")
 ALPHA = 1e-4  # family-wise false-alarm rate of the uniformity tests in one run (Bonferroni)
 CRYPTEN_BITS = 16
 RESULT_FILES_RELEASED = {"model.safetensors", "training_curve.png"}  # the release itself: not scanned
@@ -81,9 +98,10 @@ class Run:
     refusal: str = ""
     coordinator_out: Path | None = None
     seconds: dict[str, float] = field(default_factory=dict)
+    statuses: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # name -> member -> GetStatus
 
 
-def _write_job(root: Path, job: DemoJob) -> Path:
+def _write_job(root: Path, job: LocalJob) -> Path:
     path = root / "jobs" / f"{job.name}.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(job_toml(job, list(PARTIES), "adult", "dealer", "dealer"))
@@ -91,16 +109,20 @@ def _write_job(root: Path, job: DemoJob) -> Path:
 
 
 def _watch(client: Any, job_id: str, out: list[dict[str, Any]], cancel_on: str | None = None,
-           timeout_s: float = 400.0) -> dict[str, str]:
-    """Follow a job to its end at every member; cancel it when ``cancel_on`` is first seen."""
+           timeout_s: float = 400.0, kill_on: tuple[str, Any] | None = None) -> dict[str, str]:
+    """Follow a job to its end at every member; cancel it when ``cancel_on`` is first seen (or call
+    ``kill_on[1]()`` when the phase ``kill_on[0]`` is)."""
     ends: dict[str, str] = {}
-    cancelled = False
+    cancelled = killed = False
     t0 = time.monotonic()
     for ev in client.watch(job_id):
         out.append(ev)
         if cancel_on is not None and not cancelled and ev["phase"] == cancel_on:
             out.append({"cancel": client.cancel(job_id, reason="leak test: cancelled mid-run")})
             cancelled = True
+        if kill_on is not None and not killed and ev["phase"] == kill_on[0]:
+            out.append({"killed": kill_on[1]()})
+            killed = True
         if ev["phase"] in TERMINAL or ev["phase"] == "error":
             ends[ev["member"]] = ev["phase"]
         assert time.monotonic() - t0 < timeout_s, f"job {job_id} did not end: {ends}"
@@ -114,6 +136,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     write_sitecustomize(site)
     r = Run(root=root, cons_root=root / "consortium", rec=rec)
     cons = LocalConsortium(r.cons_root, parties=3, dataset="adult", budget_epsilon=10.0)
+    cons.write()
+    add_datasets({p: cons.members[p].config for p in PARTIES}, data_root=root / "data")  # outside the scanned dirs
     t0 = time.perf_counter()
     with pytest.MonkeyPatch.context() as mp:  # only the daemons (and their workers) record
         mp.setenv("PYTHONPATH", os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])]))
@@ -123,9 +147,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     try:
         with cons.client() as client:
             specs = [
-                ("output", DemoJob("leak-output", "output", lam=1e-3), None),
-                ("gradient", DemoJob("leak-gradient", "gradient", lam=1e-4, iterations=3, learning_rate=20.0), None),
-                ("cancelled", DemoJob("leak-cancel", "gradient", lam=1e-4, iterations=3, learning_rate=20.0),
+                ("output", LocalJob("leak-output", "output", lam=1e-3), None),
+                ("gradient", LocalJob("leak-gradient", "gradient", lam=1e-4, iterations=3, learning_rate=20.0), None),
+                ("cancelled", LocalJob("leak-cancel", "gradient", lam=1e-4, iterations=3, learning_rate=20.0),
                  "offline"),
             ]
             for name, job, cancel_on in specs:
@@ -141,9 +165,30 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
             from coordinator.client import SubmitRefused
 
             with pytest.raises(SubmitRefused) as refused:
-                client.submit(_write_job(root, DemoJob("leak-refused", "output", lam=1e-3, epsilon=2.0)))
+                client.submit(_write_job(root, LocalJob("leak-refused", "output", lam=1e-3, epsilon=2.0)))
             r.refusal = str(refused.value)
             coord.append({"refused": r.refusal, "refusals": refused.value.refusals})
+            for fj in FAILING_JOBS:  # failure paths: carol's bad files, a schema mismatch
+                tic = time.perf_counter()
+                path = root / "jobs" / f"{fj.name}.toml"
+                path.write_text(failing_job_toml(fj, list(PARTIES), "dealer"))
+                sub = client.submit(path)
+                coord.append({"submit": sub})
+                r.jobs[fj.name] = sub["job_id"]
+                r.ends[fj.name] = _watch(client, sub["job_id"], coord)
+                r.statuses[fj.name] = client.status(sub["job_id"])
+                coord.append({"status": r.statuses[fj.name]})
+                r.seconds[fj.name] = time.perf_counter() - tic
+            tic = time.perf_counter()  # ... and a peer lost mid-run: carol's worker SIGKILLed
+            sub = client.submit(_write_job(root, LocalJob("leak-killed", "gradient", lam=1e-4, iterations=3,
+                                                          learning_rate=20.0)))
+            coord.append({"submit": sub})
+            r.jobs["killed"] = sub["job_id"]
+            r.ends["killed"] = _watch(client, sub["job_id"], coord,
+                                      kill_on=("offline", lambda: _kill_worker(r, VICTIM, sub["job_id"])))
+            r.statuses["killed"] = client.status(sub["job_id"])
+            coord.append({"status": r.statuses["killed"]})
+            r.seconds["killed"] = time.perf_counter() - tic
             coord.append({"list": client.list()})
     finally:
         cons.stop()
@@ -151,6 +196,12 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
         r.coordinator_out.write_text(json.dumps(coord, indent=1, default=str))
     r.seconds["total"] = time.perf_counter() - t0
     return r
+
+
+def _kill_worker(r: Run, member: str, job_id: str) -> int:
+    pids = wait_for(lambda: worker_pids(r.cons_root / member / "state", job_id), 60.0, f"{member}'s worker")
+    os.kill(pids[-1], signal.SIGKILL)
+    return int(pids[-1])
 
 
 # ===================================================================================== captured
@@ -655,3 +706,33 @@ def test_logs_reports_and_job_files_hold_no_share_key_noise_or_row(run: Run, sca
         "findings": len(findings),
         "by_file": {str(p.relative_to(run.root)): p.stat().st_size for p in files}})
     assert not findings, f"{len(findings)} secrets on disk, e.g. {findings[:5]}"
+
+
+# ===================================================================================== 4. failures
+
+
+def test_failures_leave_a_party_only_as_a_code_and_a_public_reason(run: Run, captured: Captured) -> None:
+    """Issue 13, item 7: what the coordinator and the other members learn of a failure. Carol's file
+    path, her label value or text label and her column name are in no other member's files (logs,
+    job tables, ledgers), in nothing the coordinator received, and in no share-transport message
+    (nor is any party's column name: the schema agreement compares salted digests)."""
+    members = [*PARTIES, "dealer"]
+    for fj in FAILING_JOBS:
+        assert run.ends[fj.name] == dict.fromkeys(members, "failed"), (fj.name, run.ends[fj.name])
+        assert not reason_problems(fj, run.statuses[fj.name]), reason_problems(fj, run.statuses[fj.name])
+    killed = run.statuses["killed"]
+    assert killed[VICTIM]["status"] == "failed" and "worker process exited" in killed[VICTIM]["reason"], killed
+    for m in members:
+        if m == VICTIM:
+            continue
+        reason = killed[m]["reason"] or ""
+        assert killed[m]["status"] in ("failed", "cancelled") and code_of(reason) in ("PEER_LOST", "PEER_FAILED"), (
+            m, killed[m])
+        assert any(f"'{o}'" in reason for o in members if o != m), (m, reason)  # names the peer it lost
+    found = crossings(run.cons_root, members, coordinator_output=[run.coordinator_out.read_bytes()])
+    needles = [n.encode() for n in (*VICTIM_SECRETS, OWN_COLUMN, VICTIM_COLUMN)]
+    found += [f"message {r.meta}: {n!r}" for r in captured.sent for n in needles if n in r.payload or n in r.header]
+    _report(run, "failure_paths", {
+        "jobs": {n: {m: st["reason"] for m, st in run.statuses[n].items()} for n in run.statuses},
+        "findings": len(found)})
+    assert not found, found[:10]

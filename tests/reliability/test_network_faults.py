@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from coordinator.consortium import LocalConsortium
-from coordinator.demo import DemoJob, job_toml
+from coordinator.local_jobs import LocalJob, job_toml
+from mpc_erm.jobs.status import TERMINAL
 from parties.ledger import LEDGER_FILE, Ledger
 from tests.netns import Hosts, namespaces_or_skip
 
@@ -27,7 +28,6 @@ pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
 
 PEER_TIMEOUT_S = 30.0
 VICTIM = "carol"
-TERMINAL = ("succeeded", "failed", "cancelled")
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Hosts, Local
                                wrap=hosts.wrap, peer_timeout_s=PEER_TIMEOUT_S, budget_epsilon=20.0)
         with cons:
             job = root / "job.toml"
-            job.write_text(job_toml(DemoJob("netfault-output", "output", lam=1e-3), cons.party_names, "adult",
+            job.write_text(job_toml(LocalJob("netfault-output", "output", lam=1e-3), cons.party_names, "adult",
                                     "dealer", "dealer"))
             yield hosts, cons, job
     finally:

@@ -1,14 +1,16 @@
-"""``mpc-erm demo``: private models from real daemons, in one command.
+"""Jobs run end to end on a :class:`~coordinator.consortium.LocalConsortium`, and what they gave.
 
-A :class:`~coordinator.consortium.LocalConsortium` (fresh CA, 3 party daemons each holding a third
-of UCI Adult as shipped in the package, a dealer daemon; real processes, gRPC with mutual TLS on
-loopback) runs one output-perturbation and one gradient-perturbation job submitted by the
-coordinator client. The table compares each private model's test accuracy with the non-private
-model of the same objective trained on the pooled rows (computed here, in the clear, only as the
-reference), with the (ε, δ) each job spent from every party's ledger and its wall time.
+:func:`run_jobs` starts a fresh consortium (CA, party daemons each holding a shard of a data set
+shipped in the package, a dealer daemon unless the sharing is replicated; real processes, gRPC with
+mutual TLS on loopback), submits each :class:`LocalJob` through the coordinator client, fetches
+its result and compares the private model's test accuracy with the non-private model of the same
+objective trained on the pooled rows (computed here, in the clear, only as the reference), beside
+the (ε, δ) of its privacy report, the ε every party's ledger charged and the wall time.
 
-Everything a user would audit lands in ``out``: the job files submitted, each job's result
-directory (model, privacy report, metrics, training curve), ``summary.json``, the daemons' logs.
+``mpc-erm demo`` runs :func:`default_jobs` with it; the end-to-end benchmark
+(``python -m benchmarks e2e``) and tests run it too. Everything a user would audit lands in
+``out``: the job files submitted, each job's result directory (model, privacy report, metrics,
+training curve), ``summary.json``, the daemons' logs.
 """
 
 from __future__ import annotations
@@ -22,16 +24,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from mpc_erm.jobs.status import TERMINAL, JobStatus
+
 from .consortium import LocalConsortium
 
-__all__ = ["DemoJob", "DemoResult", "default_jobs", "job_toml", "nonprivate_accuracy", "run_demo"]
-
-TERMINAL = ("succeeded", "failed", "cancelled")
+__all__ = ["JobResult", "LocalJob", "default_jobs", "job_toml", "nonprivate_accuracy", "run_jobs"]
 
 
 @dataclass(frozen=True)
-class DemoJob:
-    """One job of the demo; the fields are the job file's, so the table can say what ran."""
+class LocalJob:
+    """One job to run; the fields are the job file's, so a summary can say what ran."""
 
     name: str
     method: str  # "output" | "gradient"
@@ -43,15 +45,16 @@ class DemoJob:
     learning_rate: float = 1.0
 
 
-def default_jobs(iterations: int = 50) -> list[DemoJob]:
-    """Settings that give useful accuracy on a third of Adult per party at ε = 1, δ = 1e-5."""
+def default_jobs(iterations: int = 50) -> list[LocalJob]:
+    """The demo's two jobs: settings that give useful accuracy on a third of Adult per party at
+    ε = 1, δ = 1e-5."""
     return [
-        DemoJob("adult-output", "output", lam=1e-3),
-        DemoJob("adult-gradient", "gradient", lam=1e-4, iterations=iterations, learning_rate=20.0),
+        LocalJob("adult-output", "output", lam=1e-3),
+        LocalJob("adult-gradient", "gradient", lam=1e-4, iterations=iterations, learning_rate=20.0),
     ]
 
 
-def job_toml(job: DemoJob, parties: list[str], dataset: str, trust: str, dealer: str | None) -> str:
+def job_toml(job: LocalJob, parties: list[str], dataset: str, trust: str, dealer: str | None) -> str:
     plist = ", ".join(f'"{p}"' for p in parties)
     lines = [f'method = "{job.method}"', "", "[job]", f'name = "{job.name}"', f'dataset = "{dataset}"',
              f"parties = [{plist}]", f'trust = "{trust}"']
@@ -83,7 +86,7 @@ def nonprivate_accuracy(dataset: str, lam: float) -> float:
 
 
 @dataclass
-class DemoResult:
+class JobResult:
     job: str
     method: str
     job_id: str
@@ -102,7 +105,7 @@ class DemoResult:
 Progress = Callable[[str, dict[str, Any]], None]
 
 
-def _run_job(cons: LocalConsortium, job: DemoJob, out: Path, trust: str, on_event: Progress) -> DemoResult:
+def _run_job(cons: LocalConsortium, job: LocalJob, out: Path, trust: str, on_event: Progress) -> JobResult:
     dealer = "dealer" if cons.dealer else None
     path = out / "jobs" / f"{job.name}.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -116,9 +119,10 @@ def _run_job(cons: LocalConsortium, job: DemoJob, out: Path, trust: str, on_even
             if ev["phase"] in TERMINAL or ev["phase"] == "error":
                 ends[ev["member"]] = ev
         wall = time.perf_counter() - tic
-        bad = {m: e for m, e in ends.items() if e["phase"] != "succeeded"}
-        base = DemoResult(job.name, job.method, job_id, "succeeded" if not bad else "failed", None,
-                          nonprivate_accuracy(cons.dataset, job.lam), None, None, None, wall, None)
+        bad = {m: e for m, e in ends.items() if e["phase"] != JobStatus.SUCCEEDED}
+        status = JobStatus.FAILED if bad else JobStatus.SUCCEEDED
+        base = JobResult(job.name, job.method, job_id, status.value, None,
+                         nonprivate_accuracy(cons.dataset, job.lam), None, None, None, wall, None)
         if bad:
             base.reason = "; ".join(f"{m}: {e['phase']} ({e['payload'].get('reason') or e['payload'].get('message')})"
                                     for m, e in bad.items())
@@ -149,7 +153,7 @@ def _ledger_spend(cons: LocalConsortium, job_id: str) -> float | None:
     return got.pop() if len(got) == 1 else None
 
 
-def run_demo(out: Path, *, jobs: list[DemoJob] | None = None, parties: int = 3, trust: str = "dealer",
+def run_jobs(out: Path, *, jobs: list[LocalJob] | None = None, parties: int = 3, trust: str = "dealer",
              dataset: str = "adult", keep_state: bool = False, on_event: Progress | None = None,
              on_status: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Start the consortium, run the jobs one after the other, stop everything; returns the summary
@@ -166,9 +170,9 @@ def run_demo(out: Path, *, jobs: list[DemoJob] | None = None, parties: int = 3, 
         if root.exists():
             shutil.rmtree(root)
     else:
-        tmp = tempfile.mkdtemp(prefix="mpc-erm-demo-")
+        tmp = tempfile.mkdtemp(prefix="mpc-erm-local-")
         root = Path(tmp)
-    results: list[DemoResult] = []
+    results: list[JobResult] = []
     try:
         cons = LocalConsortium(root, parties=parties, dataset=dataset, dealer=trust == "dealer")
         extra = " and a dealer daemon" if cons.dealer else " (replicated sharing: no dealer)"

@@ -2,8 +2,10 @@
 
 A ``[job]`` table (name, dataset id, parties, trust model, dealer, device) plus the training spec
 of :class:`mpc_erm.protocols.spec.JobSpec` at top level (``method``, ``[model]``, ``[privacy]``,
-``[training]``); see ``coordinator/examples/*.toml``. Validation is strict (no string for a number,
-no unknown key) and every problem is one line ``<file>: <dotted.field>: <reason>``.
+``[training]``); see ``coordinator/examples/*.toml``. The text is read by the strict reader of
+:mod:`.toml_reader` (size, UTF-8, syntax, nesting); validation is strict (no string for a number,
+no unknown key) and every problem is one line ``<file>: <dotted.field>: <reason>`` (``(file)``
+for the file as a whole).
 :meth:`JobFile.spec_digest` is what all parties compare before the MPC starts.
 """
 
@@ -15,7 +17,6 @@ import hashlib
 import json
 import os
 import re
-import stat
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
@@ -31,17 +32,28 @@ from pydantic import (
 
 from mpc_erm.mpc.pki import validate_name
 from mpc_erm.protocols.spec import JobSpec
-from parties.config import field_part, parse_toml
-from parties.config import short_repr as _short
+
+from .toml_reader import (
+    MAX_DEPTH,
+    MAX_PROBLEMS,
+    MAX_TOML_BYTES,
+    TomlProblem,
+    dotted,
+    parse_toml,
+    read_toml_file,
+    too_deep,
+)
+from .toml_reader import short_repr as _short
+
+__all__ = ["MAX_JOB_FILE_BYTES", "MAX_PARTIES", "MIN_PARTIES", "Device", "JobFile", "JobFileError", "JobTable", "Trust",
+           "load_job_file", "parse_job_file"]
 
 Trust = Literal["dealer", "replicated"]
 Device = Literal["cpu", "cuda", "auto"]
 MIN_PARTIES, MAX_PARTIES = 2, 16
 #: A job file is a few hundred bytes; anything over this is refused before it is read (the daemon
 #: has the same bound on SubmitJob's job_toml).
-MAX_JOB_FILE_BYTES = 1 << 20
-MAX_DEPTH = 8  # tables/arrays nested deeper than this are no job file (the real ones nest 2 deep)
-MAX_PROBLEMS = 20  # a hostile file with 100k unknown keys gets 20 lines and a count, not 100k lines
+MAX_JOB_FILE_BYTES = MAX_TOML_BYTES
 _SLUG = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?")
 _DATASET = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _FIELD_PREFIX = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*): (.*)", re.S)  # "model.lam: reason" in a ValueError
@@ -55,6 +67,13 @@ class JobFileError(ValueError):
     def __init__(self, problems: Iterable[str]) -> None:
         self.problems = list(problems)
         super().__init__("\n".join(self.problems))
+
+    @classmethod
+    def of(cls, source: str, problem: TomlProblem) -> JobFileError:
+        """The reader's problem as a job file error line: ``(file)`` names the file as a whole."""
+        if problem.field is None:
+            return cls([f"{source}: {problem.reason}"])
+        return cls([f"{source}: {problem.field or '(file)'}: {problem.reason}"])
 
 
 def _identity(name: str) -> str:
@@ -154,6 +173,14 @@ class JobFile(BaseModel):
             problems.append("privacy.mechanism: 'l2_laplace' (the simulator's default) is not sampled inside the MPC; "
                             "set mechanism = \"gaussian\" ((ε, δ)) or \"laplace_thesis\" (pure ε, per-coordinate "
                             "discrete Laplace with Δ₁ = √d·Δ₂)")
+        elif not problems:  # the job's privacy must be plannable as written (the daemons plan it the same way)
+            from mpc_erm.privacy.plan import PlanError
+            from mpc_erm.protocols.common import plan_job
+
+            try:
+                plan_job(self.spec, sampler="mpc", test_no_noise=self.job.test_no_noise)
+            except PlanError as exc:
+                problems.append(str(exc))
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -166,7 +193,7 @@ class JobFile(BaseModel):
         if "job" in raw:
             data["job"] = raw["job"]
         context = {"known_parties": None if known_parties is None else frozenset(known_parties)}
-        deep = _too_deep(raw)
+        deep = too_deep(raw)
         if deep is not None:
             raise JobFileError([f"{source}: {deep}: nested more than {MAX_DEPTH} levels deep"])
         try:
@@ -203,25 +230,11 @@ class JobFile(BaseModel):
 
 def parse_job_file(text: str, source: str = "<job>", known_parties: Iterable[str] | None = None) -> JobFile:
     """Parse and validate job TOML; any problem (size, syntax, nesting, fields) is a :class:`JobFileError`."""
-    size = len(text.encode("utf-8", "surrogatepass"))
-    if size > MAX_JOB_FILE_BYTES:
-        raise JobFileError([f"{source}: (file): {size} bytes, larger than the limit of {MAX_JOB_FILE_BYTES}"])
-    return JobFile.from_toml_dict(parse_toml(text, lambda why: JobFileError([f"{source}: {why}"])),
-                                  source, known_parties)
-
-
-def _too_deep(raw: dict[str, Any]) -> str | None:
-    """The dotted path of the first value nested deeper than MAX_DEPTH, else None (iterative: no recursion)."""
-    stack: list[tuple[Any, tuple[str | int, ...]]] = [(raw, ())]
-    while stack:
-        node, path = stack.pop()
-        if len(path) > MAX_DEPTH:
-            return _dotted(path[:MAX_DEPTH + 1])
-        if isinstance(node, dict):
-            stack += [(v, (*path, k)) for k, v in node.items()]
-        elif isinstance(node, list):
-            stack += [(v, (*path, i)) for i, v in enumerate(node)]
-    return None
+    try:
+        raw = parse_toml(text, max_bytes=MAX_JOB_FILE_BYTES)
+    except TomlProblem as problem:
+        raise JobFileError.of(source, problem) from None
+    return JobFile.from_toml_dict(raw, source, known_parties)
 
 
 def load_job_file(path: str | os.PathLike[str], known_parties: set[str] | None = None) -> JobFile:
@@ -229,36 +242,13 @@ def load_job_file(path: str | os.PathLike[str], known_parties: set[str] | None =
     Only a regular file of at most MAX_JOB_FILE_BYTES is read (not a FIFO or /dev/zero)."""
     source = os.fspath(path)
     try:
-        with open(path, "rb") as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise JobFileError([f"{source}: (file): not a regular file"])
-            if st.st_size > MAX_JOB_FILE_BYTES:
-                raise JobFileError([f"{source}: (file): {st.st_size} bytes, larger than the limit of "
-                                    f"{MAX_JOB_FILE_BYTES}"])
-            data = f.read(MAX_JOB_FILE_BYTES + 1)
-    except OSError as exc:
-        raise JobFileError([f"{source}: cannot read: {exc.strerror or exc}"]) from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise JobFileError([f"{source}: (file): not UTF-8 text (byte {data[exc.start]:#04x} at line {line})"]) from None
-    return parse_job_file(text, source, known_parties)
+        raw = read_toml_file(path, max_bytes=MAX_JOB_FILE_BYTES)
+    except TomlProblem as problem:
+        raise JobFileError.of(source, problem) from None
+    return JobFile.from_toml_dict(raw, source, known_parties)
 
 
 # --------------------------------------------------------------------------- error lines
-
-
-def _dotted(loc: Iterable[str | int]) -> str:
-    out = ""
-    for part in loc:
-        if part == "":  # TOML allows an empty quoted key
-            part = '""'
-        elif isinstance(part, str):  # a hostile key: quoted if not printable, cut if long
-            part = field_part(part)
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
 
 
 def _keys_at(loc: tuple[str | int, ...]) -> list[str]:
@@ -301,13 +291,13 @@ def _explain(err: Any) -> list[str]:
         keys = _keys_at(raw[:-1])
         near = difflib.get_close_matches(str(loc[-1]), keys, n=1)
         hint = f"did you mean {near[0]!r}?" if near else f"expected one of {', '.join(keys)}"
-        return [f"{_dotted(loc)}: unknown key; {hint}"]
+        return [f"{dotted(loc)}: unknown key; {hint}"]
     if err["type"] != "value_error":
-        return [f"{_dotted(loc) or '(file)'}: {_reason(err)}"]
+        return [f"{dotted(loc) or '(file)'}: {_reason(err)}"]
     lines = []
     for line in str(err["ctx"]["error"]).splitlines():
         m = _FIELD_PREFIX.fullmatch(line)  # model-level checks name their field at the start of the message
-        path, reason = (_dotted(loc + tuple(m[1].split("."))), m[2]) if m else (_dotted(loc), line)
+        path, reason = (dotted(loc + tuple(m[1].split("."))), m[2]) if m else (dotted(loc), line)
         lines.append(f"{path or '(file)'}: {reason}")
     return lines
 

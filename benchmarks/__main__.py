@@ -1,7 +1,10 @@
-"""`mpc-erm bench …`: benchmarks of the MPC engine with real party processes on this machine.
+"""``python -m benchmarks aggregate|sampler|e2e``: benchmarks of the MPC engine with real party
+processes on this machine, each writing the JSON the README quotes (``--out FILE``).
 
-Nothing heavy is imported here (the CLI must start without torch); each command imports its
-benchmark module when it runs.
+Benchmarks are a leaf: they use the product (``mpc_erm``, ``parties``, ``coordinator``), the
+product never imports them, so ``mpc-erm`` has no ``bench`` command. Nothing heavy is imported here
+(``--help`` must answer without torch); each command imports its benchmark module when it runs.
+Errors are one line and a non-zero exit, as in ``mpc-erm``.
 """
 
 from __future__ import annotations
@@ -62,12 +65,12 @@ def _common(f: Any) -> Any:
     return f
 
 
-@click.group()
-def bench() -> None:
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def cli() -> None:
     """Benchmarks of the MPC engine (party processes over gRPC + mTLS on this machine)."""
 
 
-@bench.command("aggregate")
+@cli.command("aggregate")
 @click.option("--parties", "-m", type=click.IntRange(2, 64), default=3, show_default=True)
 @click.option("--dim", "-d", type=click.IntRange(min=1), default=122, show_default=True, help="coordinates D")
 @click.option("--rounds", "-r", type=click.IntRange(min=1), default=20, show_default=True,
@@ -120,7 +123,7 @@ def _aggregate_summary(r: dict[str, Any]) -> None:
             click.echo(f"  target {t['target']}: {'met' if t['met'] else 'NOT met'}")
 
 
-@bench.command("sampler")
+@cli.command("sampler")
 @click.option("--mechanism", type=click.Choice(["gaussian", "laplace"]), default="gaussian", show_default=True)
 @click.option("--samples", "-n", type=click.IntRange(min=0), default=100_000, show_default=True,
               help="MPC samples (offline pool); revealed for measurement only")
@@ -169,7 +172,7 @@ def _sampler_summary(r: dict[str, Any]) -> None:
             click.echo(f"  target {t['target']}: {'met' if t['met'] else 'NOT met'}")
 
 
-@bench.command("e2e")
+@cli.command("e2e")
 @click.option("--trust", type=click.Choice(["dealer", "replicated"]), default="dealer", show_default=True)
 @click.option("--iterations", type=click.IntRange(1, 2000), default=50, show_default=True,
               help="T of the gradient job")
@@ -200,3 +203,13 @@ def _e2e_summary(r: dict[str, Any]) -> None:
         click.echo(f"  {k}: {v:.3g}x")
     for t in r["targets"]:
         click.echo(f"  target {t['target']}: {'met' if t['met'] else 'NOT met'}")
+
+
+def main() -> None:
+    from coordinator.cli.errors import run_guarded
+
+    run_guarded(cli)
+
+
+if __name__ == "__main__":
+    main()

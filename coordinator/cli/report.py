@@ -1,0 +1,41 @@
+"""`mpc-erm report verify`: recompute a job's (ε, δ) from its privacy report alone."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.group()
+def report() -> None:
+    """A job's privacy report: what was released, with which guarantee."""
+
+
+@report.command("verify")
+@click.argument("report_path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def verify_cmd(report_path: Path, as_json: bool) -> None:
+    """Recompute ε and δ from REPORT_PATH (a privacy_report.json) with dp_accounting, check the
+    sensitivity against what the report says is public and the noise against the grid it states;
+    exit 1 if any check fails."""
+    from mpc_erm.privacy.report import PrivacyReport
+    from mpc_erm.privacy.verify import verify_report
+
+    try:
+        rep = PrivacyReport.from_json(report_path.read_bytes())
+    except ValueError as exc:
+        raise click.UsageError(f"{report_path}: not a privacy report ({' '.join(str(exc).split())[:300]})") from None
+    v = verify_report(rep)
+    if as_json:
+        click.echo(json.dumps({"ok": v.ok, "epsilon": v.epsilon, "delta": v.delta,
+                               "checks": [c.__dict__ for c in v.checks]}))
+    else:
+        for c in v.checks:
+            click.echo(f"{'ok  ' if c.ok else 'FAIL'}  {c.name:<12} {c.detail}")
+        click.echo(f"{'holds' if v.ok else 'DOES NOT HOLD'}: ({v.epsilon:.6g}, {v.delta:.3g})-DP under "
+                   f"{(rep.plan or {}).get('adjacency', rep.adjacency)} adjacency")
+    if not v.ok:
+        sys.exit(1)

@@ -1,0 +1,40 @@
+"""The states of a job at one member (a party's or the dealer's daemon).
+
+::
+
+    queued ──► running ──► succeeded | failed | cancelled
+       └──────────────────► failed | cancelled
+
+The values are the strings stored in every daemon's job table and sent on the wire (``GetStatus``,
+``Watch`` phases, ``job status --json``): a :class:`JobStatus` *is* that string (``StrEnum``), so
+``JobStatus.QUEUED == "queued"`` and a stored or received string is found in :data:`TERMINAL`.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["LIVE", "TERMINAL", "JobStatus"]
+
+
+class JobStatus(str, enum.Enum):
+    QUEUED = "queued"  # admitted (budget reserved), waiting for a worker slot
+    RUNNING = "running"  # its worker process runs
+    SUCCEEDED = "succeeded"  # the result is in the member's job directory
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    def __str__(self) -> str:  # the stored/wire value, also in f-strings and %-formatting
+        return self.value
+
+    __format__ = str.__format__
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+#: States a job never leaves.
+TERMINAL: frozenset[JobStatus] = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+#: States of a job that has not ended (a daemon that restarts ends them).
+LIVE: frozenset[JobStatus] = frozenset({JobStatus.QUEUED, JobStatus.RUNNING})

@@ -1,0 +1,350 @@
+"""One job's privacy, planned once: :class:`PrivacyPlan`.
+
+A plan is made from the job's spec (and, once the members have agreed on them, the public record
+counts and the model's dimension) and nothing downstream re-derives any of it: the protocol reads
+the weights and the sensitivity, the MPC engine realises the noise (grid, sampler parameters) to
+match the plan's noise multiplier exactly, the ledger reserves and composes the plan's
+:class:`~mpc_erm.privacy.events.DpEvent`, the report states the plan, and ``mpc-erm report
+verify`` recomputes ε from the report's event alone.
+
+**What is public** (docs/privacy.md, "What is public"):
+
+* ``replace`` (one record replaced): the number of records is the same in neighbouring data sets,
+  so every party's exact count n_j is shared with the other members at the job's agreement,
+  published in the report, and the aggregates are normalised by it. Sensitivities: gradient 2C/n
+  (pooled) or 2C/(m·n_min) (thesis weights); output 2G/(nλ) or 2G/(m·n_min·λ), plus the local
+  solvers' certified error.
+* ``add_remove`` (one record added or removed): a count is itself a statistic of the data, so no
+  party's count leaves it. The job names a public normaliser ``privacy.public_n`` (an agreed
+  round figure, not the exact count) and every aggregate is divided by it:
+  gradient  Σ_all clip_C(∇ℓ_i)/n̂, sensitivity C/n̂ (one clipped gradient more or less);
+  output    Σ_j (n_j/n̂)·θ̂_j, each party weighting its own model by its own count, sensitivity
+            3G/(n̂λ) + 2τ: for an addition at party j, (n_j+1)θ̂'_j − n_jθ̂_j =
+            n_j(θ̂'_j − θ̂_j) + θ̂'_j with ‖θ̂'_j − θ̂_j‖ ≤ 2G/((n_j+1)λ) and ‖θ̂'_j‖ ≤ G/λ; a
+            removal is the same with the roles swapped. Each party certifies its solver error
+            ≤ τ·n̂/n_j, so the solvers add at most 2τ. The thesis's weights 1/(m·n_j) need every
+            n_j and are refused under add/remove.
+  A poor n̂ costs accuracy (the step size or the model's scale is off by n/n̂), never privacy.
+
+**Noise.** ``sampler = "mpc"`` (daemons): the discrete Gaussian or discrete Laplace sampled
+inside the MPC on a fixed-point grid. The Gaussian is accounted by RDP (or the zCDP conversion)
+only, because its privacy-loss distribution is not the continuous one's (events module); the
+continuous GDP and PLD accountants are refused for it, naming ``privacy.accountant``. δ is split:
+99 % for the mechanism, :data:`SAMPLER_DELTA_SHARE` for the sampler's distance to the ideal law,
+whose per-release TV budget the event carries and the engine must meet (it refuses before any
+reveal otherwise). ``sampler = "ideal"`` (the in-process simulator): continuous noise, every
+accountant, no sampler term.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from . import _checks
+from .accountants import noise_multiplier_for
+from .events import Composition, DpEvent, GaussianRounds, NonPrivate, PureDp, compose
+
+__all__ = ["SAMPLER_DELTA_SHARE", "PlanError", "PrivacyPlan", "PublicSizes"]
+
+SAMPLER_DELTA_SHARE = 0.01  # of the job's δ, for the in-MPC samplers' total-variation term
+Sampler = Literal["mpc", "ideal"]
+MPC_ACCOUNTANTS = ("rdp", "zcdp")
+
+
+class PlanError(ValueError):
+    """The spec cannot be planned as asked; ``field`` names the job-file field to change."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        self.field = field_name
+        super().__init__(f"{field_name}: {message}")
+
+
+@dataclass(frozen=True)
+class PublicSizes:
+    """What every member may know about the record counts.
+
+    ``counts``: every party's exact n_j (``replace`` only); ``public_n``: the public normaliser n̂
+    (``add_remove`` only)."""
+
+    counts: tuple[int, ...] | None = None
+    public_n: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.counts is None) == (self.public_n is None):
+            raise ValueError("PublicSizes: give exactly one of counts (replace) or public_n (add_remove)")
+        if self.counts is not None and (not self.counts or any(int(c) != c or c < 1 for c in self.counts)):
+            raise ValueError(f"counts: every party needs at least one row, got {list(self.counts)[:5]}")
+        if self.public_n is not None and (isinstance(self.public_n, bool) or int(self.public_n) < 1):
+            raise ValueError(f"public_n must be a positive integer, got {self.public_n!r}")
+
+    @property
+    def n(self) -> int:
+        """The count aggregates are normalised by: Σ n_j (replace) or n̂ (add_remove)."""
+        return sum(self.counts) if self.counts is not None else int(self.public_n)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class PrivacyPlan:
+    """A job's privacy, immutable. Make it with :meth:`make`; bind sizes with :meth:`with_sizes`."""
+
+    method: str  # "output" | "gradient"
+    mechanism: str  # "gaussian" | "laplace" | "l2_laplace" (ideal sampler only) | "none"
+    sampler: Sampler
+    adjacency: str
+    weighting: str
+    accountant: str  # what computes ε from the event: "rdp" | "zcdp" | "gdp" | "pld" | "pure" | "none"
+    epsilon: float  # target ε of the job (the guarantee is ≤ this)
+    delta: float  # total δ of the job, sampler term included
+    rounds: int
+    noise_multiplier: float | None  # Gaussian: σ / Δ₂
+    epsilon_per_release: float | None  # Laplace: ε of each release (Δ₁/b)
+    sampler_tv_per_release: float  # budget the engine must meet (0 for the ideal sampler)
+    clip: float  # gradient: C; output: the loss's Lipschitz constant G on the minimisers' ball
+    lam: float
+    solver_tol: float
+    ls_sigma: float
+    public_n: int | None  # add_remove: the public normaliser n̂
+    sizes: PublicSizes | None = None
+    dim: int | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def make(cls, spec: Any, *, clip: float, sampler: Sampler = "mpc", test_no_noise: bool = False,
+             sizes: PublicSizes | None = None, dim: int | None = None) -> PrivacyPlan:
+        """Plan ``spec`` (a :class:`mpc_erm.protocols.spec.JobSpec`); ``clip`` is C (gradient) or
+        the loss's Lipschitz constant G (output), which the protocol layer knows.
+
+        The event does not depend on ``sizes`` or ``dim`` (the noise multiplier is relative to the
+        sensitivity, the TV budget is per release), so a daemon can reserve it at admission and
+        the worker bind the agreed sizes later; the two plans have the same event."""
+        pv, tr = spec.privacy, spec.training
+        adj, weighting, method = pv.adjacency, tr.weighting, spec.method
+        eps, delta = float(pv.epsilon), float(pv.delta)
+        rounds = tr.iterations if method == "gradient" else 1
+        if adj == "add_remove":
+            if pv.public_n is None:
+                raise PlanError("privacy.public_n", "add/remove adjacency keeps every party's record count "
+                                "private; name the public count the aggregates are divided by")
+            if weighting == "thesis":
+                raise PlanError("training.weighting", "the thesis's weights 1/(m·n_j) publish every party's count, "
+                                "which add/remove adjacency protects; use 'pooled' with privacy.public_n")
+        elif pv.public_n is not None:
+            raise PlanError("privacy.public_n", "only for adjacency = 'add_remove' (under 'replace' the exact "
+                            "counts are public and used)")
+        if method == "output" and tr.ls_sigma != 0:
+            raise PlanError("training.ls_sigma", "Laplacian smoothing applies to gradient rounds; output "
+                            "perturbation releases one noisy model")
+        base = dict(method=method, sampler=sampler, adjacency=adj, weighting=weighting, epsilon=eps, delta=delta,
+                    rounds=rounds, clip=_checks.positive("clip", clip), lam=float(spec.model.lam),
+                    solver_tol=float(tr.solver_tol), ls_sigma=float(tr.ls_sigma), public_n=pv.public_n)
+        if test_no_noise:
+            return cls(mechanism="none", accountant="none", noise_multiplier=None, epsilon_per_release=None,
+                       sampler_tv_per_release=0.0, notes=("TEST-ONLY ZERO-NOISE RUN: NO PRIVACY",),
+                       **base)._bound(sizes, dim)
+        mech = "gaussian" if method == "gradient" else {"gaussian": "gaussian", "laplace_thesis": "laplace",
+                                                         "l2_laplace": "l2_laplace"}[pv.mechanism]
+        if mech == "l2_laplace" and sampler == "mpc":
+            raise PlanError("privacy.mechanism", "'l2_laplace' is not sampled inside the MPC; use 'gaussian' (ε, δ) "
+                            "or 'laplace_thesis' (pure ε per coordinate with Δ₁ = √d·Δ₂)")
+        if mech == "gaussian":
+            acc = pv.accountant or ("rdp" if sampler == "mpc" else "gdp")
+            if sampler == "mpc" and acc not in MPC_ACCOUNTANTS:
+                raise PlanError("privacy.accountant", f"{acc!r} is exact for the continuous Gaussian only; the "
+                                "in-MPC discrete Gaussian is accounted by its Rényi divergence: use 'rdp' or 'zcdp'")
+            if not delta > 0:
+                raise PlanError("privacy.delta", "the Gaussian mechanism needs δ > 0")
+            share = SAMPLER_DELTA_SHARE if sampler == "mpc" else 0.0
+            tv = share * delta / ((1.0 + math.exp(eps)) * rounds)
+            z = noise_multiplier_for(acc, eps, delta * (1.0 - share), rounds, adjacency="add_remove")
+            plan = cls(mechanism=mech, accountant=acc, noise_multiplier=z, epsilon_per_release=None,
+                       sampler_tv_per_release=tv, **base)
+            if acc in ("rdp",) and plan.guarantee().epsilon > eps * (1 + 1e-9):  # pragma: no cover - guard
+                raise PlanError("privacy.epsilon", "the calibrated noise does not meet the target (accountant bug)")
+            return plan._bound(sizes, dim)
+        # pure ε: per-coordinate Laplace (in MPC or ideal), or ℓ2-Laplace (ideal sampler only)
+        if sampler == "mpc" and not delta > 0:
+            raise PlanError("privacy.delta", "the in-MPC discrete Laplace is within a tiny total-variation distance "
+                            "of the ideal one, which costs a δ; set delta > 0 (1e-10 is ample)")
+        tv = (1.0 - 1e-6) * delta / (1.0 + math.exp(eps)) if sampler == "mpc" else 0.0  # δ is the sampler's alone
+        return cls(mechanism=mech, accountant="pure", noise_multiplier=None, epsilon_per_release=eps,
+                   sampler_tv_per_release=tv, **base)._bound(sizes, dim)
+
+    def _bound(self, sizes: PublicSizes | None, dim: int | None) -> PrivacyPlan:
+        if sizes is None and self.adjacency == "add_remove":
+            sizes = PublicSizes(public_n=self.public_n)
+        return self.with_sizes(sizes, dim) if sizes is not None or dim is not None else self
+
+    def with_sizes(self, sizes: PublicSizes | None, dim: int | None) -> PrivacyPlan:
+        """The same plan with the agreed public sizes and the model dimension bound."""
+        if sizes is not None:
+            if self.adjacency == "replace" and sizes.counts is None:
+                raise ValueError("sizes: a replace-one plan normalises by the exact counts (PublicSizes.counts)")
+            if self.adjacency == "add_remove" and (sizes.counts is not None or sizes.public_n != self.public_n):
+                raise ValueError("sizes: an add/remove plan may know only the public normaliser privacy.public_n")
+        if dim is not None:
+            _checks.positive_int("dim", dim)
+        return replace(self, sizes=sizes if sizes is not None else self.sizes, dim=dim if dim is not None else self.dim)
+
+    # ------------------------------------------------------------------ what the consumers read
+
+    @property
+    def event(self) -> DpEvent:
+        """The privacy event of the whole job (all its releases) — what the ledger composes."""
+        if self.mechanism == "none":
+            return NonPrivate(rounds=self.rounds, adjacency=self.adjacency)  # type: ignore[arg-type]
+        if self.mechanism == "gaussian":
+            return GaussianRounds(rounds=self.rounds, adjacency=self.adjacency,  # type: ignore[arg-type]
+                                  sampler_tv=self.sampler_tv_per_release, noise_multiplier=self.noise_multiplier)
+        return PureDp(rounds=self.rounds, adjacency=self.adjacency,  # type: ignore[arg-type]
+                      sampler_tv=self.sampler_tv_per_release, epsilon=self.epsilon_per_release)
+
+    def guarantee(self, rounds: int | None = None) -> Composition:
+        """(ε, δ) after ``rounds`` releases (default: all), by the plan's accountant.
+
+        RDP and pure ε: :func:`~mpc_erm.privacy.events.compose` of the event, the computation the
+        ledger and ``report verify`` use. zCDP, GDP and PLD (the job asked for them; GDP/PLD only
+        for the ideal continuous Gaussian): that accountant, at the mechanism's share of δ."""
+        ev = self.event if rounds is None else self.event.with_rounds(rounds)
+        if self.accountant in ("rdp", "pure", "none") or ev.rounds == 0:
+            return compose([ev], self.delta, self.adjacency)  # type: ignore[arg-type]
+        from .accountants import epsilon_for
+
+        tau = ev.total_tv
+        d_mech = self.delta * (1.0 - SAMPLER_DELTA_SHARE) if self.sampler == "mpc" else self.delta
+        eps = epsilon_for(self.accountant, self.noise_multiplier, ev.rounds, d_mech, adjacency="add_remove")
+        d_s = (1.0 + math.exp(eps)) * tau
+        return Composition(eps, d_mech + d_s, d_s, self.adjacency, self.accountant)  # type: ignore[arg-type]
+
+    def _need_sizes(self) -> PublicSizes:
+        if self.sizes is None:
+            raise ValueError("the plan has no public sizes yet (bind them with with_sizes after the agreement)")
+        return self.sizes
+
+    @property
+    def m(self) -> int | None:
+        s = self.sizes
+        return None if s is None or s.counts is None else len(s.counts)
+
+    def sensitivity_l2(self) -> float:
+        """ℓ2 sensitivity of one release, in real units, under the plan's adjacency (module doc)."""
+        s = self._need_sizes()
+        c, lam = self.clip, self.lam
+        if self.adjacency == "add_remove":
+            n_hat = float(s.n)
+            return c / n_hat if self.method == "gradient" else 3.0 * c / (n_hat * lam) + 2.0 * self.solver_tol
+        counts = s.counts or ()
+        m, n, n_min = len(counts), sum(counts), min(counts)
+        if self.method == "gradient":
+            return 2.0 * c / n if self.weighting == "pooled" else 2.0 * c / (m * n_min)
+        w_max = max(counts) / n if self.weighting == "pooled" else 1.0 / m
+        base = 2.0 * c / (n * lam) if self.weighting == "pooled" else 2.0 * c / (m * n_min * lam)
+        return base + 2.0 * w_max * self.solver_tol
+
+    def sensitivity(self) -> float:
+        """The sensitivity the noise is calibrated to: ℓ2, or ℓ1 = √d·ℓ2 for per-coordinate Laplace."""
+        d2 = self.sensitivity_l2()
+        if self.mechanism != "laplace":
+            return d2
+        if self.dim is None:
+            raise ValueError("the plan has no dimension yet: the ℓ1 sensitivity needs d")
+        return math.sqrt(self.dim) * d2
+
+    def noise_scale(self) -> float:
+        """σ (gaussian), b (laplace) or Δ₂/ε (l2_laplace) in real units, for the ideal sampler; the
+        MPC engine realises the same multiplier on its grid (its sensitivity includes rounding)."""
+        if self.mechanism == "none":
+            return 0.0
+        if self.mechanism == "gaussian":
+            return float(self.noise_multiplier) * self.sensitivity()  # type: ignore[arg-type]
+        return self.sensitivity() / float(self.epsilon_per_release)  # type: ignore[arg-type]
+
+    def weight(self, party: int, own_count: int) -> float:
+        """Public weight of party ``party``'s contribution (the caller's own count ``own_count``
+        enters only under add/remove, where each party scales its own output model locally)."""
+        s = self._need_sizes()
+        if self.adjacency == "add_remove":
+            return 1.0 / s.n if self.method == "gradient" else own_count / s.n
+        counts = s.counts or ()
+        m, n = len(counts), sum(counts)
+        if self.method == "gradient":
+            return 1.0 / n if self.weighting == "pooled" else 1.0 / (m * counts[party])
+        return counts[party] / n if self.weighting == "pooled" else 1.0 / m
+
+    def solver_tol_for(self, own_count: int) -> float:
+        """Certified error each party's local solve must reach (output perturbation)."""
+        if self.adjacency == "add_remove":
+            return self.solver_tol * self._need_sizes().n / max(1, own_count)
+        return self.solver_tol
+
+    def accountant_statement(self) -> str:
+        """The report's ``accountant`` line: which computation gives ε, for which distribution."""
+        what = {"rdp": "RDP (dp_accounting)", "zcdp": "zCDP (Bun–Steinke conversion)", "gdp": "exact GDP",
+                "pld": "PLD (dp_accounting)", "pure": "pure ε, basic composition", "none": "none"}[self.accountant]
+        if self.mechanism == "gaussian" and self.sampler == "mpc":
+            return f"{what} of the discrete Gaussian (CKS 2020 Prop. 5, additive over coordinates)"
+        if self.mechanism == "laplace" and self.sampler == "mpc":
+            return f"{what} of the discrete Laplace (CKS 2020 §4)"
+        return what
+
+    def public_statement(self) -> str:
+        if self.adjacency == "add_remove":
+            return (f"add/remove adjacency: no party's record count leaves it; aggregates are divided by the public "
+                    f"normaliser n̂ = {self.public_n} (privacy.public_n)")
+        counts = self.sizes.counts if self.sizes is not None else None
+        return ("replace-one adjacency: the record counts are equal in neighbouring data sets; every party's exact "
+                f"count is shared with the members and published{'' if counts is None else f' ({list(counts)})'}")
+
+    def report(self, *, noise_scale: float, realisation: dict[str, Any] | None, trust_model: str, parties: int,
+               parameters: dict[str, Any] | None = None, notes: tuple[str, ...] = ()) -> Any:
+        """The job's :class:`~mpc_erm.privacy.report.PrivacyReport`, from this (bound) plan and the
+        engine's realisation of its noise (``noise_scale`` in real units) — nothing else."""
+        from .report import PrivacyReport
+
+        counts = self.sizes.counts if self.sizes is not None else None
+        common: dict[str, Any] = dict(
+            adjacency=self.adjacency, trust_model=trust_model, parties=parties,
+            n=sum(counts) if counts is not None else None, rounds=self.rounds, plan=self.describe(),
+            realisation=realisation, parameters=parameters or {})
+        if self.mechanism == "none":
+            return PrivacyReport(mechanism="none", noise_scale=0.0, norm="l2", accountant="none", epsilon=math.inf,
+                                 delta=1.0, notes=(*self.notes, *notes), **common)
+        g = self.guarantee()
+        l1 = self.mechanism == "laplace"
+        return PrivacyReport(
+            mechanism=self.mechanism, noise_scale=noise_scale, norm="l1" if l1 else "l2",
+            sensitivity_l2=self.sensitivity_l2(), sensitivity_l1=self.sensitivity() if l1 else None,
+            accountant=self.accountant_statement(), epsilon=g.epsilon, delta=g.delta - g.delta_sampler,
+            delta_sampler=g.delta_sampler,
+            notes=(f"the event {self.event.to_json()} is what the ledger composes", self.public_statement(), *notes),
+            **common,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """Everything needed to recompute the guarantee, for the report's ``plan`` section."""
+        out: dict[str, Any] = {
+            "method": self.method, "mechanism": self.mechanism, "sampler": self.sampler, "adjacency": self.adjacency,
+            "weighting": self.weighting, "accountant": self.accountant, "target_epsilon": self.epsilon,
+            "target_delta": self.delta, "rounds": self.rounds, "noise_multiplier": self.noise_multiplier,
+            "epsilon_per_release": self.epsilon_per_release, "sampler_tv_per_release": self.sampler_tv_per_release,
+            "sampler_delta_share": SAMPLER_DELTA_SHARE if self.sampler == "mpc" else 0.0,
+            "clip" if self.method == "gradient" else "lipschitz_G": self.clip, "lam": self.lam,
+            "solver_tol": self.solver_tol, "ls_sigma": self.ls_sigma, "public_n": self.public_n,
+            "public_counts": None if self.sizes is None or self.sizes.counts is None else list(self.sizes.counts),
+            "what_is_public": self.public_statement(), "dim": self.dim, "event": self.event.as_dict(),
+        }
+        if self.sizes is not None:
+            out["sensitivity_l2"] = self.sensitivity_l2()
+            if self.dim is not None or self.mechanism != "laplace":
+                out["sensitivity"] = self.sensitivity()
+        return out
+
+
+def public_sizes_for(adjacency: str, counts: Sequence[int] | None, public_n: int | None) -> PublicSizes:
+    """The :class:`PublicSizes` of a job: the agreed counts (replace) or n̂ (add_remove)."""
+    return PublicSizes(counts=tuple(int(c) for c in counts)) if adjacency == "replace" else PublicSizes(
+        public_n=public_n)
