@@ -5,7 +5,8 @@ shipped in the package, a dealer daemon unless the sharing is replicated; real p
 mutual TLS on loopback), submits each :class:`LocalJob` through the coordinator client, fetches
 its result and compares the private model's test accuracy with the non-private model of the same
 objective trained on the pooled rows (computed here, in the clear, only as the reference), beside
-the (ε, δ) of its privacy report, the ε every party's ledger charged and the wall time.
+the (ε, δ) of its privacy report, the data set's ε spent in every party's ledger after it, and the
+wall time.
 
 ``mpc-erm demo`` runs :func:`default_jobs` with it; the end-to-end benchmark
 (``python -m benchmarks e2e``) and tests run it too. Everything a user would audit lands in
@@ -142,14 +143,15 @@ def _run_job(cons: LocalConsortium, job: LocalJob, out: Path, trust: str, on_eve
 
 
 def _ledger_spend(cons: LocalConsortium, job_id: str) -> float | None:
-    """The ε every party's ledger charged for the job (they must agree; None if any differs)."""
+    """The data set's ε spent after the job, as every party's ledger composes its jobs at the data
+    set's lifetime δ (they must agree; None if any differs or the job was not charged)."""
     from parties.ledger import Ledger
 
     got = set()
     for name in cons.party_names:
         with Ledger(cons.root / name / "state" / "ledger.sqlite3") as led:
             row = led.get(job_id)
-            got.add(None if row is None or row.state != "committed" else round(row.epsilon, 12))
+            got.add(None if row is None or row.state != "committed" else round(led.spent(row.dataset), 9))
     return got.pop() if len(got) == 1 else None
 
 

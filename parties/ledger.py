@@ -206,9 +206,13 @@ class Ledger(SqliteStore):
     def __init__(self, path: str | Path, budgets: Mapping[str, tuple[Any, ...]] | None = None,
                  *, timeout: float = 30.0) -> None:
         super().__init__(path, _SCHEMA, timeout=timeout)
-        self._migrate()
-        for ds, total in (budgets or {}).items():
-            self.set_budget(ds, *total)
+        try:
+            self._migrate()
+            for ds, total in (budgets or {}).items():
+                self.set_budget(ds, *total)
+        except BaseException:
+            self.close()
+            raise
 
     def _migrate(self) -> None:
         with self._tx() as c:
@@ -232,6 +236,19 @@ class Ledger(SqliteStore):
         if adjacency not in ADJACENCIES:
             raise ValueError(f"adjacency must be one of {ADJACENCIES}, got {adjacency!r}")
         with self._tx() as c:
+            if adjacency == "add_remove":
+                # a replace-one charge has no add/remove bound: refuse, or every later composition of
+                # the data set (show, spent, reserve) would raise
+                stuck = []
+                for ev, _ in self._live(c, dataset):
+                    try:
+                        ev.under("add_remove")
+                    except AdjacencyError:
+                        stuck.append(ev)
+                if stuck:
+                    raise AdjacencyMismatch(f"dataset {dataset!r}: its budget cannot be stated under 'add_remove' "
+                                            f"adjacency: {len(stuck)} live job(s) on it were charged under 'replace', "
+                                            "which has no add/remove guarantee; keep adjacency = 'replace' for it")
             c.execute("INSERT INTO budgets (dataset, epsilon, delta, updated_at, adjacency) VALUES (?, ?, ?, ?, ?) "
                       "ON CONFLICT (dataset) DO UPDATE SET epsilon = excluded.epsilon, delta = excluded.delta, "
                       "updated_at = excluded.updated_at, adjacency = excluded.adjacency",
@@ -406,7 +423,9 @@ class Ledger(SqliteStore):
     def _split(live: list[tuple[DpEvent, str]], delta_total: float, adjacency: str) -> tuple[float, float, str]:
         spent = compose([e for e, st in live if st != "reserved"], delta_total, adjacency).epsilon  # type: ignore[arg-type]
         both = compose([e for e, _ in live], delta_total, adjacency)  # type: ignore[arg-type]
-        return spent, both.epsilon - spent if math.isfinite(both.epsilon) else math.inf, both.route
+        if not math.isfinite(both.epsilon):  # infinite reserved only if the reservations made it so
+            return spent, 0.0 if not math.isfinite(spent) else math.inf, both.route
+        return spent, both.epsilon - spent, both.route
 
     @staticmethod
     def _live(c: sqlite3.Connection, dataset: str) -> list[tuple[DpEvent, str]]:

@@ -100,7 +100,7 @@ def demo(out: Path, parties: int, trust: str, iterations: int, keep_state: bool,
         click.echo(json.dumps(summary, indent=2, default=str))
     else:
         t = Table(title=f"Private logistic regression on UCI Adult, {parties} parties ({trust}), real daemons")
-        for col in ("job", "test acc.", "non-private", "ε", "δ", "ledger ε", "time", "status"):
+        for col in ("job", "test acc.", "non-private", "ε", "δ", "data set ε spent", "time", "status"):
             t.add_column(col, justify="left" if col in ("job", "status") else "right")
         for j in summary["jobs"]:
             t.add_row(j["job"], _fmt(j["accuracy"], ".4f"), _fmt(j["nonprivate_accuracy"], ".4f"),

@@ -32,7 +32,8 @@ only, because its privacy-loss distribution is not the continuous one's (events 
 continuous GDP and PLD accountants are refused for it, naming ``privacy.accountant``. δ is split:
 99 % for the mechanism, :data:`SAMPLER_DELTA_SHARE` for the sampler's distance to the ideal law,
 whose per-release TV budget the event carries and the engine must meet (it refuses before any
-reveal otherwise). ``sampler = "ideal"`` (the in-process simulator): continuous noise, every
+reveal otherwise). A pure-ε (discrete Laplace) job's δ is its sampler's alone: the same share of
+the job's δ, so its report states (ε, δ/100). ``sampler = "ideal"`` (the in-process simulator): continuous noise, every
 accountant, no sampler term.
 """
 
@@ -170,7 +171,9 @@ class PrivacyPlan:
         if sampler == "mpc" and not delta > 0:
             raise PlanError("privacy.delta", "the in-MPC discrete Laplace is within a tiny total-variation distance "
                             "of the ideal one, which costs a δ; set delta > 0 (1e-10 is ample)")
-        tv = (1.0 - 1e-6) * delta / (1.0 + math.exp(eps)) if sampler == "mpc" else 0.0  # δ is the sampler's alone
+        # the sampler's share of δ, as for the Gaussian: a budget far above what it needs (≈ d·5e-16 per
+        # release) and small enough that a data set's composition is not charged a whole job's δ
+        tv = SAMPLER_DELTA_SHARE * delta / (1.0 + math.exp(eps)) if sampler == "mpc" else 0.0
         return cls(mechanism=mech, accountant="pure", noise_multiplier=None, epsilon_per_release=eps,
                    sampler_tv_per_release=tv, **base)._bound(sizes, dim)
 

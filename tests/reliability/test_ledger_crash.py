@@ -13,8 +13,9 @@ Checked every time:
 
 * durability: every acknowledged reservation, reveal, commit and release is there, in that state
   or a later one; a refused reservation left nothing;
-* no budget is exceeded: ε of the live jobs (basic composition, an upper bound of what the ledger
-  charges) ≤ total·(1 + SLACK) per dataset, and ``show()`` agrees;
+* no budget is exceeded: ε of the live jobs (basic composition: these jobs carry no privacy event, so
+  each is an (ε, δ) release and basic composition is exactly what the ledger charges)
+  ≤ total·(1 + SLACK) per dataset, and ``show()`` agrees;
 * after recovery no unrevealed reservation is left open (nothing leaked), revealed ones are kept
   (nothing given back that was spent), and a second recovery changes nothing.
 
@@ -213,3 +214,43 @@ def test_a_writer_killed_inside_a_transaction_loses_only_that_transaction(tmp_pa
         assert led.get("ghost") is None and led.get("after").state == "reserved"
     p.join(10)
     assert p.exitcode == -signal.SIGKILL
+
+
+def _die_between_the_reveal_and_its_round_count(path: str) -> None:
+    """Reserve a 2,000-round job, then die inside mark_revealed(rounds=235): after the transaction that
+    marks it revealed, before the one that records how many rounds."""
+    from mpc_erm.privacy.events import GaussianRounds
+
+    led = Ledger(path, timeout=60)
+    ev = GaussianRounds(rounds=2000, adjacency="replace", sampler_tv=0.0, noise_multiplier=96.0)
+    led.reserve("long", "adult", 1.0, 1e-6, "d", ev)
+    move = led._move
+
+    def move_then_die(*args, **kw):
+        r = move(*args, **kw)
+        os.kill(os.getpid(), signal.SIGKILL)
+        return r  # pragma: no cover
+
+    led._move = move_then_die  # type: ignore[method-assign]
+    led.mark_revealed("long", ev, rounds=235)
+
+
+def test_a_crash_inside_mark_revealed_counts_every_round(tmp_path: Path) -> None:
+    """The reveal is recorded before its round count, so a crash between the two leaves the count
+    unknown, which the ledger reads as every planned round: it errs towards counting, never less."""
+    from tests.parties.dp_reference import rdp_epsilon
+
+    path = tmp_path / LEDGER_FILE
+    Ledger(path, {"adult": (3.0, 1e-5)}).close()
+    p = mp.get_context("fork").Process(target=_die_between_the_reveal_and_its_round_count, args=(str(path),))
+    p.start()
+    p.join(60)
+    assert p.exitcode == -signal.SIGKILL
+    with Ledger(path) as led:
+        r = led.get("long")
+        assert (r.state, r.revealed_rounds) == ("revealed", None)
+        assert led.recover() == ([], [r])  # revealed: kept as spent
+        led.commit("long")  # the daemon ends it after the restart
+        full = rdp_epsilon([("gaussian", 96.0, 2000)], 1e-5)
+        assert led.spent("adult") == pytest.approx(full, rel=1e-9)
+        assert full > rdp_epsilon([("gaussian", 96.0, 235)], 1e-5)
