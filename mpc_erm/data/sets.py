@@ -1,4 +1,21 @@
-"""The real benchmark data sets shipped in shared/data, preprocessed as in the thesis.
+"""The real benchmark data sets, preprocessed as in the thesis.
+
+Where they come from: the original public distribution files, byte-identical or merely gzipped,
+laid out under a data root as follows.
+
+- ``adult/adult.data.gz``, ``adult/adult.test.gz``: UCI Adult (Becker & Kohavi 1996); also
+  bundled with the package (``bundled/``, see its README).
+- ``kddcup99/kddcup.data_10_percent.gz``: KDD Cup 1999, the 10 % training file (UCI KDD Archive;
+  Stolfo et al. 1999).
+- ``mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz``: MNIST, the four original IDX files
+  (LeCun, Cortes, Burges).
+- ``communities_crime/CommViolPredUnnormalizedData.txt.gz``: UCI Communities and Crime
+  Unnormalized (Redmond 2011), the regression set used in place of the thesis's KDD Cup 98, of
+  which no public copy could be obtained.
+- ``california_housing/cal_housing.csv.gz``: California housing (Pace & Barry 1997, StatLib), with
+  a header row naming the nine columns.
+
+Any folder with this layout works; the loaders need nothing else from it.
 
 Each ``load_*`` returns ``(train, test)`` Datasets whose rows lie in the unit ball.  The
 preprocessing constants (categories, numeric bounds, largest row norm) are fitted on the
@@ -7,9 +24,9 @@ so train and test columns always align.  On these public benchmarks that reprodu
 al. (2011); see ``preprocess`` for why a real deployment must agree such constants publicly.
 
 Data root: the ``root`` argument, else the ``MPC_ERM_DATA`` environment variable, else
-``<repo>/../shared/data``.  Parsed KDD Cup 99 samples are cached under ``MPC_ERM_CACHE`` (default
-``$XDG_CACHE_HOME/mpc_erm`` or ``~/.cache/mpc_erm``) keyed by the file's sha256 and the sampling
-parameters.
+``<repo>/../shared/data`` (the folder a development checkout keeps beside the repository).
+Parsed KDD Cup 99 samples are cached under ``MPC_ERM_CACHE`` (default ``$XDG_CACHE_HOME/mpc_erm``
+or ``~/.cache/mpc_erm``) keyed by the file's sha256 and the sampling parameters.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """mpc_erm.privacy: sensitivities, noise calibration, accountants, samplers and reports.
 
 Everything numeric a privacy claim rests on lives here (docs/privacy.md); each module cites the
-paper/notes section its formula comes from, and ``tests/privacy`` checks each one against an
-independent computation or a published number.
+paper section its formula comes from (recorded in docs/papers.md), and ``tests/privacy`` checks
+each one against an independent computation or a published number.
 
 - :mod:`.sensitivity`  ℓ2/ℓ1 sensitivities of the aggregated model and gradient
 - :mod:`.gaussian`     classic and analytic Gaussian / GDP (exact T-round composition)
@@ -16,70 +16,87 @@ independent computation or a published number.
 - :mod:`.report`       :class:`PrivacyReport` (JSON)
 """
 
-from .accountants import (
-    ACCOUNTANTS,
-    delta_for,
-    epsilon_for,
-    gaussian_rounds_event,
-    noise_multiplier_for,
-)
-from .calibration import (
-    Calibration,
-    calibrate_gradient_perturbation,
-    calibrate_output_perturbation,
-    no_noise_calibration,
-)
-from .contraction import (
-    ContractionBound,
-    contraction_factor,
-    feldman_balle_delta,
-    feldman_balle_epsilon,
-    feldman_balle_kappa,
-    log_theta_gamma,
-    pnsgd_best_delta,
-    pnsgd_epsilon,
-    pnsgd_gaussian_delta,
-    pnsgd_gaussian_log_delta,
-    pnsgd_laplace_delta,
-    pnsgd_random_stop_delta,
-    theta_gamma,
-)
-from .gaussian import (
-    analytic_gaussian_sigma,
-    classic_gaussian_sigma,
-    gaussian_delta_for_rounds,
-    gaussian_epsilon_for_rounds,
-    gaussian_sigma_for_rounds,
-    gdp_delta,
-    gdp_epsilon,
-    gdp_log_delta,
-    gdp_mu,
-)
-from .laplace import (
-    l2_laplace_coordinate_std,
-    l2_laplace_epsilon,
-    l2_laplace_norm_mean,
-    l2_laplace_norm_second_moment,
-    l2_laplace_scale,
-    laplace_coordinate_std,
-    laplace_hockey_stick,
-    laplace_scale,
-    per_coordinate_laplace_epsilon,
-)
-from .noise import MECHANISMS, sample_gamma, sample_noise
-from .report import SIMULATION_TRUST_MODEL, PrivacyReport
-from .sensitivity import gradient_sensitivity, l1_from_l2, output_perturbation_sensitivity
-from .thesis import TABLE_6_1_METHODS, table_6_1_scales, thesis_output_scale
-from .zcdp import (
-    thesis_grad_sigma,
-    thesis_table_6_1_grad_scale,
-    zcdp_compose,
-    zcdp_epsilon,
-    zcdp_epsilon_for_rounds,
-    zcdp_rho_for,
-    zcdp_rho_gaussian,
-    zcdp_sigma,
-)
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Names are loaded on first use (PEP 562): the ledger and the CLI import the light modules
+# (events, plan) without pulling in torch through the plaintext samplers.
+_WHERE = {
+    "ACCOUNTANTS": "accountants",
+    "Calibration": "calibration",
+    "ContractionBound": "contraction",
+    "MECHANISMS": "noise",
+    "PrivacyReport": "report",
+    "SIMULATION_TRUST_MODEL": "report",
+    "TABLE_6_1_METHODS": "thesis",
+    "analytic_gaussian_sigma": "gaussian",
+    "calibrate_gradient_perturbation": "calibration",
+    "calibrate_output_perturbation": "calibration",
+    "classic_gaussian_sigma": "gaussian",
+    "contraction_factor": "contraction",
+    "delta_for": "accountants",
+    "epsilon_for": "accountants",
+    "feldman_balle_delta": "contraction",
+    "feldman_balle_epsilon": "contraction",
+    "feldman_balle_kappa": "contraction",
+    "gaussian_delta_for_rounds": "gaussian",
+    "gaussian_epsilon_for_rounds": "gaussian",
+    "gaussian_rounds_event": "accountants",
+    "gaussian_sigma_for_rounds": "gaussian",
+    "gdp_delta": "gaussian",
+    "gdp_epsilon": "gaussian",
+    "gdp_log_delta": "gaussian",
+    "gdp_mu": "gaussian",
+    "gradient_sensitivity": "sensitivity",
+    "l1_from_l2": "sensitivity",
+    "l2_laplace_coordinate_std": "laplace",
+    "l2_laplace_epsilon": "laplace",
+    "l2_laplace_norm_mean": "laplace",
+    "l2_laplace_norm_second_moment": "laplace",
+    "l2_laplace_scale": "laplace",
+    "laplace_coordinate_std": "laplace",
+    "laplace_hockey_stick": "laplace",
+    "laplace_scale": "laplace",
+    "log_theta_gamma": "contraction",
+    "no_noise_calibration": "calibration",
+    "noise_multiplier_for": "accountants",
+    "output_perturbation_sensitivity": "sensitivity",
+    "per_coordinate_laplace_epsilon": "laplace",
+    "pnsgd_best_delta": "contraction",
+    "pnsgd_epsilon": "contraction",
+    "pnsgd_gaussian_delta": "contraction",
+    "pnsgd_gaussian_log_delta": "contraction",
+    "pnsgd_laplace_delta": "contraction",
+    "pnsgd_random_stop_delta": "contraction",
+    "sample_gamma": "noise",
+    "sample_noise": "noise",
+    "table_6_1_scales": "thesis",
+    "thesis_grad_sigma": "zcdp",
+    "thesis_output_scale": "thesis",
+    "thesis_table_6_1_grad_scale": "zcdp",
+    "theta_gamma": "contraction",
+    "zcdp_compose": "zcdp",
+    "zcdp_epsilon": "zcdp",
+    "zcdp_epsilon_for_rounds": "zcdp",
+    "zcdp_rho_for": "zcdp",
+    "zcdp_rho_gaussian": "zcdp",
+    "zcdp_sigma": "zcdp",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])
+
 
 __all__ = [
     "ACCOUNTANTS",

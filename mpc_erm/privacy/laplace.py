@@ -91,7 +91,7 @@ def l2_laplace_coordinate_std(dim: int, scale: float) -> float:
 
 def laplace_hockey_stick(epsilon: float, shift: float, scale: float) -> float:
     """E_{e^ε}(Lap(m₁, v) ‖ Lap(m₂, v)) = [1 − exp(ε/2 − |m₁ − m₂|/(2v))]₊ in one dimension
-    (paper 004, Lemma 1, notes §004.3; also the δ(ε) curve of the 1-D Laplace mechanism)."""
+    (paper 004, Lemma 1, docs/papers.md §004.3; also the δ(ε) curve of the 1-D Laplace mechanism)."""
     eps = _checks.nonnegative("epsilon", epsilon)
     sh = _checks.nonnegative("shift", shift)
     v = _checks.positive("scale", scale)

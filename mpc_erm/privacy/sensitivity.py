@@ -110,7 +110,7 @@ def gradient_sensitivity(
 
 def l1_from_l2(delta2: float, dim: int) -> float:
     """ℓ1-sensitivity implied by an ℓ2 bound in d dimensions: Δ₁ = √d·Δ₂ (Cauchy–Schwarz; tight
-    for a difference along (1,…,1)/√d). Per-coordinate Laplace needs Δ₁ (notes thesis §6)."""
+    for a difference along (1,…,1)/√d). Per-coordinate Laplace needs Δ₁ (docs/papers.md §T6)."""
     d2 = _checks.positive("delta2", delta2)
     d = _checks.positive_int("dim", dim)
     return math.sqrt(d) * d2
