@@ -41,6 +41,7 @@ from .communicator import GrpcCommunicator, init_crypten, uninit_crypten
 from .crypten_compat import import_crypten
 from .pki import Identity
 from .transport import PartyTable, TransportOptions, TransportServer, codec
+from .transport.deadline import seconds
 from .transport.errors import PeerUnavailable, TransportClosed, TransportError, TransportTimeout
 
 crypten = import_crypten()
@@ -328,19 +329,39 @@ class DealerServer(TTPServer):
 
     def _next_request(self) -> Any:
         """Wait for party 0's next request: no deadline while party 0 is alive (jobs idle), unless
-        ``idle_timeout_s``; a vanished party 0 ends the loop (PeerUnavailable)."""
+        ``idle_timeout_s``; a vanished party 0 ends the loop (PeerUnavailable).
+
+        The wait is a loop of receives of at most ``deadline_s`` (30 s at most) each, so that each
+        one re-checks that party 0 is alive; the timeout it ends with states the whole wait (all
+        the loop's receives) and the idle limit, not the last receive's share of it."""
         ep = self.comm.endpoint
         ticket = ep.expect(0, OP_REQUEST, OBJECT)
+        idle = self.idle_timeout_s
         started = time.monotonic()
+        end = None if idle is None else started + idle
         while True:
+            deadline = ep.deadline(min(ep.options.deadline_s, 30.0))
             try:
-                msg = ep.collect(ticket, ep.deadline(min(ep.options.deadline_s, 30.0)))
+                msg = ep.collect(ticket, deadline if end is None else min(deadline, end))
                 break
-            except TransportTimeout:
-                if self.idle_timeout_s is not None and time.monotonic() - started > self.idle_timeout_s:
-                    raise
+            except TransportTimeout as exc:
+                now = time.monotonic()
+                if end is not None and now >= end:
+                    raise TransportTimeout(
+                        f"job {self.comm.table.job_id}: {OP_REQUEST}: no request from {ep.describe(0)} for "
+                        f"{now - started:.1f} s (limit {self._idle_limit()})", waited_s=now - started, limit_s=idle
+                    ) from exc
         self._last_request_bytes = len(msg.data)
         return codec.decode_object(msg.data)
+
+    def _idle_limit(self) -> str:
+        """The idle limit as text, e.g. "100 s: idle_timeout_s = 5 × deadline_s" (the factor when whole)."""
+        idle, per_call = self.idle_timeout_s or 0.0, self.comm.endpoint.options.deadline_s
+        text = f"{seconds(idle)} s: idle_timeout_s"
+        factor = idle / per_call
+        if factor >= 2 and abs(factor - round(factor)) < 1e-9:
+            text += f" = {round(factor)} × deadline_s"
+        return text
 
     def _serve_one(self, message: Any) -> torch.Tensor:
         message = decode_request(message)

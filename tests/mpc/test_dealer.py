@@ -12,6 +12,7 @@ triple provider (a provider that refuses everything is selected), comparisons do
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from typing import Any
@@ -201,6 +202,46 @@ def test_requests_carry_sizes_and_names_only() -> None:
     for bad in ('{"function":"additive"}', '[1]', '{"function":"a","device":"tpu","args":[],"kwargs":{"kw":{}}}'):
         with pytest.raises(DealerError):
             decode_request(bad)
+
+
+def test_an_idle_dealer_states_the_whole_wait_and_its_limit() -> None:
+    """Issue 14 item 7: the dealer waits for party 0 in receives of ``deadline_s`` each, up to
+    ``idle_timeout_s`` in all; its reason said "did not arrive within 20.0 s" (the last receive)
+    after ≈100 s. Here deadline_s = 0.5 s, idle_timeout_s = 2 s, party 0 alive but silent: the
+    reason must state the ≈2 s actually waited and the limit. In-process, ≈3 s."""
+    from mpc_erm.mpc import pki
+    from mpc_erm.mpc.communicator import GrpcCommunicator
+    from mpc_erm.mpc.dealer import OP_REQUEST, DealerServer
+    from mpc_erm.mpc.transport import Endpoint, PartyTable, TransportOptions, TransportServer
+
+    ca = pki.create_ca("idle dealer CA")
+    ids = {n: pki.issue_identity(ca, n, "party") for n in ("alice", "bob")}
+    ids["dealer"] = pki.issue_identity(ca, "dealer", "dealer")
+    servers = {n: TransportServer(i, "127.0.0.1:0") for n, i in ids.items()}
+    ports = {n: s.start() for n, s in servers.items()}
+    table = PartyTable.from_pairs("idle-dealer", [(n, f"127.0.0.1:{ports[n]}") for n in ("alice", "bob")],
+                                  dealer=("dealer", f"127.0.0.1:{ports['dealer']}"))
+    opts = TransportOptions(deadline_s=0.5, connect_timeout_s=10.0)
+    eps = [Endpoint(table, r, ids[m.name], server=servers[m.name], options=opts) for r, m in enumerate(table.members)]
+    try:
+        for ep in eps:
+            ep.connect()
+        dealer = DealerServer(GrpcCommunicator(eps[2]), idle_timeout_s=2.0)  # seeds sent to alice and bob
+        tic = time.monotonic()
+        rep = dealer.serve()
+        spent = time.monotonic() - tic
+    finally:
+        for ep in eps:
+            ep.close()
+        for server in servers.values():
+            server.stop(0)
+    reason = rep.ended_by
+    print(f"\nidle dealer after {spent:.2f} s: {reason}")
+    assert reason.startswith("TransportTimeout: ") and OP_REQUEST in reason and "party 0 'alice'" in reason, reason
+    stated = float(re.findall(r"(\d+\.\d+) s\b", reason)[0])  # the first "<n.n> s" is the time waited
+    assert 2.0 <= spent < 3.5, spent
+    assert abs(stated - spent) <= 0.25, (stated, spent, reason)
+    assert "(limit 2 s: idle_timeout_s = 4 × deadline_s)" in reason, reason
 
 
 def test_dealer_versus_tfp_cost(dealer_job: dict[int, dict[str, Any]]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import re
 import signal
 import threading
 import time
@@ -241,6 +242,41 @@ def test_recv_without_sender_times_out_naming_peer_and_operation(job: list[Endpo
     assert 1.0 <= elapsed < 3.0
     msg = str(err.value)
     assert "party 2 'carol'" in msg and "broadcast" in msg and bob.job_id in msg
+
+
+def test_a_timeout_states_the_whole_time_waited_and_its_limit(cluster: Cluster, job: list[Endpoint]) -> None:
+    """Issue 14 item 7: one deadline often spans several receives (a collective gathers from every
+    peer against one deadline). The timeout's number is the time waited since that deadline was
+    set, not the last receive's share of it ("did not arrive within 0.2 s" after 1.5 s)."""
+    alice, bob, _ = job
+    tic = time.monotonic()
+    deadline = bob.deadline(1.5)
+    late = threading.Timer(1.3, alice.send, args=(1, "gather", torch.ones(1)),
+                           kwargs={"kind": TENSOR, "deadline": alice.deadline()})
+    late.start()
+    try:
+        assert bob.recv_tensor(0, "gather", deadline).item() == 1.0  # alice answers after ≈1.3 s
+        with pytest.raises(TransportTimeout) as err:
+            bob.recv_tensor(2, "gather", deadline)  # carol never does: ≈0.2 s more, then the deadline
+        spent = time.monotonic() - tic
+    finally:
+        late.join()
+    msg = str(err.value)
+    stated = float(re.findall(r"(\d+\.\d+) s\b", msg)[0])  # the first "<n.n> s" is the time waited
+    assert abs(stated - spent) <= 0.25 and 1.5 <= spent < 2.5, (stated, spent, msg)
+    assert "party 2 'carol'" in msg and "(limit 1.5 s)" in msg, msg
+    assert err.value.limit_s == pytest.approx(1.5) and abs((err.value.waited_s or 0) - spent) <= 0.25
+    # The default deadline names its setting; connect() states how long it tried, and its limit.
+    assert bob.deadline().source == "deadline_s"
+    table = PartyTable.from_pairs("nobody-home", [("alice", f"127.0.0.1:{cluster.ports['alice']}"),
+                                                  ("bob", "127.0.0.1:1")])
+    lonely = Endpoint(table, 0, cluster.ids["alice"], server=cluster.servers["alice"],
+                      options=TransportOptions(connect_timeout_s=1.0))
+    try:
+        with pytest.raises(PeerUnavailable, match=r"tried for 1\.\d s \(limit 1 s: connect_timeout_s\)"):
+            lonely.connect()
+    finally:
+        lonely.close()
 
 
 def test_a_message_from_another_operation_is_a_desync_not_data(job: list[Endpoint]) -> None:

@@ -13,6 +13,7 @@ from .._proto import transport_pb2 as pb
 from .._proto import transport_pb2_grpc as pb_grpc
 from ..pki import Identity
 from .chunking import grpc_message_options, iter_chunks
+from .deadline import waited
 from .errors import PeerRejected, PeerUnavailable, TransportError, TransportTimeout
 from .table import PartyTable
 
@@ -56,12 +57,19 @@ class PeerClient:
         )
         self.stub = pb_grpc.ShareTransportStub(self.channel)
 
-    def _error(self, err: grpc.RpcError, op: str, what: str) -> TransportError:
+    def _error(
+        self, err: grpc.RpcError, op: str, what: str, *, deadline: float | None = None, since: float | None = None
+    ) -> TransportError:
+        """The transport error for a failed call; ``deadline`` and ``since`` (when the wait began)
+        let a timeout state the time waited and its limit."""
         code = err.code()
         detail = err.details() or ""
         where = f"job {self.table.job_id}: {op}: {what} {self.label}"
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            return TransportTimeout(f"{where} did not complete before the deadline")
+            if deadline is None or since is None:
+                return TransportTimeout(f"{where} did not complete before the deadline")
+            spent, limit, text = waited(deadline, since)
+            return TransportTimeout(f"{where} did not complete: waited {text}", waited_s=spent, limit_s=limit)
         if code == grpc.StatusCode.UNAVAILABLE:
             return PeerUnavailable(f"{where} failed: peer unreachable ({detail})")
         if code == grpc.StatusCode.CANCELLED:  # we never cancel: the peer's server is going away
@@ -85,10 +93,13 @@ class PeerClient:
         """
         op = header.op
         first_failure: float | None = None
+        started = time.monotonic()
         while True:
             timeout = deadline - time.monotonic()
             if timeout <= 0:
-                raise TransportTimeout(f"job {self.table.job_id}: {op}: sending to {self.label} passed its deadline")
+                spent, limit, text = waited(deadline, started)
+                raise TransportTimeout(f"job {self.table.job_id}: {op}: sending to {self.label} did not complete: "
+                                       f"waited {text}", waited_s=spent, limit_s=limit)
             chunks: Iterator[pb.Chunk] = iter_chunks(header, data, chunk_bytes)
             try:
                 if len(data) <= chunk_bytes:
@@ -101,7 +112,9 @@ class PeerClient:
                 if code == grpc.StatusCode.ALREADY_EXISTS and first_failure is not None:
                     return
                 if code != grpc.StatusCode.UNAVAILABLE:
-                    raise self._error(err, op, "sending to") from None  # type: ignore[arg-type]
+                    raise self._error(
+                        err, op, "sending to", deadline=deadline, since=started  # type: ignore[arg-type]
+                    ) from None
                 now = time.monotonic()
                 first_failure = first_failure if first_failure is not None else now
                 if now - first_failure >= unavailable_grace:
@@ -111,10 +124,13 @@ class PeerClient:
     def ping(self, timeout: float, wait_for_ready: bool = False) -> pb.PingReply:
         """Is the peer alive, reachable over mTLS, and does it know our job?"""
         request = pb.PingRequest(job_id=self.table.job_id, src=self.my_rank)
+        started = time.monotonic()
         try:
             return self.stub.Ping(request, timeout=timeout, wait_for_ready=wait_for_ready)
         except grpc.RpcError as err:
-            raise self._error(err, "ping", "pinging") from None  # type: ignore[arg-type]
+            raise self._error(
+                err, "ping", "pinging", deadline=started + timeout, since=started  # type: ignore[arg-type]
+            ) from None
 
     def close(self) -> None:
         self.channel.close()

@@ -9,8 +9,9 @@ messages. Each message also names the operation that produced it; a receiver in 
 operation fails with ProtocolDesync instead of silently mixing data.
 
 Deadlines. Every blocking call takes an absolute deadline (monotonic seconds). A receive that
-passes it raises TransportTimeout naming the job, operation, message and peer; while waiting,
-the peer is pinged every ``probe_interval_s`` and a peer that is unreachable (process gone) for
+passes it raises TransportTimeout naming the job, operation, message and peer, the time waited
+since the deadline was set (:mod:`.deadline`) and its limit; while waiting, the peer is pinged
+every ``probe_interval_s`` and a peer that is unreachable (process gone) for
 ``unavailable_grace_s`` fails the wait early with PeerUnavailable, so a vanished peer is
 reported within seconds rather than at the end of the deadline.
 """
@@ -31,6 +32,7 @@ from ..pki import Identity
 from . import codec
 from .chunking import DEFAULT_CHUNK_BYTES, MAX_CHUNK_BYTES, chunk_count
 from .client import PeerClient
+from .deadline import Deadline, waited
 from .errors import (
     PeerRejected,
     PeerUnavailable,
@@ -120,8 +122,12 @@ class Endpoint:
     def describe(self, rank: int) -> str:
         return self.table.describe(rank)
 
-    def deadline(self, seconds: float | None = None) -> float:
-        return time.monotonic() + (self.options.deadline_s if seconds is None else seconds)
+    def deadline(self, seconds: float | None = None) -> Deadline:
+        """An absolute deadline ``seconds`` (default: the ``deadline_s`` option) from now; it
+        remembers its start, so a timeout against it reports the whole time waited."""
+        if seconds is None:
+            return Deadline(self.options.deadline_s, "deadline_s")
+        return Deadline(seconds)
 
     def _peer(self, rank: int) -> PeerClient:
         if rank == self.rank:
@@ -186,6 +192,7 @@ class Endpoint:
     def wait_all(self, futures: list[Future[None]], deadline: float) -> None:
         """Wait for posted messages; the first failure is raised (each names its peer)."""
         first: BaseException | None = None
+        started = time.monotonic()
         for fut in futures:
             try:
                 # _deliver honours the deadline itself; the slack only covers thread scheduling.
@@ -193,7 +200,9 @@ class Endpoint:
             except TransportError as exc:
                 first = first or exc
             except TimeoutError:
-                first = first or TransportTimeout(f"job {self.job_id}: a send did not finish by its deadline")
+                spent, limit, text = waited(deadline, started)
+                first = first or TransportTimeout(f"job {self.job_id}: a send did not finish: waited {text}",
+                                                  waited_s=spent, limit_s=limit)
         if first is not None:
             raise first
 
@@ -222,7 +231,8 @@ class Endpoint:
                 break
             now = time.monotonic()
             if now >= deadline:
-                raise TransportTimeout(f"{what} did not arrive within {now - started:.1f} s (deadline passed)")
+                spent, limit, text = waited(deadline, started, now)
+                raise TransportTimeout(f"{what} did not arrive: waited {text}", waited_s=spent, limit_s=limit)
             try:
                 peer.ping(timeout=min(1.0, max(0.05, deadline - now)))
                 gone_since = None
@@ -268,13 +278,14 @@ class Endpoint:
         Run once before the first message so that start-up order between members does not matter
         and later sends can treat an unreachable peer as gone.
         """
-        end = time.monotonic() + (self.options.connect_timeout_s if timeout is None else timeout)
+        limit, source = (self.options.connect_timeout_s, "connect_timeout_s") if timeout is None else (timeout, "")
+        end = Deadline(limit, source)
         for rank, peer in sorted(self.peers.items()):
             while True:
                 left = end - time.monotonic()
                 if left <= 0:
                     raise PeerUnavailable(
-                        f"job {self.job_id}: could not reach {peer.label} within the connect timeout "
+                        f"job {self.job_id}: could not reach {peer.label}: tried for {waited(end, end.start)[2]} "
                         "(not started, wrong address, or TLS refused: other CA, other identity, expired)"
                     )
                 try:

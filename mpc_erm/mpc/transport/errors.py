@@ -11,7 +11,16 @@ class TransportError(RuntimeError):
 
 
 class TransportTimeout(TransportError):
-    """A wait passed its deadline: the peer is slow, stuck, or the programs diverged."""
+    """A wait passed its deadline: the peer is slow, stuck, or the programs diverged.
+
+    ``waited_s``: the time actually waited (from the start of the wait, across every retry and
+    every call that shared its deadline); ``limit_s``: the configured limit. The message states
+    both; None where unknown."""
+
+    def __init__(self, message: str, *, waited_s: float | None = None, limit_s: float | None = None) -> None:
+        super().__init__(message)
+        self.waited_s = waited_s
+        self.limit_s = limit_s
 
 
 class PeerUnavailable(TransportError):
