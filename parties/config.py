@@ -39,6 +39,7 @@ from mpc_erm.jobs.toml_reader import MAX_PROBLEMS, MAX_TOML_BYTES, TomlProblem, 
 
 __all__ = [
     "ConfigError",
+    "DaemonConfig",
     "DatasetConfig",
     "DealerConfig",
     "load_model",
@@ -331,7 +332,7 @@ class _DaemonConfig(_Model):
     # several daemons share one machine (the demo: 1), or the workers fight over the cores.
     threads: int | None = Field(None, strict=True, ge=1, le=1024)
     # jobs this daemon runs at once, each in its own worker process (memory: ~0.5 GB each); more
-    # wait queued, oldest first. See parties.daemon for what happens at the bound.
+    # wait queued, oldest first. See parties.rendezvous for what happens at the bound.
     max_concurrent_jobs: int = Field(4, strict=True, ge=1, le=64)
     # how long a job worker waits on a peer (a share, a triple, an endpoint) before the job fails
     # naming that peer; an organisation's own choice: a slow link needs more, a quick abort less.
@@ -383,6 +384,9 @@ class PartyConfig(_DaemonConfig):
 class DealerConfig(_DaemonConfig):
     """The dealer daemon config (``mpc-erm dealer serve --config FILE``): a party config without
     datasets (and so without a ledger: the dealer sees no data and spends no budget)."""
+
+
+DaemonConfig = PartyConfig | DealerConfig  # what a daemon (and each of its job's workers) is configured by
 
 
 _C = TypeVar("_C", bound=_DaemonConfig)

@@ -32,7 +32,8 @@ _WORKER = click.option("--worker-module", default="parties.worker", hidden=True)
 
 
 def _serve(config: object, worker_module: str) -> None:
-    from parties.daemon import JsonFormatter, PartyDaemon
+    from parties.daemon import PartyDaemon
+    from parties.logs import JsonFormatter
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())

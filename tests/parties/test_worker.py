@@ -91,8 +91,10 @@ def _config(name: str, part: int, allow_test_only: bool = False, dataset: str = 
 
     ds = (SimpleNamespace(format="builtin", name=dataset, part=part, of=3, task=None) if csv is None else
           SimpleNamespace(format="csv", path=csv, label="label", max_bytes=1 << 26, feature_range=None, task=None))
+    # what parties.worker reads of a PartyConfig (the rest of it at its defaults)
     return SimpleNamespace(listen="127.0.0.1:0", advertise=None, device="cpu", datasets={"bc": ds},
-                           policy=SimpleNamespace(allow_test_only=allow_test_only))
+                           policy=SimpleNamespace(allow_test_only=allow_test_only), peer_timeout_s=120.0,
+                           limits=None, identity=SimpleNamespace(crl=None), threads=None)
 
 
 def run_members(tmp_path: Path, job_texts: dict[str, str], timeout: float = 300, allow_test_only: bool = False,

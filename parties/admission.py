@@ -1,0 +1,116 @@
+"""Whether this daemon takes a job, decided from the job, the config and the plan alone.
+
+A pure function (no I/O, no ledger, no store), so every refusal a coordinator can get is one
+readable list of checks, testable without a daemon: the daemon's ``submit`` calls :func:`admit`,
+then reserves the decision's budget in the ledger and stores the job. Each refusal is a gRPC
+status and one line naming the field to change.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import grpc
+
+from mpc_erm.privacy.plan import PlanError
+
+from .config import DaemonConfig, DealerConfig, PartyConfig
+
+if TYPE_CHECKING:
+    from mpc_erm.jobs.jobfile import JobFile
+    from mpc_erm.privacy.events import DpEvent
+    from mpc_erm.privacy.plan import PrivacyPlan
+
+__all__ = ["JOB_ID_RE", "MAX_JOB_TOML_BYTES", "Admitted", "Refusal", "Refused", "admit", "check_request"]
+
+JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+MAX_JOB_TOML_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A job refused: the gRPC status and a one-line reason naming the field."""
+
+    code: grpc.StatusCode
+    reason: str
+
+
+class Refused(Exception):
+    """A control call refused (the servicer aborts the call with ``code`` and ``message``)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+    @classmethod
+    def of(cls, refusal: Refusal) -> Refused:
+        return cls(refusal.code, refusal.reason)
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A job this daemon takes: what to reserve before it is stored (a dealer reserves nothing)."""
+
+    dataset: str | None  # the data set whose budget pays for it; None at the dealer (no ledger)
+    epsilon: float  # the job's own target, kept in the ledger for the record
+    delta: float
+    event: DpEvent  # the planned mechanism: what the ledger reserves and composes
+    coordinator: str  # who submitted it (recorded with the job)
+
+
+def check_request(job_id: str, job_toml: str) -> Refusal | None:
+    """The submission's own fields, before the job text is read."""
+    if not JOB_ID_RE.fullmatch(job_id):
+        return Refusal(grpc.StatusCode.INVALID_ARGUMENT,
+                       f"job_id: must be 1-64 of [A-Za-z0-9_-] starting alphanumeric, got {job_id!r}")
+    if len(job_toml.encode()) > MAX_JOB_TOML_BYTES:
+        return Refusal(grpc.StatusCode.INVALID_ARGUMENT, f"job_toml: larger than {MAX_JOB_TOML_BYTES} bytes")
+    return None
+
+
+def admit(config: DaemonConfig, job: JobFile, caller: str, plan: PrivacyPlan | PlanError) -> Admitted | Refusal:
+    """Membership, the peers' roles, the plan, the policy (methods, ε per job, test-only noise,
+    iterations) and, at a party, the data set, in that order: the first that fails is the refusal.
+
+    ``job`` was parsed with this daemon's peers and itself as the known names; ``plan`` is the
+    job's privacy plan, or the :class:`PlanError` that says why it could not be made."""
+    bad_arg, denied, precondition = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.PERMISSION_DENIED,
+                                     grpc.StatusCode.FAILED_PRECONDITION)
+    name = config.identity.name
+    jt, spec = job.job, job.spec
+    if isinstance(config, DealerConfig):
+        if jt.dealer != name:
+            return Refusal(precondition, f"job.dealer: this dealer ({name}) is not the job's dealer "
+                                         f"({jt.dealer or 'none: trust = ' + jt.trust})")
+    elif name not in jt.parties:
+        return Refusal(precondition, f"job.parties: this party ({name}) is not one of {', '.join(jt.parties)}")
+    for p in jt.parties:
+        if p != name and config.peers[p].role != "party":
+            return Refusal(precondition, f"job.parties: {p!r} is a {config.peers[p].role} in this daemon's peers")
+    if jt.dealer is not None and jt.dealer != name and config.peers[jt.dealer].role != "dealer":
+        return Refusal(precondition, f"job.dealer: {jt.dealer!r} is a {config.peers[jt.dealer].role} in this "
+                                     "daemon's peers, not a dealer")
+    if isinstance(plan, PlanError):
+        return Refusal(bad_arg, str(plan))
+    pol = config.policy
+    if spec.method not in pol.allowed_methods:
+        return Refusal(denied, f"method: {spec.method!r} is not allowed by {name}'s policy "
+                               f"(allowed: {', '.join(pol.allowed_methods)})")
+    if spec.privacy.epsilon > pol.max_epsilon_per_job:
+        return Refusal(denied, f"privacy.epsilon: {spec.privacy.epsilon:g} exceeds {name}'s "
+                               f"max_epsilon_per_job ({pol.max_epsilon_per_job:g})")
+    if jt.test_no_noise and not pol.allow_test_only:
+        return Refusal(denied, f"job.test_no_noise: a zero-noise (test-only) job is refused by {name}'s "
+                               "policy (allow_test_only = false)")
+    if spec.method == "gradient" and spec.training.iterations > pol.max_iterations:
+        return Refusal(denied, f"training.iterations: {spec.training.iterations} exceeds {name}'s "
+                               f"max_iterations ({pol.max_iterations})")
+    dataset = None
+    if isinstance(config, PartyConfig):
+        if jt.dataset not in config.datasets:
+            return Refusal(precondition, f"job.dataset: {name} offers no dataset {jt.dataset!r}")
+        dataset = jt.dataset
+    return Admitted(dataset=dataset, epsilon=spec.privacy.epsilon, delta=spec.privacy.delta, event=plan.event,
+                    coordinator=caller)
