@@ -104,6 +104,12 @@ class Hosts:
         self._in(name, "tc", "qdisc", "add", "dev", inner, "root", *args)
 
 
+def iptables_or_skip() -> None:
+    """Partitions and packet loss are iptables rules inside a host's namespace."""
+    if shutil.which("iptables") is None:
+        pytest.skip("network-fault test needs iptables (apt-get install iptables; .ci/run installs it)")
+
+
 def namespaces_or_skip() -> None:
     """Skip, with the reason, where network namespaces cannot be made."""
     if shutil.which("ip") is None:

@@ -22,7 +22,7 @@ from coordinator.consortium import LocalConsortium
 from coordinator.local_jobs import LocalJob, job_toml
 from mpc_erm.jobs.status import TERMINAL
 from parties.ledger import LEDGER_FILE, Ledger
-from tests.netns import Hosts, namespaces_or_skip
+from tests.netns import Hosts, iptables_or_skip, namespaces_or_skip
 
 pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
 
@@ -33,6 +33,7 @@ VICTIM = "carol"
 @pytest.fixture(scope="module")
 def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Hosts, LocalConsortium, Path]]:
     namespaces_or_skip()
+    iptables_or_skip()
     hosts = Hosts(["alice", "bob", "carol", "dealer"])
     root = tmp_path_factory.mktemp("netfaults")
     try:
