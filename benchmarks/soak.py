@@ -186,7 +186,7 @@ class Soak:
                 running[m] = ev["time"]
             elif phase in ("succeeded", "failed", "cancelled"):
                 ends[m] = (phase, str(ev["payload"].get("message", ""))[:300])
-            elif phase not in ("queued", "error") and m not in first_worker:
+            elif phase not in ("prepared", "queued", "error") and m not in first_worker:
                 first_worker[m] = ev["time"]
         wall = time.monotonic() - t0
         startup = {m: round(first_worker[m] - running[m], 3) for m in running if m in first_worker

@@ -1,10 +1,14 @@
 """The coordinator's client of the party (and dealer) daemons: submit, status, watch, cancel,
 list, result — over gRPC with mutual TLS, each channel pinned to the member's identity.
 
-A job goes to every member with the same TOML and the same id (chosen here, uuid4 hex). If any
-member refuses, the job is cancelled at the members that had accepted it (their budget
-reservations are released) and :class:`SubmitRefused` names every refusal. The members' replies
-carry the spec digest each computed; they must all be equal.
+A job goes to every member with the same TOML and the same id (chosen here, uuid4 hex). Each
+member *prepares* it (checks, reserves budget) and answers; the members then agree among
+themselves whether it starts (:mod:`parties.agreement`): a job one member refuses ends at the
+others by itself, with a reason naming that member, and :class:`SubmitRefused` names every
+refusal and each member's answer. Only where a member gave no answer at all (unreachable), or
+answered with another spec digest than this client's, does the client cancel the job at the
+members that prepared it (they would otherwise wait up to their ``peer_timeout_s``). The members'
+replies carry the spec digest each computed; they must all be equal.
 
 Import cost: this module does not import torch; :meth:`CoordinatorClient.submit` parses the job
 file (``mpc_erm.jobs.jobfile``, which does) when called.
@@ -36,7 +40,8 @@ __all__ = ["ClientError", "CoordinatorClient", "SubmitRefused", "info_dict", "lo
            "overall_status"]
 
 MAX_MESSAGE_BYTES = 64 << 20
-_ORDER = {"failed": 0, "cancelled": 1, "running": 2, "queued": 3, "succeeded": 4}
+_ORDER = {"failed": 0, "cancelled": 1, "running": 2, "queued": 3, "prepared": 4, "succeeded": 5}
+_NO_ANSWER = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 class ClientError(ValueError):
@@ -49,8 +54,12 @@ class ClientError(ValueError):
 
 
 class SubmitRefused(ClientError):
-    def __init__(self, job_id: str, refusals: dict[str, str]) -> None:
+    """``refusals``: member -> its reason; ``answers``: every member's answer ("prepared", or
+    "refused: <reason>"), in the job's member order."""
+
+    def __init__(self, job_id: str, refusals: dict[str, str], answers: dict[str, str] | None = None) -> None:
         self.job_id, self.refusals = job_id, refusals
+        self.answers = answers if answers is not None else {m: f"refused: {r}" for m, r in refusals.items()}
         super().__init__(f"job refused by {', '.join(refusals)}: "
                          + "; ".join(f"{m}: {r}" for m, r in refusals.items()))
 
@@ -200,18 +209,26 @@ class CoordinatorClient:
         request = pb.SubmitRequest(job_id=job_id, job_toml=text)
         replies = self._each(names, lambda m: self._call(m, "SubmitJob", request, timeout=2 * self.timeout_s))
         refusals: dict[str, str] = {}
-        for m, r in replies.items():
+        answers: dict[str, str] = {}
+        cancel_why = []  # what the members cannot see for themselves
+        for m in names:
+            r = replies[m]
             if isinstance(r, ClientError):
                 refusals[m] = str(r).removeprefix(f"{m}: ")
+                if r.code in _NO_ANSWER:
+                    cancel_why.append(f"{m} gave no answer")
             elif not r.accepted:
                 refusals[m] = r.reason or "not accepted"
             elif r.spec_digest != digest:
                 refusals[m] = f"computed spec digest {r.spec_digest[:12]}…, not {digest[:12]}… (different versions?)"
+                cancel_why.append(f"{m} computed another spec digest")
+            answers[m] = f"refused: {refusals[m]}" if m in refusals else (r.status or "prepared")
         if refusals:
-            accepted = [m for m in names if m not in refusals]
-            self._each(accepted, lambda m: self._call(
-                m, "Cancel", pb.CancelRequest(job_id=job_id, reason="refused by another member")))
-            raise SubmitRefused(job_id, refusals)
+            prepared = [m for m in names if m not in refusals]
+            if cancel_why:  # a refusal the members hear from each other ends the job there by itself
+                self._each(prepared, lambda m: self._call(
+                    m, "Cancel", pb.CancelRequest(job_id=job_id, reason="; ".join(cancel_why))))
+            raise SubmitRefused(job_id, refusals, answers)
         return {"job_id": job_id, "name": job.job.name, "spec_digest": digest,
                 "members": {m: {"status": r.status, "note": r.reason or None} for m, r in replies.items()}}
 

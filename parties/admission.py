@@ -1,9 +1,16 @@
 """Whether this daemon takes a job, decided from the job, the config and the plan alone.
 
 A pure function (no I/O, no ledger, no store), so every refusal a coordinator can get is one
-readable list of checks, testable without a daemon: the daemon's ``submit`` calls :func:`admit`,
-then reserves the decision's budget in the ledger and stores the job. Each refusal is a gRPC
-status and one line naming the field to change.
+readable list of checks, testable without a daemon: the daemon's ``submit`` calls
+:func:`check_caller`, :func:`check_request` and :func:`admit`, then reserves the decision's budget
+in the ledger and keeps the job prepared until every member has prepared it
+(:mod:`parties.agreement`). Each refusal is a gRPC status and one line naming the field to change.
+
+A refusal also reaches the job's other members (they ask this daemon during the agreement, and
+end their prepared copy of the job with it), so it carries a public side too
+(:meth:`Refused.public_reason`: a :mod:`parties.public_errors` code and a reason naming only
+job-file fields, this member's policy and the data set id): the coordinator's own answer may say
+more (a budget refusal's ε figures), the other members' never does.
 """
 
 from __future__ import annotations
@@ -23,30 +30,49 @@ if TYPE_CHECKING:
     from mpc_erm.privacy.events import DpEvent
     from mpc_erm.privacy.plan import PrivacyPlan
 
-__all__ = ["JOB_ID_RE", "MAX_JOB_TOML_BYTES", "Admitted", "Refusal", "Refused", "admit", "check_request"]
+__all__ = ["JOB_ID_RE", "MAX_JOB_TOML_BYTES", "SUBMIT_METHOD", "Admitted", "Refusal", "Refused", "admit",
+           "check_caller", "check_request"]
 
 JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 MAX_JOB_TOML_BYTES = 1 << 20
+SUBMIT_METHOD = "/mpc_erm.v1.PartyControl/SubmitJob"
+MAX_PUBLIC = 500  # as parties.public_errors: a public reason is one short line
+# the public_errors code of a refusal, by its gRPC status (a budget refusal says BUDGET itself)
+_PUBLIC_CODES = {grpc.StatusCode.PERMISSION_DENIED: "POLICY", grpc.StatusCode.INVALID_ARGUMENT: "JOB_SPEC",
+                 grpc.StatusCode.FAILED_PRECONDITION: "JOB_SPEC", grpc.StatusCode.ALREADY_EXISTS: "AGREEMENT",
+                 grpc.StatusCode.UNAVAILABLE: "PEER_LOST"}
 
 
 @dataclass(frozen=True)
 class Refusal:
-    """A job refused: the gRPC status and a one-line reason naming the field."""
+    """A job refused: the gRPC status and a one-line reason naming the field (public as it is:
+    it names job-file fields and this member's policy)."""
 
     code: grpc.StatusCode
     reason: str
 
 
 class Refused(Exception):
-    """A control call refused (the servicer aborts the call with ``code`` and ``message``)."""
+    """A control call refused (the servicer aborts the call with ``code`` and ``message``).
 
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    ``public_code``/``public``: what the job's other members are told (default: the code that
+    goes with ``code``, and ``message`` itself, for refusals whose message is public anyway)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, *, public_code: str | None = None,
+                 public: str | None = None) -> None:
         super().__init__(message)
         self.code, self.message = code, message
+        self.public_code = public_code or _PUBLIC_CODES.get(code, "INTERNAL")
+        self.public = public if public is not None else message
 
     @classmethod
     def of(cls, refusal: Refusal) -> Refused:
         return cls(refusal.code, refusal.reason)
+
+    def public_reason(self, member: str) -> str:
+        """``"<CODE>: refused by <member>: <public reason>"``, one line: what the other members hear."""
+        text = " ".join(f"{self.public_code}: refused by {member}: {self.public}".split())
+        return text if len(text) <= MAX_PUBLIC else text[: MAX_PUBLIC - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -58,6 +84,16 @@ class Admitted:
     delta: float
     event: DpEvent  # the planned mechanism: what the ledger reserves and composes
     coordinator: str  # who submitted it (recorded with the job)
+
+
+def check_caller(config: DaemonConfig, caller: str) -> Refused | None:
+    """The submitting coordinator must be in ``policy.allowed_coordinators`` (the same answer the
+    control service's authoriser gives for every other coordinator method; SubmitJob checks it
+    here so that the refusal is remembered for the job's other members)."""
+    if caller in config.policy.allowed_coordinators:
+        return None
+    return Refused(grpc.StatusCode.PERMISSION_DENIED, f"coordinator/{caller} may not call {SUBMIT_METHOD}",
+                   public=f"coordinator {caller!r} is not in {config.identity.name}'s policy.allowed_coordinators")
 
 
 def check_request(job_id: str, job_toml: str) -> Refusal | None:

@@ -10,6 +10,7 @@ worker process), so the worker can be tested with an in-process implementation.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
@@ -27,7 +28,12 @@ from mpc_erm.mpc.pki import Identity
 from .config import DaemonConfig, split_host_port
 from .logs import JsonFormatter, one_line
 
-__all__ = ["JobCancelled", "ProcessWorkerContext", "WorkerContext", "worker_main"]
+__all__ = ["HEARTBEAT_S", "JobCancelled", "ProcessWorkerContext", "WorkerContext", "worker_main"]
+
+# The worker process tells its daemon it is alive this often (a thread of its own, whatever the job
+# does: an offline noise pool, a local solve, CrypTen's start-up); a stopped or frozen process sends
+# nothing, and its daemon ends the job once nothing came for peer_timeout_s (parties.supervision).
+HEARTBEAT_S = 2.0
 
 
 class JobCancelled(RuntimeError):
@@ -72,7 +78,11 @@ class ProcessWorkerContext:
     has lost its daemon and counts as cancelled. The fork server does *not* exit with a SIGKILLed
     daemon while a worker lives (each forked child holds the server's "alive" pipe), so the worker
     also watches the daemon process itself (``_daemon``: pid and /proc start time, so a reused pid
-    does not pass for it)."""
+    does not pass for it).
+
+    In the worker, :meth:`start_heartbeat` sends ``("heartbeat",)`` up every :data:`HEARTBEAT_S`
+    from a thread until the worker reports its result: the daemon supervises the worker's
+    progress, not only its existence."""
 
     def __init__(self, *, job_id: str, job_toml: str, config: DaemonConfig, identity: Identity,
                  job_dir: Path, ledger_path: Path | None, up: Any, down: Any, cancel: Any) -> None:
@@ -152,6 +162,23 @@ class ProcessWorkerContext:
         return (self._cancel.is_set() or os.getppid() != self._daemon_pid
                 or _start_time(self._daemon[0]) != self._daemon[1])
 
+    def start_heartbeat(self, every_s: float = HEARTBEAT_S) -> threading.Event:
+        """In the worker: send a heartbeat now and every ``every_s`` from a daemon thread; set the
+        returned event to stop it (before the worker's last message)."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while True:
+                try:
+                    self._up.put(("heartbeat",))
+                except Exception:  # the queue is closed: the worker is reporting or exiting
+                    return
+                if stop.wait(every_s):
+                    return
+
+        threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+        return stop
+
 
 def _start_time(pid: int) -> str | None:
     """The process's start time from /proc (Linux): with the pid, an identity pid reuse cannot fake.
@@ -176,6 +203,7 @@ def _start_time(pid: int) -> str | None:
 def worker_main(ctx: ProcessWorkerContext, module: str, function: str, log_path: str) -> None:
     """The worker process: run ``module.function(ctx)`` and report its summary or failure."""
     ctx._daemon_pid = os.getppid()  # the daemon (spawn) or its fork server; see ProcessWorkerContext
+    heartbeat = ctx.start_heartbeat()
     handler = logging.FileHandler(log_path, encoding="utf-8")
     stderr = logging.StreamHandler(sys.stderr)
     job_filter = _JobFilter(ctx.job_id)
@@ -200,13 +228,15 @@ def worker_main(ctx: ProcessWorkerContext, module: str, function: str, log_path:
         code, reason = _public_failure(ctx, exc)
         log.error("job failed (%s): %s", code, one_line(exc), exc_info=True, extra={"phase": "failed", "code": code})
         msg = ("failed", reason)
+    heartbeat.set()
     try:
         ctx._up.put(msg)
         ctx._up.close()
         ctx._up.join_thread()
     finally:
         for h in root.handlers:
-            h.flush()
+            with contextlib.suppress(Exception):  # a full disk must not keep the process from its _exit
+                h.flush()
         os._exit(0)  # whatever threads the job left behind (gRPC servers, pools) must not keep it alive
 
 

@@ -1,32 +1,46 @@
 """The party (or dealer) daemon: job control over gRPC + mTLS, one worker process per job.
 
 This module starts and stops the daemon and wires its parts; each part is a module of its own.
-What happens to a job, in order (``SubmitJob``):
+What happens to a job, in order:
 
-1. the caller is a coordinator named in ``policy.allowed_coordinators`` (``tls.Authorizer`` with
-   :func:`parties.servicer.control_policy`, before the servicer runs; anyone else gets
-   PERMISSION_DENIED);
+1. ``SubmitJob`` (PREPARE, :meth:`PartyDaemon.submit`): the caller is a coordinator named in
+   ``policy.allowed_coordinators`` (:func:`parties.admission.check_caller`; any other certificate
+   is refused by ``tls.Authorizer`` before the servicer runs) — PERMISSION_DENIED;
 2. the job TOML is validated (``mpc_erm.jobs.jobfile``; party and dealer names must be this daemon's
    peers or itself) — INVALID_ARGUMENT naming the field;
 3. :func:`parties.admission.admit` (a pure function of the config, the job and its plan): this
    daemon must be one of the job's parties (a dealer: the job's dealer) — FAILED_PRECONDITION; the
    policy: method, ε per job, test-only noise, iterations — PERMISSION_DENIED naming the field;
    the data set must be offered here — FAILED_PRECONDITION;
-4. the job's planned event is reserved in the ledger, in one transaction, before anything else
-   happens — FAILED_PRECONDITION with the ledger's reason;
-5. the job is stored (``parties.jobs``) and queued. Up to ``max_concurrent_jobs`` (config,
-   default 4) jobs run at once (:mod:`parties.supervision`), each in its own worker process
-   running ``parties.worker.run_party_job`` (the dealer: ``run_dealer_job``) with a
+4. the job's planned event is reserved in the ledger, in one transaction — FAILED_PRECONDITION with
+   the ledger's reason. Competing admissions are ordered by job id: a job the budget would take
+   once the *larger*-id jobs prepared here were gone waits for them to be decided, any other is
+   refused (:mod:`parties.agreement` says why that always admits one and cannot deadlock);
+5. the job is stored ``prepared`` — not queued. A refusal in 1-4 is answered to the coordinator
+   and remembered (its public reason) for the job's other members;
+6. AGREE (:mod:`parties.agreement`, one thread per prepared job, daemon to daemon over mTLS with
+   ``GetAdmission``, without the coordinator): the job's first party asks every other member
+   until all have prepared it, then queues it; the others ask the first party and queue it when
+   it has. A member that refused (or, after ``UNKNOWN_GRACE_S``, never heard of the job) ends it
+   everywhere within a poll or two: ``failed``, the reason naming that member (``"<CODE>: refused
+   by <member>: <public reason>"``), the reservation released, no worker started anywhere;
+7. ``queued``: up to ``max_concurrent_jobs`` (config, default 4) jobs run at once
+   (:mod:`parties.supervision`), each in its own worker process running
+   ``parties.worker.run_party_job`` (the dealer: ``run_dealer_job``) with a
    :class:`parties.context.ProcessWorkerContext`; more wait queued, oldest first;
-6. the workers of a job find each other through their daemons (:mod:`parties.rendezvous`, which
+8. the workers of a job find each other through their daemons (:mod:`parties.rendezvous`, which
    also breaks a deadlock of two daemons whose slots hold each other's queued jobs);
-7. the coordinator follows and fetches it (:mod:`parties.servicer`).
+9. the coordinator follows and fetches it (:mod:`parties.servicer`).
+
+A job's states here: ``prepared → queued → running → succeeded | failed | cancelled``; a prepared
+job ends ``failed`` (refused by a member, or not agreed within ``peer_timeout_s``) or
+``cancelled`` (the coordinator's ``Cancel``) without ever running.
 
 Budget: the worker marks the reservation revealed right before its first reveal. A job that
 succeeds, or fails after that mark, keeps its budget spent (committed); one that ends before it
-(failure, cancel, daemon restart) gets its reservation released. On start-up every job left queued
-or running ends ``failed`` ("interrupted by a daemon restart") and ``Ledger.recover`` settles the
-budget, so a job is never left half-released.
+(failure, cancel, refusal by a member, daemon restart) gets its reservation released. On start-up
+every job left prepared, queued or running ends ``failed`` ("interrupted by a daemon restart") and
+``Ledger.recover`` settles the budget, so a job is never left half-released.
 Before any of that, a party daemon checks its ledger against its hash-chained audit log
 (:mod:`parties.ledger_check`) and refuses to start, with one line naming the file, when the ledger
 is missing, unreadable or holds less than the log charged: a lost ledger must not become a fresh
@@ -56,7 +70,8 @@ from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
 from mpc_erm.privacy.plan import PlanError, PrivacyPlan
 from mpc_erm.protocols.common import plan_job
 
-from .admission import MAX_JOB_TOML_BYTES, Admitted, Refused, admit, check_request
+from .admission import JOB_ID_RE, MAX_JOB_TOML_BYTES, Admitted, Refused, admit, check_caller, check_request
+from .agreement import ASK_TIMEOUT_S, Agreement
 from .config import DaemonConfig, DealerConfig, PartyConfig, split_host_port
 from .jobs import LIVE, JobExists, JobRecord, JobStore, read_result_manifest, result_files
 from .ledger import (
@@ -77,6 +92,7 @@ __all__ = ["RESTART_REASON", "PartyDaemon", "load_daemon_identity", "prestarted_
 
 RESTART_REASON = "interrupted by a daemon restart"
 CONTROL_THREADS = 32  # control-plane RPCs served at once (Watch streams and endpoint long-polls hold one each)
+MAX_BUDGET_WAITS = CONTROL_THREADS // 4  # submissions held at once waiting for budget a larger prepared job holds
 
 
 def prestarted_thread_pool(workers: int, prefix: str) -> ThreadPoolExecutor:
@@ -124,6 +140,8 @@ class PartyDaemon:
         self.identity: pki.Identity | None = None
         self.store: JobStore | None = None
         self.ledger: Ledger | None = None
+        self.agreement: Agreement | None = None
+        self._budget_waits = 0  # submissions waiting for budget (under the agreement's lock)
         self.log = DaemonLog(logging.getLogger(f"parties.daemon.{self.name}"))
         self._stopping = threading.Event()
         self._stopped = threading.Event()
@@ -173,6 +191,8 @@ class PartyDaemon:
         self._recover()
         rendezvous = Rendezvous(config=cfg, identity=self.identity, store=self.store, slots=self.supervisor,
                                 stopping=self._stopping, log=self.log)
+        self.agreement = Agreement(config=cfg, identity=self.identity, store=self.store, log=self.log,
+                                   stopping=self._stopping, agreed=self._agreed, abort=self._abort)
         self._authorizer = tls.Authorizer(
             control_policy(cfg), revoked_serials=revoked,
             rate_limit=tls.RateLimit(cfg.limits.control_calls_per_s, cfg.limits.control_burst),
@@ -256,7 +276,7 @@ class PartyDaemon:
 
     def stop(self, grace: float = 2.0) -> None:
         """Stop serving, interrupt the running jobs (they end failed; budget settled as for any
-        failure); queued jobs stay queued and end failed at the next start."""
+        failure); prepared and queued jobs stay so and end failed at the next start."""
         if self._stopping.is_set():
             self._stopped.wait()
             return
@@ -264,6 +284,8 @@ class PartyDaemon:
         try:
             if self._server is not None:
                 self._server.stop(grace).wait()
+            if self.agreement is not None:  # prepared jobs stay prepared; they end failed at the next start
+                self.agreement.join(ASK_TIMEOUT_S + 1.0)
             self.supervisor.stop()
             self.log.info(f"{self.role} daemon {self.name} stopped", phase="stop")
         finally:
@@ -291,21 +313,45 @@ class PartyDaemon:
     # ---- jobs
 
     def submit(self, job_id: str, job_toml: str, caller: str) -> tuple[JobRecord, bool]:
-        """Validate, admit, reserve budget, store and queue; (record, newly queued).
-        Raises :class:`parties.admission.Refused` with the gRPC status and a one-line reason."""
+        """PREPARE (the first phase of :mod:`parties.agreement`): check the caller, validate, admit,
+        reserve budget and store the job ``prepared`` — (record, newly prepared); the job is queued
+        only once every member has prepared it. Raises :class:`parties.admission.Refused` with the
+        gRPC status and a one-line reason; a refusal of a job this daemon does not hold is
+        remembered (its public reason) for the job's other members, which then end it at once."""
+        assert self.store is not None and self.agreement is not None
+        if self._stopping.is_set():
+            raise Refused(grpc.StatusCode.UNAVAILABLE, "the daemon is stopping")
+        job_members: list[tuple[str, str]] = []
+        try:
+            refused = check_caller(self.config, caller)
+            if refused is not None:
+                raise refused
+            refusal = check_request(job_id, job_toml)
+            if refusal is not None:
+                raise Refused.of(refusal)
+            with self.agreement.submitting(job_id):
+                rec, new = self._prepare(job_id, job_toml, caller, job_members)
+        except Refused as exc:
+            if JOB_ID_RE.fullmatch(job_id) and self.store.get(job_id) is None:
+                self.agreement.remember(job_id, exc.public_reason(self.name), job_members or None)
+            raise
+        if new:
+            self.agreement.forget(job_id)  # an earlier refusal of the same id is no longer the answer
+            self.agreement.start(rec)
+        return rec, new
+
+    def _prepare(self, job_id: str, job_toml: str, caller: str,
+                 job_members: list[tuple[str, str]]) -> tuple[JobRecord, bool]:
         from mpc_erm.jobs.jobfile import JobFileError, parse_job_file
 
         assert self.store is not None
-        if self._stopping.is_set():
-            raise Refused(grpc.StatusCode.UNAVAILABLE, "the daemon is stopping")
-        refusal = check_request(job_id, job_toml)
-        if refusal is not None:
-            raise Refused.of(refusal)
         cfg = self.config
         try:
             job = parse_job_file(job_toml, source="job.toml", known_parties={*cfg.peers, self.name})
         except JobFileError as exc:
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(exc.problems)) from None
+        jt, spec = job.job, job.spec
+        job_members[:] = [(p, "party") for p in jt.parties] + ([(jt.dealer, "dealer")] if jt.dealer else [])
         digest = job.spec_digest()
         old = self.store.get(job_id)
         if old is not None:
@@ -321,26 +367,59 @@ class PartyDaemon:
         if not isinstance(decision, Admitted):
             raise Refused.of(decision)
         self._reserve(job_id, digest, decision)
-        jt, spec = job.job, job.spec
         try:
             rec = self.store.create(job_id, name=jt.name, job_toml=job_toml, digest=digest, dataset=jt.dataset,
                                     method=spec.method, parties=jt.parties, dealer=jt.dealer,
-                                    coordinator=decision.coordinator)
-        except JobExists as exc:  # the same submission twice at once: the other one queued it
+                                    coordinator=decision.coordinator, status="prepared")
+        except JobExists as exc:  # the same submission twice at once: the other one prepared it
             return exc.record, False
         except BaseException:
             self._release(job_id, "could not store the job")
+            self.agreement.notify()  # type: ignore[union-attr]
             raise
-        self.supervisor.enqueue(job_id)
-        self.log.info(f"job {jt.name!r} accepted from {caller}: {spec.method}, ε={spec.privacy.epsilon:g}, "
-                      f"δ={spec.privacy.delta:g}", job_id=job_id, phase="queued", caller=caller)
+        self.log.info(f"job {jt.name!r} prepared for {caller}: {spec.method}, ε={spec.privacy.epsilon:g}, "
+                      f"δ={spec.privacy.delta:g}; it starts once every member has prepared it", job_id=job_id,
+                      phase="prepared", caller=caller)
         return rec, True
 
     def cancel(self, job_id: str, reason: str) -> JobRecord:
+        assert self.store is not None
+        rec = self.store.get(job_id)
+        if rec is not None and rec.status == "prepared":  # not started: ends here; the other members learn it
+            self.store.request_cancel(job_id)
+            if self.store.finish(job_id, "cancelled", reason, only_from=("prepared",)):
+                self._release(job_id, reason)
+                self.log.info("prepared job cancelled", job_id=job_id, phase="cancelled")
+                if self.agreement is not None:
+                    self.agreement.notify()
+                return self.store.get(job_id)  # type: ignore[return-value]
         rec = self.supervisor.cancel(job_id, reason)
         if rec is None:
             raise Refused(grpc.StatusCode.NOT_FOUND, f"no job {job_id!r} at {self.name}")
         return rec
+
+    # ---- the agreement's decisions (parties.agreement)
+
+    def _agreed(self, job_id: str, how: str) -> None:
+        """Every member prepared the job: prepared → queued, for a worker slot."""
+        assert self.store is not None and self.agreement is not None
+        if self.store.set_queued(job_id, how):
+            self.supervisor.enqueue(job_id)
+        self.agreement.notify()
+
+    def _abort(self, job_id: str, reason: str) -> None:
+        """A member refused the prepared job (``reason`` names it): it ends failed here, nothing
+        was started, its reservation is released."""
+        assert self.store is not None and self.agreement is not None
+        rec = self.store.get(job_id)
+        if rec is None or rec.status != "prepared":
+            return  # cancelled meanwhile (and settled by the cancel)
+        # released first: a submission waiting for this budget must never see the job ended but
+        # still holding it (only this job's agreement thread could queue it, and it is here)
+        note = self._release(job_id, reason)
+        if self.store.finish(job_id, "failed", reason + (f"; {note}" if note else ""), only_from=("prepared",)):
+            self.log.info(f"job ended before it started: {reason}", job_id=job_id, phase="failed", status="failed")
+        self.agreement.notify()
 
     def result_files(self, job_id: str) -> list[tuple[str, Path]]:
         return result_files(self.jobs_dir / job_id)
@@ -348,14 +427,65 @@ class PartyDaemon:
     # ---- budget
 
     def _reserve(self, job_id: str, digest: str, decision: Admitted) -> None:
+        """Reserve the job's event, ordering competing admissions by job id (parties.agreement):
+        if the budget is held, but would fit once the jobs with larger ids that are prepared here
+        (not yet agreed) were gone, wait for them to be decided and try again; else refuse."""
         if self.ledger is None or decision.dataset is None:
             return  # the dealer: no data, no budget
+        assert self.agreement is not None
+        ds, agreement = decision.dataset, self.agreement
+        give_up = time.monotonic() + float(self.config.peer_timeout_s)
+        waiting = logged = False
         try:
-            self.ledger.reserve(job_id, decision.dataset, decision.epsilon, decision.delta, digest, decision.event)
-        except BudgetExceeded as exc:
-            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"privacy budget of {self.name}: {exc}") from None
-        except (JobConflict, UnknownDataset, AdjacencyMismatch) as exc:
-            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"{self.name}: {exc}") from None
+            while True:
+                try:
+                    self.ledger.reserve(job_id, ds, decision.epsilon, decision.delta, digest, decision.event)
+                    return
+                except BudgetExceeded as exc:
+                    held = self._prepared_here(ds, job_id)  # read first, then whether the budget freed meanwhile
+                    if self.ledger.fits(ds, decision.event):
+                        continue  # a reservation was released between the two reads: try again
+                    larger = [j for j in held if j > job_id]
+                    if not waiting and larger:
+                        with agreement.lock:
+                            waiting = self._budget_waits < MAX_BUDGET_WAITS
+                            self._budget_waits += waiting
+                    if (not waiting or not larger or self._stopping.is_set() or time.monotonic() >= give_up
+                            or not self.ledger.fits(ds, decision.event, excluding=larger)):
+                        smaller = sorted(j for j in held if j < job_id)
+                        order = (f"; job(s) {', '.join(smaller)} prepared here hold it: competing admissions are "
+                                 "ordered by job id, the smaller wins" if smaller else "")
+                        raise Refused(grpc.StatusCode.FAILED_PRECONDITION,
+                                      f"privacy budget of {self.name}: {exc}{order}", public_code="BUDGET",
+                                      public=f"{self.name}'s privacy budget for data set {ds!r} has no room for the "
+                                             f"job{order}") from None
+                    if not logged:
+                        self.log.info(f"waiting for budget held by job(s) {', '.join(larger)} (prepared here, "
+                                      "larger ids: competing admissions are ordered by job id)", job_id=job_id,
+                                      phase="preparing")
+                        logged = True
+                    agreement.wait(0.25)
+                except (JobConflict, UnknownDataset, AdjacencyMismatch) as exc:
+                    raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"{self.name}: {exc}", public_code="BUDGET",
+                                  public=f"{self.name}'s ledger refused the job ({type(exc).__name__})") from None
+        finally:
+            if waiting:
+                with agreement.lock:
+                    self._budget_waits -= 1
+
+    def _prepared_here(self, dataset: str, job_id: str) -> list[str]:
+        """The other jobs on ``dataset`` whose reservation here is not (yet, or any more) that of
+        an agreed job: prepared, still being stored (no job record yet), or ending (its
+        reservation about to be released)."""
+        assert self.ledger is not None and self.store is not None
+        out = []
+        for r in self.ledger.open_reservations(dataset):
+            if r.job_id == job_id or r.state != "reserved":
+                continue
+            rec = self.store.get(r.job_id)
+            if rec is None or rec.status not in ("queued", "running", "succeeded"):
+                out.append(r.job_id)
+        return out
 
     def _commit(self, job_id: str) -> None:
         """Keep a succeeded job's budget spent."""

@@ -3,14 +3,23 @@
 Why durable: a coordinator may ask about a job long after it ran, and a daemon that restarts must
 know which jobs it left behind. A job's life (:class:`mpc_erm.jobs.JobStatus`)::
 
-    queued ──► running ──► succeeded | failed | cancelled
-       └──────────────────► failed | cancelled
+    prepared ──► queued ──► running ──► succeeded | failed | cancelled
+       │            └──────────────────► failed | cancelled
+       └───────────────────────────────► failed | cancelled
 
-Terminal states never change. On start-up the daemon ends every job still queued or running (it
-died under them) ``failed`` with a reason, after the ledger's ``recover`` released their budget
+``prepared``: admitted and its budget reserved here, waiting for the job's other members
+(:mod:`parties.agreement`); ``queued``: every member prepared it, waiting for a worker slot.
+Terminal states never change. On start-up the daemon ends every job still prepared, queued or
+running (it died under them) ``failed`` with a reason, after the ledger's ``recover`` released their budget
 unless they had revealed; a job that revealed and whose worker wrote its result manifest
 (:func:`write_result_manifest`) ends ``succeeded`` instead. Events (progress, phases) are
 kept per job with a sequence number so ``job watch`` can replay them and then follow live ones.
+
+A terminal status the file cannot take (disk full, I/O error: :meth:`JobStore.finish` raises) is
+still served: the store keeps it in memory and shows it in :meth:`~JobStore.get` and
+:meth:`~JobStore.list` (and refuses to start the job) until a retried ``finish`` writes it, so a
+job whose daemon cannot write its state does not show ``running`` for ever. A daemon that stops
+first leaves the job live on disk, and its next start ends it as for any interrupted job.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ import struct
 import threading
 import time
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +48,7 @@ RESULT_MANIFEST = ".complete.json"  # in the job's directory; a dot file, so nev
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY, name TEXT NOT NULL, status TEXT NOT NULL
-        CHECK (status IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')),
+        CHECK (status IN ('prepared', 'queued', 'running', 'succeeded', 'failed', 'cancelled')),
     reason TEXT, job_toml TEXT NOT NULL, digest TEXT NOT NULL, dataset TEXT, method TEXT,
     parties TEXT NOT NULL, dealer TEXT, coordinator TEXT,
     created_at REAL NOT NULL, started_at REAL, ended_at REAL, summary TEXT,
@@ -97,7 +106,34 @@ class JobStore(SqliteStore):
 
     def __init__(self, path: str | Path) -> None:
         super().__init__(path, _SCHEMA)
+        try:
+            self._migrate()
+        except BaseException:
+            self.close()
+            raise
         self._changed = threading.Condition(self._lock)
+        # terminal statuses a failed write could not store yet: job id -> (the statuses it may end
+        # from, the record's new fields); shown by get/list until a retried finish() stores them
+        self._unsaved: dict[str, tuple[frozenset[str], dict[str, Any]]] = {}
+
+    def _migrate(self) -> None:
+        """A table written before the ``prepared`` status: rebuilt with the current CHECK (SQLite
+        cannot alter a constraint in place), rows and events kept."""
+        with self._lock:
+            row = self._conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'jobs'").fetchone()
+            if row is None or "'prepared'" in row[0]:
+                return
+            table = _SCHEMA.split(";")[0].strip().replace("CREATE TABLE IF NOT EXISTS jobs", "CREATE TABLE jobs_new")
+            self._conn.execute("PRAGMA foreign_keys = OFF")  # events reference jobs: keep them through the swap
+            try:
+                with self._tx() as c:
+                    c.execute(table)
+                    c.execute("INSERT INTO jobs_new SELECT * FROM jobs")
+                    c.execute("DROP TABLE jobs")
+                    c.execute("ALTER TABLE jobs_new RENAME TO jobs")
+                    c.execute("CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs (status, created_at)")
+            finally:
+                self._conn.execute("PRAGMA foreign_keys = ON")
 
     @classmethod
     def in_state_dir(cls, state_dir: str | Path) -> JobStore:
@@ -107,26 +143,53 @@ class JobStore(SqliteStore):
 
     def create(self, job_id: str, *, name: str, job_toml: str, digest: str, dataset: str | None,
                method: str | None, parties: tuple[str, ...] | list[str], dealer: str | None,
-               coordinator: str | None) -> JobRecord:
-        """A new queued job (and its ``queued`` event); JobExists if the id is taken."""
+               coordinator: str | None, status: str = "queued") -> JobRecord:
+        """A new job, ``queued`` or ``prepared`` (and its event of that name); JobExists if the id is taken."""
+        if status not in ("queued", "prepared"):
+            raise ValueError(f"a new job is queued or prepared, not {status!r}")
         now = time.time()
+        message = (f"queued (submitted by {coordinator})" if status == "queued" else
+                   f"prepared (submitted by {coordinator}): budget reserved; it starts once every member has "
+                   "prepared it")
         with self._tx() as c:
             old = self._get(c, job_id)
             if old is not None:
                 raise JobExists(old)
             c.execute("INSERT INTO jobs (id, name, status, job_toml, digest, dataset, method, parties, dealer, "
-                      "coordinator, created_at) VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)",
-                      (job_id, name, job_toml, digest, dataset, method, json.dumps(list(parties)), dealer,
+                      "coordinator, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                      (job_id, name, status, job_toml, digest, dataset, method, json.dumps(list(parties)), dealer,
                        coordinator, now))
-            self._add_event(c, job_id, "queued", {"message": f"queued (submitted by {coordinator})"}, now)
+            self._add_event(c, job_id, status, {"message": message}, now)
             rec = self._get(c, job_id)
             self._changed.notify_all()
         assert rec is not None
         return rec
 
+    def set_queued(self, job_id: str, message: str) -> bool:
+        """prepared → queued (its ``queued`` event says why); False if the job is no longer prepared."""
+        now = time.time()
+        with self._tx() as c:
+            n = c.execute("UPDATE jobs SET status = 'queued' WHERE id = ? AND status = 'prepared'", (job_id,)).rowcount
+            if n:
+                self._add_event(c, job_id, "queued", {"message": message}, now)
+                self._changed.notify_all()
+        return bool(n)
+
     def get(self, job_id: str) -> JobRecord | None:
         with self._tx("DEFERRED") as c:
-            return self._get(c, job_id)
+            return self._shown(self._get(c, job_id))
+
+    def unsaved(self, job_id: str) -> bool:
+        """True while the job's terminal status is held in memory only (its write failed)."""
+        with self._lock:
+            return job_id in self._unsaved
+
+    def _shown(self, rec: JobRecord | None) -> JobRecord | None:
+        """``rec`` with the terminal status whose write failed, if there is one (call under the lock)."""
+        if rec is None or rec.id not in self._unsaved:
+            return rec
+        only_from, fields = self._unsaved[rec.id]
+        return replace(rec, **fields) if rec.status in only_from else rec
 
     def list(self, limit: int = 0, statuses: Collection[str] | None = None) -> list[JobRecord]:
         """Newest first."""
@@ -140,16 +203,20 @@ class JobStore(SqliteStore):
             q += " LIMIT ?"
             args.append(limit)
         with self._tx("DEFERRED") as c:
-            return [_record(r) for r in c.execute(q, args).fetchall()]
+            recs = [self._shown(_record(r)) for r in c.execute(q, args).fetchall()]
+        return [r for r in recs if r is not None and (not statuses or r.status in statuses)]
 
     def queued(self) -> list[JobRecord]:
         """Queued jobs, oldest first (the order they run in)."""
         return sorted(self.list(statuses=("queued",)), key=lambda r: (r.created_at, r.id))
 
     def set_running(self, job_id: str) -> bool:
-        """queued → running; False if the job is no longer queued (cancelled meanwhile)."""
+        """queued → running; False if the job is no longer queued (cancelled meanwhile, also when
+        that cancel could not be written yet)."""
         now = time.time()
         with self._tx() as c:
+            if job_id in self._unsaved:
+                return False
             n = c.execute("UPDATE jobs SET status = 'running', started_at = ? WHERE id = ? AND status = 'queued'",
                           (now, job_id)).rowcount
             if n:
@@ -164,20 +231,35 @@ class JobStore(SqliteStore):
     def finish(self, job_id: str, status: str, reason: str | None = None,
                summary: dict[str, Any] | None = None, *, only_from: Collection[str] = LIVE) -> bool:
         """Move a live job to a terminal status (and log its terminal event); False if it was not
-        in one of ``only_from`` (e.g. already finished)."""
+        in one of ``only_from`` (e.g. already finished).
+
+        If the write fails (``sqlite3.Error``: disk full, I/O error, locked), the status is kept in
+        memory and served from there (see the module's docstring) and the error is raised: the
+        caller retries with the same arguments (the retry keeps the first attempt's end time)."""
         if status not in TERMINAL:
             raise ValueError(f"not a terminal status: {status!r}")
-        now = time.time()
-        with self._tx() as c:
-            cur = c.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if cur is None or cur[0] not in only_from:
-                return False
-            c.execute("UPDATE jobs SET status = ?, reason = ?, summary = ?, ended_at = ? WHERE id = ?",
-                      (status, reason, None if summary is None else json.dumps(summary, default=str), now, job_id))
-            payload: dict[str, Any] = {"message": reason or status}
-            if summary is not None:
-                payload["summary"] = summary
-            self._add_event(c, job_id, status, payload, now)
+        with self._lock:
+            held = self._unsaved.get(job_id)
+            now = held[1]["ended_at"] if held is not None else time.time()
+            try:
+                with self._tx() as c:
+                    cur = c.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+                    if cur is None or cur[0] not in only_from:
+                        self._unsaved.pop(job_id, None)
+                        return False
+                    c.execute("UPDATE jobs SET status = ?, reason = ?, summary = ?, ended_at = ? WHERE id = ?",
+                              (status, reason, None if summary is None else json.dumps(summary, default=str), now,
+                               job_id))
+                    payload: dict[str, Any] = {"message": reason or status}
+                    if summary is not None:
+                        payload["summary"] = summary
+                    self._add_event(c, job_id, status, payload, now)
+            except sqlite3.Error:
+                self._unsaved[job_id] = (frozenset(only_from), {"status": status, "reason": reason,
+                                                                "summary": summary, "ended_at": now})
+                self._changed.notify_all()  # Watch streams: the job has ended (in memory)
+                raise
+            self._unsaved.pop(job_id, None)
             self._changed.notify_all()
         return True
 

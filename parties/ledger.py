@@ -37,7 +37,7 @@ import json
 import math
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -299,6 +299,28 @@ class Ledger(SqliteStore):
                       (job_id, dataset, eps, dl, spec_digest, ev_json, now))
         return Reservation(job_id, dataset, eps, dl, spec_digest, ev, "reserved", now)
 
+    def fits(self, dataset: str, dp_event: DpEvent | Mapping[str, Any], *, excluding: Collection[str] = ()) -> bool:
+        """Whether a job with this event would be admitted if the live jobs ``excluding`` were not
+        there (the daemon's ordering of competing admissions asks: would it fit once the prepared
+        jobs with larger ids gave way? ``parties.agreement``). Changes nothing."""
+        ev = normalise_dp_event(dp_event)
+        if ev is None:
+            raise ValueError("fits: a job's event is needed")
+        skip = set(excluding)
+        with self._tx("DEFERRED") as c:
+            total = c.execute("SELECT epsilon, delta, adjacency FROM budgets WHERE dataset = ?", (dataset,)).fetchone()
+            if total is None:
+                raise UnknownDataset(f"no budget for dataset {dataset!r}")
+            rows = c.execute("SELECT job_id, epsilon, delta, dp_event, state, revealed_rounds FROM jobs WHERE "
+                             "dataset = ? AND state IN (?, ?, ?)", (dataset, *_LIVE)).fetchall()
+        live = [_charged(_stored_event(e_json, e, d), st, rr) for j, e, d, e_json, st, rr in rows if j not in skip]
+        try:
+            both = compose([*live, ev], total[1], total[2])
+        except AdjacencyError:
+            return False
+        untouched = not any(e.rounds for e in live)
+        return both.epsilon <= total[0] * (1 + SLACK) or (isinstance(ev, NonPrivate) and untouched)
+
     def mark_revealed(self, job_id: str, dp_event: DpEvent | Mapping[str, Any] | None = None, *,
                       rounds: int | None = None) -> Reservation:
         """Call before a reveal: from now on the job's budget can never be released.
@@ -312,6 +334,9 @@ class Ledger(SqliteStore):
             raise ValueError(f"rounds must be an integer >= 1 (the rounds revealed once this reveal is done), "
                              f"got {rounds!r}")
         ev = normalise_dp_event(dp_event)
+        # one transaction: a failed write (a full disk) leaves neither the state nor the count
+        # changed, never a job marked revealed without its round count (it would then be charged
+        # every planned round)
         with self._tx() as c:
             r = self._get(c, job_id)
             if r is None:
@@ -319,12 +344,14 @@ class Ledger(SqliteStore):
             if ev is not None and r.dp_event != ev and not isinstance(r.dp_event, ApproxDp):
                 raise LedgerError(f"job {job_id!r}: the worker's privacy plan ({ev.to_json()}) is not the one reserved "
                                   f"({r.dp_event.to_json() if r.dp_event else None}); refusing to reveal")
-        r = self._move(job_id, {"reserved": "revealed"}, "revealed_at = ?")
-        if r.state != "revealed":
-            return r
-        planned = r.dp_event.rounds if r.dp_event is not None else 1
-        want = planned if rounds is None else min(int(rounds), planned)
-        with self._tx() as c:
+            if r.state == "released":
+                raise LedgerError(f"job {job_id!r} was released ({r.reason}); it must not reveal or commit")
+            if r.state == "committed":
+                return r  # repeated call: no-op
+            if r.state == "reserved":
+                c.execute("UPDATE jobs SET state = 'revealed', revealed_at = ? WHERE job_id = ?", (time.time(), job_id))
+            planned = r.dp_event.rounds if r.dp_event is not None else 1
+            want = planned if rounds is None else min(int(rounds), planned)
             c.execute("UPDATE jobs SET revealed_rounds = ? WHERE job_id = ? AND state = 'revealed' AND "
                       "(revealed_rounds IS NULL OR revealed_rounds < ?)", (want, job_id, want))
             return self._get(c, job_id)  # type: ignore[return-value]

@@ -22,6 +22,13 @@ message is one line naming the file, what is wrong and what to do; a log that do
 raises :class:`AuditDamaged`. The daemon runs the check in ``start()`` before it creates or opens
 anything and refuses to start; ``budget show`` refuses to print. Nothing is repaired silently.
 
+One thing is repaired first, with a log line: a *torn tail* of the audit log (a final line without
+its newline or not JSON, what a crash or a full disk in the middle of an append leaves) is moved
+aside to ``audit.jsonl.torn-<UTC time>`` (:func:`parties.audit.repair_tail`), so that a party
+whose disk filled up mid-job serves again once space is freed (issue 14 item 1). The ledger was
+marked before any record was appended, so dropping a torn record never makes the ledger hold less
+than the log. A torn line anywhere before the last one is damage, and still refused.
+
 The repair is explicit, with the daemon stopped: ``mpc-erm budget rebuild --state-dir DIR`` (or
 ``--config``) runs :func:`rebuild_ledger`: it verifies the log, moves the damaged file (and its
 ``-wal``/``-shm``) aside as ``ledger.sqlite3.damaged-<UTC time>``, creates a fresh ledger and
@@ -58,7 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .audit import AUDIT_FILE, AuditError, verify
+from .audit import AUDIT_FILE, AuditError, TornTail, repair_tail, verify
 from .ledger import LEDGER_FILE, SLACK, Ledger
 
 __all__ = ["AuditDamaged", "LedgerCheck", "LedgerDamaged", "Rebuild", "StateDamaged", "check_ledger",
@@ -120,6 +127,7 @@ class LedgerCheck:
     audit_records: int
     audit_head: str
     charged_jobs: int
+    torn_tail: TornTail | None = None  # a torn last line of the audit log, repaired before the check
 
 
 @dataclass(frozen=True)
@@ -173,6 +181,17 @@ def logged_charges(audit_path: str | os.PathLike[str]) -> LoggedCharges:
     return LoggedCharges(p, v.records, v.head, charges, frozenset(released))
 
 
+def _repair_audit_tail(audit_path: Path) -> TornTail | None:
+    """Move a torn last line of the audit log aside (:func:`parties.audit.repair_tail`); one line
+    naming the file when that cannot be done (the disk still full, say)."""
+    try:
+        return repair_tail(audit_path)
+    except OSError as exc:
+        raise AuditDamaged(audit_path, f"its last line is a torn record that cannot be moved aside "
+                           f"({exc.strerror or exc})", "free space in (or repair) the state directory and start "
+                           "again; the torn bytes are moved to audit.jsonl.torn-<UTC time>") from None
+
+
 def _sqlite_problem(exc: sqlite3.Error) -> str:
     name = getattr(exc, "sqlite_errorname", "") or type(exc).__name__
     what = "damaged or not a SQLite database" if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT") else "cannot be read"
@@ -208,9 +227,11 @@ def _g(x: float) -> str:
 
 def check_ledger(state_dir: str | os.PathLike[str]) -> LedgerCheck:
     """Verify ``state_dir``'s audit log and check its ledger against it (module docstring).
-    Creates and changes nothing. Raises :class:`LedgerDamaged` or :class:`AuditDamaged`."""
+    Creates nothing and changes nothing, except that a torn last line of the audit log is moved
+    aside first (``torn_tail`` says so). Raises :class:`LedgerDamaged` or :class:`AuditDamaged`."""
     sd = Path(state_dir)
     lpath, advice = sd / LEDGER_FILE, _advice(sd)
+    torn = _repair_audit_tail(sd / AUDIT_FILE)
     log = logged_charges(sd / AUDIT_FILE)  # first: any charge in it was marked in the ledger before
     jobs = set(log.charges) | set(log.released)
     if not lpath.exists():
@@ -219,13 +240,13 @@ def check_ledger(state_dir: str | os.PathLike[str]) -> LedgerCheck:
             detail = f" (first: job {first.job_id!r}, ε={_g(first.epsilon)} on {first.dataset!r})" if first else ""
             raise LedgerDamaged(lpath, f"missing, but {log.path.name} charges {len(jobs)} job(s){detail}: a fresh "
                                 "ledger would grant that budget again", advice)
-        return LedgerCheck(lpath, log.path, False, log.records, log.head, 0)
+        return LedgerCheck(lpath, log.path, False, log.records, log.head, 0, torn)
     rows = _ledger_rows(lpath, advice)
     if rows is None:
         if jobs:
             raise LedgerDamaged(lpath, f"holds no ledger tables (empty or truncated), but {log.path.name} charges "
                                 f"{len(jobs)} job(s): a fresh ledger would grant that budget again", advice)
-        return LedgerCheck(lpath, log.path, True, log.records, log.head, 0)
+        return LedgerCheck(lpath, log.path, True, log.records, log.head, 0, torn)
     missing, unspent, moved, lower = [], [], [], []
     for job_id in sorted(jobs, key=lambda j: log.charges[j].seq if j in log.charges else math.inf):
         row, ch = rows.get(job_id), log.charges.get(job_id)
@@ -250,7 +271,7 @@ def check_ledger(state_dir: str | os.PathLike[str]) -> LedgerCheck:
     if problems:
         raise LedgerDamaged(lpath, f"does not match {log.path}: {'; '.join(problems)}. The ledger was replaced, "
                             "rolled back or edited and would grant spent budget again", advice)
-    return LedgerCheck(lpath, log.path, True, log.records, log.head, len(jobs))
+    return LedgerCheck(lpath, log.path, True, log.records, log.head, len(jobs), torn)
 
 
 def _old_spent_rows(path: Path) -> list[tuple[Any, ...]]:
@@ -276,6 +297,7 @@ def rebuild_ledger(state_dir: str | os.PathLike[str], budgets: Mapping[str, tupl
     verify, and, unless ``force``, when the ledger already passes :func:`check_ledger`."""
     sd = Path(state_dir)
     lpath = sd / LEDGER_FILE
+    _repair_audit_tail(sd / AUDIT_FILE)
     log = logged_charges(sd / AUDIT_FILE)
     if not log.path.exists():
         raise ValueError(f"{log.path}: no audit log, nothing to rebuild the ledger from (a party that never "

@@ -25,6 +25,8 @@ BUDGET      the party's privacy-budget ledger refused the job's charge
 POLICY      the party's policy refuses what the job asks (the job-file field is named)
 JOB_SPEC    the job file asks for something this party cannot run (the field is named)
 SOLVER      the party's local solve did not reach its certified tolerance
+STORAGE     the party's state directory (ledger, audit log, results) is full or cannot be written
+STALLED     the party's own job worker made no progress (stopped, hung) for longer than peer_timeout_s
 INTERNAL    anything else (a bug, out of memory): the type is named, the text is not
 ========== ================================================================================
 
@@ -34,6 +36,8 @@ worker that exited without reporting) are fixed texts of public facts and stay a
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 from collections.abc import Iterable, Sequence
 
@@ -46,10 +50,11 @@ __all__ = [
     "peer_lookup_failure",
     "peer_lookup_timeout",
     "public_failure",
+    "storage_problem",
 ]
 
 CODES = ("DATA_SCHEMA", "DATA_FILE", "AGREEMENT", "PEER_LOST", "PEER_FAILED", "CANCELLED", "BUDGET", "POLICY",
-         "JOB_SPEC", "SOLVER", "INTERNAL")
+         "JOB_SPEC", "SOLVER", "STORAGE", "STALLED", "INTERNAL")
 MAX_PUBLIC = 500  # a public reason is one short line
 # A message that starts with a job-file field ("privacy.mechanism: ...", "job.test_no_noise: ..."):
 # the wording of the project's own checks of the job file, fit to pass as it is.
@@ -135,6 +140,24 @@ def _peer_error(exc: BaseException) -> BaseException | None:
     return None
 
 
+_STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG)
+_SQLITE_STORAGE = ("SQLITE_FULL", "SQLITE_IOERR", "SQLITE_READONLY", "SQLITE_CANTOPEN")
+
+
+def storage_problem(exc: BaseException) -> str | None:
+    """For a failure to write the party's own state (disk full, I/O error, read-only, quota): a
+    public one-word-and-text description (``ENOSPC: No space left on device``, ``SQLITE_FULL:
+    database or disk is full``); None for anything else. No path, no value."""
+    if isinstance(exc, OSError) and exc.errno in _STORAGE_ERRNOS:
+        return f"{errno.errorcode[exc.errno]}: {os.strerror(exc.errno)}"
+    if _is(exc, "OperationalError"):
+        name = str(getattr(exc, "sqlite_errorname", "") or "")
+        text = " ".join(str(exc).split())
+        if name.startswith(_SQLITE_STORAGE) or text in ("database or disk is full", "disk I/O error"):
+            return f"{name or 'SQLite'}: {text}"[:120]
+    return None
+
+
 def _during(phase: str | None) -> str:
     return f" during phase {phase!r}" if phase else ""
 
@@ -206,6 +229,9 @@ def public_failure(exc: BaseException, *, member: str, job_id: str, dataset: str
         code, public = ("POLICY" if isinstance(exc, PermissionError) else "JOB_SPEC"), text
     elif _is(exc, "NotForProductionError"):
         code, public = "POLICY", f"{member}'s policy refuses a test-only (zero-noise) aggregate; see {member}'s log"
+    elif (disk := storage_problem(exc)) is not None:
+        code, public = "STORAGE", (f"the state directory of {member} is full or cannot be written{_during(phase)} "
+                                   f"({disk}); see {member}'s log")
     elif isinstance(exc, MemoryError):
         code, public = "INTERNAL", f"out of memory at {member}{_during(phase)}; see {member}'s log"
     else:

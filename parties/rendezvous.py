@@ -1,24 +1,24 @@
 """How a job's workers find each other: each publishes its transport address to its own daemon,
 and looks the others' up from their daemons (``GetEndpoint``, mTLS, members of the job only).
 
-Why the admission check is here: a member starts a job as soon as it admits it, and the job's
-worker then waits (up to the config's ``peer_timeout_s``) for every other member's worker to
-publish. Two coordinators submitting at the same instant can reach two daemons in opposite orders;
-with one job at a time each daemon then ran the job the other had queued, and both failed after
-the 120 s look-up wait. With several slots both simply run. At the bound the same cross-queueing
-can still deadlock: daemon A's slots all hold jobs queued at B while B's slots all hold jobs
-queued at A. ``GetEndpoint`` for a job that waits for a slot answers at once (NOT_FOUND with
-``mpc-erm-admission`` trailing metadata: the ids of the jobs holding this daemon's slots), and
-the asking daemon checks for exactly that cycle; if found, the cycle's job with the largest id
-(the same choice on both sides) fails at once with a reason naming another job of the cycle,
-which frees its slot so the rest proceed (if the daemon running that job does not act within
-``ADMISSION_GRACE_S``, e.g. its job waits on a third member, the asking side fails its own
-largest). Nothing was revealed (no member can have all endpoints of a job still queued at one
-of them), so its budget is released and it can be resubmitted. A job that merely waits for a
-busy peer (no cycle) keeps waiting, up to the worker's look-up limit; so does a cycle through
-three or more daemons with no two-daemon cycle in it (not detected). With one coordinator, or
-fewer simultaneous jobs than the bound, every daemon admits in the same order and nothing of this
-arises (tests/reliability/test_concurrency.py).
+Why the admission check is here: a member queues a job as soon as it learns that every member
+prepared it (:mod:`parties.agreement`), and the job's worker then waits (up to the config's
+``peer_timeout_s``) for every other member's worker to publish. Two jobs agreed at the same moment
+can be queued at two daemons in opposite orders (as two coordinators submitting at the same instant
+could do before admission was two-phase); with one job at a time each daemon then ran the job the
+other had queued, and both failed after the 120 s look-up wait. With several slots both simply run.
+At the bound the same cross-queueing can still deadlock: daemon A's slots all hold jobs queued at B
+while B's slots all hold jobs queued at A. ``GetEndpoint`` for a job that waits for a slot answers
+at once (NOT_FOUND with ``mpc-erm-admission`` trailing metadata: the ids of the jobs holding this
+daemon's slots), and the asking daemon checks for exactly that cycle; if found, the cycle's job
+with the largest id (the same choice on both sides) fails at once with a reason naming another job
+of the cycle, which frees its slot so the rest proceed (if the daemon running that job does not act
+within ``ADMISSION_GRACE_S``, e.g. its job waits on a third member, the asking side fails its own
+largest). Nothing was revealed (no member can have all endpoints of a job still queued at one of
+them), so its budget is released and it can be resubmitted. A job that merely waits for a busy peer
+(no cycle) keeps waiting, up to the worker's look-up limit; so does a cycle through three or more
+daemons with no two-daemon cycle in it (not detected). With fewer simultaneous jobs than the bound
+nothing of this arises (tests/reliability/test_concurrency.py).
 
 ``GetEndpoint`` tells another member (whose worker waits for this one's transport, and which
 records what it hears in its own job table and log) only the job's status and its reason's code.

@@ -1,6 +1,7 @@
 """The daemon's gRPC face (``PartyControl``): who may call what, each call mapped to the daemon,
 job records turned into replies, results streamed in chunks. The decisions are the daemon's
-(``submit``/``cancel``) and the rendezvous' (``GetEndpoint``); here they become gRPC statuses.
+(``submit``/``cancel``), the rendezvous' (``GetEndpoint``) and the admission agreement's
+(``GetAdmission``, :mod:`parties.agreement`); here they become gRPC statuses.
 
 Failure reasons: a job's ``reason`` leaves the party (``GetStatus``/``Watch``/``ListJobs``/
 ``GetResult`` to the coordinator), which is why a worker's failure is recorded as ``"<CODE>: <public
@@ -37,11 +38,16 @@ RESULT_CHUNK_BYTES = 1 << 20
 
 
 def control_policy(cfg: DaemonConfig) -> tls.Policy:
-    """Who may call what: the coordinator methods only the allowed coordinators; GetEndpoint any
-    party or dealer (job membership is checked per request); Health anyone of this CA."""
+    """Who may call what: the coordinator methods only the allowed coordinators; GetEndpoint and
+    GetAdmission any party or dealer (job membership is checked per request); Health anyone of
+    this CA. SubmitJob lets any coordinator through to the daemon, which refuses one not in
+    ``policy.allowed_coordinators`` itself (:func:`parties.admission.check_caller`, the same
+    status and message) so that the job's other members learn of the refusal at once."""
     coordinators = [("coordinator", n) for n in cfg.policy.allowed_coordinators]
     policy: dict[str, list[tuple[str, str]]] = {f"{SERVICE}/{m}": coordinators for m in COORDINATOR_METHODS}
-    policy[f"{SERVICE}/GetEndpoint"] = [("party", tls.WILDCARD), ("dealer", tls.WILDCARD)]
+    policy[f"{SERVICE}/SubmitJob"] = [("coordinator", tls.WILDCARD)]
+    for m in ("GetEndpoint", "GetAdmission"):
+        policy[f"{SERVICE}/{m}"] = [("party", tls.WILDCARD), ("dealer", tls.WILDCARD)]
     policy[f"{SERVICE}/Health"] = [(tls.WILDCARD, tls.WILDCARD)]
     return policy
 
@@ -147,6 +153,11 @@ class Servicer(pb_grpc.PartyControlServicer):
         caller = tls.peer(context)
         rec = self._record(request.job_id, context)
         return self.rendezvous.get_endpoint(rec, caller, request, context)
+
+    def GetAdmission(self, request: pb.AdmissionRequest, context: grpc.ServicerContext) -> pb.AdmissionReply:
+        assert self.d.agreement is not None
+        state, reason = self.d.agreement.answer(request.job_id, tls.peer(context), request.spec_digest)
+        return pb.AdmissionReply(job_id=request.job_id, member=self.d.name, state=state, reason=reason)
 
     def Health(self, request: pb.HealthRequest, context: grpc.ServicerContext) -> pb.HealthReply:
         from importlib.metadata import PackageNotFoundError, version

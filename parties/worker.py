@@ -21,6 +21,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import sqlite3
 import threading
 import time
 from typing import Any
@@ -29,7 +31,7 @@ import numpy as np
 
 from .context import JobCancelled, WorkerContext
 from .jobs import write_result_manifest
-from .public_errors import PublicError, data_failure
+from .public_errors import PublicError, data_failure, storage_problem
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,7 @@ DEADLINE_S = 120.0  # default of the daemon config's peer_timeout_s: every wait 
 
 def _peer_timeout(ctx: WorkerContext) -> float:
     """The daemon's ``peer_timeout_s`` (transport deadline and endpoint look-up)."""
-    return float(getattr(ctx.config, "peer_timeout_s", DEADLINE_S))
+    return float(ctx.config.peer_timeout_s)
 PROGRESS_EVERY = 5  # rounds between progress events
 
 
@@ -132,7 +134,7 @@ def _schema_difference(ds: Any, mine: list[str], theirs: list[str]) -> str:
 def _device(ctx: WorkerContext) -> Any:
     import torch
 
-    want = ctx.job.job.device or getattr(ctx.config, "device", "auto")
+    want = ctx.job.job.device or ctx.config.device
     if want == "cuda" and not torch.cuda.is_available():
         raise ValueError("device: 'cuda' requested but no CUDA device is available to this party")
     if want == "auto":
@@ -153,9 +155,9 @@ def _join(ctx: WorkerContext) -> tuple[Any, Any]:
     from mpc_erm.mpc.transport import Member, PartyTable, TransportOptions, TransportServer
 
     listen_host = str(ctx.config.listen).rsplit(":", 1)[0]
-    adv_host = str(getattr(ctx.config, "advertise", None) or ctx.config.listen).rsplit(":", 1)[0]
-    server = TransportServer.configured(ctx.identity, f"{listen_host}:0", limits=getattr(ctx.config, "limits", None),
-                                        crl=getattr(getattr(ctx.config, "identity", None), "crl", None))
+    adv_host = str(ctx.config.advertise or ctx.config.listen).rsplit(":", 1)[0]
+    server = TransportServer.configured(ctx.identity, f"{listen_host}:0", limits=ctx.config.limits,
+                                        crl=ctx.config.identity.crl)
     port = server.start()
     ctx.publish_endpoint(f"{adv_host}:{port}")
     parties, dealer = _members(ctx)
@@ -244,7 +246,10 @@ class _Spend:
 
     def before_round(self, t: int) -> None:
         if self.ledger is not None:
-            self.ledger.mark_revealed(self.ctx.job_id, self.plan.event, rounds=t)
+            try:
+                self.ledger.mark_revealed(self.ctx.job_id, self.plan.event, rounds=t)
+            except (OSError, sqlite3.OperationalError) as exc:  # one transaction: nothing of it was written
+                raise _unrecorded(self.ctx, exc, f"round {t} in its ledger", f"round {t} was not revealed") from exc
         if not self.charged:
             job = self.ctx.job
             _audit(self.ctx).charge(self.ctx.job_id, dataset=job.job.dataset, epsilon=job.spec.privacy.epsilon,
@@ -276,13 +281,74 @@ def _audit(ctx: WorkerContext) -> Any:
         return _NoAudit()
     from .audit import AuditLog
 
-    return AuditLog.in_state_dir(ctx.ledger_path.parent)
+    return _Recorded(ctx, AuditLog.in_state_dir(ctx.ledger_path.parent))
+
+
+def _unrecorded(ctx: WorkerContext, exc: BaseException, what: str, then: str) -> PublicError:
+    """This party could not write ``what`` (disk full, I/O error): a public STORAGE failure."""
+    why = storage_problem(exc) or type(exc).__name__
+    return PublicError("STORAGE", f"{ctx.identity.name} could not record {what} ({why}): {then}; see "
+                                  f"{ctx.identity.name}'s log", f"{what}: {exc}")
+
+
+class _Recorded:
+    """The audit log, whose failed append (it leaves the log as it was: parties.audit) ends the job
+    with a public STORAGE reason. The charge comes before the first reveal, so it fails with nothing
+    revealed (the ledger, marked first, keeps that round as spent); a release record comes after its
+    reveal, so the job stops there and the rounds revealed stay charged (the daemon commits them)."""
+
+    def __init__(self, ctx: WorkerContext, log: Any) -> None:
+        self.ctx, self.log = ctx, log
+
+    def charge(self, job_id: str, **fields: Any) -> Any:
+        try:
+            return self.log.charge(job_id, **fields)
+        except OSError as exc:
+            raise _unrecorded(self.ctx, exc, "the job's charge in its audit log", "nothing was revealed; its "
+                              "ledger keeps the round it marked just before as spent") from exc
+
+    def release(self, job_id: str, *, round: int, rounds: int, **fields: Any) -> Any:
+        try:
+            return self.log.release(job_id, round=round, rounds=rounds, **fields)
+        except OSError as exc:
+            raise _unrecorded(self.ctx, exc, f"the release of round {round} of {rounds} in its audit log",
+                              f"the job stops; the {round} round(s) revealed stay charged") from exc
+
+    def head(self) -> str:
+        return str(self.log.head())
+
+
+AUDIT_RECORD_BYTES = 600  # a release record is ~450 bytes, a charge with its mechanism ~700
+SQLITE_FRAME_BYTES = 4096 + 24  # one WAL frame: what a ledger mark or a job-table event adds
+SPACE_MARGIN_BYTES = 1 << 20  # results (model, report, metrics, curve), log lines, SQLite checkpoints
+
+
+def _check_room(ctx: WorkerContext) -> None:
+    """Refuse the job, before anything is revealed or spent anywhere, when this party's state
+    directory cannot hold what the job will write there: one audit record per round and the charge,
+    a ledger mark per round (a WAL frame; the WAL stops growing at SQLite's 1000-frame checkpoint),
+    a job-table event per ``PROGRESS_EVERY`` rounds, and a margin for the results."""
+    if ctx.ledger_path is None:
+        return
+    spec = ctx.job.spec
+    rounds = 1 if spec.method == "output" else int(spec.training.iterations)
+    audit = (rounds + 2) * AUDIT_RECORD_BYTES
+    need = (audit + (min(rounds, 1000) + 16) * SQLITE_FRAME_BYTES
+            + (rounds // PROGRESS_EVERY + 16) * SQLITE_FRAME_BYTES + SPACE_MARGIN_BYTES)
+    st = os.statvfs(ctx.ledger_path.parent)
+    free = st.f_bavail * st.f_frsize
+    if free < need:
+        me = ctx.identity.name
+        raise PublicError("STORAGE", f"the state directory of {me} has {free} bytes free; the job's audit records "
+                                     f"need ~{audit} ({rounds} round(s)), ~{need} with the ledger's and job table's "
+                                     f"pages and a {SPACE_MARGIN_BYTES >> 20} MiB margin; nothing was revealed: free "
+                                     "space there and submit the job again")
 
 
 def _test_no_noise(ctx: WorkerContext) -> bool:
     if not ctx.job.job.test_no_noise:
         return False
-    if not getattr(getattr(ctx.config, "policy", None), "allow_test_only", False):
+    if not ctx.config.policy.allow_test_only:
         raise PermissionError("job.test_no_noise: refused (this party's policy.allow_test_only is false)")
     return True
 
@@ -453,12 +519,13 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
     from mpc_erm.mpc.noise import InMpcNoise, realise
     from mpc_erm.protocols.common import PartySizes, plan_job, public_sizes
 
-    if getattr(ctx.config, "threads", None):
+    if ctx.config.threads:
         torch.set_num_threads(ctx.config.threads)
     tic = time.perf_counter()
     ctx.emit({"phase": "loading", "message": f"dataset {ctx.job.job.dataset!r}"})
     ds, test = _load_rows(ctx)
     dev = _device(ctx)
+    _check_room(ctx)  # disk full: refuse before any member spends ε (issue 14 item 1)
     server, comm = _join(ctx)
     ok = False
     try:
@@ -528,7 +595,7 @@ def run_dealer_job(ctx: WorkerContext) -> dict[str, Any]:
     from mpc_erm.mpc.dealer import run_dealer
     from mpc_erm.mpc.transport import TransportOptions
 
-    if getattr(ctx.config, "threads", None):
+    if ctx.config.threads:
         torch.set_num_threads(ctx.config.threads)
     server, table = _join(ctx)
     try:

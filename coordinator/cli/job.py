@@ -62,13 +62,32 @@ def job() -> None:
 @click.option("--watch", "follow", is_flag=True, help="then follow the job until it ends")
 @_JSON
 def submit(job_file: Path, config_path: Path, follow: bool, as_json: bool) -> None:
-    """Send JOB_FILE to every party (and the dealer); each checks its policy and reserves budget."""
+    """Send JOB_FILE to every party (and the dealer); each checks its policy and reserves budget.
+
+    The job starts once every member has prepared it; if one refuses, the others end it by
+    themselves (each member's answer is printed, and the exit status is 1)."""
+    from coordinator.client import SubmitRefused
+
     with _client(config_path) as client:
-        res = client.submit(job_file)
+        try:
+            res = client.submit(job_file)
+        except SubmitRefused as exc:
+            if as_json:
+                click.echo(json.dumps({"event": "refused", "job_id": exc.job_id, "refused_by": exc.refusals,
+                                       "members": exc.answers}))
+            else:
+                click.echo(f"job {exc.job_id} refused by {', '.join(exc.refusals)}; it starts nowhere")
+                for m, answer in exc.answers.items():
+                    state, _, why = answer.partition(": ")
+                    click.echo(f"  {m:<16} {state:<9} {why}".rstrip())
+            sys.exit(1)
         if as_json:
             click.echo(json.dumps({"event": "submitted", **res}) if follow else json.dumps(res, indent=2))
         else:
-            click.echo(f"job {res['job_id']} ({res['name']}) accepted by {', '.join(res['members'])}")
+            click.echo(f"job {res['job_id']} ({res['name']}) prepared by {', '.join(res['members'])}; "
+                       "it starts once they have agreed")
+            for m, v in res["members"].items():
+                click.echo(f"  {m:<16} {v['status']:<9} {v.get('note') or ''}".rstrip())
             click.echo(f"  spec digest {res['spec_digest']}")
         if follow:
             _watch(client, res["job_id"], as_json)

@@ -2,8 +2,13 @@
 
 ::
 
-    queued ──► running ──► succeeded | failed | cancelled
-       └──────────────────► failed | cancelled
+    prepared ──► queued ──► running ──► succeeded | failed | cancelled
+       │            └──────────────────► failed | cancelled
+       └───────────────────────────────► failed | cancelled
+
+``prepared``: admitted here (budget reserved) but not started until every member of the job has
+prepared it too (the two-phase admission of :mod:`parties.agreement`); a refusal anywhere ends
+it failed, its reservation released.
 
 The values are the strings stored in every daemon's job table and sent on the wire (``GetStatus``,
 ``Watch`` phases, ``job status --json``): a :class:`JobStatus` *is* that string (``StrEnum``), so
@@ -18,7 +23,8 @@ __all__ = ["LIVE", "TERMINAL", "JobStatus"]
 
 
 class JobStatus(str, enum.Enum):
-    QUEUED = "queued"  # admitted (budget reserved), waiting for a worker slot
+    PREPARED = "prepared"  # admitted here (budget reserved), waiting for every other member to prepare it
+    QUEUED = "queued"  # every member prepared it: waiting for a worker slot
     RUNNING = "running"  # its worker process runs
     SUCCEEDED = "succeeded"  # the result is in the member's job directory
     FAILED = "failed"
@@ -37,4 +43,4 @@ class JobStatus(str, enum.Enum):
 #: States a job never leaves.
 TERMINAL: frozenset[JobStatus] = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 #: States of a job that has not ended (a daemon that restarts ends them).
-LIVE: frozenset[JobStatus] = frozenset({JobStatus.QUEUED, JobStatus.RUNNING})
+LIVE: frozenset[JobStatus] = frozenset({JobStatus.PREPARED, JobStatus.QUEUED, JobStatus.RUNNING})

@@ -11,8 +11,9 @@ from parties import jobs
 
 
 def test_values_are_the_stored_strings() -> None:
-    assert [s.value for s in JobStatus] == ["queued", "running", "succeeded", "failed", "cancelled"]
-    assert TERMINAL == {"succeeded", "failed", "cancelled"} and LIVE == {"queued", "running"}
+    # "prepared": admitted here, waiting for every member to prepare it (two-phase admission, issue 14 item 3)
+    assert [s.value for s in JobStatus] == ["prepared", "queued", "running", "succeeded", "failed", "cancelled"]
+    assert TERMINAL == {"succeeded", "failed", "cancelled"} and LIVE == {"prepared", "queued", "running"}
     assert not TERMINAL & LIVE and TERMINAL | LIVE == set(JobStatus)
     # the job table's CHECK constraint allows exactly these
     check = re.search(r"CHECK \(status IN \(([^)]*)\)\)", jobs._SCHEMA)
@@ -37,3 +38,30 @@ def test_the_store_takes_and_gives_back_plain_strings(tmp_path) -> None:
         rec = store.get("j")
         assert rec is not None and rec.status == "cancelled" and type(rec.status) is str and rec.terminal
         assert not store.finish("j", JobStatus.FAILED)
+        store.create("p", name="n", job_toml="", digest="d", dataset=None, method=None, parties=["a"], dealer=None,
+                     coordinator="c", status=JobStatus.PREPARED)
+        assert store.get("p").status == "prepared" and not store.set_running("p")  # not before it is queued
+        assert store.set_queued("p", "every member prepared it") and not store.set_queued("p", "again")
+        assert [e.phase for e in store.events("p")] == ["prepared", "queued"] and store.set_running("p")
+
+
+def test_a_job_table_from_before_the_prepared_status_is_migrated(tmp_path) -> None:
+    import sqlite3
+
+    path = tmp_path / "jobs.sqlite3"
+    old_schema = jobs._SCHEMA.replace("'prepared', ", "")
+    con = sqlite3.connect(path)
+    con.executescript(old_schema)
+    con.execute("INSERT INTO jobs (id, name, status, job_toml, digest, parties, created_at) "
+                "VALUES ('old', 'n', 'queued', '', 'd', '[]', 1.0)")
+    con.execute("INSERT INTO events VALUES ('old', 1, 1.0, 'queued', '{}')")
+    con.commit()
+    con.close()
+    with jobs.JobStore(path) as store:
+        assert store.get("old").status == "queued" and [e.phase for e in store.events("old")] == ["queued"]
+        store.create("new", name="n", job_toml="", digest="d", dataset=None, method=None, parties=["a"], dealer=None,
+                     coordinator="c", status="prepared")
+        assert store.get("new").status == "prepared"
+        assert store._conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    with jobs.JobStore(path) as store:  # idempotent
+        assert {r.id for r in store.list()} == {"old", "new"}

@@ -1,5 +1,7 @@
 """parties.admission without a daemon: the decision and each refusal from the config, the job and
-its plan alone (the daemon's refusals over gRPC are in tests/parties/test_daemon.py)."""
+its plan alone, and what of a refusal the job's other members are told (the daemon's refusals over
+gRPC are in tests/parties/test_daemon.py, the members' agreement in
+tests/reliability/test_two_phase_admission.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import pytest
 from mpc_erm.jobs.jobfile import JobFile, parse_job_file
 from mpc_erm.privacy.plan import PlanError
 from mpc_erm.protocols.common import plan_job
-from parties.admission import MAX_JOB_TOML_BYTES, Admitted, Refusal, admit, check_request
+from parties.admission import MAX_JOB_TOML_BYTES, Admitted, Refusal, Refused, admit, check_caller, check_request
 from parties.config import DaemonConfig, load_dealer_config, load_party_config
 
 PEERS = {"alice": "party", "bob": "party", "carol": "party", "dealer": "dealer"}
@@ -106,3 +108,38 @@ def test_the_request_fields_are_checked_before_the_text_is_read() -> None:
     assert bad is not None and bad.code == grpc.StatusCode.INVALID_ARGUMENT and bad.reason.startswith("job_id: ")
     big = check_request("job-1", "x" * (MAX_JOB_TOML_BYTES + 1))
     assert big == Refusal(grpc.StatusCode.INVALID_ARGUMENT, f"job_toml: larger than {MAX_JOB_TOML_BYTES} bytes")
+
+
+def test_the_caller_is_checked_first_and_its_refusal_has_a_public_side(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    assert check_caller(cfg, "coord") is None
+    got = check_caller(cfg, "intruder")
+    assert got is not None and got.code == grpc.StatusCode.PERMISSION_DENIED
+    # what the coordinator is told: the authoriser's wording for every other coordinator method
+    assert got.message == "coordinator/intruder may not call /mpc_erm.v1.PartyControl/SubmitJob"
+    # what the job's other members are told (two-phase admission: they end the job at once)
+    assert got.public_reason("alice") == ("POLICY: refused by alice: coordinator 'intruder' is not in alice's "
+                                          "policy.allowed_coordinators")
+
+
+@pytest.mark.parametrize(("kw", "public"), [
+    ({"epsilon": 1.5}, "POLICY: refused by alice: privacy.epsilon: 1.5 exceeds alice's max_epsilon_per_job (1)"),
+    ({"dataset": "claims"}, "JOB_SPEC: refused by alice: job.dataset: alice offers no dataset 'claims'"),
+    ({"parties": ("bob", "carol"), "dealer": "dealer"},
+     "JOB_SPEC: refused by alice: job.parties: this party (alice) is not one of bob, carol"),
+])
+def test_an_admission_refusal_is_public_as_it_is(tmp_path: Path, kw: dict[str, Any], public: str) -> None:
+    """admit's reasons name job-file fields and the member's policy: the other members hear them
+    with the code that goes with the status."""
+    got = decide(config(tmp_path), job(**kw))
+    assert isinstance(got, Refusal)
+    assert Refused.of(got).public_reason("alice") == public
+
+
+def test_a_refusal_can_keep_its_detail_from_the_other_members() -> None:
+    exc = Refused(grpc.StatusCode.FAILED_PRECONDITION, "privacy budget of alice: spent ε=2.1 of 2.5 …",
+                  public_code="BUDGET", public="alice's privacy budget for data set 'adult' has no room for the job")
+    assert exc.message.startswith("privacy budget of alice: spent")  # the coordinator's answer
+    assert exc.public_reason("alice") == ("BUDGET: refused by alice: alice's privacy budget for data set 'adult' has "
+                                          "no room for the job")
+    assert len(Refused(grpc.StatusCode.INVALID_ARGUMENT, "x" * 2000).public_reason("alice")) == 500

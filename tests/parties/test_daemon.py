@@ -5,10 +5,15 @@ the job's name) so that the daemon's own duties are what is tested: authorisatio
 policy, the budget reservation and its release or spend, queueing, cancellation, a daemon killed
 under a running job, endpoint look-ups between daemons, result streaming, and the coordinator's
 client and CLI on top.
+
+A job starts at a daemon only once every member of the job has prepared it (two-phase admission,
+parties.agreement). Where one daemon is tested alone, its peers are stand-in members
+(:func:`stand_in_members`: a daemon reduced to its admission answer, "agreed" to every job).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -19,6 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +105,46 @@ def pki_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def ident(pki_dir: Path, name: str) -> pki.Identity:
     return pki.load_identity(pki_dir, name)
+
+
+class StandInMember(pb_grpc.PartyControlServicer):
+    """A job member's daemon reduced to its answer in the admission agreement: it has agreed to
+    every job (so a daemon tested alone starts its jobs; GetEndpoint is not answered)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.asked: list[str] = []
+
+    def GetAdmission(self, request: pb.AdmissionRequest, context: grpc.ServicerContext) -> pb.AdmissionReply:
+        self.asked.append(request.job_id)
+        return pb.AdmissionReply(job_id=request.job_id, member=self.name, state="agreed")
+
+
+@contextlib.contextmanager
+def stand_in_members(pki_dir: Path, names: dict[str, str] | None = None) -> Iterator[dict[str, tuple[str, str]]]:
+    """One :class:`StandInMember` server (mTLS, its own identity) per name; yields the peers table
+    for :func:`write_config` (name -> (address, role))."""
+    names = names or {"bob": "party", "carol": "party", "dave": "party", "dealer": "dealer"}
+    servers = []
+    peers = {}
+    try:
+        for name, role in names.items():
+            server = grpc.server(ThreadPoolExecutor(4))
+            pb_grpc.add_PartyControlServicer_to_server(StandInMember(name), server)
+            port = server.add_secure_port("127.0.0.1:0", tls.server_credentials(ident(pki_dir, name)))
+            server.start()
+            servers.append(server)
+            peers[name] = (f"127.0.0.1:{port}", role)
+        yield peers
+    finally:
+        for server in servers:
+            server.stop(None)
+
+
+@pytest.fixture(scope="module")
+def stand_ins(pki_dir: Path) -> Iterator[dict[str, tuple[str, str]]]:
+    with stand_in_members(pki_dir) as peers:
+        yield peers
 
 
 def free_port() -> int:
@@ -188,8 +234,9 @@ def submit(s: pb_grpc.PartyControlStub, job_id: str, text: str) -> pb.SubmitRepl
 
 
 @pytest.fixture
-def alice(tmp_path: Path, pki_dir: Path) -> Iterator[tuple[PartyDaemon, pb_grpc.PartyControlStub]]:
-    d = PartyDaemon(load_party_config(write_config(tmp_path, pki_dir, "alice")), worker_module=FAKE,
+def alice(tmp_path: Path, pki_dir: Path,
+          stand_ins: dict[str, tuple[str, str]]) -> Iterator[tuple[PartyDaemon, pb_grpc.PartyControlStub]]:
+    d = PartyDaemon(load_party_config(write_config(tmp_path, pki_dir, "alice", peers=stand_ins)), worker_module=FAKE,
                     cancel_grace_s=1.0, log_to_stderr=False)
     port = d.start()
     try:
@@ -228,7 +275,8 @@ def test_job_runs_streams_events_and_results_and_spends_budget(alice: Any, tmp_p
     assert submit(s, "job1", text).reason == "already submitted"  # idempotent
     events = list(s.Watch(pb.WatchRequest(job_id="job1", follow=True), timeout=120))
     phases = [e.phase for e in events]
-    assert phases[0] == "queued" and phases[-1] == "succeeded", phases
+    # two-phase admission: prepared at submit, queued once every member prepared it (was: queued at once)
+    assert phases[:2] == ["prepared", "queued"] and phases[-1] == "succeeded", phases
     assert "running" in phases and phases.count("training") == 3
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     summary = json.loads(events[-1].payload_json)["summary"]
@@ -312,12 +360,13 @@ def test_policy_refuses_a_method(tmp_path: Path, pki_dir: Path) -> None:
         assert "method: 'gradient' is not allowed by alice's policy (allowed: output)" in err.details()
 
 
-def test_budget_is_reserved_refused_and_released_by_cancel(tmp_path: Path, pki_dir: Path) -> None:
+def test_budget_is_reserved_refused_and_released_by_cancel(tmp_path: Path, pki_dir: Path,
+                                                            stand_ins: dict[str, tuple[str, str]]) -> None:
     # The daemon reserves each job's planned Gaussian release and admits by the RDP composition at
     # the budget's δ = 1e-3 (issue 13 item 5), not by Σε: on the 2.5 budget this test used to run
     # against, two ε = 1 jobs compose to ≈ 1.016 and an ε = 0.75 job on top to ≈ 1.181, so c was
     # admitted (it was refused as 1 + 1 + 0.75 > 2.5). A budget of 1.1 holds a and b but not c.
-    cfg = load_party_config(write_config(tmp_path, pki_dir, "alice", budget=1.1))
+    cfg = load_party_config(write_config(tmp_path, pki_dir, "alice", budget=1.1, peers=stand_ins))
     d = PartyDaemon(cfg, worker_module=FAKE, cancel_grace_s=1.0, log_to_stderr=False)
     s = stub(pki_dir, d.start())
     try:
@@ -333,7 +382,7 @@ def _reserved_refused_and_released_by_cancel(d: PartyDaemon, s: pb_grpc.PartyCon
     assert submit(s, "a", job_toml("block")).accepted  # runs (and blocks)
     assert submit(s, "b", job_toml("ok")).accepted  # queued behind it
     wait_for(lambda: status(s, "a") == "running", what="a running")
-    assert status(s, "b") == "queued"
+    wait_for(lambda: status(s, "b") == "queued", what="b agreed")  # prepared until every member prepared it
     a_and_b = charged(d.ledger, ("a", "b"), 1e-3)
     assert a_and_b == pytest.approx(1.016, abs=1e-3) and a_and_b <= 1.1
     err = refused(lambda: submit(s, "c", job_toml("ok", epsilon=0.75)))  # a and b reserved, 1.1 total
@@ -381,8 +430,9 @@ def test_failures_release_or_keep_budget_and_stubborn_workers_are_killed(alice: 
     assert d.ledger.get("f3").state == "released"
 
 
-def test_a_job_killed_with_its_daemon_ends_failed_after_restart(tmp_path: Path, pki_dir: Path) -> None:
-    cfg_path = write_config(tmp_path, pki_dir, "alice")
+def test_a_job_killed_with_its_daemon_ends_failed_after_restart(tmp_path: Path, pki_dir: Path,
+                                                               stand_ins: dict[str, tuple[str, str]]) -> None:
+    cfg_path = write_config(tmp_path, pki_dir, "alice", peers=stand_ins)
     proc = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "party", "serve", "--config", str(cfg_path),
                              "--worker-module", FAKE], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True)
@@ -534,19 +584,46 @@ def test_consortium_end_to_end_with_the_coordinator_cli(consortium: dict[str, An
         assert err.code() == code, err.details()
     h = stub(pki_dir, ports["alice"], who="dave").Health(pb.HealthRequest(), timeout=10)
     assert (h.name, h.role) == ("alice", "party")
+    # GetAdmission likewise: a member learns the job's admission state here, a non-member that the
+    # job is unknown, a member asking with another spec digest that alice holds another job
+    ask = {who: stub(pki_dir, ports["alice"], who=who) for who in ("bob", "dave", "coord")}
+    req = pb.AdmissionRequest(job_id=job_id, spec_digest=lines[0]["spec_digest"])
+    assert ask["bob"].GetAdmission(req, timeout=10).state == "agreed"
+    assert (ask["dave"].GetAdmission(req, timeout=10).state,
+            ask["dave"].GetAdmission(pb.AdmissionRequest(job_id="no-such-job"), timeout=10).state) == ("unknown",) * 2
+    other = ask["bob"].GetAdmission(pb.AdmissionRequest(job_id=job_id, spec_digest="0" * 64), timeout=10)
+    assert other.state == "refused" and other.reason.startswith("AGREEMENT: refused by alice: alice holds another job")
+    err = refused(lambda: ask["coord"].GetAdmission(req, timeout=10))
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED, err.details()
 
-    # one member refuses: the others get the job cancelled and their reservations released (a worker
-    # that started meanwhile waits for carol's endpoint, which never comes, until the cancel)
+    # one member refuses: the others end the job by themselves (two-phase admission, parties.agreement),
+    # failed with a reason naming carol, no worker started anywhere, their reservations released. (It
+    # used to be cancelled by the coordinator, after the others had started workers that waited for
+    # carol's endpoint until the cancel.)
     job.write_text(job_toml("peers", trust="dealer", dealer="dealer", epsilon=0.8))
     with CoordinatorClient(load_coordinator_config(consortium["coord"])) as client:
         with pytest.raises(SubmitRefused, match=r"refused by carol: .*privacy.epsilon: 0.8 exceeds carol's") as info:
             client.submit(job)
         refused_id = info.value.job_id
-        wait_for(lambda: {m: v["status"] for m, v in client.status(refused_id).items()} == {
-            "alice": "cancelled", "bob": "cancelled", "dealer": "cancelled"}, what="the refused job cancelled")
+        assert info.value.answers["carol"].startswith("refused: privacy.epsilon") and all(
+            info.value.answers[m] == "prepared" for m in ("alice", "bob", "dealer")), info.value.answers
+
+        def ended_everywhere() -> dict[str, Any] | None:
+            st = client.status(refused_id)
+            return st if {m: v["status"] for m, v in st.items()} == dict.fromkeys(("alice", "bob", "dealer"),
+                                                                                  "failed") else None
+
+        ended = wait_for(ended_everywhere, timeout=30, what="the refused job ended")
+    for m, v in ended.items():
+        assert v["reason"].startswith("POLICY: refused by carol: privacy.epsilon: 0.8 exceeds carol's"), (m, v)
+        assert "running" not in [e.phase for e in daemons[m].store.events(refused_id)], m
     for n in ("alice", "bob"):
         assert daemons[n].ledger.get(refused_id).state == "released"
     assert daemons["carol"].ledger.get(refused_id) is None
+    out = runner.invoke(_cli(), ["job", "list", *cfg])
+    assert out.exit_code == 0 and refused_id in out.output, out.output
+    line = next(x for x in out.output.splitlines() if refused_id in x)
+    assert " failed " in line and "cancelled" not in line, line
     out = runner.invoke(_cli(), ["job", "result", refused_id, *cfg, "--out", str(tmp / "nothing")])
     assert out.exit_code != 0 and "has no result" in str(out.exception)
 

@@ -101,6 +101,9 @@ class DaemonProcess:
     limits: str = ""
     crl: Path | None = None
     worker_module: str | None = None
+    # name -> (address, role); default: addresses nothing listens on (jobs here are refused, or
+    # prepared and never agreed: a job starts only once every member prepared it)
+    peers: dict[str, tuple[str, str]] | None = None
     proc: subprocess.Popen[bytes] | None = None
     port: int = 0
     dir: Path = field(init=False)
@@ -118,8 +121,10 @@ class DaemonProcess:
                  f'cert = "{p / "alice.crt"}"', f'key = "{p / "alice.key"}"', f'ca = "{p / "ca.crt"}"']
         if self.crl is not None:
             lines.append(f'crl = "{self.crl}"')
-        for peer, role, port in (("bob", "party", 1), ("carol", "party", 2), ("dealer", "dealer", 3)):
-            lines += ["", f"[peers.{peer}]", f'address = "127.0.0.1:{port}"', f'role = "{role}"']
+        peers = self.peers or {"bob": ("127.0.0.1:1", "party"), "carol": ("127.0.0.1:2", "party"),
+                               "dealer": ("127.0.0.1:3", "dealer")}
+        for peer, (address, role) in peers.items():
+            lines += ["", f"[peers.{peer}]", f'address = "{address}"', f'role = "{role}"']
         lines += ["", "[datasets.adult]", 'format = "npz"', 'path = "rows.npz"', "epsilon = 50.0", "delta = 1e-3",
                   "", "[policy]", 'allowed_coordinators = ["coord", "flood"]', "max_epsilon_per_job = 1.0",
                   "max_iterations = 50"]
@@ -535,12 +540,16 @@ def test_transport_rate_limit_is_per_peer_and_answers_resource_exhausted(wire: W
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    from tests.parties.test_daemon import stand_in_members
+
     root = tmp_path_factory.mktemp("wire-daemon")
     _, pki_dir = make_pki(root)
-    d = DaemonProcess(root, pki_dir, limits="control_calls_per_s = 10.0\ncontrol_burst = 300",
-                      worker_module=__name__).start()
-    yield d
-    d.stop()
+    # bob, carol and the dealer: stand-ins that have agreed to every job, so that alice's jobs start
+    with stand_in_members(pki_dir, {"bob": "party", "carol": "party", "dealer": "dealer"}) as peers:
+        d = DaemonProcess(root, pki_dir, limits="control_calls_per_s = 10.0\ncontrol_burst = 300",
+                          worker_module=__name__, peers=peers).start()
+        yield d
+        d.stop()
 
 
 def _ctl(daemon: DaemonProcess, who: str = "coord", big: bool = False) -> cpb_grpc.PartyControlStub:

@@ -70,6 +70,11 @@ class PartyControlStub:
                 request_serializer=party__pb2.EndpointRequest.SerializeToString,
                 response_deserializer=party__pb2.EndpointReply.FromString,
                 _registered_method=True)
+        self.GetAdmission = channel.unary_unary(
+                '/mpc_erm.v1.PartyControl/GetAdmission',
+                request_serializer=party__pb2.AdmissionRequest.SerializeToString,
+                response_deserializer=party__pb2.AdmissionReply.FromString,
+                _registered_method=True)
         self.Health = channel.unary_unary(
                 '/mpc_erm.v1.PartyControl/Health',
                 request_serializer=party__pb2.HealthRequest.SerializeToString,
@@ -81,7 +86,8 @@ class PartyControlServicer:
     """Missing associated documentation comment in .proto file."""
 
     def SubmitJob(self, request, context):
-        """Validate the job, check this member's policy, reserve its (ε, δ) in the ledger, queue it.
+        """Validate the job, check this member's policy, reserve its (ε, δ) in the ledger and keep it
+        prepared (status "prepared"): it is queued for a worker once every member has prepared it.
         The coordinator sends the same job TOML and job id to every member.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -130,6 +136,14 @@ class PartyControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetAdmission(self, request, context):
+        """Another member's question during admission: this member's state of job_id (unknown,
+        preparing, prepared, agreed, refused with a public reason). Answered at once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Health(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -173,6 +187,11 @@ def add_PartyControlServicer_to_server(servicer, server):
                     servicer.GetEndpoint,
                     request_deserializer=party__pb2.EndpointRequest.FromString,
                     response_serializer=party__pb2.EndpointReply.SerializeToString,
+            ),
+            'GetAdmission': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAdmission,
+                    request_deserializer=party__pb2.AdmissionRequest.FromString,
+                    response_serializer=party__pb2.AdmissionReply.SerializeToString,
             ),
             'Health': grpc.unary_unary_rpc_method_handler(
                     servicer.Health,
@@ -369,6 +388,33 @@ class PartyControl:
             '/mpc_erm.v1.PartyControl/GetEndpoint',
             party__pb2.EndpointRequest.SerializeToString,
             party__pb2.EndpointReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAdmission(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mpc_erm.v1.PartyControl/GetAdmission',
+            party__pb2.AdmissionRequest.SerializeToString,
+            party__pb2.AdmissionReply.FromString,
             options,
             channel_credentials,
             insecure,
