@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import select
 import signal
 import socket
@@ -108,7 +109,7 @@ class LocalConsortium:
             pki.save_identity(pki.issue_identity(ca, name, role, valid_days=2, hosts=hosts), self.pki_dir)  # type: ignore[arg-type]
             d = self.root / name
             d.mkdir(exist_ok=True)
-            self.members[name] = Member(name, role, host, _free_port(host), d / f"{role}.toml", d / "daemon.log")
+            self.members[name] = Member(name, role, host, free_port(host), d / f"{role}.toml", d / "daemon.log")
         pki.save_identity(pki.issue_identity(ca, COORDINATOR, "coordinator", valid_days=2), self.pki_dir)
         for i, m in enumerate(self.members.values()):
             m.config.write_text(self._daemon_toml(m, i))
@@ -159,8 +160,12 @@ class LocalConsortium:
                                           cwd=m.config.parent, start_new_session=True, env=_child_env())
             finally:
                 log.close()
-        for m in self.members.values():
-            self._await_listening(m)
+        try:
+            for m in self.members.values():
+                self._await_listening(m)
+        except BaseException:  # one member did not start: stop the others, leave nothing behind
+            self.stop(grace_s=5.0)
+            raise
 
     def _await_listening(self, m: Member) -> None:
         assert m.proc is not None and m.proc.stdout is not None
@@ -237,13 +242,34 @@ class LocalConsortium:
         return CoordinatorClient(load_coordinator_config(self.coordinator_config))
 
 
-def _free_port(host: str) -> int:
-    """A port free on ``host`` now (127.0.0.1 for hosts this namespace cannot bind)."""
-    with socket.socket() as s:
-        try:
-            s.bind((host, 0))
-        except OSError:
-            s.bind(("127.0.0.1", 0))
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port(host: str) -> int:
+    """A port free on ``host`` now (127.0.0.1 for hosts this namespace cannot bind), chosen BELOW
+    the kernel's ephemeral range: a port from that range (what binding port 0 gives) can be taken
+    by any outgoing connection's local end, or a worker's transport server, before the daemon
+    that was promised it binds it (seen in CI: "Failed to bind to address 127.0.0.1:60221")."""
+    low = _ephemeral_low()
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(10000, max(10001, low))
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            return port
+    with socket.socket() as s:  # pragma: no cover - every candidate busy
+        s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 

@@ -19,7 +19,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -148,9 +147,10 @@ def stand_ins(pki_dir: Path) -> Iterator[dict[str, tuple[str, str]]]:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the ephemeral range (see coordinator.consortium.free_port)."""
+    from coordinator.consortium import free_port as below_ephemeral
+
+    return below_ephemeral("127.0.0.1")
 
 
 def write_config(root: Path, pki_dir: Path, name: str, *, listen: str = "127.0.0.1:0",

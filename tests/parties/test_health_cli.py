@@ -8,7 +8,6 @@ listening, another identity at the address, a broken config.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -36,9 +35,10 @@ def pki_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the ephemeral range (see coordinator.consortium.free_port)."""
+    from coordinator.consortium import free_port as below_ephemeral
+
+    return below_ephemeral("127.0.0.1")
 
 
 def write_config(root: Path, pki_dir: Path, name: str, listen: str, *, dealer: bool = False,
