@@ -245,17 +245,19 @@ class Supervisor:
         if ended:
             self._retry(job_id, "release the cancelled job's budget", lambda: self.release(job_id, reason))
 
-    def fail(self, run: Run, reason: str, *, phase: str) -> None:
-        """End a running job as failed (its worker is cancelled; budget settled as for any failure)."""
+    def fail(self, run: Run, reason: str, *, phase: str, detail: str = "") -> bool:
+        """End a running job as failed (its worker is cancelled; budget settled as for any failure).
+        False if the job was already ending. ``detail`` goes to this daemon's log only."""
         assert self.store is not None
         with self.lock:
             if run.cancel_at is not None:
-                return
+                return False
             run.cancel_at, run.cancel_reason, run.end_status = time.monotonic(), reason, "failed"
             run.cancel.set()
             self.changed.notify_all()
-        self.log.warning(reason, job_id=run.job_id, phase=phase)
+        self.log.warning(reason + detail, job_id=run.job_id, phase=phase)
         self._event(run, "failing", {"message": reason})
+        return True
 
     # ---- storage errors
 
@@ -521,15 +523,8 @@ class Supervisor:
         reason = PublicError("STALLED", f"the worker of job {run.job_id} at {self.name} made no progress for "
                                         f"{silent:.0f} s (limit {self.peer_timeout_s:g} s: peer_timeout_s); "
                                         f"{self.name} killed it").reason
-        with self.lock:
-            if run.cancel_at is not None:
-                return
-            run.cancel_at, run.cancel_reason, run.end_status = time.monotonic(), reason, "failed"
-            run.cancel.set()
-            self.changed.notify_all()
-        self.log.warning(f"{reason} (pid {run.process.pid}: SIGKILL)", job_id=run.job_id, phase="stalled")
-        self._event(run, "failing", {"message": reason})
-        self._kill_hard(run.process)
+        if self.fail(run, reason, phase="stalled", detail=f" (pid {run.process.pid}: SIGKILL)"):
+            self._kill_hard(run.process)
 
     @staticmethod
     def _kill(proc: Any) -> None:
