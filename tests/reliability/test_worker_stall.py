@@ -179,6 +179,19 @@ def test_a_stopped_worker_in_a_real_consortium(tmp_path: Path) -> None:
         for m in cons.members:
             if m != VICTIM:  # they lost alice within their own peer timeout
                 assert VICTIM in st[m]["reason"] and ended[m] <= PEER_TIMEOUT_S + 20, (m, st[m], ended)
+        # issue 14 item 7: each party that lost alice says, in its own log, how long it actually
+        # waited and the limit (was: only the last receive's share of the wait)
+        for m in PARTIES:
+            if m == VICTIM:
+                continue
+            text = "".join(f.read_text(errors="replace") for f in (cons.members[m].log,
+                                                                  cons.root / m / "state" / "daemon.log")
+                           if f.exists())
+            waits = [(float(w), float(lim)) for w, lim in
+                     re.findall(r"(?:waited|for) ([0-9.]+) s \(limit ([0-9.]+) s", text)]
+            assert waits, (m, text[-2000:])
+            waited, limit = max(waits)
+            assert limit == PEER_TIMEOUT_S and limit - 0.5 <= waited <= ended[m] + 1.0, (m, waits, ended)
         # every ledger settled: alice had revealed, so did the others (a reveal needs every share)
         for p in PARTIES:
             with Ledger(cons.root / p / "state" / "ledger.sqlite3") as led:
