@@ -193,6 +193,15 @@ def _charged(ev: DpEvent, state: str, revealed_rounds: int | None) -> DpEvent:
     return ev
 
 
+def _admits(live: list[DpEvent], ev: DpEvent, total: tuple[float, float, str]) -> tuple[Composition, bool]:
+    """The admission rule, for ``reserve`` and ``fits`` alike: the live jobs' events with ``ev``,
+    composed at the budget's δ under its adjacency, within its ε — or a non-private job on an
+    untouched data set. Raises AdjacencyError when ``ev`` cannot be stated under the budget's."""
+    both = compose([*live, ev], total[1], total[2])  # type: ignore[arg-type]
+    untouched = not any(e.rounds for e in live)
+    return both, both.epsilon <= total[0] * (1 + SLACK) or (isinstance(ev, NonPrivate) and untouched)
+
+
 class AdjacencyMismatch(LedgerError):
     """The job's adjacency cannot be composed under the data set's budget."""
 
@@ -282,12 +291,10 @@ class Ledger(SqliteStore):
                 raise UnknownDataset(f"no budget for dataset {dataset!r}")
             live = self._live(c, dataset)
             try:
-                both = compose([*(e for e, _ in live), ev], total[1], total[2])
+                both, fits = _admits([e for e, _ in live], ev, total)
             except AdjacencyError as exc:
                 raise AdjacencyMismatch(f"dataset {dataset!r} has a budget stated under {total[2]!r} adjacency: "
                                         f"job {job_id!r} ({ev.adjacency}) refused: {exc}") from None
-            untouched = not any(e.rounds for e, _ in live)
-            fits = both.epsilon <= total[0] * (1 + SLACK) or (isinstance(ev, NonPrivate) and untouched)
             if not fits:
                 spent, reserved, _ = self._split(live, total[1], total[2])
                 raise BudgetExceeded(dataset, job_id, (eps, dl), spent, reserved, (total[0], total[1]),
@@ -306,20 +313,15 @@ class Ledger(SqliteStore):
         ev = normalise_dp_event(dp_event)
         if ev is None:
             raise ValueError("fits: a job's event is needed")
-        skip = set(excluding)
         with self._tx("DEFERRED") as c:
             total = c.execute("SELECT epsilon, delta, adjacency FROM budgets WHERE dataset = ?", (dataset,)).fetchone()
             if total is None:
                 raise UnknownDataset(f"no budget for dataset {dataset!r}")
-            rows = c.execute("SELECT job_id, epsilon, delta, dp_event, state, revealed_rounds FROM jobs WHERE "
-                             "dataset = ? AND state IN (?, ?, ?)", (dataset, *_LIVE)).fetchall()
-        live = [_charged(_stored_event(e_json, e, d), st, rr) for j, e, d, e_json, st, rr in rows if j not in skip]
+            live = self._live(c, dataset, excluding)
         try:
-            both = compose([*live, ev], total[1], total[2])
+            return _admits([e for e, _ in live], ev, total)[1]
         except AdjacencyError:
             return False
-        untouched = not any(e.rounds for e in live)
-        return both.epsilon <= total[0] * (1 + SLACK) or (isinstance(ev, NonPrivate) and untouched)
 
     def mark_revealed(self, job_id: str, dp_event: DpEvent | Mapping[str, Any] | None = None, *,
                       rounds: int | None = None) -> Reservation:
@@ -409,26 +411,22 @@ class Ledger(SqliteStore):
                     kept.append(r)
         return released, kept
 
-    def composition(self, dataset: str, *, include_reserved: bool = False) -> Composition:
+    def composition(self, dataset: str, *, include_reserved: bool = False,
+                    delta: float | None = None) -> Composition:
         """The composed guarantee of the data set's jobs (spent; with ``include_reserved`` also
-        the open reservations) at its δ, under its budget's adjacency."""
+        the open reservations) at δ = ``delta`` (default: the data set's), under its budget's adjacency."""
         with self._tx("DEFERRED") as c:
             row = c.execute("SELECT delta, adjacency FROM budgets WHERE dataset = ?", (dataset,)).fetchone()
             if row is None:
                 raise UnknownDataset(f"no budget for dataset {dataset!r}")
             live = self._live(c, dataset)
-        return compose([e for e, st in live if include_reserved or st != "reserved"], row[0], row[1])
+        d = row[0] if delta is None else _unit("delta_budget", delta)
+        return compose([e for e, st in live if include_reserved or st != "reserved"], d, row[1])
 
     def spent(self, dataset: str, delta_budget: float | None = None, *, include_reserved: bool = False) -> float:
         """ε spent on ``dataset`` (revealed + committed jobs; with ``include_reserved`` also the open
         reservations) at δ = ``delta_budget`` (default: the data set's δ). inf if no bound is valid."""
-        with self._tx("DEFERRED") as c:
-            row = c.execute("SELECT delta, adjacency FROM budgets WHERE dataset = ?", (dataset,)).fetchone()
-            if row is None:
-                raise UnknownDataset(f"no budget for dataset {dataset!r}")
-            live = self._live(c, dataset)
-        d = row[0] if delta_budget is None else _unit("delta_budget", delta_budget)
-        return compose([e for e, st in live if include_reserved or st != "reserved"], d, row[1]).epsilon
+        return self.composition(dataset, include_reserved=include_reserved, delta=delta_budget).epsilon
 
     def show(self) -> list[BudgetRow]:
         """One row per dataset: totals, spent, reserved, remaining (all ε at the dataset's δ), by
@@ -455,11 +453,13 @@ class Ledger(SqliteStore):
         return spent, both.epsilon - spent, both.route
 
     @staticmethod
-    def _live(c: sqlite3.Connection, dataset: str) -> list[tuple[DpEvent, str]]:
-        """(what each live job counts, its state) — see :func:`_charged`."""
-        rows = c.execute("SELECT epsilon, delta, dp_event, state, revealed_rounds FROM jobs WHERE dataset = ? AND "
-                         "state IN (?, ?, ?) ORDER BY reserved_at, job_id", (dataset, *_LIVE)).fetchall()
-        return [(_charged(_stored_event(ev, e, d), st, rr), st) for e, d, ev, st, rr in rows]
+    def _live(c: sqlite3.Connection, dataset: str, excluding: Collection[str] = ()) -> list[tuple[DpEvent, str]]:
+        """(what each live job but ``excluding`` counts, its state) — see :func:`_charged`."""
+        rows = c.execute("SELECT job_id, epsilon, delta, dp_event, state, revealed_rounds FROM jobs WHERE "
+                         "dataset = ? AND state IN (?, ?, ?) ORDER BY reserved_at, job_id",
+                         (dataset, *_LIVE)).fetchall()
+        skip = set(excluding)
+        return [(_charged(_stored_event(ev, e, d), st, rr), st) for j, e, d, ev, st, rr in rows if j not in skip]
 
     @staticmethod
     def _get(c: sqlite3.Connection, job_id: str) -> Reservation | None:
