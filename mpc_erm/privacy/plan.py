@@ -47,6 +47,7 @@ from typing import Any, Literal
 from . import _checks
 from .accountants import noise_multiplier_for
 from .events import Composition, DpEvent, GaussianRounds, NonPrivate, PureDp, compose
+from .sensitivity import gradient_sensitivity, l1_from_l2, output_perturbation_sensitivity
 
 __all__ = ["SAMPLER_DELTA_SHARE", "PlanError", "PrivacyPlan", "PublicSizes"]
 
@@ -234,18 +235,21 @@ class PrivacyPlan:
         return None if s is None or s.counts is None else len(s.counts)
 
     def sensitivity_l2(self) -> float:
-        """ℓ2 sensitivity of one release, in real units, under the plan's adjacency (module doc)."""
+        """ℓ2 sensitivity of one release, in real units, under the plan's adjacency (module doc).
+
+        The formulas are :mod:`.sensitivity`'s: with the exact counts (replace), or with the one
+        public count n̂ (add/remove gradient: C/n̂). The add/remove output release is this plan's own
+        aggregate Σ_j (n_j/n̂)·θ̂_j, whose bound 3G/(n̂λ) + 2τ the module docstring derives."""
         s = self._need_sizes()
-        c, lam = self.clip, self.lam
         if self.adjacency == "add_remove":
-            n_hat = float(s.n)
-            return c / n_hat if self.method == "gradient" else 3.0 * c / (n_hat * lam) + 2.0 * self.solver_tol
-        counts = s.counts or ()
-        m, n, n_min = len(counts), sum(counts), min(counts)
+            if self.method == "gradient":
+                return gradient_sensitivity(self.clip, [s.n], "pooled", "add_remove")
+            return 3.0 * self.clip / (s.n * self.lam) + 2.0 * self.solver_tol
+        counts, weighting = list(s.counts or ()), self.weighting
         if self.method == "gradient":
-            return 2.0 * c / n if self.weighting == "pooled" else 2.0 * c / (m * n_min)
-        w_max = max(counts) / n if self.weighting == "pooled" else 1.0 / m
-        base = 2.0 * c / (n * lam) if self.weighting == "pooled" else 2.0 * c / (m * n_min * lam)
+            return gradient_sensitivity(self.clip, counts, weighting, "replace")  # type: ignore[arg-type]
+        w_max = max(counts) / sum(counts) if weighting == "pooled" else 1.0 / len(counts)
+        base = output_perturbation_sensitivity(self.clip, self.lam, counts, weighting, "replace")  # type: ignore[arg-type]
         return base + 2.0 * w_max * self.solver_tol
 
     def sensitivity(self) -> float:
@@ -255,7 +259,7 @@ class PrivacyPlan:
             return d2
         if self.dim is None:
             raise ValueError("the plan has no dimension yet: the ℓ1 sensitivity needs d")
-        return math.sqrt(self.dim) * d2
+        return l1_from_l2(d2, self.dim)
 
     def noise_scale(self) -> float:
         """σ (gaussian), b (laplace) or Δ₂/ε (l2_laplace) in real units, for the ideal sampler; the

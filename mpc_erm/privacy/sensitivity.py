@@ -67,6 +67,8 @@ def output_perturbation_sensitivity(
     terms can add up beyond 2G/λ: ``tests/privacy/test_sensitivity.py`` builds a smooth convex
     G-Lipschitz instance with ‖A' − A‖ ≈ 2.33·G/((n+1)λ) > 2G/(nλ). So 2G/(nλ) is NOT valid
     for this aggregate under add/remove; 4G/(nλ) is, with n the size of the dataset at hand.
+    The product does not release this aggregate under add/remove (its n would have to be public):
+    it releases Σ_j (n_j/n̂)·θ̂⁽ʲ⁾ with a public n̂, bounded by :class:`.plan.PrivacyPlan`.
     """
     g = _checks.positive("G", G)
     lm = _checks.positive("lam", lam)

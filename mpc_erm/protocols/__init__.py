@@ -1,7 +1,7 @@
 """Protocols as transport-independent state machines (see aggregation.SecureAggregator)."""
 
 from mpc_erm.protocols.aggregation import NO_NOISE, NoiseSpec, SecureAggregator
-from mpc_erm.protocols.common import PartySizes, gradient_weights, loss_for, model_weights, project_to_unit_ball
+from mpc_erm.protocols.common import PartySizes, loss_for, project_to_unit_ball
 from mpc_erm.protocols.gradient_perturbation import GradientPerturbation
 from mpc_erm.protocols.output_perturbation import LocalSolveError, OutputPerturbation
 from mpc_erm.protocols.spec import JobSpec, ModelSpec, PrivacySpec, TrainingSpec
@@ -18,8 +18,6 @@ __all__ = [
     "PrivacySpec",
     "SecureAggregator",
     "TrainingSpec",
-    "gradient_weights",
     "loss_for",
-    "model_weights",
     "project_to_unit_ball",
 ]

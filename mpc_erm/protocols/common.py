@@ -11,7 +11,7 @@ import torch
 
 from mpc_erm.models import Loss, get_loss
 from mpc_erm.privacy.plan import PrivacyPlan, PublicSizes, Sampler
-from mpc_erm.protocols.spec import JobSpec, Weighting
+from mpc_erm.protocols.spec import JobSpec
 
 
 @dataclass(frozen=True)
@@ -42,23 +42,6 @@ class PartySizes:
     @property
     def n_min(self) -> int:
         return min(self.sizes)
-
-
-def model_weights(parties: PartySizes, weighting: Weighting, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """Weight of party j's *model* in the aggregate: pooled n_j/n (default) or the thesis's 1/m."""
-    s = torch.tensor(parties.sizes, dtype=dtype)
-    if weighting == "pooled":
-        return s / parties.n
-    return torch.full_like(s, 1.0 / parties.m)
-
-
-def gradient_weights(parties: PartySizes, weighting: Weighting, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """Weight of party j's *sum of clipped gradients*: pooled 1/n, or the thesis's 1/(m·n_j)
-    (an average of per-party means, thesis eq. in Thm 6.3.4)."""
-    s = torch.tensor(parties.sizes, dtype=dtype)
-    if weighting == "pooled":
-        return torch.full_like(s, 1.0 / parties.n)
-    return 1.0 / (parties.m * s)
 
 
 def loss_for(spec: JobSpec) -> Loss:
