@@ -28,10 +28,10 @@ def _simulated_gradient(job: Any, parties: int, dataset: str) -> dict[str, Any]:
     from mpc_erm.data import load_dataset
     from mpc_erm.data.partition import partition_equal
     from mpc_erm.models import get_loss
-    from mpc_erm.mpc.noise import calibrate_gaussian
+    from mpc_erm.mpc.noise import realise
     from mpc_erm.protocols import GradientPerturbation
     from mpc_erm.protocols.aggregation import NoiseSpec
-    from mpc_erm.protocols.common import PartySizes
+    from mpc_erm.protocols.common import PartySizes, plan_job, public_sizes
     from mpc_erm.protocols.spec import JobSpec
     from mpc_erm.simulate.aggregator import InProcessAggregator
 
@@ -44,8 +44,10 @@ def _simulated_gradient(job: Any, parties: int, dataset: str) -> dict[str, Any]:
         "method": "gradient", "model": {"name": "logistic", "lam": job.lam},
         "privacy": {"epsilon": job.epsilon, "delta": job.delta, "accountant": "rdp", "clip": 1.0},
         "training": {"iterations": job.iterations, "learning_rate": job.learning_rate}})
-    proto = GradientPerturbation(spec, sizes, X.shape[1])
-    noise, _g = calibrate_gaussian(proto.sensitivity, proto.p, job.iterations, job.epsilon, job.delta, parties, "rdp")
+    # the daemons' plan and their σ exactly: the in-MPC realisation of the plan's noise multiplier
+    plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, sizes), n_features=X.shape[1])
+    proto = GradientPerturbation(spec, sizes, X.shape[1], plan=plan, noise=realise(plan, parties).spec)
+    noise = proto.noise
     agg = InProcessAggregator(torch.Generator().manual_seed(0))
     theta = proto.initial_model()
     w = torch.full((X.shape[0],), 1.0 / X.shape[0], dtype=torch.float64)

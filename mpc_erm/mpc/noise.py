@@ -59,8 +59,7 @@ from .samplers.params import MAX_GRID_BITS, DiscreteLaplaceParams
 from .samplers.pool import NoisePool, batch_for
 
 __all__ = [
-    "GRID_SLACK", "InMpcNoise", "NoisePlan", "Realisation", "calibrate_gaussian", "calibrate_laplace", "guarantee",
-    "plan_noise", "realise",
+    "GRID_SLACK", "InMpcNoise", "NoisePlan", "Realisation", "guarantee", "plan_noise", "realise",
 ]
 
 GRID_SLACK = 0.01  # rounding may add at most 1 % to the sensitivity (when the caps allow)
@@ -275,41 +274,3 @@ def realise(plan: Any, parties: int) -> Realisation:
             f"budget {plan.sampler_tv_per_release:.3g}: raise privacy.delta or shorten the job"
         )
     return Realisation(spec, noise_plan, s_grid, scale_grid, mult, tv)
-
-
-def calibrate_gaussian(
-    sensitivity: float, dim: int, releases: int, epsilon: float, delta: float, parties: int,
-    accountant: GaussianAccountant = "rdp",
-) -> tuple[NoiseSpec, NoiseGuarantee]:
-    """The smallest σ (to 0.5 %) whose in-MPC discrete Gaussian meets (ε, δ) for ``releases``
-    releases of ``dim`` coordinates — the grid rounding and the sampler's δ included."""
-    from mpc_erm.privacy.accountants import noise_multiplier_for
-
-    z = noise_multiplier_for(accountant, epsilon, delta * 0.999, releases, adjacency="add_remove")
-    sigma = z * sensitivity
-    for _ in range(200):
-        spec = NoiseSpec("gaussian", sigma, sensitivity=sensitivity)
-        g = guarantee(plan_noise(spec, dim, parties), releases, delta, accountant)
-        if g.epsilon <= epsilon:
-            return spec, g
-        sigma *= 1.005
-    raise ValueError(f"no σ meets ε = {epsilon}, δ = {delta} for the in-MPC Gaussian (sampler δ too large?)")
-
-
-def calibrate_laplace(
-    l1_sensitivity: float, dim: int, epsilon: float, delta: float, parties: int
-) -> tuple[NoiseSpec, NoiseGuarantee]:
-    """Per-coordinate discrete Laplace scale for pure ε (plus the sampler's tiny δ, ≤ ``delta``)."""
-    b = l1_sensitivity / epsilon
-    for _ in range(200):
-        spec = NoiseSpec("laplace", b, sensitivity=l1_sensitivity)
-        g = guarantee(plan_noise(spec, dim, parties), 1)
-        if g.epsilon <= epsilon:
-            if g.delta > delta:
-                raise ValueError(
-                    f"privacy.delta: the in-MPC discrete Laplace has a sampler δ of {g.delta:.3g} "
-                    f"(total-variation bound over {dim} coordinates); set delta ≥ {g.delta:.3g}"
-                )
-            return spec, g
-        b *= 1.005
-    raise ValueError(f"no scale meets ε = {epsilon} for the in-MPC Laplace")

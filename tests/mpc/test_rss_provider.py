@@ -22,7 +22,8 @@ def _session(ctx: LocalContext) -> dict[str, Any]:
     from crypten.mpc.primitives import BinarySharedTensor
 
     from mpc_erm.mpc.aggregator import MpcAggregator
-    from mpc_erm.mpc.noise import InMpcNoise, calibrate_laplace
+    from mpc_erm.mpc.noise import InMpcNoise
+    from mpc_erm.protocols.aggregation import NoiseSpec
 
     prov = crypten.mpc.get_default_provider()
     out: dict[str, Any] = {"provider": type(prov).__name__, "trust_model": ctx.trust_model}
@@ -45,7 +46,7 @@ def _session(ctx: LocalContext) -> dict[str, Any]:
     except RuntimeError as exc:
         out["wrap"] = str(exc)
     # the product's noisy aggregate on these tuples: discrete Laplace inside the MPC, then a reveal
-    noise, _g = calibrate_laplace(1e-3, 16, 1.0, 1e-9, 3)
+    noise = NoiseSpec("laplace", 1e-3, sensitivity=1e-3)  # ℓ1 sensitivity 1e-3 at ε = 1
     src = InMpcNoise()
     agg = MpcAggregator(src)
     src.prepare(noise, 16, 1)
