@@ -10,14 +10,11 @@ hold before it joins the MPC.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import logging
 import os
 import sqlite3
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -29,6 +26,7 @@ from parties.audit import AuditError, AuditLog, AuditWriteError, repair_tail, ve
 from parties.ledger import Ledger
 from parties.ledger_check import AuditDamaged, check_ledger
 from parties.public_errors import PublicError, public_failure
+from tests.reliability.faults import tmpfs
 
 
 def _fill(log: AuditLog, jobs: int = 2, rounds: int = 3) -> None:
@@ -187,26 +185,8 @@ def test_a_failed_fsync_is_rolled_back(tmp_path: Path, monkeypatch: pytest.Monke
     assert info.value.errno == errno.EIO and log.path.read_bytes() == good
 
 
-@contextlib.contextmanager
-def small_tmpfs(tmp_path: Path, size: str) -> Iterator[Path]:
-    """A tmpfs of ``size`` (needs root; the test is skipped otherwise), unmounted afterwards."""
-    d = tmp_path / "tmpfs"
-    d.mkdir()
-    try:
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(d)],
-                           capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError) as exc:
-        pytest.skip(f"cannot mount a tmpfs: {exc}")
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs (needs root): {(r.stderr or r.stdout).strip()}")
-    try:
-        yield d
-    finally:
-        subprocess.run(["umount", str(d)], capture_output=True)
-
-
 def test_appends_on_a_full_tmpfs_never_leave_half_a_record(tmp_path: Path) -> None:
-    with small_tmpfs(tmp_path, "64k") as d:
+    with tmpfs(tmp_path / "tmpfs", 64 << 10) as d:
         log = AuditLog(d / "audit.jsonl")
         n, failures = 0, 0
         while failures < 3:
@@ -229,7 +209,7 @@ def test_a_ledger_mark_on_a_full_disk_changes_nothing(tmp_path: Path) -> None:
     from mpc_erm.privacy.events import GaussianRounds
 
     ev = GaussianRounds(rounds=50, adjacency="replace", noise_multiplier=20.0)
-    with small_tmpfs(tmp_path, "1m") as d, Ledger.in_state_dir(d, {"adult": (3.0, 1e-3)}) as led:
+    with tmpfs(tmp_path / "tmpfs", 1 << 20) as d, Ledger.in_state_dir(d, {"adult": (3.0, 1e-3)}) as led:
         led.reserve("j", "adult", 1.0, 1e-5, "d" * 64, ev)
         filler = d / "filler"
         with filler.open("ab", buffering=0) as f:

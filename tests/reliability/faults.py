@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from coordinator.consortium import LocalConsortium
 from coordinator.local_jobs import LocalJob, job_toml
 from mpc_erm.jobs.status import TERMINAL
@@ -671,3 +673,27 @@ def summary_line(o: Outcome) -> str:
     st = ", ".join(f"{m}={s}" + (f" ({r[:140]})" if r else "") for m, (s, r) in o.statuses.items())
     return (f"{o.scenario.id}: job {o.job_id[:8]} kill at {o.phase_at_kill} -> {st}; end {o.end_s:.1f} s after "
             f"the kill; rounds {o.released_rounds}; ledger {o.ledger}; wall {o.wall_s:.0f} s; {'; '.join(o.notes)}")
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: int) -> Iterator[Path]:
+    """A tmpfs of ``size`` bytes mounted on ``path`` (needs root: the test is skipped otherwise),
+    unmounted afterwards: a party state directory, or any file system, that can fill up."""
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"cannot mount a tmpfs: {exc}")
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs (needs root): "
+                    f"{(r.stderr or r.stdout).strip() or f'mount exited {r.returncode}'}")
+    try:
+        yield path
+    finally:
+        for _ in range(20):
+            if subprocess.run(["umount", str(path)], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.5)  # a process of ours still closing a file there
+        else:
+            subprocess.run(["umount", "-l", str(path)], capture_output=True)

@@ -30,7 +30,6 @@ after the reveal mark with every member charged a round and nothing released (se
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -38,7 +37,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +45,7 @@ import pytest
 from coordinator.consortium import LocalConsortium
 from coordinator.local_jobs import LocalJob, job_toml
 from mpc_erm.jobs.status import TERMINAL
-from tests.reliability.faults import audit_records, wait_for
+from tests.reliability.faults import audit_records, tmpfs, wait_for
 
 pytestmark = pytest.mark.e2e  # ~40 s on 2 cores
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,28 +55,6 @@ STEADY_WAL_FRAMES = 1100  # > SQLite's 1000-frame auto-checkpoint: the WAL has r
 EPSILON, DELTA = 0.5, 1e-5
 ROUNDS_B, ROUNDS_C, FILL_AFTER = 40, 10, 3
 JOB_TIMEOUT_S = 420.0
-
-
-@contextlib.contextmanager
-def tmpfs(path: Path, size: int) -> Iterator[Path]:
-    path.mkdir(parents=True, exist_ok=True)
-    try:
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
-                           capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError) as exc:
-        pytest.skip(f"cannot mount a tmpfs for the party's state directory: {exc}")
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs for the party's state directory (needs root): "
-                    f"{(r.stderr or r.stdout).strip() or f'mount exited {r.returncode}'}")
-    try:
-        yield path
-    finally:
-        for _ in range(20):
-            if subprocess.run(["umount", str(path)], capture_output=True).returncode == 0:
-                break
-            time.sleep(0.5)  # a process of ours still closing a file there
-        else:
-            subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
 def free_bytes(path: Path) -> int:

@@ -43,8 +43,8 @@ from parties.ledger import Ledger
 from tests.parties import test_daemon
 from tests.parties.test_daemon import job_toml as fake_job
 from tests.parties.test_daemon import status, stub, submit, write_config
-from tests.reliability.faults import audit_records, wait_for
-from tests.reliability.test_disk_full import fill, ledger_view, statuses, tmpfs, wait_ended
+from tests.reliability.faults import audit_records, tmpfs, wait_for
+from tests.reliability.test_disk_full import fill, ledger_view, statuses, wait_ended
 from tests.reliability.test_disk_full import submit as submit_gradient
 
 pki_dir = test_daemon.pki_dir  # the CA and identities (a module-scoped fixture)
