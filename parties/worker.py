@@ -37,14 +37,12 @@ log = logging.getLogger(__name__)
 
 __all__ = ["AgreementError", "DealerJobAborted", "run_dealer_job", "run_party_job"]
 
-DEADLINE_S = 120.0  # default of the daemon config's peer_timeout_s: every wait on a peer (a message, an
-# endpoint look-up) is bounded by it
+PROGRESS_EVERY = 5  # rounds between progress events
 
 
 def _peer_timeout(ctx: WorkerContext) -> float:
-    """The daemon's ``peer_timeout_s`` (transport deadline and endpoint look-up)."""
+    """The daemon's ``peer_timeout_s``: every wait on a peer (a message, an endpoint look-up)."""
     return float(ctx.config.peer_timeout_s)
-PROGRESS_EVERY = 5  # rounds between progress events
 
 
 class AgreementError(PublicError):

@@ -57,7 +57,7 @@ MEMBERS = (*PARTIES, DEALER)
 RESULT_FILES = ("model.safetensors", "privacy_report.json", "metrics.json", "training_curve.png")
 EPSILON, DELTA = 0.5, 1e-5
 ITERATIONS = 20
-# A survivor waits at most the worker's transport/look-up deadline (parties.worker.DEADLINE_S, 120 s)
+# A survivor waits at most the worker's transport/look-up deadline (the party config's peer_timeout_s, 120 s by default)
 # on a lost peer, then its daemon records the failure; the slack covers a loaded 2-core machine.
 SURVIVOR_DEADLINE_S = 120.0 + 90.0
 RESTART_PATIENCE_S = 25.0  # a killed daemon is restarted once the survivors ended, or after this
