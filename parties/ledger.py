@@ -171,10 +171,6 @@ def normalise_dp_event(ev: DpEvent | Mapping[str, Any] | None) -> DpEvent | None
     return event_from_dict(ev)
 
 
-def _event_json(ev: DpEvent) -> str:
-    return ev.to_json()
-
-
 def _stored_event(ev_json: str | None, epsilon: float, delta: float) -> DpEvent:
     """The event of a ledger row; rows from before typed events compose by their (ε, δ) alone."""
     if ev_json is not None:
@@ -275,7 +271,7 @@ class Ledger(SqliteStore):
         ev = normalise_dp_event(dp_event)
         if ev is None:
             ev = ApproxDp(rounds=1, adjacency="replace", epsilon=eps, delta=dl)
-        ev_json = _event_json(ev)
+        ev_json = ev.to_json()
         with self._tx() as c:
             old = self._get(c, job_id)
             if old is not None:
