@@ -43,6 +43,7 @@ from .pki import Identity
 from .transport import PartyTable, TransportOptions, TransportServer, codec
 from .transport.deadline import seconds
 from .transport.errors import PeerUnavailable, TransportClosed, TransportError, TransportTimeout
+from .tuple_pool import FlatPool, Prefetch
 
 crypten = import_crypten()
 from crypten.common.rng import generate_kbit_random_tensor, generate_random_ring_element  # noqa: E402
@@ -155,6 +156,10 @@ class DealerClient:
             self.generator_cuda = torch.Generator(device="cuda")
             self.generator_cuda.manual_seed(seed)
         self.requests = 0
+        self._posted = 0  # requests sent (party 0)
+        self._received = 0  # answers received, in order
+        self._answers: dict[int, torch.Tensor] = {}
+        self._devices: dict[int, Any] = {}
 
     def get_generator(self, device: Any = None) -> torch.Generator:
         dev = torch.device(device if device is not None else "cpu")
@@ -166,16 +171,35 @@ class DealerClient:
 
     def request(self, function: str, device: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
         """Party 0 only: ask for the dealer's correction share (one round trip)."""
+        return self.result(self.post(function, device, *args, **kwargs))
+
+    def post(self, function: str, device: Any, *args: Any, **kwargs: Any) -> int:
+        """Party 0 only: send a request now, collect its answer later with :meth:`result` (the
+        dealer answers in order, so requests may be in flight together: a prefetched pool)."""
         if self.rank != 0:
             raise DealerError("only party 0 talks to the dealer")
         ep = self.comm.endpoint
-        deadline = ep.deadline()
-        message = encode_request(function, device, args, kwargs)
-        ep.send(self.dealer, OP_REQUEST, message, kind=OBJECT, deadline=deadline)
-        result = ep.recv_tensor(self.dealer, OP_RESULT, deadline)
-        self.comm.comm_rounds += 2
-        self.requests += 1
-        return result.to(device) if device is not None else result
+        ep.send(self.dealer, OP_REQUEST, encode_request(function, device, args, kwargs), kind=OBJECT,
+                deadline=ep.deadline())
+        ticket = self._posted
+        self._posted += 1
+        self._devices[ticket] = device
+        return ticket
+
+    def result(self, ticket: int) -> torch.Tensor:
+        """The answer to request ``ticket``; answers to earlier requests are received first and kept."""
+        ep = self.comm.endpoint
+        while ticket not in self._answers:
+            if self._received >= self._posted:
+                raise DealerError(f"no dealer request {ticket} is outstanding")
+            deadline = ep.deadline()
+            self._answers[self._received] = ep.recv_tensor(self.dealer, OP_RESULT, deadline)
+            self._received += 1
+            self.comm.comm_rounds += 2
+            self.requests += 1
+        out = self._answers.pop(ticket)
+        device = self._devices.pop(ticket)
+        return out.to(device) if device is not None else out
 
     def terminate(self) -> None:
         if self.rank == 0:
@@ -191,11 +215,22 @@ class DealerProvider(TupleProvider):
     def __init__(self) -> None:
         super().__init__()
         self.client: DealerClient | None = None
+        self._binary_pools: dict[str, FlatPool] = {}
+        self.binary_words = 0  # words of binary triples handed out (64 AND gates each): benchmarks
 
     def _client(self) -> DealerClient:
         if self.client is None:
             raise DealerError("dealer client not started: call start_dealer_client(comm) after init_crypten")
         return self.client
+
+    def reset(self, client: DealerClient | None, *, drain: bool = False) -> None:
+        """A new session's client (or none); ``drain``: first collect the prefetched answers, which
+        the dealer sends whatever happens (only on a clean stop: after a failure it may be gone)."""
+        if drain:
+            for pool in self._binary_pools.values():
+                pool.drain()
+        self._binary_pools = {}
+        self.client = client
 
     def generate_additive_triple(self, size0: Any, size1: Any, op: str, device: Any = None, *args: Any, **kwargs: Any):
         cl = self._client()
@@ -220,7 +255,16 @@ class DealerProvider(TupleProvider):
         return tuple(ArithmeticSharedTensor.from_shares(t, precision=0) for t in (r, r2))
 
     def generate_binary_triple(self, size0: Any, size1: Any, device: Any = None):
+        """Triples of equal shapes are cut from a pool (:mod:`.tuple_pool`: a few dealer round
+        trips per noise batch instead of one per AND round, each requested a pool ahead); triples
+        that broadcast (CrypTen's own circuits may ask for them) are requested one at a time."""
         cl = self._client()
+        size0, size1 = torch.Size(size0), torch.Size(size1)
+        self.binary_words += max(size0.numel(), size1.numel())
+        if size0 == size1:
+            n = size0.numel()
+            a, b, c = self._binary_pool(device).take(n)
+            return tuple(BinarySharedTensor.from_shares(t.view(size0)) for t in (a, b, c))
         g = cl.get_generator(device)
         a = generate_kbit_random_tensor(size0, generator=g, device=device)
         b = generate_kbit_random_tensor(size1, generator=g, device=device)
@@ -229,6 +273,28 @@ class DealerProvider(TupleProvider):
         else:
             c = generate_kbit_random_tensor(torch.broadcast_tensors(a, b)[0].size(), generator=g, device=device)
         return tuple(BinarySharedTensor.from_shares(t) for t in (a, b, c))
+
+    def _binary_pool(self, device: Any) -> FlatPool:
+        key = str(torch.device(device if device is not None else "cpu"))
+        pool = self._binary_pools.get(key)
+        if pool is None:
+            cl = self._client()
+
+            def start(n: int) -> tuple[Any, ...]:
+                g = cl.get_generator(device)
+                size = torch.Size([n])
+                a = generate_kbit_random_tensor(size, generator=g, device=device)
+                b = generate_kbit_random_tensor(size, generator=g, device=device)
+                if cl.rank == 0:
+                    return a, b, cl.post("binary", device, size, size)
+                return a, b, generate_kbit_random_tensor(size, generator=g, device=device)
+
+            def finish(handle: tuple[Any, ...]) -> tuple[torch.Tensor, ...]:
+                a, b, c = handle
+                return a, b, (cl.result(c) if isinstance(c, int) else c)
+
+            pool = self._binary_pools[key] = FlatPool(Prefetch(start, finish))
+        return pool
 
     def wrap_rng(self, size: Any, device: Any = None):
         cl = self._client()
@@ -265,7 +331,7 @@ def start_dealer_client(comm: GrpcCommunicator | None = None) -> DealerProvider:
     """In every party, after ``init_crypten``: receive the seed and select the dealer provider."""
     comm = comm or crypten.communicator.get()
     prov = register_dealer_provider()
-    prov.client = DealerClient(comm)
+    prov.reset(DealerClient(comm))
     cfg.mpc.provider = PROVIDER_NAME
     return prov
 
@@ -275,11 +341,13 @@ def stop_dealer_client(*, send_terminate: bool = True) -> None:
     (``send_terminate=False`` after a failure: the dealer may be gone; it stops when party 0 does)."""
     prov = register_dealer_provider()
     if prov.client is not None:
+        client = prov.client
         try:
             if send_terminate:
-                prov.client.terminate()
+                prov.reset(client, drain=True)
+                client.terminate()
         finally:
-            prov.client = None
+            prov.reset(None)
 
 
 # ---------------------------------------------------------------------- dealer side

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from .crypten_compat import import_crypten
+from .tuple_pool import FlatPool
 
 crypten = import_crypten()
 from crypten.common.rng import generate_kbit_random_tensor, generate_random_ring_element  # noqa: E402
@@ -75,20 +76,43 @@ def _own_bit_shared(bits: torch.Tensor, owner: int) -> ArithmeticSharedTensor:
     return ArithmeticSharedTensor.from_shares(base + zero, precision=0)
 
 
+def _binary_triple(size0: torch.Size, dev: torch.device, size1: torch.Size | None = None) -> tuple[torch.Tensor, ...]:
+    """This party's XOR shares of a fresh binary triple (one replication round; module docstring)."""
+    a = generate_kbit_random_tensor(size0, generator=_local()[dev], device=dev)
+    b = generate_kbit_random_tensor(size0 if size1 is None else size1, generator=_local()[dev], device=dev)
+    (a1, a2), (b1, b2) = replicated.replicate_shares([a, b])
+    c = (a1 & b1) ^ (a1 & b2) ^ (a2 & b1)
+    c = c ^ BinarySharedTensor.PRZS(c.size(), device=dev).share
+    return a, b, c
+
+
 class ReplicatedProvider(TupleProvider):
     """CrypTen ``TupleProvider`` for ``cfg.mpc.protocol = "replicated"`` with 3 parties, no dealer."""
 
     NAME = PROVIDER_NAME
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._binary_pools: dict[str, FlatPool] = {}
+        self.binary_words = 0  # words of binary triples handed out (64 AND gates each): benchmarks
+
+    def reset(self) -> None:
+        """Forget pooled triples (a new session: new generators, new parties)."""
+        self._binary_pools = {}
+
     def generate_binary_triple(self, size0: Any, size1: Any, device: Any = None):
+        """Triples of equal shapes are cut from a pool made one replication round per
+        :data:`~.tuple_pool.POOL_WORDS` words (:mod:`.tuple_pool`), not one round per AND round."""
         _check_three()
         dev = _device(device)
-        a = generate_kbit_random_tensor(size0, generator=_local()[dev], device=dev)
-        b = generate_kbit_random_tensor(size1, generator=_local()[dev], device=dev)
-        (a1, a2), (b1, b2) = replicated.replicate_shares([a, b])
-        c = (a1 & b1) ^ (a1 & b2) ^ (a2 & b1)
-        c = c ^ BinarySharedTensor.PRZS(c.size(), device=dev).share
-        return tuple(BinarySharedTensor.from_shares(t) for t in (a, b, c))
+        size0, size1 = torch.Size(size0), torch.Size(size1)
+        self.binary_words += max(size0.numel(), size1.numel())
+        if size0 == size1:
+            pool = self._binary_pools.get(str(dev))
+            if pool is None:
+                pool = self._binary_pools[str(dev)] = FlatPool(lambda n: _binary_triple(torch.Size([n]), dev))
+            return tuple(BinarySharedTensor.from_shares(t.view(size0)) for t in pool.take(size0.numel()))
+        return tuple(BinarySharedTensor.from_shares(t) for t in _binary_triple(size0, dev, size1))
 
     def B2A_rng(self, size: Any, device: Any = None):
         _check_three()
@@ -127,6 +151,7 @@ def start_replicated_provider() -> ReplicatedProvider:
     if not isinstance(prov, ReplicatedProvider):
         prov = ReplicatedProvider()
         providers[PROVIDER_NAME] = prov
+    prov.reset()
     harden_crypten_rss()
     cfg.mpc.protocol = "replicated"
     cfg.mpc.provider = PROVIDER_NAME
