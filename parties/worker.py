@@ -398,22 +398,10 @@ def _output_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, plan
     proto = OutputPerturbation(spec, None, ds.d, plan=plan, noise=None if real is None else real.spec)
     X = torch.as_tensor(np.array(ds.X), dtype=torch.float64, device=dev)
     y = torch.as_tensor(np.array(ds.y), device=dev)
-    local: dict[str, Any] = {}
-
-    def solve() -> None:
-        try:
-            local["theta"] = proto.local_model(X, y)
-        except BaseException as exc:  # re-raised in the main thread
-            local["error"] = exc
-
     ctx.emit({"phase": "local", "message": "local solve and offline noise, concurrently"})
-    th = threading.Thread(target=solve, name="local-solve")
-    th.start()
-    if real is not None:
-        src.prepare(real.spec, proto.p, 1)  # CrypTen stays in this thread
-    th.join()
-    if "error" in local:
-        raise local["error"]
+    # CrypTen stays in this thread
+    local_theta = _concurrently(lambda: proto.local_model(X, y),
+                                lambda: None if real is None else src.prepare(real.spec, proto.p, 1))
     _check_cancel(ctx)
     spend = _Spend(ctx, plan)
     try:
@@ -422,7 +410,7 @@ def _output_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, plan
         spend.close()
     eps = plan.guarantee().epsilon
     ctx.emit({"phase": "reveal", "round": 1, "rounds": 1, "epsilon_spent": eps})
-    theta = proto.release(agg, local["theta"].reshape(1, -1).to("cpu", torch.float64),
+    theta = proto.release(agg, local_theta.reshape(1, -1).to("cpu", torch.float64),
                           torch.tensor([weight], dtype=torch.float64))
     _audit(ctx).release(ctx.job_id, what="noisy weighted average of the local models", value=theta, round=1,
                         rounds=1)
@@ -430,6 +418,28 @@ def _output_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, plan
     how = "n_j/n̂ (each party its own count)" if plan.adjacency == "add_remove" else (
         "n_j/n" if plan.weighting == "pooled" else "1/m")
     return proto, theta, curve, f"output perturbation: locally solved models averaged with weights {how}"
+
+
+def _concurrently(work: Any, here: Any) -> Any:
+    """``work()`` in a thread while ``here()`` runs in this one; ``work``'s result, or the first
+    error (``here``'s first: the MPC's failures are the ones the job must report)."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as exc:  # re-raised in this thread
+            box["error"] = exc
+
+    th = threading.Thread(target=run, name="local-gradient")
+    th.start()
+    try:
+        here()
+    finally:
+        th.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, plan: Any, real: Any,
@@ -442,7 +452,8 @@ def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, pl
     tr = spec.training
     proto = GradientPerturbation(spec, None, ds.d, plan=plan, noise=None if real is None else real.spec)
     if real is not None:
-        ctx.emit({"phase": "offline", "message": f"sampling {tr.iterations * proto.p} noise values inside the MPC"})
+        ctx.emit({"phase": "offline", "message": f"sampling {tr.iterations * proto.p} noise values inside the MPC, "
+                                                 "streamed: one round ahead, while the local gradients are computed"})
         src.prepare(real.spec, proto.p, tr.iterations)
     X = torch.as_tensor(np.array(ds.X), dtype=torch.float64, device=dev)
     y = torch.as_tensor(np.array(ds.y), device=dev)
@@ -453,7 +464,13 @@ def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, pl
 
     def local_sum(theta: Any) -> tuple[Any, Any]:
         _check_cancel(ctx)
-        return proto.local_contribution(theta.to(dev), X, y).to("cpu", torch.float64), w
+        if real is None:
+            return proto.local_contribution(theta.to(dev), X, y).to("cpu", torch.float64), w
+        # The next round's noise is sampled here (CrypTen stays in this thread, every party at the
+        # same point) while the local gradient is computed in another.
+        grad = _concurrently(lambda: proto.local_contribution(theta.to(dev), X, y).to("cpu", torch.float64),
+                             lambda: src.top_up(real.spec, proto.p))
+        return grad, w
 
     def before_reveal(t: int) -> None:
         _check_cancel(ctx)

@@ -32,9 +32,10 @@ units in ℓ2, m·d in ℓ1), and at least enough that the noise scale is ≈ 2^
 so that σ ≤ 2^20 units (the sampler's analysis and 64-bit squares) and g ≤ 40 (room for values).
 :func:`guarantee` then gives the (ε, δ) of a job with this plan (:mod:`.samplers.guarantee`).
 
-Offline: ``prepare(spec, dim, releases)`` samples dim·releases values into a pool (all parties,
-same order) before the data-dependent rounds; ``take`` during a round only slices the pool. If a
-round needs more than was prepared, the rest is sampled online and counted.
+Streamed: ``prepare(spec, dim, releases)`` samples the first release's values (all parties, same
+order), ``top_up`` samples ahead for the next while the parties compute their local gradients,
+and ``take`` during a round only slices the pool (:class:`InMpcNoise`). If a round needs more
+than was sampled, the rest is sampled online and counted.
 """
 
 from __future__ import annotations
@@ -140,7 +141,18 @@ def guarantee(
 
 
 class InMpcNoise:
-    """``NoiseSource`` with offline pools, one per plan (SPMD: same calls in every party)."""
+    """``NoiseSource`` with streamed pools, one per plan (SPMD: same calls in every party).
+
+    Streamed, not all before round 1: ``prepare(spec, dim, releases)`` records what the job will
+    need and samples only the first release; ``top_up(spec, dim)``, called by every party at the
+    same point of each round (the worker calls it while its local gradient is computed in another
+    thread), samples ahead so the next release is covered — in whole batches of
+    :func:`~.samplers.pool.batch_for` (a batch costs ≈ 100 message rounds whatever its size, so
+    small releases share one), never beyond what the job still needs. The pool then holds at most
+    one release plus one batch: 8 bytes a sample, ≈ 8.5 MB at d = 10⁶ beside the batch's
+    working memory, at any number of rounds (it held dim × rounds before: 800 MB for 10⁵ × 1,000).
+    ``prepare(..., stream=False)`` samples everything at once (benchmarks of the offline cost).
+    """
 
     test_only = False
 
@@ -155,15 +167,21 @@ class InMpcNoise:
         self.device = torch.device("cpu") if device is None else torch.device(device)
         self.batch = batch
         self._pools: dict[tuple[Any, ...], tuple[NoisePlan, NoisePool]] = {}
+        self._owed: dict[tuple[Any, ...], int] = {}  # samples the job will still take, not yet produced
         self.online_samples = 0
         self.online_seconds = 0.0
+        self.peak_pool_samples = 0
 
     @property
     def description(self) -> str:
-        return "discrete Gaussian / discrete Laplace sampled inside the MPC (offline pool)"
+        return "discrete Gaussian / discrete Laplace sampled inside the MPC (streamed pool)"
+
+    @staticmethod
+    def _key(spec: NoiseSpec, dim: int) -> tuple[Any, ...]:
+        return (spec.mechanism, spec.scale, spec.sensitivity, spec.grid_bits, dim)
 
     def _entry(self, spec: NoiseSpec, dim: int) -> tuple[NoisePlan, NoisePool]:
-        key = (spec.mechanism, spec.scale, spec.sensitivity, spec.grid_bits, dim)
+        key = self._key(spec, dim)
         if key not in self._pools:
             plan = plan_noise(spec, dim, self.parties)
             batch = batch_for(plan.params, self.batch)  # memory like a Laplace batch of self.batch
@@ -176,37 +194,63 @@ class InMpcNoise:
     def precision_bits(self, spec: NoiseSpec, dim: int) -> int:
         return self._entry(spec, dim)[0].grid_bits
 
-    def prepare(self, spec: NoiseSpec, dim: int, releases: int = 1) -> None:
-        """Offline phase: sample enough for ``releases`` aggregates of ``dim`` coordinates."""
+    def _produce(self, key: tuple[Any, ...], pool: NoisePool, n: int) -> None:
+        if n > 0:
+            pool.produce(n)
+            self._owed[key] = max(0, self._owed.get(key, 0) - n)
+            self.peak_pool_samples = max(self.peak_pool_samples, pool.available)
+
+    def prepare(self, spec: NoiseSpec, dim: int, releases: int = 1, stream: bool = True) -> None:
+        """The job will take ``releases`` aggregates of ``dim`` coordinates: sample the first now
+        (``stream``) or all of them (``stream=False``)."""
         if releases < 0:
             raise ValueError("releases must be non-negative")
+        key = self._key(spec, dim)
         _, pool = self._entry(spec, dim)
-        need = dim * releases - pool.available
-        if need > 0:
-            pool.produce(need)
+        self._owed[key] = max(0, dim * releases - pool.available)
+        self._produce(key, pool, self._ahead(key, pool, dim) if stream else self._owed[key])
+
+    def _ahead(self, key: tuple[Any, ...], pool: NoisePool, dim: int) -> int:
+        """What to sample now so the next release is covered: nothing if it is, else whole
+        batches covering the shortfall, capped by what the job still needs (never below the
+        shortfall)."""
+        short = dim - pool.available
+        if short <= 0:
+            return 0
+        whole = -(-short // pool.batch) * pool.batch
+        return max(short, min(self._owed.get(key, 0), whole))
+
+    def top_up(self, spec: NoiseSpec, dim: int) -> None:
+        """Sample ahead for the next release (every party, same point of the round)."""
+        key = self._key(spec, dim)
+        _, pool = self._entry(spec, dim)
+        self._produce(key, pool, self._ahead(key, pool, dim))
 
     def take(self, p: int, spec: NoiseSpec) -> torch.Tensor:
-        """This party's int64 shares of p samples, in units of 2^-grid_bits (see ``precision_bits``)."""
+        """This party's int64 shares of p samples, in units of 2^-grid_bits (see ``precision_bits``).
+        What the pool lacks is sampled now and counted as online."""
+        key = self._key(spec, p)
         _, pool = self._entry(spec, p)
         short = p - pool.available
         if short > 0:
             tic = time.perf_counter()
-            pool.produce(short)
+            self._produce(key, pool, short)
             self.online_samples += short
             self.online_seconds += time.perf_counter() - tic
         return pool.take_integers(p)
 
     def stats(self) -> dict[str, Any]:
-        """Offline cost per plan and what had to be sampled online."""
+        """Cost per plan, what had to be sampled online, and the pool's high-water mark."""
         plans = []
         for plan, pool in self._pools.values():
             st = pool.stats()
             plans.append({
                 "mechanism": plan.mechanism, "scale": plan.scale, "grid_bits": plan.grid_bits, "dim": plan.dim,
                 "produced": st.produced, "taken": st.taken, "seconds": st.seconds, "rounds": st.rounds,
-                "bytes": st.bytes, "samples_per_second": st.samples_per_second,
+                "bytes": st.bytes, "samples_per_second": st.samples_per_second, "batch": pool.batch,
             })
-        return {"plans": plans, "online_samples": self.online_samples, "online_seconds": self.online_seconds}
+        return {"plans": plans, "online_samples": self.online_samples, "online_seconds": self.online_seconds,
+                "peak_pool_samples": self.peak_pool_samples, "peak_pool_bytes": 8 * self.peak_pool_samples}
 
 
 @dataclass(frozen=True)

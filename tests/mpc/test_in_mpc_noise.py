@@ -19,6 +19,7 @@ from scipy import stats
 
 from tests.mpc.test_mpc_aggregator import contribution, run_job, weight
 
+S_DIM, S_RELEASES = 300, 6  # streamed pool: batches of 256, one release ahead
 G_DIM, G_SIGMA, G_SENS = 2500, 0.5, 0.05  # 2 releases prepared + 1 online: 7,500 Gaussian samples
 L_DIM, L_SCALE, L_SENS = 20_000, 0.2, 0.1
 
@@ -66,6 +67,18 @@ def _member(rank: int, table: Any, identity: Any, server: Any) -> dict[str, Any]
     except ValueError as exc:
         rep["l2_laplace"] = str(exc)
     rep["stats"] = src.stats()
+
+    # Streamed: 6 releases of 300 with batches of 256 Laplace samples; top_up before each round.
+    streamed = InMpcNoise(batch=256)
+    streamed.prepare(lap, S_DIM, releases=S_RELEASES)
+    rep["streamed_first"] = streamed.stats()["plans"][0]["produced"]
+    outs = []
+    for s in range(S_RELEASES):
+        if s:
+            streamed.top_up(lap, S_DIM)
+        outs.append(MpcAggregator(streamed).aggregate(contribution(rank, S_DIM, seed=20 + s).reshape(1, -1), w, lap))
+    rep["streamed"] = torch.stack(outs).numpy()
+    rep["streamed_stats"] = streamed.stats()
     stop_dealer_client()
     uninit_crypten()
     return rep
@@ -119,6 +132,22 @@ def test_offline_pool_serves_online_rounds_and_shortfalls_are_counted(reports: d
     assert plans["gaussian"]["produced"] == 3 * G_DIM and plans["gaussian"]["taken"] == 3 * G_DIM
     assert plans["laplace"]["produced"] == L_DIM
     assert plans["gaussian"]["samples_per_second"] > 0
+
+
+def test_streamed_pool_samples_one_release_ahead_in_whole_batches(reports: dict[int, dict[str, Any]]) -> None:
+    rep = reports[0]
+    st = rep["streamed_stats"]
+    plan = st["plans"][0]
+    assert rep["streamed_first"] == 512  # the first release (300) in whole batches of 256
+    assert st["online_samples"] == 0  # every round was covered by top_up
+    assert plan["produced"] == plan["taken"] == S_DIM * S_RELEASES  # nothing beyond what the job needs
+    assert st["peak_pool_samples"] <= S_DIM + plan["batch"]  # bounded whatever the number of rounds
+    b = rep["plan_lap_t"] * 2.0 ** -rep["lap_precision"]
+    noise = np.concatenate([np.asarray(rep["streamed"][s]) - _exact(S_DIM, 20 + s) for s in range(S_RELEASES)])
+    assert np.unique(noise).size > 0.5 * noise.size  # fresh draws every round, none reused
+    assert stats.kstest(noise / b, "laplace").pvalue > 1e-3
+    for r in (1, 2):
+        assert np.array_equal(reports[r]["streamed"], rep["streamed"])
 
 
 def test_trust_model_and_refusals(reports: dict[int, dict[str, Any]]) -> None:
