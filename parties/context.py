@@ -203,6 +203,9 @@ def _start_time(pid: int) -> str | None:
 def worker_main(ctx: ProcessWorkerContext, module: str, function: str, log_path: str) -> None:
     """The worker process: run ``module.function(ctx)`` and report its summary or failure."""
     ctx._daemon_pid = os.getppid()  # the daemon (spawn) or its fork server; see ProcessWorkerContext
+    from mpc_erm.mpc.memory import limit_malloc_arenas
+
+    limit_malloc_arenas()  # before the job's gRPC threads: share buffers freed across threads (mpc_erm.mpc.memory)
     heartbeat = ctx.start_heartbeat()
     handler = logging.FileHandler(log_path, encoding="utf-8")
     stderr = logging.StreamHandler(sys.stderr)

@@ -199,6 +199,9 @@ def _post(out_q: Any, kind: str, index: int, payload: Any) -> None:
 def _child_setup() -> None:
     import torch
 
+    from .memory import limit_malloc_arenas
+
+    limit_malloc_arenas()  # before gRPC's threads (mpc_erm.mpc.memory)
     torch.set_num_threads(1)
 
 

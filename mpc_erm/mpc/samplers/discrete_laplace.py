@@ -291,12 +291,24 @@ def _pack(bits: torch.Tensor) -> torch.Tensor:
     return (padded.reshape(c, w, _LANES) << _LANE_SHIFTS.to(bits.device)).sum(-1)
 
 
+B2A_CHUNK = 1 << 20  # bits converted at a time: bounds the int64 temporaries (≈ 5 × 8 MiB)
+
+
 def _b2a_bits(words: torch.Tensor, n: int) -> torch.Tensor:
     """Arithmetic shares (C, n) of the bits held XOR-shared in ``words`` (C, W).
 
     CrypTen's single-bit B2A (the provider's random bit r as both arithmetic rA and binary rB;
-    open x ⊕ r; x = rA + z − 2·z·rA), with x ⊕ r opened packed 64 per word.
+    open x ⊕ r; x = rA + z − 2·z·rA), with x ⊕ r opened packed 64 per word. Rows are converted
+    in chunks of about :data:`B2A_CHUNK` bits (a 2^17-sample Gaussian batch converts ≈ 4·10^6:
+    one chunk would hold ≈ 150 MB of int64 temporaries per party).
     """
+    rows = words.size(0)
+    per = max(1, B2A_CHUNK // max(1, n))
+    if rows > per:
+        out = torch.empty((rows, n), dtype=torch.long, device=words.device)
+        for i in range(0, rows, per):
+            out[i : i + per] = _b2a_bits(words[i : i + per], n)
+        return out
     provider = crypten.mpc.get_default_provider()
     size = (words.size(0), n)
     r_a, r_b = provider.B2A_rng(torch.Size(size), device=words.device)
