@@ -84,18 +84,40 @@ def cli() -> None:
 @click.option("--crypten-rounds", type=click.IntRange(min=0),
               help="rounds of the CrypTen/gloo baseline (default: what fits ~2 min; randn(10^6) takes ~60 s; 0 skips)")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--streamed", is_flag=True,
+              help="time a job's whole pipeline instead: noise streamed one round ahead, then each round's aggregate")
 @_common
 def aggregate_cmd(parties: int, dim: int, rounds: int, noise: str, scale: float, sensitivity: float,
-                  crypten_rounds: int | None, seed: int, trust: str, timeout_s: float, out: Path | None,
-                  as_json: bool, show_traceback: bool) -> None:
-    """Per-round latency of the noisy secure aggregate, beside a raw gRPC exchange and CrypTen over gloo."""
-    from benchmarks.aggregate import run
+                  crypten_rounds: int | None, seed: int, streamed: bool, trust: str, timeout_s: float,
+                  out: Path | None, as_json: bool, show_traceback: bool) -> None:
+    """Per-round latency of the noisy secure aggregate, beside a raw gRPC exchange and CrypTen over gloo
+    (``--streamed``: the wall time of a job's noise and rounds together)."""
+    from benchmarks.aggregate import run, run_streamed
 
     echo = (lambda _m: None) if as_json else (lambda m: click.echo(m, err=True))
+    if streamed:
+        result = _guard(lambda: run_streamed(parties, dim, rounds, noise=noise, scale=scale, sensitivity=sensitivity,
+                                             trust=trust, seed=seed, timeout_s=timeout_s, progress=echo),
+                        show_traceback)
+        _emit(result, out, as_json, _streamed_summary)
+        return
     result = _guard(lambda: run(parties, dim, rounds, noise=noise, scale=scale, sensitivity=sensitivity, trust=trust,
                                 crypten_rounds=crypten_rounds, seed=seed, timeout_s=timeout_s, progress=echo),
                     show_traceback)
     _emit(result, out, as_json, _aggregate_summary)
+
+
+def _streamed_summary(r: dict[str, Any]) -> None:
+    p = r["parameters"]
+    mib = 2**20
+    click.echo(f"aggregate --streamed: M={p['parties']} D={p['dim']} × {p['rounds']} rounds, noise {p['noise']}; "
+               f"{r['trust_model']}")
+    click.echo(f"  total {r['total_s']:.1f} s ({r['samples_per_second_pipeline']:,.0f} noise samples/s through the "
+               f"pipeline): noise {r['noise_s']:.1f} s, online {r['online_s']:.1f} s (p50 {_fmt_s(r['online_p50_s'])})")
+    click.echo(f"  first round ready after {r['first_round_ready_s']:.2f} s; noise pool peak "
+               f"{r['peak_pool_bytes'] / mib:.1f} MiB; party RSS "
+               f"{r['rss_before_noise_bytes_max_over_parties'] / mib:.0f} MiB before the noise, peak "
+               f"{r['peak_rss_bytes_max_over_parties'] / mib:.0f} MiB")
 
 
 def _aggregate_summary(r: dict[str, Any]) -> None:
@@ -167,6 +189,17 @@ def _sampler_summary(r: dict[str, Any]) -> None:
         click.echo(f"  {name:14s} n={st['n']:,}: {rate_s}KS {st.get('ks_continuous', float('nan')):.2e} "
                    f"(iid median {st['ks_iid_median']:.1e}), std err {st.get('rel_std_error', float('nan')):+.2e}, "
                    f"max|z| {st.get('max_abs_z', float('nan')):.2f}")
+    ceilings = r.get("ceilings")
+    if ceilings:
+        m = ceilings["measured"]
+        click.echo(f"  this machine, same run: one message step {m['latency_s'] * 1e3:.1f} ms, transport "
+                   f"{m['transport_bytes_per_s'] / 2**20:,.0f} MiB/s, local Beaver AND "
+                   f"{m['and_words_per_s'] * 64 / 1e9:.1f} G gates/s per core")
+        for key in ("compute", "bytes", "latency"):
+            c = ceilings[key]
+            if c["samples_per_second"]:
+                click.echo(f"  {key:8s} ceiling {c['samples_per_second']:>12,.0f} samples/s, reached "
+                           f"{c['fraction_reached']:.0%} ({c['what']})")
     for t in r["targets"]:
         if t["applies"]:
             click.echo(f"  target {t['target']}: {'met' if t['met'] else 'NOT met'}")
