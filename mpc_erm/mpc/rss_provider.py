@@ -7,10 +7,14 @@ would be TFP, where party 0 sees everything. :class:`ReplicatedProvider` produce
 with ABY3's semi-honest 3-party protocols (Mohassel–Rindal, CCS 2018, §3.2 and §5.3), secure
 against any single corrupt party (honest majority), which is exactly the RSS trust model:
 
-- **binary triple** (a, b, c = a ∧ b): each party draws its XOR shares a_i, b_i from its local
-  generator, sends them to the next party (one round), and keeps
-  z_i = a_i b_i ⊕ a_i b_{i-1} ⊕ a_{i-1} b_i ⊕ α_i with α a pseudo-random XOR sharing of zero;
-  ⊕_i z_i = (⊕a_i)(⊕b_i). The zero sharing is what stops z_i from revealing a cross term.
+- **binary triple** (a, b, c = a ∧ b), with no message: component a_i of a = ⊕ a_i is drawn from
+  the generator that parties i and i+1 share (CrypTen's "next" at party i, "prev" at party i+1:
+  the pairwise seeds its zero sharings use), so each party holds two of the three components and
+  none holds a third — a replicated sharing made without sending anything (ABY3 §2.2, shared
+  random values); b likewise. Party i keeps z_i = a_i b_i ⊕ a_i b_{i-1} ⊕ a_{i-1} b_i ⊕ α_i with α
+  a pseudo-random XOR sharing of zero; ⊕_i z_i = (⊕a_i)(⊕b_i), the three cross pairs once each.
+  The zero sharing is what stops z_i from revealing a cross term. (Until issue 15 each party drew
+  a_i, b_i locally and sent them to its neighbour: 2 words per AND word, more than the opening.)
 - **B2A bit** (the same random bit r as an arithmetic and a binary sharing): party i draws a bit
   r_i (its XOR share); the arithmetic sharing of r = r_0 ⊕ r_1 ⊕ r_2 is computed with two hardened
   RSS products, u = r_0 + r_1 − 2 r_0 r_1, r = u + r_2 − 2 u r_2, from arithmetic sharings of each
@@ -77,13 +81,18 @@ def _own_bit_shared(bits: torch.Tensor, owner: int) -> ArithmeticSharedTensor:
 
 
 def _binary_triple(size0: torch.Size, dev: torch.device, size1: torch.Size | None = None) -> tuple[torch.Tensor, ...]:
-    """This party's XOR shares of a fresh binary triple (one replication round; module docstring)."""
-    a = generate_kbit_random_tensor(size0, generator=_local()[dev], device=dev)
-    b = generate_kbit_random_tensor(size0 if size1 is None else size1, generator=_local()[dev], device=dev)
-    (a1, a2), (b1, b2) = replicated.replicate_shares([a, b])
+    """This party's XOR shares of a fresh binary triple, made without a message (module docstring):
+    its own components a_i, b_i from the generator shared with the next party, its neighbour's
+    a_{i-1}, b_{i-1} from the one shared with the previous party."""
+    ahead, behind = crypten.generators["next"][dev], crypten.generators["prev"][dev]
+    size1 = size0 if size1 is None else size1
+    a1 = generate_kbit_random_tensor(size0, generator=ahead, device=dev)
+    a2 = generate_kbit_random_tensor(size0, generator=behind, device=dev)
+    b1 = generate_kbit_random_tensor(size1, generator=ahead, device=dev)
+    b2 = generate_kbit_random_tensor(size1, generator=behind, device=dev)
     c = (a1 & b1) ^ (a1 & b2) ^ (a2 & b1)
     c = c ^ BinarySharedTensor.PRZS(c.size(), device=dev).share
-    return a, b, c
+    return a1, b1, c
 
 
 class ReplicatedProvider(TupleProvider):
@@ -101,8 +110,8 @@ class ReplicatedProvider(TupleProvider):
         self._binary_pools = {}
 
     def generate_binary_triple(self, size0: Any, size1: Any, device: Any = None):
-        """Triples of equal shapes are cut from a pool made one replication round per
-        :data:`~.tuple_pool.POOL_WORDS` words (:mod:`.tuple_pool`), not one round per AND round."""
+        """Triples of equal shapes are cut from a pool of :data:`~.tuple_pool.POOL_WORDS` words
+        (:mod:`.tuple_pool`): fewer, larger PRG draws."""
         _check_three()
         dev = _device(device)
         size0, size1 = torch.Size(size0), torch.Size(size1)
