@@ -67,6 +67,11 @@ GRID_SLACK = 0.01  # rounding may add at most 1 % to the sensitivity (when the c
 TARGET_SCALE_LOG2 = 14  # noise scale ≈ 2^14 grid units at least
 MAX_SCALE_LOG2 = 20  # ... and at most 2^20
 LAPLACE_K = 56  # bits per coin: TV to the ideal Laplace ≈ 23·2^-56 per sample
+# Bits per coin of the in-MPC Gaussian, cheapest first: realise() takes the first whose TV bound
+# fits the plan's sampler budget. Each 2 more bits cut the TV 4× (coins' error 2^-k and the
+# uncoined low bits of N, 2^-(k−4)) for ≈ 4 % more AND gates; 56 covers ≈ 2·10^7 samples per job
+# at ε = 1, δ = 1e-5, 62 ≈ 1.5·10^9 (docs/privacy.md §5).
+GAUSSIAN_COIN_BITS = (56, 58, 60, 62)
 
 
 @dataclass(frozen=True)
@@ -110,7 +115,8 @@ def plan_noise(spec: NoiseSpec, dim: int, parties: int) -> NoisePlan:
     if spec.mechanism == "gaussian":
         g = spec.grid_bits if spec.grid_bits is not None else _grid_bits(spec.scale, spec.sensitivity, dim, parties,
                                                                          "l2")
-        params: Any = DiscreteGaussianParams.for_sigma(spec.scale, grid_bits=g)
+        params: Any = DiscreteGaussianParams.for_sigma(spec.scale, grid_bits=g,
+                                                       **({} if spec.coin_bits is None else {"k": spec.coin_bits}))
     elif spec.mechanism == "laplace":
         g = spec.grid_bits if spec.grid_bits is not None else _grid_bits(spec.scale, spec.sensitivity, dim, parties,
                                                                          "l1")
@@ -266,7 +272,8 @@ class Realisation:
     tv_per_release: float  # dim × the sampler's TV bound per sample (≤ the plan's budget)
 
     def describe(self) -> dict[str, Any]:
-        return {"grid_bits": self.plan.grid_bits, "sensitivity_grid": self.sensitivity_grid,
+        return {"grid_bits": self.plan.grid_bits, "coin_bits": self.plan.params.k,
+                "sensitivity_grid": self.sensitivity_grid,
                 "noise_scale_grid": self.noise_scale_grid, "realised_multiplier": self.multiplier,
                 "sampler_tv_per_release": self.tv_per_release, "noise_scale": self.spec.scale}
 
@@ -287,14 +294,17 @@ def realise(plan: Any, parties: int) -> Realisation:
         g = _grid_bits(z * delta_s, delta_s, dim, parties, "l2")
         s_grid = grid_sensitivity_units(delta_s, g, dim, parties, "l2")
         sigma = z * s_grid * 2.0**-g
-        for _ in range(64):  # for_sigma never samples below the request; guard the float round trip
-            spec = NoiseSpec("gaussian", sigma, sensitivity=delta_s, grid_bits=g)
-            noise_plan = plan_noise(spec, dim, parties)
-            if noise_plan.params.sigma >= z * s_grid:
+        for coin_bits in GAUSSIAN_COIN_BITS:  # the cheapest coins whose TV fits the plan's budget
+            for _ in range(64):  # for_sigma never samples below the request; guard the float round trip
+                spec = NoiseSpec("gaussian", sigma, sensitivity=delta_s, grid_bits=g, coin_bits=coin_bits)
+                noise_plan = plan_noise(spec, dim, parties)
+                if noise_plan.params.sigma >= z * s_grid:
+                    break
+                sigma = math.nextafter(sigma, math.inf)
+            tv = dim * gaussian_tv_bound(noise_plan.params)
+            if tv <= plan.sampler_tv_per_release:
                 break
-            sigma = math.nextafter(sigma, math.inf)
         mult = noise_plan.params.sigma / s_grid
-        tv = dim * gaussian_tv_bound(noise_plan.params)
         scale_grid = noise_plan.params.sigma
         ok = mult >= z
     elif plan.mechanism == "laplace":

@@ -32,6 +32,7 @@ class NoiseSpec:
     scale: float
     sensitivity: float | None = None
     grid_bits: int | None = None  # fixed by the engine's realisation of a plan (mpc_erm.mpc.noise.realise)
+    coin_bits: int | None = None  # in-MPC Gaussian: bits per acceptance/Laplace coin (None: the engine's default)
 
     def __post_init__(self) -> None:
         if self.mechanism != "none" and not (self.scale > 0 and self.scale < float("inf")):

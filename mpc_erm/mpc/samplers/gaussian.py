@@ -47,6 +47,7 @@ comparison (the coin is constant 0, so fail_i = n_i).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -66,20 +67,37 @@ __all__ = [
 ]
 
 FALLBACK_LOG2 = 50  # (1 − ρ)^{R−1} ≤ 2^-50: the fallback's total-variation share (see .guarantee)
-COARSE_LOG2 = 52  # low bits of N without a coin change exp(−N/D) by a factor ≥ 1 − 2^-52
+COARSE_LOG2 = 52  # low bits of N without a coin change exp(−N/D) by a factor ≥ 1 − 2^-52 (at k = 56)
 
 
+def coarse_for(k: int) -> int:
+    """The uncoined low bits' error 2^-coarse that for_sigma pairs with k-bit coins: 2^-52 at
+    k ≤ 56, and 4 bits coarser than the coins above (both terms of the TV bound shrink together)."""
+    return COARSE_LOG2 + max(0, k - 56)
+
+
+@functools.lru_cache(maxsize=64)
 def ideal_acceptance_lower_bound(t: int, mu: int, width: float = 12.0) -> float:
     """A lower bound on ρ = Σ_y L_t(y)·exp(−(|y| − μ)²/(2tμ)), the acceptance rate of CKS's
     ideal rejection step (L_t the ideal discrete Laplace): the sum over |y| ≤ width·σ of positive
-    terms (float64; the omitted tail only makes it smaller, i.e. the bound safer)."""
+    terms (float64; the omitted tail only makes it smaller, i.e. the bound safer).
+
+    Summed in chunks of 2^20 terms and cached: at σ ≈ 7·10^5 grid units the range holds 8·10^6
+    terms, whose temporaries (≈ 300 MB) every noise batch used to allocate again."""
     sigma = math.sqrt(t * mu)
-    y = np.arange(0, int(width * sigma) + 2, dtype=np.float64)
     log_q = -1.0 / t
-    log_l = math.log(-math.expm1(log_q)) - math.log1p(math.exp(log_q)) + y * log_q
-    log_l[1:] += math.log(2.0)  # ±y
-    terms = np.exp(log_l - (y - mu) ** 2 / (2.0 * t * mu))
-    return float(np.sum(terms)) * (1.0 - 1e-12)  # float64 summation error margin
+    log_c = math.log(-math.expm1(log_q)) - math.log1p(math.exp(log_q))
+    end = int(width * sigma) + 2
+    total = 0.0
+    for lo in range(0, end, _CHUNK):
+        y = np.arange(lo, min(end, lo + _CHUNK), dtype=np.float64)
+        log_l = log_c + y * log_q
+        log_l[y > 0] += math.log(2.0)  # ±y
+        total += float(np.sum(np.exp(log_l - (y - mu) ** 2 / (2.0 * t * mu))))
+    return total * (1.0 - 1e-12)  # float64 summation error margin
+
+
+_CHUNK = 1 << 20
 
 
 def rounds_for_fallback(t: int, mu: int, fallback_log2: int = FALLBACK_LOG2) -> int:
@@ -152,10 +170,10 @@ class DiscreteGaussianParams:
         t = math.floor(s) + 1
         mu = max(1, math.ceil(s * s / t))
         if rounds is None and fallback_log2 is None:
-            return cls(t=t, mu=mu, rounds=1, revealed=True, k=k, grid_bits=grid_bits, coarse_log2=COARSE_LOG2)
+            return cls(t=t, mu=mu, rounds=1, revealed=True, k=k, grid_bits=grid_bits, coarse_log2=coarse_for(k))
         if rounds is None:
             rounds = rounds_for_fallback(t, mu, fallback_log2 or FALLBACK_LOG2)
-        return cls(t=t, mu=mu, rounds=rounds, k=k, grid_bits=grid_bits, coarse_log2=COARSE_LOG2)
+        return cls(t=t, mu=mu, rounds=rounds, k=k, grid_bits=grid_bits, coarse_log2=coarse_for(k))
 
     @property
     def sigma(self) -> float:

@@ -1,0 +1,45 @@
+"""A job's Gaussian noise gets the cheapest coins whose sampler TV fits the plan's budget
+(mpc_erm.mpc.noise.realise, GAUSSIAN_COIN_BITS): small jobs keep 56-bit coins, a 10⁵-parameter
+1,000-round job (issue 15's workload, refused before) gets finer ones, and a job beyond 62 bits
+is still refused naming what to change."""
+
+from __future__ import annotations
+
+import pytest
+
+from mpc_erm.mpc.noise import GAUSSIAN_COIN_BITS, realise
+from mpc_erm.mpc.samplers.guarantee import gaussian_tv_bound
+from mpc_erm.privacy.plan import PublicSizes
+from mpc_erm.protocols.common import plan_job
+from mpc_erm.protocols.spec import JobSpec
+
+
+def _plan(n_features: int, iterations: int):
+    spec = JobSpec.model_validate({
+        "method": "gradient", "model": {"name": "logistic", "lam": 1e-4},
+        "privacy": {"epsilon": 1.0, "delta": 1e-5, "clip": 1.0}, "training": {"iterations": iterations}})
+    return plan_job(spec, sampler="mpc", sizes=PublicSizes(counts=(10000, 10000, 10000)), n_features=n_features)
+
+
+def test_a_small_job_keeps_56_bit_coins() -> None:
+    real = realise(_plan(104, 50), 3)
+    assert real.plan.params.k == GAUSSIAN_COIN_BITS[0] == 56
+    assert real.describe()["coin_bits"] == 56
+
+
+def test_a_large_job_gets_the_cheapest_coins_that_fit() -> None:
+    plan = _plan(99_999, 1000)  # d = 10^5 coordinates, 10^8 samples
+    real = realise(plan, 3)
+    k = real.plan.params.k
+    assert k > 56 and real.tv_per_release <= plan.sampler_tv_per_release
+    assert real.multiplier >= plan.noise_multiplier  # the noise still meets the plan
+    for fewer in (b for b in GAUSSIAN_COIN_BITS if b < k):  # and no cheaper coins would have fitted
+        from mpc_erm.mpc.samplers.gaussian import DiscreteGaussianParams
+
+        p = DiscreteGaussianParams.for_sigma(real.spec.scale, grid_bits=real.plan.grid_bits, k=fewer)
+        assert real.plan.dim * gaussian_tv_bound(p) > plan.sampler_tv_per_release
+
+
+def test_a_job_beyond_the_finest_coins_is_refused() -> None:
+    with pytest.raises(ValueError, match="total-variation bound .* exceeds the plan's budget"):
+        realise(_plan(999_999, 2000), 3)  # 2·10^9 samples
