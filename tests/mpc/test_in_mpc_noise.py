@@ -19,7 +19,7 @@ from scipy import stats
 
 from tests.mpc.test_mpc_aggregator import contribution, run_job, weight
 
-S_DIM, S_RELEASES = 300, 6  # streamed pool: batches of 256, one release ahead
+S_DIM, S_RELEASES = 300, 6  # streamed pool: batches of 256 (batch_for: 4 × 64), one release ahead
 G_DIM, G_SIGMA, G_SENS = 2500, 0.5, 0.05  # 2 releases prepared + 1 online: 7,500 Gaussian samples
 L_DIM, L_SCALE, L_SENS = 20_000, 0.2, 0.1
 
@@ -68,8 +68,8 @@ def _member(rank: int, table: Any, identity: Any, server: Any) -> dict[str, Any]
         rep["l2_laplace"] = str(exc)
     rep["stats"] = src.stats()
 
-    # Streamed: 6 releases of 300 with batches of 256 Laplace samples; top_up before each round.
-    streamed = InMpcNoise(batch=256)
+    # Streamed: 6 releases of 300 with batches of 4·64 Laplace samples; top_up before each round.
+    streamed = InMpcNoise(batch=64)
     streamed.prepare(lap, S_DIM, releases=S_RELEASES)
     rep["streamed_first"] = streamed.stats()["plans"][0]["produced"]
     outs = []
