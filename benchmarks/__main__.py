@@ -86,10 +86,13 @@ def cli() -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--streamed", is_flag=True,
               help="time a job's whole pipeline instead: noise streamed one round ahead, then each round's aggregate")
+@click.option("--as-job", "job_rounds", type=click.IntRange(min=1), metavar="T",
+              help="with --streamed: the noise a gradient job of D coordinates and T rounds gets (its grid, σ, "
+                   "coin bits; ε = 1, δ = 1e-5), instead of --sigma/--sensitivity")
 @_common
 def aggregate_cmd(parties: int, dim: int, rounds: int, noise: str, scale: float, sensitivity: float,
-                  crypten_rounds: int | None, seed: int, streamed: bool, trust: str, timeout_s: float,
-                  out: Path | None, as_json: bool, show_traceback: bool) -> None:
+                  crypten_rounds: int | None, seed: int, streamed: bool, job_rounds: int | None, trust: str,
+                  timeout_s: float, out: Path | None, as_json: bool, show_traceback: bool) -> None:
     """Per-round latency of the noisy secure aggregate, beside a raw gRPC exchange and CrypTen over gloo
     (``--streamed``: the wall time of a job's noise and rounds together)."""
     from benchmarks.aggregate import run, run_streamed
@@ -97,7 +100,8 @@ def aggregate_cmd(parties: int, dim: int, rounds: int, noise: str, scale: float,
     echo = (lambda _m: None) if as_json else (lambda m: click.echo(m, err=True))
     if streamed:
         result = _guard(lambda: run_streamed(parties, dim, rounds, noise=noise, scale=scale, sensitivity=sensitivity,
-                                             trust=trust, seed=seed, timeout_s=timeout_s, progress=echo),
+                                             trust=trust, seed=seed, timeout_s=timeout_s, progress=echo,
+                                             as_job=job_rounds is not None, job_rounds=job_rounds),
                         show_traceback)
         _emit(result, out, as_json, _streamed_summary)
         return
@@ -112,6 +116,10 @@ def _streamed_summary(r: dict[str, Any]) -> None:
     mib = 2**20
     click.echo(f"aggregate --streamed: M={p['parties']} D={p['dim']} × {p['rounds']} rounds, noise {p['noise']}; "
                f"{r['trust_model']}")
+    job = p.get("as_job")
+    if job:
+        click.echo(f"  noise of a {job['rounds_planned']}-round job: σ = {job['noise_scale_grid']:,.0f} grid units "
+                   f"(2^-{job['grid_bits']}), {job['coin_bits']}-bit coins")
     click.echo(f"  total {r['total_s']:.1f} s ({r['samples_per_second_pipeline']:,.0f} noise samples/s through the "
                f"pipeline): noise {r['noise_s']:.1f} s, online {r['online_s']:.1f} s (p50 {_fmt_s(r['online_p50_s'])})")
     click.echo(f"  first round ready after {r['first_round_ready_s']:.2f} s; noise pool peak "

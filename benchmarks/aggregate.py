@@ -149,8 +149,26 @@ def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
+def job_noise(dim: int, rounds: int, parties: int) -> tuple[Any, dict[str, Any]]:
+    """The noise a gradient job of ``dim`` coordinates and ``rounds`` rounds gets from the product's
+    planner and engine (logistic regression, ε = 1, δ = 1e-5, clip 1, replace-one, 10,000 rows a
+    party): its NoiseSpec (grid, σ, coin bits) and the realisation's description."""
+    from mpc_erm.mpc.noise import realise
+    from mpc_erm.privacy.plan import PublicSizes
+    from mpc_erm.protocols.common import plan_job
+    from mpc_erm.protocols.spec import JobSpec
+
+    spec = JobSpec.model_validate({
+        "method": "gradient", "model": {"name": "logistic", "lam": 1e-4},
+        "privacy": {"epsilon": 1.0, "delta": 1e-5, "clip": 1.0}, "training": {"iterations": rounds}})
+    plan = plan_job(spec, sampler="mpc", sizes=PublicSizes(counts=(10_000,) * parties), n_features=dim - 1)
+    real = realise(plan, parties)
+    return real.spec, {"job": "gradient, logistic, ε = 1, δ = 1e-5, clip 1, replace-one, 10,000 rows per party",
+                       **real.describe()}
+
+
 def _streamed_party(ctx: Any, dim: int, rounds: int, noise: str, scale: float, sensitivity: float | None,
-                    seed: int) -> dict[str, Any]:
+                    seed: int, plan_rounds: int | None = None) -> dict[str, Any]:
     """The whole pipeline of a job's rounds as the worker runs it: the noise streamed
     (``prepare`` samples the first release, ``top_up`` the next before each round), each round
     one aggregate; wall time from the start of the noise to the last reveal."""
@@ -161,7 +179,7 @@ def _streamed_party(ctx: Any, dim: int, rounds: int, noise: str, scale: float, s
 
     comm = ctx.comm
     c = contribution(ctx.rank, dim, seed)
-    spec = noise_spec(noise, scale, sensitivity)
+    spec = job_noise(dim, plan_rounds, ctx.world_size)[0] if plan_rounds else noise_spec(noise, scale, sensitivity)
     ones = torch.ones(1, dtype=torch.float64)
     src = InMpcNoise()
     agg = MpcAggregator(src)
@@ -189,16 +207,25 @@ def _streamed_party(ctx: Any, dim: int, rounds: int, noise: str, scale: float, s
 
 def run_streamed(parties: int, dim: int, rounds: int, *, noise: str = "gaussian", scale: float = 1.0,
                  sensitivity: float | None = 1.0, trust: str = "dealer", seed: int = 0, timeout_s: float = 7200.0,
-                 progress: Any = None) -> dict[str, Any]:
-    """``--streamed``: a job's whole noise + online pipeline over ``rounds`` rounds of ``dim``."""
+                 progress: Any = None, as_job: bool = False, job_rounds: int | None = None) -> dict[str, Any]:
+    """``--streamed``: a job's whole noise + online pipeline over ``rounds`` rounds of ``dim``;
+    ``as_job``: with the noise a gradient job of ``job_rounds`` (default ``rounds``) rounds gets
+    (:func:`job_noise`; its grid, σ and coin bits), instead of ``--sigma``/``--sensitivity``."""
     from mpc_erm.mpc.local import run_local_full
 
     if noise == "none":
         raise ValueError("--streamed measures the noise pipeline: pick --noise gaussian or laplace")
     say = progress or (lambda _m: None)
     say(f"aggregate --streamed: {parties} parties, D={dim}, {rounds} rounds, noise {noise}, trust {trust} …")
+    job = None
+    if as_job:
+        if noise != "gaussian":
+            raise ValueError("--as-job plans a gradient job: its noise is gaussian")
+        job = job_noise(dim, job_rounds or rounds, parties)[1]
+        job["rounds_planned"] = job_rounds or rounds
+    plan_rounds = (job_rounds or rounds) if as_job else None
     run_ = run_local_full(_streamed_party, parties=parties, trust=trust,
-                          args=(dim, rounds, noise, scale, sensitivity, seed), timeout_s=timeout_s,
+                          args=(dim, rounds, noise, scale, sensitivity, seed, plan_rounds), timeout_s=timeout_s,
                           deadline_s=max(120.0, 2e-4 * dim))
     reports = run_.results
     slow = max(reports, key=lambda r: r["total_s"])
@@ -207,8 +234,9 @@ def run_streamed(parties: int, dim: int, rounds: int, *, noise: str = "gaussian"
     return jsonable({
         "benchmark": "aggregate_streamed",
         "machine": machine_info(),
-        "parameters": {"parties": parties, "dim": dim, "rounds": rounds, "noise": noise, "scale": scale,
-                       "sensitivity": sensitivity, "trust": trust, "seed": seed},
+        "parameters": {"parties": parties, "dim": dim, "rounds": rounds, "noise": noise,
+                       "scale": None if as_job else scale, "sensitivity": None if as_job else sensitivity,
+                       "trust": trust, "seed": seed, "as_job": job},
         "what": "the job's pipeline: noise streamed one round ahead (InMpcNoise.prepare / top_up, as the worker "
                 "calls them) and one MpcAggregator aggregate per round; no local gradient to overlap with",
         "trust_model": reports[0]["describe"]["trust_model"],
