@@ -193,11 +193,23 @@ def _crypten_party(rank: int, table: Any, identity: Any, server: Any, *, sizes: 
     bad = contribution(rank, 4).reshape(1, -1)
     if rank == 1:
         bad[0, 2] = 2.0**45
+    seen: list[list[int]] = []
+    real_all_reduce = comm.all_reduce
+
+    def recording_all_reduce(*a: Any, **kw: Any) -> Any:
+        out = real_all_reduce(*a, **kw)
+        seen.append([int(v) for v in out])  # plain ints: the report crosses a process boundary
+        return out
+
+    comm.all_reduce = recording_all_reduce  # type: ignore[method-assign]
     try:
         agg.aggregate(bad, torch.ones(1, dtype=torch.float64), noise)
         rep["range"] = "not refused"
     except FixedPointRangeError as exc:
         rep["range"] = str(exc)
+    finally:
+        del comm.all_reduce  # the class's method again
+    rep["range_revealed"] = seen
     # Latency (zero noise) for the README figures.
     for d in latency_dims:
         c = contribution(rank, d, seed=7).reshape(1, -1)
@@ -214,13 +226,13 @@ def _crypten_party(rank: int, table: Any, identity: Any, server: Any, *, sizes: 
         rep[f"latency_stats_{d}"] = vars(agg.last)
     if vanish:
         c = contribution(rank, 1000, seed=3).reshape(1, -1)
-        if rank == 2:  # pass the range check, then die before the reveal
+        if rank == 2:  # die at the reveal (the range check rides in the same message)
             real = comm.all_reduce
             calls = []
 
             def dying_all_reduce(*a: Any, **kw: Any) -> Any:
                 calls.append(1)
-                if len(calls) == 2:
+                if len(calls) == 1:
                     report_and_die(rank, rep)
                 return real(*a, **kw)
 
@@ -287,9 +299,10 @@ def _check_sums(reports: dict[int, dict[str, Any]], parties: int) -> None:
             assert err <= bound, f"m={parties} n={n} rank {rank}: error {err} > bound {bound}"
             assert torch.equal(got, reports[0][f"sum_{n}"])  # bit-identical everywhere
             st = reports[rank][f"stats_{n}"]
-            # 2 rounds: range check (1 int64) and reveal; each party sends (m-1) copies and receives
-            # m-1 (below 256 KiB; above, the communicator's reduce-scatter sends 2(m-1)/m·n).
-            assert st["rounds"] == 2
+            # 1 round: the reveal, with the range check's count as one more int64; each party sends
+            # (m-1) copies and receives m-1 (below 256 KiB; above, the communicator's reduce-scatter
+            # sends 2(m-1)/m·n).
+            assert st["rounds"] == 1
             if 8 * n < 256 * 1024 or parties < 3:
                 assert st["bytes"] == 2 * (parties - 1) * 8 * (n + 1)
             else:
@@ -324,6 +337,11 @@ def test_out_of_range_is_refused_by_every_party(
             assert rep["range"].startswith("aggregate #2: 1 of"), rep["range"]
             assert f"of {m} parties" in rep["range"] and "nothing revealed" in rep["range"]
             assert ("including this party" in rep["range"]) == (rank == 1)
+            # what the refused aggregate opened: one message, the count 1 and a uniform vector (the
+            # out-of-range party's share was random), nothing like the sum (|entries| < 2^46 here)
+            (opened,) = rep["range_revealed"]
+            assert len(opened) == 5 and opened[4] == 1
+            assert sum(abs(v) > 2**50 for v in opened[:4]) >= 2  # a uniform int64 is below 2^50 w.p. 2^-13
 
 
 def test_a_vanished_party_fails_the_others_naming_it(three: dict[int, dict[str, Any]]) -> None:
