@@ -145,6 +145,8 @@ class NoisePool:
                 need = 0
         self._available -= d
         self._taken += d
+        if len(parts) == 1:
+            return parts[0]  # no copy (a view when it is part of a chunk: disjoint from what stays)
         return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long, device=self.device)
 
     def take(self, d: int) -> MPCTensor:
