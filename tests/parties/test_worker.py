@@ -159,7 +159,11 @@ def test_gradient_job_produces_one_private_model_at_every_party(gradient_run: tu
     assert all(set(c) <= {"round", "epsilon_spent", "test"} for c in metrics["curve"])
     own = json.loads((tmp / "alice" / ".private" / "own_rows.json").read_text())
     assert 0.0 <= own["train_own_rows"]["accuracy"] <= 1.0 and len(own["curve"]) == len(metrics["curve"])
-    assert metrics["noise"]["online_samples"] == 0  # all noise came from the offline pool
+    assert metrics["noise"]["online_samples"] == 0  # all noise came from the streamed pool, sampled ahead
+    (pool,) = metrics["noise"]["plans"]  # streamed: exactly the job's noise, one release ahead at most
+    assert pool["produced"] == pool["taken"] == 20 * pool["dim"]
+    assert metrics["noise"]["peak_pool_samples"] <= pool["dim"] + pool["batch"]
+    assert rep["realisation"]["coin_bits"] == 56  # a small job keeps the cheapest coins
     assert (tmp / "alice" / "training_curve.png").stat().st_size > 1000
     phases = {e["phase"] for who, e in res["_events"] if who == "alice"}
     assert {"loading", "agreed", "offline", "training", "done"} <= phases
@@ -274,3 +278,26 @@ def test_add_remove_release_through_the_workers_moves_by_at_most_its_sensitivity
     realised = float((g[np.concatenate(parts)].sum(0) / len(X) - g[[r for r in range(len(X)) if r != z]].sum(0)
                       / (len(X) - 1)).norm())
     assert realised > 1.1 * clip / len(X)  # dividing by the realised count moves it past the C/n once reported
+
+
+def test_local_work_runs_beside_the_mpc_and_errors_reach_the_worker() -> None:
+    """_concurrently: the local gradient in a thread while this thread samples noise (CrypTen stays
+    in the thread that started it); the MPC side's error first, else the local one, else the result."""
+    import threading
+
+    from parties.worker import _concurrently
+
+    def fail(exc: BaseException) -> Any:
+        def run() -> None:
+            raise exc
+        return run
+
+    main = threading.get_ident()
+    seen: dict[str, int] = {}
+    got = _concurrently(lambda: seen.setdefault("work", threading.get_ident()) and 7,
+                        lambda: seen.setdefault("here", threading.get_ident()))
+    assert got == 7 and seen["here"] == main and seen["work"] != main
+    with pytest.raises(ValueError, match="mpc"):
+        _concurrently(fail(KeyError("local")), fail(ValueError("mpc")))
+    with pytest.raises(KeyError, match="local"):
+        _concurrently(fail(KeyError("local")), lambda: None)
