@@ -216,6 +216,7 @@ class DealerProvider(TupleProvider):
         super().__init__()
         self.client: DealerClient | None = None
         self._binary_pools: dict[str, FlatPool] = {}
+        self._b2a_pools: dict[str, FlatPool] = {}
         self.binary_words = 0  # words of binary triples handed out (64 AND gates each): benchmarks
 
     def _client(self) -> DealerClient:
@@ -226,10 +227,10 @@ class DealerProvider(TupleProvider):
     def reset(self, client: DealerClient | None, *, drain: bool = False) -> None:
         """A new session's client (or none); ``drain``: first collect the prefetched answers, which
         the dealer sends whatever happens (only on a clean stop: after a failure it may be gone)."""
-        if drain:
-            for pool in self._binary_pools.values():
+        if drain:  # answers are matched by ticket: the pools may be drained in any order
+            for pool in [*self._binary_pools.values(), *self._b2a_pools.values()]:
                 pool.drain()
-        self._binary_pools = {}
+        self._binary_pools, self._b2a_pools = {}, {}
         self.client = client
 
     def generate_additive_triple(self, size0: Any, size1: Any, op: str, device: Any = None, *args: Any, **kwargs: Any):
@@ -263,7 +264,7 @@ class DealerProvider(TupleProvider):
         self.binary_words += max(size0.numel(), size1.numel())
         if size0 == size1:
             n = size0.numel()
-            a, b, c = self._binary_pool(device).take(n)
+            a, b, c = self._pool(self._binary_pools, device, self._binary_start, self._binary_finish).take(n)
             return tuple(BinarySharedTensor.from_shares(t.view(size0)) for t in (a, b, c))
         g = cl.get_generator(device)
         a = generate_kbit_random_tensor(size0, generator=g, device=device)
@@ -274,26 +275,28 @@ class DealerProvider(TupleProvider):
             c = generate_kbit_random_tensor(torch.broadcast_tensors(a, b)[0].size(), generator=g, device=device)
         return tuple(BinarySharedTensor.from_shares(t) for t in (a, b, c))
 
-    def _binary_pool(self, device: Any) -> FlatPool:
+    def _binary_start(self, device: Any, n: int) -> tuple[Any, ...]:
+        cl = self._client()
+        g = cl.get_generator(device)
+        size = torch.Size([n])
+        a = generate_kbit_random_tensor(size, generator=g, device=device)
+        b = generate_kbit_random_tensor(size, generator=g, device=device)
+        if cl.rank == 0:
+            return a, b, cl.post("binary", device, size, size)
+        return a, b, generate_kbit_random_tensor(size, generator=g, device=device)
+
+    def _binary_finish(self, handle: tuple[Any, ...]) -> tuple[torch.Tensor, ...]:
+        a, b, c = handle
+        return a, b, (self._client().result(c) if isinstance(c, int) else c)
+
+    @staticmethod
+    def _pool(pools: dict[str, FlatPool], device: Any, start: Any, finish: Any) -> FlatPool:
+        """The device's pool of one kind of tuple; the party's draws and party 0's request for the
+        next pool happen in ``start`` (every party at the same point), the answer in ``finish``."""
         key = str(torch.device(device if device is not None else "cpu"))
-        pool = self._binary_pools.get(key)
+        pool = pools.get(key)
         if pool is None:
-            cl = self._client()
-
-            def start(n: int) -> tuple[Any, ...]:
-                g = cl.get_generator(device)
-                size = torch.Size([n])
-                a = generate_kbit_random_tensor(size, generator=g, device=device)
-                b = generate_kbit_random_tensor(size, generator=g, device=device)
-                if cl.rank == 0:
-                    return a, b, cl.post("binary", device, size, size)
-                return a, b, generate_kbit_random_tensor(size, generator=g, device=device)
-
-            def finish(handle: tuple[Any, ...]) -> tuple[torch.Tensor, ...]:
-                a, b, c = handle
-                return a, b, (cl.result(c) if isinstance(c, int) else c)
-
-            pool = self._binary_pools[key] = FlatPool(Prefetch(start, finish))
+            pool = pools[key] = FlatPool(Prefetch(lambda n: start(device, n), finish))
         return pool
 
     def wrap_rng(self, size: Any, device: Any = None):
@@ -307,14 +310,26 @@ class DealerProvider(TupleProvider):
         return tuple(ArithmeticSharedTensor.from_shares(t, precision=0) for t in (r, theta_r))
 
     def B2A_rng(self, size: Any, device: Any = None):
+        """Random bits as arithmetic and binary shares, cut from a prefetched pool like the binary
+        triples (they are elementwise too): the samplers convert bits in chunks, each of which
+        would otherwise wait for a dealer round trip."""
+        size = torch.Size(size)
+        r_a, r_b = self._pool(self._b2a_pools, device, self._b2a_start, self._b2a_finish).take(size.numel())
+        return (ArithmeticSharedTensor.from_shares(r_a.view(size), precision=0),
+                BinarySharedTensor.from_shares(r_b.view(size)))
+
+    def _b2a_start(self, device: Any, n: int) -> tuple[Any, ...]:
         cl = self._client()
         g = cl.get_generator(device)
+        size = torch.Size([n])
         r_b = generate_kbit_random_tensor(size, bitlength=1, generator=g, device=device)
         if cl.rank == 0:
-            r_a = cl.request("B2A", device, size)
-        else:
-            r_a = generate_random_ring_element(size, generator=g, device=device)
-        return ArithmeticSharedTensor.from_shares(r_a, precision=0), BinarySharedTensor.from_shares(r_b)
+            return cl.post("B2A", device, size), r_b
+        return generate_random_ring_element(size, generator=g, device=device), r_b
+
+    def _b2a_finish(self, handle: tuple[Any, ...]) -> tuple[torch.Tensor, ...]:
+        r_a, r_b = handle
+        return (self._client().result(r_a) if isinstance(r_a, int) else r_a), r_b
 
 
 def register_dealer_provider() -> DealerProvider:

@@ -27,7 +27,7 @@ import torch
 
 __all__ = ["POOL_WORDS", "FlatPool", "Prefetch"]
 
-POOL_WORDS = 1 << 19  # 4 MiB per tensor (two pools of three: 24 MiB); a 2^17-sample Gaussian batch uses ≈ 13 M words
+POOL_WORDS = 1 << 18  # 2 MiB per tensor (two pools of three: 12 MiB); a 2^17-sample Gaussian batch uses ≈ 13 M words
 
 
 class Prefetch:

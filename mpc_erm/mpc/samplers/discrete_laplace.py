@@ -291,7 +291,7 @@ def _pack(bits: torch.Tensor) -> torch.Tensor:
     return (padded.reshape(c, w, _LANES) << _LANE_SHIFTS.to(bits.device)).sum(-1)
 
 
-B2A_CHUNK = 1 << 20  # bits converted at a time: bounds the int64 temporaries (≈ 5 × 8 MiB)
+B2A_CHUNK = 1 << 19  # bits converted at a time: bounds the int64 temporaries (≈ 5 × 4 MiB)
 
 
 def _b2a_bits(words: torch.Tensor, n: int) -> torch.Tensor:
