@@ -12,7 +12,11 @@ This module keeps CrypTen's TTP structure and replaces only the plumbing:
 * Requests: for each tuple only party 0 sends the dealer a request (function name, sizes, op
   name) and receives its correction ``c_0 = c − Σ_{i≠0} c_i``: one round trip per tuple.
   Parties 1..m−1 send the dealer nothing at all after start-up. The dealer refuses a request
-  that carries anything but sizes, op names and a device string.
+  that carries anything but sizes, op names and a device string. Binary triples of equal
+  shapes and B2A bits are elementwise, so they are requested as flat pools and cut in the
+  circuit's order (:mod:`.tuple_pool`), each pool requested one ahead: party 0 posts the request
+  and collects the answer when the pool is needed (:meth:`DealerClient.post`/``result``; the
+  dealer answers in order). The dealer then sees only pool sizes, not the circuit's shapes.
 
 Selection: :func:`register_dealer_provider` adds provider ``"DEALER"`` to CrypTen's provider
 table, so ``cfg.mpc.provider = "DEALER"`` routes every Beaver triple, square pair, binary triple,
