@@ -47,7 +47,7 @@ from .pki import Identity
 from .transport import PartyTable, TransportOptions, TransportServer, codec
 from .transport.deadline import seconds
 from .transport.errors import PeerUnavailable, TransportClosed, TransportError, TransportTimeout
-from .tuple_pool import FlatPool, Prefetch
+from .tuple_pool import B2A_POOL_BITS, POOL_WORDS, FlatPool, Prefetch
 
 crypten = import_crypten()
 from crypten.common.rng import generate_kbit_random_tensor, generate_random_ring_element  # noqa: E402
@@ -294,13 +294,13 @@ class DealerProvider(TupleProvider):
         return a, b, (self._client().result(c) if isinstance(c, int) else c)
 
     @staticmethod
-    def _pool(pools: dict[str, FlatPool], device: Any, start: Any, finish: Any) -> FlatPool:
+    def _pool(pools: dict[str, FlatPool], device: Any, start: Any, finish: Any, words: int = POOL_WORDS) -> FlatPool:
         """The device's pool of one kind of tuple; the party's draws and party 0's request for the
         next pool happen in ``start`` (every party at the same point), the answer in ``finish``."""
         key = str(torch.device(device if device is not None else "cpu"))
         pool = pools.get(key)
         if pool is None:
-            pool = pools[key] = FlatPool(Prefetch(lambda n: start(device, n), finish))
+            pool = pools[key] = FlatPool(Prefetch(lambda n: start(device, n), finish), words)
         return pool
 
     def wrap_rng(self, size: Any, device: Any = None):
@@ -318,7 +318,8 @@ class DealerProvider(TupleProvider):
         triples (they are elementwise too): the samplers convert bits in chunks, each of which
         would otherwise wait for a dealer round trip."""
         size = torch.Size(size)
-        r_a, r_b = self._pool(self._b2a_pools, device, self._b2a_start, self._b2a_finish).take(size.numel())
+        pool = self._pool(self._b2a_pools, device, self._b2a_start, self._b2a_finish, B2A_POOL_BITS)
+        r_a, r_b = pool.take(size.numel())
         return (ArithmeticSharedTensor.from_shares(r_a.view(size), precision=0),
                 BinarySharedTensor.from_shares(r_b.view(size)))
 

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from .crypten_compat import import_crypten
-from .tuple_pool import FlatPool
+from .tuple_pool import B2A_POOL_BITS, FlatPool
 
 crypten = import_crypten()
 from crypten.common.rng import generate_kbit_random_tensor, generate_random_ring_element  # noqa: E402
@@ -95,6 +95,15 @@ def _binary_triple(size0: torch.Size, dev: torch.device, size1: torch.Size | Non
     return a1, b1, c
 
 
+def _b2a_bits(size: torch.Size, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """This party's arithmetic and XOR shares of fresh random bits (two RSS products; module docstring)."""
+    r_b = generate_kbit_random_tensor(size, bitlength=1, generator=_local()[dev], device=dev)
+    r0, r1, r2 = (_own_bit_shared(r_b, i) for i in range(3))
+    u = r0 + r1 - 2 * r0.mul(r1)
+    r_a = u + r2 - 2 * u.mul(r2)
+    return r_a.share, r_b
+
+
 class ReplicatedProvider(TupleProvider):
     """CrypTen ``TupleProvider`` for ``cfg.mpc.protocol = "replicated"`` with 3 parties, no dealer."""
 
@@ -103,11 +112,12 @@ class ReplicatedProvider(TupleProvider):
     def __init__(self) -> None:
         super().__init__()
         self._binary_pools: dict[str, FlatPool] = {}
+        self._b2a_pools: dict[str, FlatPool] = {}
         self.binary_words = 0  # words of binary triples handed out (64 AND gates each): benchmarks
 
     def reset(self) -> None:
-        """Forget pooled triples (a new session: new generators, new parties)."""
-        self._binary_pools = {}
+        """Forget pooled tuples (a new session: new generators, new parties)."""
+        self._binary_pools, self._b2a_pools = {}, {}
 
     def generate_binary_triple(self, size0: Any, size1: Any, device: Any = None):
         """Triples of equal shapes are cut from a pool of :data:`~.tuple_pool.POOL_WORDS` words
@@ -124,13 +134,17 @@ class ReplicatedProvider(TupleProvider):
         return tuple(BinarySharedTensor.from_shares(t) for t in _binary_triple(size0, dev, size1))
 
     def B2A_rng(self, size: Any, device: Any = None):
+        """Cut from a pool of :data:`~.tuple_pool.B2A_POOL_BITS` bits (two RSS products per pool,
+        not per call: the samplers convert bits in chunks)."""
         _check_three()
         dev = _device(device)
-        r_b = generate_kbit_random_tensor(size, bitlength=1, generator=_local()[dev], device=dev)
-        r0, r1, r2 = (_own_bit_shared(r_b, i) for i in range(3))
-        u = r0 + r1 - 2 * r0.mul(r1)
-        r_a = u + r2 - 2 * u.mul(r2)
-        return r_a, BinarySharedTensor.from_shares(r_b)
+        size = torch.Size(size)
+        pool = self._b2a_pools.get(str(dev))
+        if pool is None:
+            pool = self._b2a_pools[str(dev)] = FlatPool(lambda n: _b2a_bits(torch.Size([n]), dev), B2A_POOL_BITS)
+        r_a, r_b = pool.take(size.numel())
+        return (ArithmeticSharedTensor.from_shares(r_a.view(size), precision=0),
+                BinarySharedTensor.from_shares(r_b.view(size)))
 
     def generate_additive_triple(self, size0: Any, size1: Any, op: str, device: Any = None, *args: Any,
                                  **kwargs: Any):

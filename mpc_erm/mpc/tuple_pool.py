@@ -25,9 +25,12 @@ from typing import Any
 
 import torch
 
-__all__ = ["POOL_WORDS", "FlatPool", "Prefetch"]
+__all__ = ["B2A_POOL_BITS", "POOL_WORDS", "FlatPool", "Prefetch"]
 
-POOL_WORDS = 1 << 18  # 2 MiB per tensor (two pools of three: 12 MiB); a 2^17-sample Gaussian batch uses ≈ 13 M words
+POOL_WORDS = 1 << 19  # 4 MiB per tensor (two pools of three: 24 MiB); a 2^17-sample Gaussian batch uses ≈ 13 M words
+
+
+B2A_POOL_BITS = 1 << 18  # B2A bits per pool: an int64 arithmetic and an int64 binary share each (4 MiB)
 
 
 class Prefetch:
