@@ -47,7 +47,7 @@ from .pki import Identity
 from .transport import PartyTable, TransportOptions, TransportServer, codec
 from .transport.deadline import seconds
 from .transport.errors import PeerUnavailable, TransportClosed, TransportError, TransportTimeout
-from .tuple_pool import B2A_POOL_BITS, POOL_WORDS, FlatPool, Prefetch
+from .tuple_pool import B2A_POOL_BITS, DevicePools, FlatPool, Prefetch
 
 crypten = import_crypten()
 from crypten.common.rng import generate_kbit_random_tensor, generate_random_ring_element  # noqa: E402
@@ -219,8 +219,9 @@ class DealerProvider(TupleProvider):
     def __init__(self) -> None:
         super().__init__()
         self.client: DealerClient | None = None
-        self._binary_pools: dict[str, FlatPool] = {}
-        self._b2a_pools: dict[str, FlatPool] = {}
+        self._binary = DevicePools(lambda dev: FlatPool(Prefetch(lambda n: self._binary_start(dev, n), self._collect)))
+        self._b2a = DevicePools(lambda dev: FlatPool(Prefetch(lambda n: self._b2a_start(dev, n), self._collect),
+                                                     B2A_POOL_BITS))
         self.binary_words = 0  # words of binary triples handed out (64 AND gates each): benchmarks
 
     def _client(self) -> DealerClient:
@@ -232,9 +233,10 @@ class DealerProvider(TupleProvider):
         """A new session's client (or none); ``drain``: first collect the prefetched answers, which
         the dealer sends whatever happens (only on a clean stop: after a failure it may be gone)."""
         if drain:  # answers are matched by ticket: the pools may be drained in any order
-            for pool in [*self._binary_pools.values(), *self._b2a_pools.values()]:
-                pool.drain()
-        self._binary_pools, self._b2a_pools = {}, {}
+            self._binary.drain()
+            self._b2a.drain()
+        self._binary.clear()
+        self._b2a.clear()
         self.client = client
 
     def generate_additive_triple(self, size0: Any, size1: Any, op: str, device: Any = None, *args: Any, **kwargs: Any):
@@ -267,9 +269,7 @@ class DealerProvider(TupleProvider):
         size0, size1 = torch.Size(size0), torch.Size(size1)
         self.binary_words += max(size0.numel(), size1.numel())
         if size0 == size1:
-            n = size0.numel()
-            a, b, c = self._pool(self._binary_pools, device, self._binary_start, self._binary_finish).take(n)
-            return tuple(BinarySharedTensor.from_shares(t.view(size0)) for t in (a, b, c))
+            return tuple(BinarySharedTensor.from_shares(t) for t in self._binary.take(device, size0))
         g = cl.get_generator(device)
         a = generate_kbit_random_tensor(size0, generator=g, device=device)
         b = generate_kbit_random_tensor(size1, generator=g, device=device)
@@ -289,19 +289,9 @@ class DealerProvider(TupleProvider):
             return a, b, cl.post("binary", device, size, size)
         return a, b, generate_kbit_random_tensor(size, generator=g, device=device)
 
-    def _binary_finish(self, handle: tuple[Any, ...]) -> tuple[torch.Tensor, ...]:
-        a, b, c = handle
-        return a, b, (self._client().result(c) if isinstance(c, int) else c)
-
-    @staticmethod
-    def _pool(pools: dict[str, FlatPool], device: Any, start: Any, finish: Any, words: int = POOL_WORDS) -> FlatPool:
-        """The device's pool of one kind of tuple; the party's draws and party 0's request for the
-        next pool happen in ``start`` (every party at the same point), the answer in ``finish``."""
-        key = str(torch.device(device if device is not None else "cpu"))
-        pool = pools.get(key)
-        if pool is None:
-            pool = pools[key] = FlatPool(Prefetch(lambda n: start(device, n), finish), words)
-        return pool
+    def _collect(self, handle: tuple[Any, ...]) -> tuple[torch.Tensor, ...]:
+        """A started refill's tensors: party 0's dealer tickets (ints) replaced by the answers."""
+        return tuple(self._client().result(x) if isinstance(x, int) else x for x in handle)
 
     def wrap_rng(self, size: Any, device: Any = None):
         cl = self._client()
@@ -317,11 +307,8 @@ class DealerProvider(TupleProvider):
         """Random bits as arithmetic and binary shares, cut from a prefetched pool like the binary
         triples (they are elementwise too): the samplers convert bits in chunks, each of which
         would otherwise wait for a dealer round trip."""
-        size = torch.Size(size)
-        pool = self._pool(self._b2a_pools, device, self._b2a_start, self._b2a_finish, B2A_POOL_BITS)
-        r_a, r_b = pool.take(size.numel())
-        return (ArithmeticSharedTensor.from_shares(r_a.view(size), precision=0),
-                BinarySharedTensor.from_shares(r_b.view(size)))
+        r_a, r_b = self._b2a.take(device, torch.Size(size))
+        return ArithmeticSharedTensor.from_shares(r_a, precision=0), BinarySharedTensor.from_shares(r_b)
 
     def _b2a_start(self, device: Any, n: int) -> tuple[Any, ...]:
         cl = self._client()
@@ -331,10 +318,6 @@ class DealerProvider(TupleProvider):
         if cl.rank == 0:
             return cl.post("B2A", device, size), r_b
         return generate_random_ring_element(size, generator=g, device=device), r_b
-
-    def _b2a_finish(self, handle: tuple[Any, ...]) -> tuple[torch.Tensor, ...]:
-        r_a, r_b = handle
-        return (self._client().result(r_a) if isinstance(r_a, int) else r_a), r_b
 
 
 def register_dealer_provider() -> DealerProvider:

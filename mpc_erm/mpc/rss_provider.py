@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from .crypten_compat import import_crypten
-from .tuple_pool import B2A_POOL_BITS, FlatPool
+from .tuple_pool import B2A_POOL_BITS, DevicePools, FlatPool
 
 crypten = import_crypten()
 from crypten.common.rng import generate_kbit_random_tensor, generate_random_ring_element  # noqa: E402
@@ -95,7 +95,7 @@ def _binary_triple(size0: torch.Size, dev: torch.device, size1: torch.Size | Non
     return a1, b1, c
 
 
-def _b2a_bits(size: torch.Size, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def _random_bits(size: torch.Size, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """This party's arithmetic and XOR shares of fresh random bits (two RSS products; module docstring)."""
     r_b = generate_kbit_random_tensor(size, bitlength=1, generator=_local()[dev], device=dev)
     r0, r1, r2 = (_own_bit_shared(r_b, i) for i in range(3))
@@ -111,13 +111,14 @@ class ReplicatedProvider(TupleProvider):
 
     def __init__(self) -> None:
         super().__init__()
-        self._binary_pools: dict[str, FlatPool] = {}
-        self._b2a_pools: dict[str, FlatPool] = {}
+        self._binary = DevicePools(lambda dev: FlatPool(lambda n: _binary_triple(torch.Size([n]), dev)))
+        self._b2a = DevicePools(lambda dev: FlatPool(lambda n: _random_bits(torch.Size([n]), dev), B2A_POOL_BITS))
         self.binary_words = 0  # words of binary triples handed out (64 AND gates each): benchmarks
 
     def reset(self) -> None:
         """Forget pooled tuples (a new session: new generators, new parties)."""
-        self._binary_pools, self._b2a_pools = {}, {}
+        self._binary.clear()
+        self._b2a.clear()
 
     def generate_binary_triple(self, size0: Any, size1: Any, device: Any = None):
         """Triples of equal shapes are cut from a pool of :data:`~.tuple_pool.POOL_WORDS` words
@@ -127,24 +128,15 @@ class ReplicatedProvider(TupleProvider):
         size0, size1 = torch.Size(size0), torch.Size(size1)
         self.binary_words += max(size0.numel(), size1.numel())
         if size0 == size1:
-            pool = self._binary_pools.get(str(dev))
-            if pool is None:
-                pool = self._binary_pools[str(dev)] = FlatPool(lambda n: _binary_triple(torch.Size([n]), dev))
-            return tuple(BinarySharedTensor.from_shares(t.view(size0)) for t in pool.take(size0.numel()))
+            return tuple(BinarySharedTensor.from_shares(t) for t in self._binary.take(dev, size0))
         return tuple(BinarySharedTensor.from_shares(t) for t in _binary_triple(size0, dev, size1))
 
     def B2A_rng(self, size: Any, device: Any = None):
         """Cut from a pool of :data:`~.tuple_pool.B2A_POOL_BITS` bits (two RSS products per pool,
         not per call: the samplers convert bits in chunks)."""
         _check_three()
-        dev = _device(device)
-        size = torch.Size(size)
-        pool = self._b2a_pools.get(str(dev))
-        if pool is None:
-            pool = self._b2a_pools[str(dev)] = FlatPool(lambda n: _b2a_bits(torch.Size([n]), dev), B2A_POOL_BITS)
-        r_a, r_b = pool.take(size.numel())
-        return (ArithmeticSharedTensor.from_shares(r_a.view(size), precision=0),
-                BinarySharedTensor.from_shares(r_b.view(size)))
+        r_a, r_b = self._b2a.take(_device(device), torch.Size(size))
+        return ArithmeticSharedTensor.from_shares(r_a, precision=0), BinarySharedTensor.from_shares(r_b)
 
     def generate_additive_triple(self, size0: Any, size1: Any, op: str, device: Any = None, *args: Any,
                                  **kwargs: Any):

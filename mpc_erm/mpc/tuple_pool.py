@@ -25,11 +25,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["B2A_POOL_BITS", "POOL_WORDS", "FlatPool", "Prefetch"]
+__all__ = ["B2A_POOL_BITS", "POOL_WORDS", "DevicePools", "FlatPool", "Prefetch"]
 
 POOL_WORDS = 1 << 19  # 4 MiB per tensor (two pools of three: 24 MiB); a 2^17-sample Gaussian batch uses ≈ 13 M words
-
-
 B2A_POOL_BITS = 1 << 18  # B2A bits per pool: an int64 arithmetic and an int64 binary share each (4 MiB)
 
 
@@ -98,3 +96,27 @@ class FlatPool:
         if self._pending is not None and isinstance(self._refill, Prefetch):
             self._refill.finish(self._pending)
         self._pending = None
+
+
+class DevicePools:
+    """One :class:`FlatPool` of a kind of tuple per device, made on first use by ``make(device)``;
+    what a provider holds for each kind (binary triples, B2A bits)."""
+
+    def __init__(self, make: Callable[[torch.device], FlatPool]) -> None:
+        self._make = make
+        self._pools: dict[str, FlatPool] = {}
+
+    def take(self, device: Any, size: torch.Size) -> list[torch.Tensor]:
+        """The next tuple of ``size`` (views of the pool where it holds them whole)."""
+        dev = torch.device(device if device is not None else "cpu")
+        pool = self._pools.get(str(dev))
+        if pool is None:
+            pool = self._pools[str(dev)] = self._make(dev)
+        return [t.view(size) for t in pool.take(size.numel())]
+
+    def drain(self) -> None:
+        for pool in self._pools.values():
+            pool.drain()
+
+    def clear(self) -> None:
+        self._pools = {}
