@@ -143,7 +143,7 @@ def _rss_bytes() -> int:
         return 0
 
 
-def _peak_rss_bytes() -> int:
+def peak_rss_bytes() -> int:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
@@ -201,7 +201,7 @@ def _streamed_party(ctx: Any, dim: int, rounds: int, noise: str, scale: float, s
     return {"rank": ctx.rank, "trust_model": ctx.trust_model, "total_s": total, "first_round_ready_s": first_ready,
             "noise_s": sum(noise_s), "online_s": sum(online_s),
             "online_p50_s": float(sorted(online_s)[len(online_s) // 2]),
-            "rss_before_bytes": rss_before, "peak_rss_bytes": _peak_rss_bytes(), "noise_stats": src.stats(),
+            "rss_before_bytes": rss_before, "peak_rss_bytes": peak_rss_bytes(), "noise_stats": src.stats(),
             "describe": agg.describe()}
 
 

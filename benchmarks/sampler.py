@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.aggregate import jsonable, machine_info
+from benchmarks.aggregate import jsonable, machine_info, peak_rss_bytes
 
 MECHANISMS = ("gaussian", "laplace")
 SCALE_LOG2 = 14  # noise scale ≈ 2^14 grid units, as mpc_erm.mpc.noise plans it
@@ -247,9 +247,7 @@ def _sampler_party(ctx: Any, params: Any, n: int, batch: int | None, randn_n: in
                       "bytes": st.bytes, "bytes_per_sample": st.bytes_per_sample,
                       "and_gates_per_sample": 64 * (getattr(provider, "binary_words", 0) - words0) / n}
         out["ceilings"] = _ceilings(comm, ctx.rank)
-        import resource
-
-        out["mpc"]["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+        out["mpc"]["peak_rss_bytes"] = peak_rss_bytes()
         shares = pool.take_integers(n)
         # BENCHMARK ONLY: open the noise to party 0 to measure its distribution.
         opened = MPCTensor.from_shares(shares, precision=0)._tensor.reveal(dst=0)

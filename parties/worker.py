@@ -431,7 +431,7 @@ def _concurrently(work: Any, here: Any) -> Any:
         except BaseException as exc:  # re-raised in this thread
             box["error"] = exc
 
-    th = threading.Thread(target=run, name="local-gradient")
+    th = threading.Thread(target=run, name="local-work")
     th.start()
     try:
         here()
@@ -464,13 +464,15 @@ def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, pl
 
     def local_sum(theta: Any) -> tuple[Any, Any]:
         _check_cancel(ctx)
+
+        def gradient() -> Any:
+            return proto.local_contribution(theta.to(dev), X, y).to("cpu", torch.float64)
+
         if real is None:
-            return proto.local_contribution(theta.to(dev), X, y).to("cpu", torch.float64), w
+            return gradient(), w
         # The next round's noise is sampled here (CrypTen stays in this thread, every party at the
         # same point) while the local gradient is computed in another.
-        grad = _concurrently(lambda: proto.local_contribution(theta.to(dev), X, y).to("cpu", torch.float64),
-                             lambda: src.top_up(real.spec, proto.p))
-        return grad, w
+        return _concurrently(gradient, lambda: src.top_up(real.spec, proto.p)), w
 
     def before_reveal(t: int) -> None:
         _check_cancel(ctx)

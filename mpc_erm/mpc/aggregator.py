@@ -303,9 +303,8 @@ class MpcAggregator:
                 )
             if not bad:
                 body += z.to("cpu")
-        count = torch.full((1,), int(bad), dtype=torch.long)
-        self._add_mask(count, _CHECK_DOMAIN | t)
-        share[p] = count[0]  # the range check's count, masked
+        share[p] = int(bad)  # the range check's count, masked
+        self._add_mask(share[p:], _CHECK_DOMAIN | t)
         ring = self.comm.all_reduce(share)
         n_bad = int(ring[p])
         if n_bad != 0:

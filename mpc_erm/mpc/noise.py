@@ -146,6 +146,25 @@ def guarantee(
     return discrete_laplace_guarantee(plan.params, plan.sensitivity, plan.dim, plan.parties, releases)
 
 
+@dataclass
+class _Stream:
+    """One plan's pool and how many of its samples the job will still take but are not yet made."""
+
+    plan: NoisePlan
+    pool: NoisePool
+    owed: int = 0
+
+    def ahead(self) -> int:
+        """What to sample now so the next release (``plan.dim`` samples) is covered: nothing if it
+        is, else whole batches covering the shortfall, capped by what the job still needs (never
+        below the shortfall)."""
+        short = self.plan.dim - self.pool.available
+        if short <= 0:
+            return 0
+        whole = -(-short // self.pool.batch) * self.pool.batch
+        return max(short, min(self.owed, whole))
+
+
 class InMpcNoise:
     """``NoiseSource`` with streamed pools, one per plan (SPMD: same calls in every party).
 
@@ -172,8 +191,7 @@ class InMpcNoise:
         self.parties = int(self._comm.get_world_size())
         self.device = torch.device("cpu") if device is None else torch.device(device)
         self.batch = batch
-        self._pools: dict[tuple[Any, ...], tuple[NoisePlan, NoisePool]] = {}
-        self._owed: dict[tuple[Any, ...], int] = {}  # samples the job will still take, not yet produced
+        self._streams: dict[tuple[NoiseSpec, int], _Stream] = {}
         self.online_samples = 0
         self.online_seconds = 0.0
         self.peak_pool_samples = 0
@@ -182,73 +200,57 @@ class InMpcNoise:
     def description(self) -> str:
         return "discrete Gaussian / discrete Laplace sampled inside the MPC (streamed pool)"
 
-    @staticmethod
-    def _key(spec: NoiseSpec, dim: int) -> tuple[Any, ...]:
-        return (spec.mechanism, spec.scale, spec.sensitivity, spec.grid_bits, dim)
-
-    def _entry(self, spec: NoiseSpec, dim: int) -> tuple[NoisePlan, NoisePool]:
-        key = self._key(spec, dim)
-        if key not in self._pools:
+    def _entry(self, spec: NoiseSpec, dim: int) -> _Stream:
+        key = (spec, dim)  # the whole (frozen) spec: grid and coin bits included
+        if key not in self._streams:
             plan = plan_noise(spec, dim, self.parties)
             batch = batch_for(plan.params, self.batch)  # memory like a Laplace batch of self.batch
-            self._pools[key] = (plan, NoisePool(plan.params, device=self.device, batch=batch))
-        return self._pools[key]
+            self._streams[key] = _Stream(plan, NoisePool(plan.params, device=self.device, batch=batch))
+        return self._streams[key]
 
     def plan(self, spec: NoiseSpec, dim: int) -> NoisePlan:
-        return self._entry(spec, dim)[0]
+        return self._entry(spec, dim).plan
 
     def precision_bits(self, spec: NoiseSpec, dim: int) -> int:
-        return self._entry(spec, dim)[0].grid_bits
+        return self._entry(spec, dim).plan.grid_bits
 
-    def _produce(self, key: tuple[Any, ...], pool: NoisePool, n: int) -> None:
+    def _produce(self, stream: _Stream, n: int) -> None:
         if n > 0:
-            pool.produce(n)
-            self._owed[key] = max(0, self._owed.get(key, 0) - n)
-            self.peak_pool_samples = max(self.peak_pool_samples, pool.available)
+            stream.pool.produce(n)
+            stream.owed = max(0, stream.owed - n)
+            self.peak_pool_samples = max(self.peak_pool_samples, stream.pool.available)
 
     def prepare(self, spec: NoiseSpec, dim: int, releases: int = 1, stream: bool = True) -> None:
         """The job will take ``releases`` aggregates of ``dim`` coordinates: sample the first now
         (``stream``) or all of them (``stream=False``)."""
         if releases < 0:
             raise ValueError("releases must be non-negative")
-        key = self._key(spec, dim)
-        _, pool = self._entry(spec, dim)
-        self._owed[key] = max(0, dim * releases - pool.available)
-        self._produce(key, pool, self._ahead(key, pool, dim) if stream else self._owed[key])
-
-    def _ahead(self, key: tuple[Any, ...], pool: NoisePool, dim: int) -> int:
-        """What to sample now so the next release is covered: nothing if it is, else whole
-        batches covering the shortfall, capped by what the job still needs (never below the
-        shortfall)."""
-        short = dim - pool.available
-        if short <= 0:
-            return 0
-        whole = -(-short // pool.batch) * pool.batch
-        return max(short, min(self._owed.get(key, 0), whole))
+        entry = self._entry(spec, dim)
+        entry.owed = max(0, dim * releases - entry.pool.available)
+        self._produce(entry, entry.ahead() if stream else entry.owed)
 
     def top_up(self, spec: NoiseSpec, dim: int) -> None:
         """Sample ahead for the next release (every party, same point of the round)."""
-        key = self._key(spec, dim)
-        _, pool = self._entry(spec, dim)
-        self._produce(key, pool, self._ahead(key, pool, dim))
+        entry = self._entry(spec, dim)
+        self._produce(entry, entry.ahead())
 
     def take(self, p: int, spec: NoiseSpec) -> torch.Tensor:
         """This party's int64 shares of p samples, in units of 2^-grid_bits (see ``precision_bits``).
         What the pool lacks is sampled now and counted as online."""
-        key = self._key(spec, p)
-        _, pool = self._entry(spec, p)
-        short = p - pool.available
+        entry = self._entry(spec, p)
+        short = p - entry.pool.available
         if short > 0:
             tic = time.perf_counter()
-            self._produce(key, pool, short)
+            self._produce(entry, short)
             self.online_samples += short
             self.online_seconds += time.perf_counter() - tic
-        return pool.take_integers(p)
+        return entry.pool.take_integers(p)
 
     def stats(self) -> dict[str, Any]:
         """Cost per plan, what had to be sampled online, and the pool's high-water mark."""
         plans = []
-        for plan, pool in self._pools.values():
+        for entry in self._streams.values():
+            plan, pool = entry.plan, entry.pool
             st = pool.stats()
             plans.append({
                 "mechanism": plan.mechanism, "scale": plan.scale, "grid_bits": plan.grid_bits, "dim": plan.dim,
