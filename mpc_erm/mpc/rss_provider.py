@@ -15,11 +15,24 @@ against any single corrupt party (honest majority), which is exactly the RSS tru
   a pseudo-random XOR sharing of zero; ⊕_i z_i = (⊕a_i)(⊕b_i), the three cross pairs once each.
   The zero sharing is what stops z_i from revealing a cross term. (Until issue 15 each party drew
   a_i, b_i locally and sent them to its neighbour: 2 words per AND word, more than the opening.)
-- **B2A bit** (the same random bit r as an arithmetic and a binary sharing): party i draws a bit
-  r_i (its XOR share); the arithmetic sharing of r = r_0 ⊕ r_1 ⊕ r_2 is computed with two hardened
-  RSS products, u = r_0 + r_1 − 2 r_0 r_1, r = u + r_2 − 2 u r_2, from arithmetic sharings of each
-  r_i re-randomised with a zero sharing first (a bare [r_i, 0, 0] would show r_i to the neighbour
-  that receives the replicated share).
+- **B2A bit** (the same random bit r as an arithmetic and a binary sharing), one message of one
+  word per bit from one party to one other (:func:`_random_bits`): r = c_0 ⊕ c_1 ⊕ c_2 with c_i
+  drawn from the generator of the pair (i, i+1), so party i knows c_i and c_{i−1}, not c_{i+1}.
+  Party A knows u = c_{A−1} ⊕ c_A; parties B = A+1 and C = A−1 both know c_B. Then r = u + c_B −
+  2 u c_B over the ring, and the one product needs one masked word: A sends m = u + s to B, with
+  s from the generator A shares with C only; B holds c_B − 2 m c_B, C holds 2 s c_B, A holds u,
+  which sum to r. B sees u under a uniform mask, C and A see nothing. Both sharings are then
+  re-randomised with zero sharings (a share sent on later, e.g. in a Beaver opening, must not show
+  a neighbour what it already half knows). The three roles rotate over thirds of the bits, so
+  every party sends the same bytes. (Until issue 15's last step: two hardened RSS products, four
+  replicated 64-bit words per bit per party: 55 % of the replicated sampler's bytes.)
+- **native ANDs** (:meth:`ReplicatedProvider.and_shares`, :meth:`~ReplicatedProvider.and_random`):
+  the samplers ask for these when the provider has them, instead of a Beaver AND. Party i sends
+  its XOR shares x_i, y_i to party i+1 only, then holds z_i = x_i y_i ⊕ x_i y_{i−1} ⊕ x_{i−1} y_i ⊕
+  α_i (ABY3 §5.1 with the re-sharing folded into the next gate's input): 2 words to one party per
+  AND word instead of Beaver's 2 words to each of two. When one input is a fresh jointly random
+  plane (the comparison coins), it is made replicated from the pairwise generators and only the
+  other input travels: 1 word to one party.
 - **arithmetic triple / square**: random a, b and one hardened RSS product (not used by CrypTen's
   replicated protocol itself, which multiplies without triples; provided for completeness).
 - ``wrap_rng`` is for the 2-out-of-n truncation, which replicated sharing replaces: refused.
@@ -95,13 +108,72 @@ def _binary_triple(size0: torch.Size, dev: torch.device, size1: torch.Size | Non
     return a1, b1, c
 
 
+def _rank() -> int:
+    return crypten.communicator.get().get_rank()
+
+
+def _uniform_words(size: torch.Size, generator: torch.Generator, dev: torch.device) -> torch.Tensor:
+    """Exactly uniform int64 words, one full random64() each (CrypTen's ring element never draws
+    2^63 − 1: fine for masks of shares, not for the samplers' coins, whose law is exact)."""
+    return torch.empty(size, dtype=torch.long, device=dev).random_(-(2**63), None, generator=generator)
+
+
 def _random_bits(size: torch.Size, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """This party's arithmetic and XOR shares of fresh random bits (two RSS products; module docstring)."""
-    r_b = generate_kbit_random_tensor(size, bitlength=1, generator=_local()[dev], device=dev)
-    r0, r1, r2 = (_own_bit_shared(r_b, i) for i in range(3))
-    u = r0 + r1 - 2 * r0.mul(r1)
-    r_a = u + r2 - 2 * u.mul(r2)
-    return r_a.share, r_b
+    """This party's arithmetic and XOR shares of fresh random bits, one masked word per bit from
+    one party to one other (module docstring); roles rotate over thirds of the bits."""
+    comm = crypten.communicator.get()
+    rank = comm.get_rank()
+    ahead, behind = crypten.generators["next"][dev], crypten.generators["prev"][dev]
+    n = size.numel()
+    own = generate_kbit_random_tensor(torch.Size([n]), bitlength=1, generator=ahead, device=dev)  # c_rank
+    back = generate_kbit_random_tensor(torch.Size([n]), bitlength=1, generator=behind, device=dev)  # c_{rank-1}
+    r_a = torch.empty(n, dtype=torch.long, device=dev)
+    bounds = [n * t // 3 for t in range(4)]
+    sends, recvs = [], []
+    for t in range(3):
+        lo, hi = bounds[t], bounds[t + 1]
+        a = (t + 1) % 3
+        if rank == a:  # knows c_{A-1}, c_A: u; masks it with s shared with C = A-1
+            u = own[lo:hi] ^ back[lo:hi]
+            s = _uniform_words(torch.Size([hi - lo]), behind, dev)
+            sends.append(comm.isend((u + s).contiguous(), dst=(a + 1) % 3))
+            r_a[lo:hi] = u
+        elif rank == (a + 1) % 3:  # B: knows c_B (its own component); receives m = u + s
+            m = torch.empty(hi - lo, dtype=torch.long, device=dev)
+            recvs.append((lo, hi, m, comm.irecv(m, src=a)))
+        else:  # C = A - 1: knows c_B (the component behind it) and s
+            s = _uniform_words(torch.Size([hi - lo]), ahead, dev)
+            r_a[lo:hi] = 2 * s * back[lo:hi]
+    for lo, hi, m, req in recvs:
+        req.wait()
+        c_b = own[lo:hi]
+        r_a[lo:hi] = c_b - 2 * m * c_b
+    for req in sends:
+        req.wait()
+    r_a += ArithmeticSharedTensor.PRZS(torch.Size([n]), device=dev).share
+    r_b = own ^ (BinarySharedTensor.PRZS(torch.Size([n]), device=dev).share & 1)
+    return r_a.view(size), r_b.view(size)
+
+
+def _replicate(share: torch.Tensor) -> torch.Tensor:
+    """The previous party's share of the same value: ours goes to the next party (one message)."""
+    comm = crypten.communicator.get()
+    rank = comm.get_rank()
+    share = share.contiguous()
+    theirs = torch.empty_like(share)
+    send = comm.isend(share, dst=(rank + 1) % 3)
+    comm.irecv(theirs, src=(rank - 1) % 3).wait()
+    send.wait()
+    return theirs
+
+
+def _cross(x: torch.Tensor, x_back: torch.Tensor, y: torch.Tensor, y_back: torch.Tensor) -> torch.Tensor:
+    """z_i = x_i y_i ⊕ x_i y_{i-1} ⊕ x_{i-1} y_i ⊕ α_i: XOR shares of x ∧ y from replicated inputs."""
+    z = torch.bitwise_and(x, y)
+    z ^= torch.bitwise_and(x, y_back, out=y_back)
+    z ^= torch.bitwise_and(x_back, y, out=x_back)
+    z ^= BinarySharedTensor.PRZS(z.size(), device=z.device).share
+    return z
 
 
 class ReplicatedProvider(TupleProvider):
@@ -119,6 +191,34 @@ class ReplicatedProvider(TupleProvider):
         """Forget pooled tuples (a new session: new generators, new parties)."""
         self._binary.clear()
         self._b2a.clear()
+
+    def and_shares(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """This party's XOR share of x ∧ y from its shares of x and y (equal shapes, int64 words):
+        one message of both to the next party, no triple (module docstring, native ANDs)."""
+        _check_three()
+        m = x.numel()
+        self.binary_words += m
+        mine = torch.cat([x.reshape(-1), y.reshape(-1)])
+        back = _replicate(mine)
+        return _cross(x.reshape(-1), back[:m], y.reshape(-1), back[m:]).view(x.shape)
+
+    def and_random(self, y: torch.Tensor, flip: torch.Tensor | None = None) -> torch.Tensor:
+        """This party's XOR share of (U ⊕ flip) ∧ y, U fresh jointly random words (y's shape, every
+        word exactly uniform), ``flip`` a public constant (None: none). U is made replicated from
+        the pairwise generators, so only y travels: one word to the next party."""
+        _check_three()
+        dev = y.device
+        self.binary_words += y.numel()
+        u = _uniform_words(y.size(), crypten.generators["next"][dev], dev)
+        u_back = _uniform_words(y.size(), crypten.generators["prev"][dev], dev)
+        if flip is not None:  # a public constant goes into component 0: held by parties 0 and 1
+            rank = _rank()
+            if rank == 0:
+                u ^= flip
+            elif rank == 1:
+                u_back ^= flip
+        y = y.contiguous()
+        return _cross(u, u_back, y, _replicate(y))
 
     def generate_binary_triple(self, size0: Any, size1: Any, device: Any = None):
         """Triples of equal shapes are cut from a pool of :data:`~.tuple_pool.POOL_WORDS` words

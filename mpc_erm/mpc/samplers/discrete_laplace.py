@@ -107,6 +107,9 @@ def _and_many(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tens
     x = xs[0] if len(xs) == 1 else torch.cat(xs)
     y = ys[0] if len(ys) == 1 else torch.cat(ys)
     provider = crypten.mpc.get_default_provider()
+    native = getattr(provider, "and_shares", None)
+    if native is not None:  # replicated sharing: no triple, half the bytes (rss_provider)
+        return _split(native(x, y), shapes)
     a, b, c = (t.share for t in provider.generate_binary_triple(x.size(), y.size(), device=x.device))
     m = x.numel()
     # ε and δ travel as ONE tensor: the transport's cost per message (not per byte) dominates
@@ -119,7 +122,12 @@ def _and_many(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tens
     z = torch.bitwise_and(eps, y)
     z ^= c
     z ^= torch.bitwise_and(a, delta, out=a)  # a is ours (fresh from the provider)
-    if len(pairs) == 1:
+    return _split(z, shapes)
+
+
+def _split(z: torch.Tensor, shapes: list[torch.Size]) -> list[torch.Tensor]:
+    """The flat result of :func:`_and_many` cut back into its pairs' shapes."""
+    if len(shapes) == 1:
         return [z.view(shapes[0])]
     out, off = [], 0
     for s in shapes:
@@ -226,12 +234,36 @@ def _chain_triple_planes(masks: torch.Tensor, words: int, device: torch.device) 
     return r
 
 
+def _chain_replicated_planes(masks: torch.Tensor, words: int, device: torch.device, provider: Any) -> torch.Tensor:
+    """The chain of :func:`_less_than_public_chain` under replicated sharing: each round's plane
+    U_i comes replicated from the pairwise generators inside ``provider.and_random``, which
+    returns (U_i ⊕ ¬c_i) ∧ β with only β sent, to one party (rss_provider, native ANDs): half the
+    bytes of :func:`_chain_triple_planes`, and no triple. Same law: every U_i is exactly uniform,
+    independent of the other planes and of everything sent (β under the zero sharing); no party
+    holds all three components of any U_i (honest majority, the RSS trust model). The LSB plane
+    needs no AND and stays a local-words plane."""
+    k, j = masks.size(0), masks.size(1)
+    rank0 = _rank() == 0
+    u = _local_words((j, words), device)
+    r = (~u if rank0 else u) & masks[k - 1]
+    for i in range(k - 2, -1, -1):
+        if rank0:
+            r ^= masks[i]  # β = r ⊕ c_i
+        r = provider.and_random(r, ~masks[i])  # α = U_i ⊕ ¬c_i
+        if rank0:
+            r ^= masks[i]
+    return r
+
+
 def _random_coins(masks: torch.Tensor, words: int, device: torch.device) -> torch.Tensor:
     """XOR shares (J, words) of bit-sliced coins [U < c_j], U fresh jointly random k-bit uniforms
     (k = masks.size(0)), with the configured circuit; the chain draws each plane when it needs it."""
     k, j = masks.size(0), masks.size(1)
     if COMPARISON == "tree":
         return _less_than_public_tree(_local_words((k, j, words), device), masks)
+    provider = crypten.mpc.get_default_provider()
+    if hasattr(provider, "and_random"):  # replicated sharing: planes made without a message
+        return _chain_replicated_planes(masks, words, device, provider)
     if COIN_PLANES == "triple":
         return _chain_triple_planes(masks, words, device)
     return _chain(lambda i: _local_words((j, words), device), masks, k)
