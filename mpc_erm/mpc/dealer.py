@@ -10,13 +10,18 @@ This module keeps CrypTen's TTP structure and replaces only the plumbing:
   regenerates all of them, so it knows a, b, c in the clear (that is the TTP trust model: the
   dealer must not collude with a party) but never sees any party input or any share of one.
 * Requests: for each tuple only party 0 sends the dealer a request (function name, sizes, op
-  name) and receives its correction ``c_0 = c − Σ_{i≠0} c_i``: one round trip per tuple.
-  Parties 1..m−1 send the dealer nothing at all after start-up. The dealer refuses a request
-  that carries anything but sizes, op names and a device string. Binary triples of equal
-  shapes and B2A bits are elementwise, so they are requested as flat pools and cut in the
-  circuit's order (:mod:`.tuple_pool`), each pool requested one ahead: party 0 posts the request
-  and collects the answer when the pool is needed (:meth:`DealerClient.post`/``result``; the
-  dealer answers in order). The dealer then sees only pool sizes, not the circuit's shapes.
+  name, and which party gets the correction) and that party receives its correction
+  ``c_r = c − Σ_{i≠r} c_i``; the others generate their shares. Parties other than 0 send the
+  dealer nothing at all after start-up. The dealer refuses a request that carries anything but
+  sizes, op names, a device string and a party rank. Binary triples of equal shapes and B2A bits
+  are elementwise, so they are requested as flat pools and cut in the circuit's order
+  (:mod:`.tuple_pool`), each pool requested one ahead: party 0 posts the request and the
+  corrected party collects the answer when the pool is needed (:meth:`DealerClient.post`/
+  ``result``; the dealer answers in order). The dealer then sees only pool sizes, not the
+  circuit's shapes. Pool corrections go to the parties in turn (refill j to party j mod m):
+  they are one word per word of triple (and per B2A bit), a third of the bytes a party moves in
+  the noise samplers, which all fell on party 0 and made it the slowest; other tuples' go to
+  party 0.
 
 Selection: :func:`register_dealer_provider` adds provider ``"DEALER"`` to CrypTen's provider
 table, so ``cfg.mpc.provider = "DEALER"`` routes every Beaver triple, square pair, binary triple,
@@ -111,14 +116,16 @@ def _from_json(v: Any, depth: int = 0) -> Any:
     raise DealerError(f"request carries a {type(v).__name__}")
 
 
-def encode_request(function: str, device: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+def encode_request(function: str, device: Any, args: tuple[Any, ...], kwargs: dict[str, Any], to: int = 0) -> str:
     """One tuple request as JSON text: what the dealer can receive is plain data by construction
-    (and the transport's object codec cannot carry empty containers such as ``kwargs={}``)."""
+    (and the transport's object codec cannot carry empty containers such as ``kwargs={}``);
+    ``to``: the party that receives the correction."""
     return json.dumps({
         "function": function,
         "device": None if device is None else str(device),
         "args": _to_json(list(args)),
         "kwargs": _to_json(dict(kwargs)),
+        "to": int(to),
     }, separators=(",", ":"))
 
 
@@ -129,22 +136,27 @@ def decode_request(text: Any) -> dict[str, Any]:
         raw = json.loads(text)
     except ValueError:
         raise DealerError("malformed request: not JSON") from None
-    if not isinstance(raw, dict) or set(raw) != {"function", "device", "args", "kwargs"}:
+    if not isinstance(raw, dict) or set(raw) - {"to"} != {"function", "device", "args", "kwargs"}:
         raise DealerError("malformed request")
+    to = raw.get("to", 0)
+    if type(to) is not int or not 0 <= to < 1 << 16:
+        raise DealerError("malformed request: 'to' must be a party rank")
     device = raw["device"]
     if device is not None and (not isinstance(device, str) or device.split(":")[0] not in ("cpu", "cuda")):
         raise DealerError("malformed request device")
     kwargs = _from_json(raw["kwargs"])
     if not isinstance(kwargs, dict):
         raise DealerError("malformed request kwargs")
-    return {"function": raw["function"], "device": device, "args": _from_json(raw["args"]), "kwargs": kwargs}
+    return {"function": raw["function"], "device": device, "args": _from_json(raw["args"]), "kwargs": kwargs,
+            "to": to}
 
 
 # ---------------------------------------------------------------------- party side
 
 
 class DealerClient:
-    """A party's end: its PRG seeded by the dealer; party 0 also sends the requests."""
+    """A party's end: its PRG seeded by the dealer; party 0 also sends the requests, and each
+    party receives the corrections addressed to it."""
 
     def __init__(self, comm: GrpcCommunicator) -> None:
         self.comm = comm
@@ -159,9 +171,10 @@ class DealerClient:
         if torch.cuda.is_available():
             self.generator_cuda = torch.Generator(device="cuda")
             self.generator_cuda.manual_seed(seed)
+        self.parties = comm.get_world_size()
         self.requests = 0
-        self._posted = 0  # requests sent (party 0)
-        self._received = 0  # answers received, in order
+        self._posted = 0  # requests made (sent by party 0), the same count at every party
+        self._mine: list[int] = []  # tickets whose answer comes to this party, in the dealer's order
         self._answers: dict[int, torch.Tensor] = {}
         self._devices: dict[int, Any] = {}
 
@@ -175,31 +188,38 @@ class DealerClient:
 
     def request(self, function: str, device: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
         """Party 0 only: ask for the dealer's correction share (one round trip)."""
+        if self.rank != 0:
+            raise DealerError("only party 0 sends requests to the dealer")
         return self.result(self.post(function, device, *args, **kwargs))
 
-    def post(self, function: str, device: Any, *args: Any, **kwargs: Any) -> int:
-        """Party 0 only: send a request now, collect its answer later with :meth:`result` (the
-        dealer answers in order, so requests may be in flight together: a prefetched pool)."""
-        if self.rank != 0:
-            raise DealerError("only party 0 talks to the dealer")
-        ep = self.comm.endpoint
-        ep.send(self.dealer, OP_REQUEST, encode_request(function, device, args, kwargs), kind=OBJECT,
-                deadline=ep.deadline())
+    def post(self, function: str, device: Any, *args: Any, to: int = 0, **kwargs: Any) -> int:
+        """A request whose correction goes to party ``to``: party 0 sends it now; the parties
+        that call this (every party for pooled tuples, in the same order; party 0 alone for the
+        others) keep its ticket, and party ``to`` collects the answer later with :meth:`result`
+        (the dealer answers in order, so requests may be in flight together: a prefetched pool)."""
+        if not 0 <= to < self.parties:
+            raise DealerError(f"no party {to} to receive a correction")
+        if self.rank == 0:
+            ep = self.comm.endpoint
+            ep.send(self.dealer, OP_REQUEST, encode_request(function, device, args, kwargs, to), kind=OBJECT,
+                    deadline=ep.deadline())
         ticket = self._posted
         self._posted += 1
-        self._devices[ticket] = device
+        if to == self.rank:
+            self._mine.append(ticket)
+            self._devices[ticket] = device
         return ticket
 
     def result(self, ticket: int) -> torch.Tensor:
-        """The answer to request ``ticket``; answers to earlier requests are received first and kept."""
+        """The answer to request ``ticket`` (addressed to this party); answers to this party's
+        earlier requests are received first and kept."""
         ep = self.comm.endpoint
         while ticket not in self._answers:
-            if self._received >= self._posted:
-                raise DealerError(f"no dealer request {ticket} is outstanding")
+            if not self._mine:
+                raise DealerError(f"no dealer answer {ticket} is outstanding for this party")
             deadline = ep.deadline()
-            self._answers[self._received] = ep.recv_tensor(self.dealer, OP_RESULT, deadline)
-            self._received += 1
-            self.comm.comm_rounds += 2
+            self._answers[self._mine.pop(0)] = ep.recv_tensor(self.dealer, OP_RESULT, deadline)
+            self.comm.comm_rounds += 1 if self.rank else 2
             self.requests += 1
         out = self._answers.pop(ticket)
         device = self._devices.pop(ticket)
@@ -223,6 +243,7 @@ class DealerProvider(TupleProvider):
         self._b2a = DevicePools(lambda dev: FlatPool(Prefetch(lambda n: self._b2a_start(dev, n), self._collect),
                                                      B2A_POOL_BITS))
         self.binary_words = 0  # words of binary triples handed out (64 AND gates each): benchmarks
+        self._refills = 0  # pool refills started: refill j's correction goes to party j mod m
 
     def _client(self) -> DealerClient:
         if self.client is None:
@@ -237,7 +258,14 @@ class DealerProvider(TupleProvider):
             self._b2a.drain()
         self._binary.clear()
         self._b2a.clear()
+        self._refills = 0
         self.client = client
+
+    def _corrected(self, cl: DealerClient) -> int:
+        """The party that receives the next pool refill's correction (module docstring)."""
+        to = self._refills % cl.parties
+        self._refills += 1
+        return to
 
     def generate_additive_triple(self, size0: Any, size1: Any, op: str, device: Any = None, *args: Any, **kwargs: Any):
         cl = self._client()
@@ -285,8 +313,10 @@ class DealerProvider(TupleProvider):
         size = torch.Size([n])
         a = generate_kbit_random_tensor(size, generator=g, device=device)
         b = generate_kbit_random_tensor(size, generator=g, device=device)
-        if cl.rank == 0:
-            return a, b, cl.post("binary", device, size, size)
+        to = self._corrected(cl)
+        ticket = cl.post("binary", device, size, size, to=to)
+        if cl.rank == to:
+            return a, b, ticket
         return a, b, generate_kbit_random_tensor(size, generator=g, device=device)
 
     def _collect(self, handle: tuple[Any, ...]) -> tuple[torch.Tensor, ...]:
@@ -315,8 +345,10 @@ class DealerProvider(TupleProvider):
         g = cl.get_generator(device)
         size = torch.Size([n])
         r_b = generate_kbit_random_tensor(size, bitlength=1, generator=g, device=device)
-        if cl.rank == 0:
-            return cl.post("B2A", device, size), r_b
+        to = self._corrected(cl)
+        ticket = cl.post("B2A", device, size, to=to)
+        if cl.rank == to:
+            return ticket, r_b
         return generate_random_ring_element(size, generator=g, device=device), r_b
 
 
@@ -365,7 +397,9 @@ class DealerReport:
     elements_served: int = 0
     ended_by: str = ""
     transport: dict[str, Any] = field(default_factory=dict)
-    request_log: list[tuple[str, str, int]] = field(default_factory=list)  # (function, op, request bytes)
+    answers_to: dict[int, int] = field(default_factory=dict)  # corrections sent, per party rank
+    # (function, op, request bytes, party that got the correction)
+    request_log: list[tuple[str, str, int, int]] = field(default_factory=list)
 
 
 class DealerServer(TTPServer):
@@ -382,7 +416,28 @@ class DealerServer(TTPServer):
         self.idle_timeout_s = idle_timeout_s
         self.log_limit = log_limit
         self.report = DealerReport()
+        self._to = 0  # the party that receives the current request's correction
         self._setup_generators()
+
+    # CrypTen's TTPServer leaves out party 0's generator (remove_rank) to compute party 0's
+    # correction; these leave out the generator of the party the request names instead.
+    def _get_additive_PRSS(self, size: Any, remove_rank: bool = False) -> torch.Tensor:
+        gens = self._without(remove_rank)
+        result = generate_random_ring_element(size, generator=gens[0], device=gens[0].device)
+        for g in gens[1:]:
+            result = result + generate_random_ring_element(size, generator=g, device=g.device)
+        return result
+
+    def _get_binary_PRSS(self, size: Any, bitlength: Any = None, remove_rank: Any = None) -> torch.Tensor:
+        gens = self._without(remove_rank)
+        result = generate_kbit_random_tensor(size, bitlength=bitlength, generator=gens[0], device=gens[0].device)
+        for g in gens[1:]:
+            result = result ^ generate_kbit_random_tensor(size, bitlength=bitlength, generator=g, device=g.device)
+        return result
+
+    def _without(self, remove_rank: Any) -> list[torch.Generator]:
+        gens = self._get_generators(device=self.device)
+        return [g for i, g in enumerate(gens) if not (remove_rank and i == self._to)]
 
     def _setup_generators(self) -> None:
         ep = self.comm.endpoint
@@ -446,13 +501,17 @@ class DealerServer(TTPServer):
                 raise DealerError(f"additive triple for an op outside {BILINEAR_OPS}")
             op = args[2]
         self.device = message["device"] or "cpu"
+        if not 0 <= message["to"] < self.world_size:
+            raise DealerError(f"no party {message['to']} to receive a correction")
+        self._to = message["to"]
         result = getattr(self, function)(*args, **kwargs)
         rep = self.report
         rep.requests += 1
         rep.by_function[function] = rep.by_function.get(function, 0) + 1
         rep.elements_served += result.numel()
         if len(rep.request_log) < self.log_limit:
-            rep.request_log.append((function, op, self._last_request_bytes))
+            rep.request_log.append((function, op, self._last_request_bytes, self._to))
+        rep.answers_to[self._to] = rep.answers_to.get(self._to, 0) + 1
         return result
 
     def serve(self) -> DealerReport:
@@ -465,7 +524,7 @@ class DealerServer(TTPServer):
                     self.report.ended_by = "terminate"
                     break
                 result = self._serve_one(message)
-                ep.send(0, OP_RESULT, result, kind=TENSOR, deadline=ep.deadline())
+                ep.send(self._to, OP_RESULT, result, kind=TENSOR, deadline=ep.deadline())
         except (PeerUnavailable, TransportClosed, TransportTimeout) as exc:
             self.report.ended_by = f"{type(exc).__name__}: {exc}"
             log.warning("dealer: job %s ended without terminate: %s", self.comm.table.job_id, type(exc).__name__)

@@ -164,18 +164,23 @@ def test_the_dealer_sees_only_requests_for_randomness(dealer_job: dict[int, dict
     rep = dealer_job[3]["dealer_report"]
     assert rep["ended_by"] == ""  # it was killed (see the next test), not terminated
     per_peer = {int(k): v for k, v in rep["transport"]["per_peer"].items()}
-    # Parties 1 and 2 never send the dealer anything: they only receive their seed.
+    # Parties 1 and 2 never send the dealer anything: they receive their seed and, in turn with
+    # party 0, the corrections of pooled tuples (binary triples, B2A bits), nothing else.
+    answers = {int(k): v for k, v in rep["answers_to"].items()}
     for r in (1, 2):
         assert per_peer[r]["messages_received"] == 0 and per_peer[r]["bytes_received"] == 0
-        assert per_peer[r]["messages_sent"] == 1 and per_peer[r]["bytes_sent"] == 8
+        assert per_peer[r]["messages_sent"] == 1 + answers.get(r, 0)
+    assert per_peer[0]["messages_sent"] == 1 + answers[0]
     # Party 0 sends one small request object per tuple (plus "terminate"), never a tensor.
     assert per_peer[0]["messages_received"] == rep["requests"] + 1
     assert rep["requests"] >= 5
     assert set(rep["by_function"]) >= {"additive", "binary", "B2A", "wraps", "square"}
-    for function, op, nbytes in rep["request_log"]:
+    for function, op, nbytes, to in rep["request_log"]:
         assert function in {"additive", "square", "binary", "wraps", "B2A"}
         assert op in {"", "mul"}
         assert nbytes < 400, (function, nbytes)
+        assert to == 0 or function in {"binary", "B2A"}, (function, to)
+    assert {e[3] for e in rep["request_log"] if e[0] in {"binary", "B2A"}} >= {0, 1}
     # What it received in total is tiny next to the shares of the 10^4-element products.
     assert per_peer[0]["bytes_received"] < 400 * (rep["requests"] + 1)
 
@@ -196,10 +201,14 @@ def test_requests_carry_sizes_and_names_only() -> None:
 
     text = encode_request("additive", "cpu", (torch.Size([3, 2]), torch.Size([]), "mul"), {"stride": 1})
     assert decode_request(text) == {"function": "additive", "device": "cpu",
-                                    "args": (torch.Size([3, 2]), torch.Size([]), "mul"), "kwargs": {"stride": 1}}
+                                    "args": (torch.Size([3, 2]), torch.Size([]), "mul"), "kwargs": {"stride": 1},
+                                    "to": 0}
+    assert decode_request(encode_request("binary", None, (torch.Size([4]),) * 2, {}, to=2))["to"] == 2
     with pytest.raises(DealerError, match="Tensor"):
         encode_request("additive", "cpu", (torch.ones(3),), {})
-    for bad in ('{"function":"additive"}', '[1]', '{"function":"a","device":"tpu","args":[],"kwargs":{"kw":{}}}'):
+    for bad in ('{"function":"additive"}', '[1]', '{"function":"a","device":"tpu","args":[],"kwargs":{"kw":{}}}',
+                '{"function":"B2A","device":null,"args":[],"kwargs":{"kw":{}},"to":-1}',
+                '{"function":"B2A","device":null,"args":[],"kwargs":{"kw":{}},"to":"1"}'):
         with pytest.raises(DealerError):
             decode_request(bad)
 
