@@ -43,13 +43,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-import numpy as np
 import torch
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from mpc_erm.protocols.aggregation import NoiseSpec
 
 from .crypten_compat import import_crypten
+from .keystream import KEY_BYTES, KeyedMasks, new_key
 
 crypten = import_crypten()
 from crypten.config import cfg  # noqa: E402  (after the compat shim)
@@ -59,7 +58,6 @@ log = logging.getLogger(__name__)
 PRECISION_BITS = 16
 RING_BITS = 64
 DEFAULT_MARGIN_BITS = 8  # headroom for the sum of up to 2^7 parties plus noise, inside int64
-_KEY_BYTES = 32
 _CHECK_DOMAIN = 1 << 63  # nonce bit separating the range-check stream from the data stream
 
 TFP_TRUST_MODEL = "MPC: CrypTen TFP provider (party 0 sees every triple: tests only)"
@@ -149,28 +147,6 @@ class _Totals:
     history: list[AggregateStats] = field(default_factory=list)
 
 
-class _Keystream:
-    """AES-256-CTR(key, nonce) keystreams as int64 words: cryptographic, unlike torch's Mersenne
-    twister. Written into one reused buffer (``update_into``): at n = 10⁶ a fresh keystream cost
-    13–46 ms in copies and page faults around ≈ 3 ms of AES."""
-
-    def __init__(self) -> None:
-        self._zeros = bytearray(0)
-        self._out = np.empty(16, dtype=np.uint8)
-
-    def words(self, key: bytes, nonce: int, n: int) -> torch.Tensor:
-        """n uniform int64 (a view of the buffer: valid until the next call)."""
-        nbytes = 8 * n
-        if len(self._zeros) < nbytes:
-            self._zeros = bytearray(nbytes)
-            self._out = np.empty(nbytes + 16, dtype=np.uint8)  # update_into wants a block more
-        enc = Cipher(algorithms.AES(key), modes.CTR(nonce.to_bytes(16, "big"))).encryptor()
-        written = enc.update_into(memoryview(self._zeros)[:nbytes], self._out)
-        if written != nbytes or enc.finalize():  # CTR is a stream mode: nothing is held back
-            raise RuntimeError("AES-CTR keystream of unexpected length")
-        return torch.from_numpy(self._out[:nbytes].view(np.int64))
-
-
 def current_trust_model(dealer_name: str | None = None) -> str:
     """The trust model the CrypTen configuration of this process gives its multiplications."""
     provider = cfg.mpc.provider
@@ -234,7 +210,7 @@ class MpcAggregator:
         self.totals = _Totals()
         self.last: AggregateStats | None = None
         self._keys = self._exchange_keys()
-        self._keystream = _Keystream()
+        self._keystream = KeyedMasks()
 
     # ------------------------------------------------------------------ setup
 
@@ -243,10 +219,10 @@ class MpcAggregator:
         keys: dict[int, bytes] = {}
         for j in range(self.world_size):
             if j > self.rank:
-                keys[j] = secrets.token_bytes(_KEY_BYTES)
+                keys[j] = new_key()
                 self.comm.send(torch.frombuffer(bytearray(keys[j]), dtype=torch.uint8), j)
         for j in range(self.rank):
-            got = self.comm.recv(torch.zeros(_KEY_BYTES, dtype=torch.uint8), j)
+            got = self.comm.recv(torch.zeros(KEY_BYTES, dtype=torch.uint8), j)
             keys[j] = bytes(got.numpy().tobytes())
         return keys
 

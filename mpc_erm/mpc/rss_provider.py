@@ -5,11 +5,14 @@ comparison and the noise samplers' coins) and every B2A conversion still asks th
 for binary triples and random bits (docs/crypten-findings.md #3). Without a dealer that provider
 would be TFP, where party 0 sees everything. :class:`ReplicatedProvider` produces those tuples
 with ABY3's semi-honest 3-party protocols (Mohassel–Rindal, CCS 2018, §3.2 and §5.3), secure
-against any single corrupt party (honest majority), which is exactly the RSS trust model:
+against any single corrupt party (honest majority), which is exactly the RSS trust model.
+
+Pair randomness: parties i and i+1 share an AES-256-CTR keystream (:class:`PairStreams`; the key
+drawn by party i from ``secrets`` at provider start and sent to i+1 over mTLS), not CrypTen's
+pairwise Mersenne twisters, which are not cryptographic PRGs and cost 2–4× more per word (:mod:`.keystream`).
 
 - **binary triple** (a, b, c = a ∧ b), with no message: component a_i of a = ⊕ a_i is drawn from
-  the generator that parties i and i+1 share (CrypTen's "next" at party i, "prev" at party i+1:
-  the pairwise seeds its zero sharings use), so each party holds two of the three components and
+  the stream that parties i and i+1 share, so each party holds two of the three components and
   none holds a third — a replicated sharing made without sending anything (ABY3 §2.2, shared
   random values); b likewise. Party i keeps z_i = a_i b_i ⊕ a_i b_{i-1} ⊕ a_{i-1} b_i ⊕ α_i with α
   a pseudo-random XOR sharing of zero; ⊕_i z_i = (⊕a_i)(⊕b_i), the three cross pairs once each.
@@ -17,10 +20,10 @@ against any single corrupt party (honest majority), which is exactly the RSS tru
   a_i, b_i locally and sent them to its neighbour: 2 words per AND word, more than the opening.)
 - **B2A bit** (the same random bit r as an arithmetic and a binary sharing), one message of one
   word per bit from one party to one other (:func:`_random_bits`): r = c_0 ⊕ c_1 ⊕ c_2 with c_i
-  drawn from the generator of the pair (i, i+1), so party i knows c_i and c_{i−1}, not c_{i+1}.
+  drawn from the stream of the pair (i, i+1), so party i knows c_i and c_{i−1}, not c_{i+1}.
   Party A knows u = c_{A−1} ⊕ c_A; parties B = A+1 and C = A−1 both know c_B. Then r = u + c_B −
   2 u c_B over the ring, and the one product needs one masked word: A sends m = u + s to B, with
-  s from the generator A shares with C only; B holds c_B − 2 m c_B, C holds 2 s c_B, A holds u,
+  s from the stream A shares with C only; B holds c_B − 2 m c_B, C holds 2 s c_B, A holds u,
   which sum to r. B sees u under a uniform mask, C and A see nothing. Both sharings are then
   re-randomised with zero sharings (a share sent on later, e.g. in a Beaver opening, must not show
   a neighbour what it already half knows). The three roles rotate over thirds of the bits, so
@@ -31,27 +34,29 @@ against any single corrupt party (honest majority), which is exactly the RSS tru
   its XOR shares x_i, y_i to party i+1 only, then holds z_i = x_i y_i ⊕ x_i y_{i−1} ⊕ x_{i−1} y_i ⊕
   α_i (ABY3 §5.1 with the re-sharing folded into the next gate's input): 2 words to one party per
   AND word instead of Beaver's 2 words to each of two. When one input is a fresh jointly random
-  plane (the comparison coins), it is made replicated from the pairwise generators and only the
+  plane (the comparison coins), it is made replicated from the pair streams and only the
   other input travels: 1 word to one party.
 - **arithmetic triple / square**: random a, b and one hardened RSS product (not used by CrypTen's
   replicated protocol itself, which multiplies without triples; provided for completeness).
 - ``wrap_rng`` is for the 2-out-of-n truncation, which replicated sharing replaces: refused.
 
-Every party must make the same calls in the same order (the zero sharings' generators advance in
+Every party must make the same calls in the same order (the pair streams advance in
 step), as with every CrypTen protocol.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .crypten_compat import import_crypten
+from .keystream import KEY_BYTES, Keystream, new_key
 from .tuple_pool import B2A_POOL_BITS, DevicePools, FlatPool
 
 crypten = import_crypten()
-from crypten.common.rng import generate_kbit_random_tensor, generate_random_ring_element  # noqa: E402
+from crypten.common.rng import generate_random_ring_element  # noqa: E402
 from crypten.config import cfg  # noqa: E402
 from crypten.mpc.primitives import ArithmeticSharedTensor, BinarySharedTensor, replicated  # noqa: E402
 from crypten.mpc.provider.provider import TupleProvider  # noqa: E402
@@ -85,48 +90,54 @@ def _fresh_arithmetic(size: Any, device: torch.device) -> ArithmeticSharedTensor
     return ArithmeticSharedTensor.from_shares(share, precision=0)
 
 
-def _own_bit_shared(bits: torch.Tensor, owner: int) -> ArithmeticSharedTensor:
-    """Arithmetic sharing of party ``owner``'s private bits, re-randomised by a zero sharing."""
-    rank = crypten.communicator.get().get_rank()
-    base = bits if rank == owner else torch.zeros_like(bits)
-    zero = ArithmeticSharedTensor.PRZS(bits.size(), device=bits.device).share
-    return ArithmeticSharedTensor.from_shares(base + zero, precision=0)
+@dataclass(frozen=True)
+class PairStreams:
+    """This party's two pairwise keystreams (:mod:`.keystream`, AES-256-CTR): ``ahead`` shared with
+    the next party, ``behind`` with the previous one. Keys are fresh per session: each party draws
+    the key it shares with the next one and sends it there over mTLS (:func:`exchange_pair_keys`)."""
+
+    ahead: Keystream
+    behind: Keystream
 
 
-def _binary_triple(size0: torch.Size, dev: torch.device, size1: torch.Size | None = None) -> tuple[torch.Tensor, ...]:
-    """This party's XOR shares of a fresh binary triple, made without a message (module docstring):
-    its own components a_i, b_i from the generator shared with the next party, its neighbour's
-    a_{i-1}, b_{i-1} from the one shared with the previous party."""
-    ahead, behind = crypten.generators["next"][dev], crypten.generators["prev"][dev]
+def exchange_pair_keys() -> PairStreams:
+    """One message per party, at the same point of every party's program (provider start)."""
+    comm = crypten.communicator.get()
+    rank = comm.get_rank()
+    mine = new_key()
+    send = comm.isend(torch.frombuffer(bytearray(mine), dtype=torch.uint8), dst=(rank + 1) % 3)
+    theirs = torch.zeros(KEY_BYTES, dtype=torch.uint8)
+    comm.irecv(theirs, src=(rank - 1) % 3).wait()
+    send.wait()
+    return PairStreams(ahead=Keystream(mine), behind=Keystream(bytes(theirs.numpy().tobytes())))
+
+
+def _binary_triple(
+    pairs: PairStreams, size0: torch.Size, dev: torch.device, size1: torch.Size | None = None
+) -> tuple[torch.Tensor, ...]:
+    """This party's XOR shares of a fresh binary triple (a of ``size0``, b of ``size1``, default the
+    same; c broadcast), made without a message (module docstring): its own components a_i, b_i
+    from the stream shared with the next party, its neighbour's a_{i-1}, b_{i-1} from the one
+    shared with the previous party."""
     size1 = size0 if size1 is None else size1
-    a1 = generate_kbit_random_tensor(size0, generator=ahead, device=dev)
-    a2 = generate_kbit_random_tensor(size0, generator=behind, device=dev)
-    b1 = generate_kbit_random_tensor(size1, generator=ahead, device=dev)
-    b2 = generate_kbit_random_tensor(size1, generator=behind, device=dev)
-    c = (a1 & b1) ^ (a1 & b2) ^ (a2 & b1)
-    c = c ^ BinarySharedTensor.PRZS(c.size(), device=dev).share
-    return a1, b1, c
+    a1, b1 = pairs.ahead.words(size0, dev), pairs.ahead.words(size1, dev)
+    a2, b2 = pairs.behind.words(size0, dev), pairs.behind.words(size1, dev)
+    return a1, b1, _cross(pairs, a1, a2, b1, b2)
 
 
 def _rank() -> int:
     return crypten.communicator.get().get_rank()
 
 
-def _uniform_words(size: torch.Size, generator: torch.Generator, dev: torch.device) -> torch.Tensor:
-    """Exactly uniform int64 words, one full random64() each (CrypTen's ring element never draws
-    2^63 − 1: fine for masks of shares, not for the samplers' coins, whose law is exact)."""
-    return torch.empty(size, dtype=torch.long, device=dev).random_(-(2**63), None, generator=generator)
-
-
-def _random_bits(size: torch.Size, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def _random_bits(pairs: PairStreams, size: torch.Size, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """This party's arithmetic and XOR shares of fresh random bits, one masked word per bit from
     one party to one other (module docstring); roles rotate over thirds of the bits."""
     comm = crypten.communicator.get()
     rank = comm.get_rank()
-    ahead, behind = crypten.generators["next"][dev], crypten.generators["prev"][dev]
+    ahead, behind = pairs.ahead, pairs.behind
     n = size.numel()
-    own = generate_kbit_random_tensor(torch.Size([n]), bitlength=1, generator=ahead, device=dev)  # c_rank
-    back = generate_kbit_random_tensor(torch.Size([n]), bitlength=1, generator=behind, device=dev)  # c_{rank-1}
+    own = ahead.words((n,), dev) & 1  # c_rank
+    back = behind.words((n,), dev) & 1  # c_{rank-1}
     r_a = torch.empty(n, dtype=torch.long, device=dev)
     bounds = [n * t // 3 for t in range(4)]
     sends, recvs = [], []
@@ -135,14 +146,14 @@ def _random_bits(size: torch.Size, dev: torch.device) -> tuple[torch.Tensor, tor
         a = (t + 1) % 3
         if rank == a:  # knows c_{A-1}, c_A: u; masks it with s shared with C = A-1
             u = own[lo:hi] ^ back[lo:hi]
-            s = _uniform_words(torch.Size([hi - lo]), behind, dev)
+            s = behind.words((hi - lo,), dev)
             sends.append(comm.isend((u + s).contiguous(), dst=(a + 1) % 3))
             r_a[lo:hi] = u
         elif rank == (a + 1) % 3:  # B: knows c_B (its own component); receives m = u + s
             m = torch.empty(hi - lo, dtype=torch.long, device=dev)
             recvs.append((lo, hi, m, comm.irecv(m, src=a)))
         else:  # C = A - 1: knows c_B (the component behind it) and s
-            s = _uniform_words(torch.Size([hi - lo]), ahead, dev)
+            s = ahead.words((hi - lo,), dev)
             r_a[lo:hi] = 2 * s * back[lo:hi]
     for lo, hi, m, req in recvs:
         req.wait()
@@ -150,8 +161,9 @@ def _random_bits(size: torch.Size, dev: torch.device) -> tuple[torch.Tensor, tor
         r_a[lo:hi] = c_b - 2 * m * c_b
     for req in sends:
         req.wait()
-    r_a += ArithmeticSharedTensor.PRZS(torch.Size([n]), device=dev).share
-    r_b = own ^ (BinarySharedTensor.PRZS(torch.Size([n]), device=dev).share & 1)
+    r_a += behind.words((n,), dev)  # an arithmetic zero sharing: drawn with the previous party,
+    r_a -= ahead.words((n,), dev)  # minus the one drawn with the next (CrypTen's PRZS)
+    r_b = own ^ (_zero_xor_sharing(pairs, torch.Size([n]), dev) & 1)
     return r_a.view(size), r_b.view(size)
 
 
@@ -167,13 +179,27 @@ def _replicate(share: torch.Tensor) -> torch.Tensor:
     return theirs
 
 
-def _cross(x: torch.Tensor, x_back: torch.Tensor, y: torch.Tensor, y_back: torch.Tensor) -> torch.Tensor:
-    """z_i = x_i y_i ⊕ x_i y_{i-1} ⊕ x_{i-1} y_i ⊕ α_i: XOR shares of x ∧ y from replicated inputs."""
+def _cross(
+    pairs: PairStreams, x: torch.Tensor, x_back: torch.Tensor, y: torch.Tensor, y_back: torch.Tensor
+) -> torch.Tensor:
+    """z_i = x_i y_i ⊕ x_i y_{i-1} ⊕ x_{i-1} y_i ⊕ α_i: XOR shares of x ∧ y from replicated inputs
+    (``x_back`` and ``y_back`` are overwritten)."""
     z = torch.bitwise_and(x, y)
-    z ^= torch.bitwise_and(x, y_back, out=y_back)
-    z ^= torch.bitwise_and(x_back, y, out=x_back)
-    z ^= BinarySharedTensor.PRZS(z.size(), device=z.device).share
+    if x.shape == y.shape:
+        z ^= torch.bitwise_and(x, y_back, out=y_back)
+        z ^= torch.bitwise_and(x_back, y, out=x_back)
+    else:  # broadcasting (CrypTen's own circuits may ask for such triples)
+        z = z ^ (x & y_back) ^ (x_back & y)
+    z ^= _zero_xor_sharing(pairs, z.size(), z.device)
     return z
+
+
+def _zero_xor_sharing(pairs: PairStreams, size: torch.Size, dev: torch.device) -> torch.Tensor:
+    """This party's share of a pseudo-random XOR sharing of zero: the word drawn with the previous
+    party ⊕ the word drawn with the next (CrypTen's BinarySharedTensor.PRZS, on the AES streams)."""
+    zero = pairs.behind.words(size, dev)
+    zero ^= pairs.ahead.words(size, dev)
+    return zero
 
 
 class ReplicatedProvider(TupleProvider):
@@ -183,14 +209,28 @@ class ReplicatedProvider(TupleProvider):
 
     def __init__(self) -> None:
         super().__init__()
-        self._binary = DevicePools(lambda dev: FlatPool(lambda n: _binary_triple(torch.Size([n]), dev)))
-        self._b2a = DevicePools(lambda dev: FlatPool(lambda n: _random_bits(torch.Size([n]), dev), B2A_POOL_BITS))
+        self._binary = DevicePools(lambda dev: FlatPool(lambda n: _binary_triple(self.pairs, torch.Size([n]), dev)))
+        self._b2a = DevicePools(
+            lambda dev: FlatPool(lambda n: _random_bits(self.pairs, torch.Size([n]), dev), B2A_POOL_BITS))
         self.binary_words = 0  # words of binary triples handed out (64 AND gates each): benchmarks
+        self._pairs: PairStreams | None = None
+
+    @property
+    def pairs(self) -> PairStreams:
+        if self._pairs is None:
+            raise RuntimeError("ReplicatedProvider has no pair keys: start it with start_replicated_provider()")
+        return self._pairs
 
     def reset(self) -> None:
-        """Forget pooled tuples (a new session: new generators, new parties)."""
+        """Forget pooled tuples and pair keys (a new session: new generators, new parties)."""
         self._binary.clear()
         self._b2a.clear()
+        self._pairs = None
+
+    def connect(self) -> None:
+        """Agree the session's pair keys with the neighbours (one message each way)."""
+        _check_three()
+        self._pairs = exchange_pair_keys()
 
     def and_shares(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """This party's XOR share of x ∧ y from its shares of x and y (equal shapes, int64 words):
@@ -200,17 +240,16 @@ class ReplicatedProvider(TupleProvider):
         self.binary_words += m
         mine = torch.cat([x.reshape(-1), y.reshape(-1)])
         back = _replicate(mine)
-        return _cross(x.reshape(-1), back[:m], y.reshape(-1), back[m:]).view(x.shape)
+        return _cross(self.pairs, x.reshape(-1), back[:m], y.reshape(-1), back[m:]).view(x.shape)
 
     def and_random(self, y: torch.Tensor, flip: torch.Tensor | None = None) -> torch.Tensor:
         """This party's XOR share of (U ⊕ flip) ∧ y, U fresh jointly random words (y's shape, every
         word exactly uniform), ``flip`` a public constant (None: none). U is made replicated from
-        the pairwise generators, so only y travels: one word to the next party."""
+        the pair streams, so only y travels: one word to the next party."""
         _check_three()
         dev = y.device
         self.binary_words += y.numel()
-        u = _uniform_words(y.size(), crypten.generators["next"][dev], dev)
-        u_back = _uniform_words(y.size(), crypten.generators["prev"][dev], dev)
+        u, u_back = self.pairs.ahead.words(y.size(), dev), self.pairs.behind.words(y.size(), dev)
         if flip is not None:  # a public constant goes into component 0: held by parties 0 and 1
             rank = _rank()
             if rank == 0:
@@ -218,7 +257,7 @@ class ReplicatedProvider(TupleProvider):
             elif rank == 1:
                 u_back ^= flip
         y = y.contiguous()
-        return _cross(u, u_back, y, _replicate(y))
+        return _cross(self.pairs, u, u_back, y, _replicate(y))
 
     def generate_binary_triple(self, size0: Any, size1: Any, device: Any = None):
         """Triples of equal shapes are cut from a pool of :data:`~.tuple_pool.POOL_WORDS` words
@@ -229,7 +268,7 @@ class ReplicatedProvider(TupleProvider):
         self.binary_words += max(size0.numel(), size1.numel())
         if size0 == size1:
             return tuple(BinarySharedTensor.from_shares(t) for t in self._binary.take(dev, size0))
-        return tuple(BinarySharedTensor.from_shares(t) for t in _binary_triple(size0, dev, size1))
+        return tuple(BinarySharedTensor.from_shares(t) for t in _binary_triple(self.pairs, size0, dev, size1))
 
     def B2A_rng(self, size: Any, device: Any = None):
         """Cut from a pool of :data:`~.tuple_pool.B2A_POOL_BITS` bits (two RSS products per pool,
@@ -270,5 +309,5 @@ def start_replicated_provider() -> ReplicatedProvider:
     harden_crypten_rss()
     cfg.mpc.protocol = "replicated"
     cfg.mpc.provider = PROVIDER_NAME
-    _check_three()
+    prov.connect()
     return prov

@@ -236,7 +236,7 @@ def _chain_triple_planes(masks: torch.Tensor, words: int, device: torch.device) 
 
 def _chain_replicated_planes(masks: torch.Tensor, words: int, device: torch.device, provider: Any) -> torch.Tensor:
     """The chain of :func:`_less_than_public_chain` under replicated sharing: each round's plane
-    U_i comes replicated from the pairwise generators inside ``provider.and_random``, which
+    U_i comes replicated from the pair keystreams inside ``provider.and_random``, which
     returns (U_i ⊕ ¬c_i) ∧ β with only β sent, to one party (rss_provider, native ANDs): half the
     bytes of :func:`_chain_triple_planes`, and no triple. Same law: every U_i is exactly uniform,
     independent of the other planes and of everything sent (β under the zero sharing); no party
