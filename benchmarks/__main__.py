@@ -169,9 +169,11 @@ def _aggregate_summary(r: dict[str, Any]) -> None:
 @click.option("--batch", type=click.IntRange(min=1),
               help="pool batch size (default: InMpcNoise's, 2^15; 2^12 for gaussian)")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the plaintext reference")
+@click.option("--device", default="cpu", show_default=True,
+              help="where each party's sampler computes: cpu, or cuda on a GPU machine")
 @_common
 def sampler_cmd(mechanism: str, samples: int, parties: int, scale: float, grid_bits: int | None, randn_samples: int,
-                reference_samples: int, batch: int | None, seed: int, trust: str, timeout_s: float,
+                reference_samples: int, batch: int | None, seed: int, device: str, trust: str, timeout_s: float,
                 out: Path | None, as_json: bool, show_traceback: bool) -> None:
     """Offline cost and accuracy of the in-MPC noise sampler, beside crypten.randn and the plaintext reference."""
     from benchmarks.sampler import run
@@ -179,7 +181,7 @@ def sampler_cmd(mechanism: str, samples: int, parties: int, scale: float, grid_b
     echo = (lambda _m: None) if as_json else (lambda m: click.echo(m, err=True))
     result = _guard(lambda: run(mechanism, samples, parties=parties, trust=trust, scale=scale, grid_bits=grid_bits,
                                 randn_samples=randn_samples, reference_samples=reference_samples, batch=batch,
-                                seed=seed, timeout_s=timeout_s, progress=echo), show_traceback)
+                                seed=seed, timeout_s=timeout_s, progress=echo, device=device), show_traceback)
     _emit(result, out, as_json, _sampler_summary)
 
 

@@ -222,7 +222,9 @@ def reference_values(params: Any, n: int, seed: int) -> np.ndarray:
 # ---------------------------------------------------------------------- the MPC part (every party)
 
 
-def _sampler_party(ctx: Any, params: Any, n: int, batch: int | None, randn_n: int) -> dict[str, Any]:
+def _sampler_party(
+    ctx: Any, params: Any, n: int, batch: int | None, randn_n: int, device: str = "cpu"
+) -> dict[str, Any]:
     from mpc_erm.mpc.crypten_compat import import_crypten
     from mpc_erm.mpc.samplers.pool import NoisePool
 
@@ -236,7 +238,7 @@ def _sampler_party(ctx: Any, params: Any, n: int, batch: int | None, randn_n: in
             from mpc_erm.mpc.samplers.pool import batch_for
 
             batch = batch_for(params, DEFAULT_BATCH)
-        pool = NoisePool(params, batch=batch)
+        pool = NoisePool(params, device=device, batch=batch)
         out["batch"] = pool.batch
         provider = crypten.mpc.get_default_provider()
         words0 = getattr(provider, "binary_words", 0)
@@ -382,8 +384,10 @@ def run(
     seed: int = 0,
     timeout_s: float = 7200.0,
     progress: Any = None,
+    device: str = "cpu",
 ) -> dict[str, Any]:
-    """Run the benchmark; returns the JSON-ready result (see the module docstring)."""
+    """Run the benchmark; returns the JSON-ready result (see the module docstring). ``device``:
+    where each party's sampler computes (its shares travel from the CPU), e.g. "cuda" on a GPU box."""
     from mpc_erm.mpc.local import TRUST_MODELS, run_local_full
 
     say = progress or (lambda _m: None)
@@ -395,6 +399,8 @@ def run(
         raise ValueError(f"trust must be one of {', '.join(TRUST_MODELS)}")
     if batch is not None and batch < 1:
         raise ValueError("batch must be positive")
+    if device.split(":")[0] not in ("cpu", "cuda"):
+        raise ValueError(f"device must be cpu or cuda[:N], not {device!r}")
     params, g, source = sampler_params(mechanism, scale, parties, grid_bits)
     h = 2.0**-g
     scale_grid = scale / h
@@ -405,7 +411,7 @@ def run(
                        else "Laplace b (std = sqrt(2) b)", "samples": samples, "parties": parties, "trust": trust,
                        "grid_bits": g, "scale_grid_units": scale_grid, "params_source": source,
                        "sampler": describe_params(params), "randn_samples": randn_samples,
-                       "reference_samples": reference_samples, "seed": seed},
+                       "reference_samples": reference_samples, "seed": seed, "device": device},
         "note": "samples revealed for measurement only (benchmark); a job never opens its noise",
     }
     say(f"sampler {mechanism}: {samples} MPC samples, {parties} parties ({trust}), grid 2^-{g}; "
@@ -413,7 +419,7 @@ def run(
     run_ = None
     if samples > 0 or randn_samples > 0:
         run_ = run_local_full(_sampler_party, parties=parties, trust=trust,
-                              args=(params, samples, batch, randn_samples), timeout_s=timeout_s,
+                              args=(params, samples, batch, randn_samples, device), timeout_s=timeout_s,
                               deadline_s=max(120.0, 1e-4 * max(samples, randn_samples)))
         reports = run_.results
         result["trust_model"] = reports[0]["trust_model"]
@@ -481,11 +487,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--randn-samples", type=int, default=10_000)
     ap.add_argument("--reference-samples", type=int, default=1_000_000)
     ap.add_argument("--batch", type=int)
+    ap.add_argument("--device", default="cpu", help="where the parties' sampler computes: cpu or cuda")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     res = run(a.mechanism, a.samples, parties=a.parties, trust=a.trust, scale=a.scale, grid_bits=a.grid_bits,
               randn_samples=a.randn_samples, reference_samples=a.reference_samples, batch=a.batch,
-              progress=lambda m: print(m, file=sys.stderr))
+              progress=lambda m: print(m, file=sys.stderr), device=a.device)
     text = json.dumps(res, indent=1)
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
