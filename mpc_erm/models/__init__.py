@@ -16,24 +16,30 @@ from .losses import (
     get_loss,
     ridge_lipschitz_for,
 )
+from .networks import NETWORKS, NetworkSpec, build_network, model_digest, parameter_count
 from .objective import objective_grad, objective_value
 from .per_example import flatten_grads, per_example_grads
 from .solvers import ConvergenceError, SolveResult, solve_erm, solve_erm_batched
 
 __all__ = [
     "LOSSES",
+    "NETWORKS",
     "ConvergenceError",
     "HuberSVMLoss",
     "LogisticLoss",
     "Loss",
+    "NetworkSpec",
     "SoftmaxLoss",
     "SolveResult",
     "SquaredLoss",
+    "build_network",
     "clip_rows",
     "flatten_grads",
     "get_loss",
+    "model_digest",
     "objective_grad",
     "objective_value",
+    "parameter_count",
     "per_example_grads",
     "ridge_lipschitz_for",
     "solve_erm",

@@ -1,0 +1,197 @@
+"""Neural networks a job can name: every party builds the identical ``torch.nn.Module``.
+
+Identical means: the same parameter names, order and shapes, and the same initial values, bit for
+bit, on every party whatever its device. Initialisation is seeded from the job (``init_seed``),
+drawn on the CPU in float32 with a private ``torch.Generator`` (never the global RNG, which a
+party's other work may have advanced), and only then moved to the party's device.
+:func:`model_digest` hashes names, shapes, dtypes and initial values, so parties can compare
+one digest in the job agreement instead of trusting each other's code.
+
+Built in (``NETWORKS``):
+
+- ``mlp``: fully connected, ReLU, hidden widths from the spec.
+- ``mnist_cnn``: the small CNN of TF-Privacy's DP-SGD MNIST tutorial that DP-LSSGD uses:
+  conv 16@8×8 stride 2 pad 3 → tanh → maxpool 2 stride 1 → conv 32@4×4 stride 2 → tanh →
+  maxpool 2 stride 1 → fc 32 → tanh → fc 10 (26,010 parameters on 1×28×28 inputs).
+- ``cifar_cnn``: the CIFAR-10 CNN of the same tutorial family (Papernot et al. 2020, tanh):
+  conv 32,32 → pool → conv 64,64 → pool → conv 128,128 → pool → fc 128 → fc 10.
+- ``char_lstm``: embedding → one LSTM layer → linear, for next-character prediction.
+
+None uses batch statistics (no BatchNorm): per-example gradients must not mix examples.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+__all__ = ["NETWORKS", "NetworkSpec", "build_network", "model_digest", "parameter_count"]
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    """What every party needs to build the same network: its name, the input shape of one example
+    (C, H, W for images, (L,) token ids for text, (d,) for tabular), the number of outputs, hidden
+    widths (``mlp``) or the vocabulary (``char_lstm``), and the seed of the initial weights."""
+
+    name: str
+    input_shape: tuple[int, ...]
+    n_outputs: int
+    hidden: tuple[int, ...] = (128,)
+    vocab: int = 0
+    init_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.name not in NETWORKS:
+            raise ValueError(f"model.network: unknown network {self.name!r} (built in: {', '.join(sorted(NETWORKS))})")
+        if not self.input_shape or any(int(s) < 1 for s in self.input_shape):
+            raise ValueError(f"model.input_shape: positive sizes needed, got {self.input_shape}")
+        if self.n_outputs < 1:
+            raise ValueError("model.n_outputs: at least 1")
+        if any(int(h) < 1 for h in self.hidden):
+            raise ValueError(f"model.hidden: positive widths needed, got {self.hidden}")
+        if not 0 <= self.init_seed < 2**63:
+            raise ValueError("model.init_seed: in [0, 2^63)")
+
+
+def _mlp(spec: NetworkSpec) -> nn.Module:
+    widths = [math.prod(spec.input_shape), *spec.hidden]
+    layers: list[nn.Module] = [nn.Flatten()]
+    for a, b in zip(widths, widths[1:]):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    layers.append(nn.Linear(widths[-1], spec.n_outputs))
+    return nn.Sequential(*layers)
+
+
+def _conv_out(size: int, kernel: int, stride: int, pad: int = 0) -> int:
+    return (size + 2 * pad - kernel) // stride + 1
+
+
+def _mnist_cnn(spec: NetworkSpec) -> nn.Module:
+    if len(spec.input_shape) != 3:
+        raise ValueError(f"model.input_shape: mnist_cnn takes (C, H, W) images, got {spec.input_shape}")
+    c, h, w = spec.input_shape
+    h, w = _conv_out(h, 8, 2, 3), _conv_out(w, 8, 2, 3)
+    h, w = h - 1, w - 1  # maxpool 2, stride 1
+    h, w = _conv_out(h, 4, 2), _conv_out(w, 4, 2)
+    h, w = h - 1, w - 1
+    if h < 1 or w < 1:
+        raise ValueError(f"model.input_shape: {spec.input_shape} is too small for mnist_cnn")
+    return nn.Sequential(
+        nn.Conv2d(c, 16, 8, stride=2, padding=3), nn.Tanh(), nn.MaxPool2d(2, 1),
+        nn.Conv2d(16, 32, 4, stride=2), nn.Tanh(), nn.MaxPool2d(2, 1),
+        nn.Flatten(), nn.Linear(32 * h * w, 32), nn.Tanh(), nn.Linear(32, spec.n_outputs),
+    )
+
+
+def _cifar_cnn(spec: NetworkSpec) -> nn.Module:
+    if len(spec.input_shape) != 3:
+        raise ValueError(f"model.input_shape: cifar_cnn takes (C, H, W) images, got {spec.input_shape}")
+    c, h, w = spec.input_shape
+    if h % 8 or w % 8:
+        raise ValueError(f"model.input_shape: cifar_cnn needs H and W divisible by 8, got {spec.input_shape}")
+    layers: list[nn.Module] = []
+    for a, b in ((c, 32), (32, 64), (64, 128)):
+        layers += [nn.Conv2d(a, b, 3, padding=1), nn.Tanh(), nn.Conv2d(b, b, 3, padding=1), nn.Tanh(),
+                   nn.MaxPool2d(2)]
+    layers += [nn.Flatten(), nn.Linear(128 * (h // 8) * (w // 8), 128), nn.Tanh(), nn.Linear(128, spec.n_outputs)]
+    return nn.Sequential(*layers)
+
+
+class CharLSTM(nn.Module):
+    """Token ids (L,) → logits of the next token after the sequence (the last step's state).
+
+    The LSTM cell is written out with two ``nn.Linear`` (input and recurrent gates, PyTorch's gate
+    order i, f, g, o) and unrolled over the sequence, as Opacus's DPLSTM does: ``nn.LSTM``'s fused
+    kernel cannot be vmapped, so per-example gradients through it are impossible with torch.func."""
+
+    def __init__(self, vocab: int, embed: int, hidden: int, n_outputs: int) -> None:
+        super().__init__()
+        self.hidden = hidden
+        self.embed = nn.Embedding(vocab, embed)
+        self.ih = nn.Linear(embed, 4 * hidden)
+        self.hh = nn.Linear(hidden, 4 * hidden)
+        self.out = nn.Linear(hidden, n_outputs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        e = self.embed(x.long())  # (N, L, E)
+        h = e.new_zeros(e.shape[0], self.hidden)
+        c = e.new_zeros(e.shape[0], self.hidden)
+        for t in range(e.shape[1]):
+            i, f, g, o = (self.ih(e[:, t]) + self.hh(h)).chunk(4, dim=-1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+        return self.out(h)
+
+
+def _char_lstm(spec: NetworkSpec) -> nn.Module:
+    if len(spec.input_shape) != 1 or spec.vocab < 2:
+        raise ValueError("model.input_shape / model.vocab: char_lstm takes (L,) token ids and a vocabulary ≥ 2")
+    hidden = spec.hidden[0] if spec.hidden else 128
+    return CharLSTM(spec.vocab, min(64, hidden), hidden, spec.n_outputs)
+
+
+NETWORKS: dict[str, Callable[[NetworkSpec], nn.Module]] = {
+    "mlp": _mlp,
+    "mnist_cnn": _mnist_cnn,
+    "cifar_cnn": _cifar_cnn,
+    "char_lstm": _char_lstm,
+}
+
+
+def build_network(spec: NetworkSpec, device: torch.device | str = "cpu",
+                  dtype: torch.dtype = torch.float32) -> nn.Module:
+    """The job's network with its agreed initial weights, on ``device`` (module docstring).
+
+    Each parameter and buffer, in ``named_parameters`` order, is re-drawn from one seeded CPU
+    generator with PyTorch's default scheme for its layer (Kaiming-uniform weights, uniform biases
+    in ±1/√fan_in; LSTM gates and embeddings as ``nn.LSTM``/``nn.Embedding`` draw them), so the
+    values do not depend on the global RNG, the device, or the order modules were constructed."""
+    module = NETWORKS[spec.name](spec)
+    g = torch.Generator().manual_seed(spec.init_seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            p.copy_(_initial(name, p, module, g))
+    return module.to(device=device, dtype=dtype)
+
+
+def _initial(name: str, p: torch.Tensor, module: nn.Module, g: torch.Generator) -> torch.Tensor:
+    path = name.rsplit(".", 1)[0] if "." in name else ""
+    owner = module.get_submodule(path) if path else module
+    parent = module.get_submodule(path.rsplit(".", 1)[0]) if "." in path else module
+    shape = p.shape
+    if isinstance(parent, CharLSTM) and path.rsplit(".", 1)[-1] in ("ih", "hh"):
+        return _uniform(shape, 1.0 / math.sqrt(parent.hidden), g)  # nn.LSTM's U(±1/√hidden)
+    if isinstance(owner, nn.Embedding):
+        return torch.randn(shape, generator=g, dtype=torch.float32)
+    fan_in = math.prod(shape[1:]) if len(shape) > 1 else None
+    if name.endswith("weight"):
+        # kaiming_uniform_(a=√5): bound = √(6 / ((1 + a²)·fan_in)) = 1/√fan_in
+        return _uniform(shape, 1.0 / math.sqrt(fan_in or 1), g)
+    weight = getattr(owner, "weight", None)
+    w_fan = math.prod(weight.shape[1:]) if weight is not None and weight.dim() > 1 else 1
+    return _uniform(shape, 1.0 / math.sqrt(w_fan), g)
+
+
+def _uniform(shape: Sequence[int], bound: float, g: torch.Generator) -> torch.Tensor:
+    return (torch.rand(tuple(shape), generator=g, dtype=torch.float32) * 2.0 - 1.0) * bound
+
+
+def parameter_count(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+def model_digest(module: nn.Module) -> str:
+    """sha256 over every parameter's name, shape, dtype and value (CPU bytes, little endian): two
+    parties with the same digest hold the same network, bit for bit."""
+    h = hashlib.sha256()
+    for name, p in module.named_parameters():
+        t = p.detach().to("cpu").contiguous()
+        h.update(f"{name}|{tuple(t.shape)}|{t.dtype}|".encode())
+        h.update(t.numpy().tobytes())
+    return h.hexdigest()
