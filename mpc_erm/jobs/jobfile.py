@@ -31,7 +31,7 @@ from pydantic import (
 )
 
 from mpc_erm.mpc.pki import validate_name
-from mpc_erm.protocols.spec import JobSpec
+from mpc_erm.protocols.spec import NETWORK_MODEL_FIELDS, NETWORK_TRAINING_FIELDS, JobSpec
 
 from .toml_reader import (
     MAX_DEPTH,
@@ -220,7 +220,10 @@ class JobFile(BaseModel):
     def to_toml(self) -> str:
         """The job as a TOML file that :func:`load_job_file` reads back to an equal object."""
         flat: dict[str, Any] = {"job": self.job.model_dump(mode="json", exclude_none=True)}
-        flat.update(self.spec.model_dump(mode="json", exclude_none=True))
+        # a linear job leaves the networks' fields at their defaults (JobSpec refuses anything else)
+        skip = None if self.spec.model.is_network else {"model": set(NETWORK_MODEL_FIELDS),
+                                                        "training": set(NETWORK_TRAINING_FIELDS)}
+        flat.update(self.spec.model_dump(mode="json", exclude_none=True, exclude=skip))
         lines = [f"{k} = {_toml_value(v)}" for k, v in flat.items() if not isinstance(v, dict)]
         for table, body in flat.items():
             if isinstance(body, dict):

@@ -12,7 +12,10 @@ Events:
   in-MPC discrete Gaussian). Accounted through its Rényi divergence only: the discrete Gaussian's
   Rényi divergence at integer shifts is at most the continuous one's (Canonne–Kamath–Steinke
   2020, Prop. 5), but its privacy-loss distribution is not the continuous one's, so the GDP/PLD
-  closed forms of the continuous Gaussian are not used for it.
+  closed forms of the continuous Gaussian are not used for it. With ``sampling_rate`` q < 1 each
+  release sums a Poisson sample of the records (each in w.p. q, independently): the subsampled
+  Gaussian of DP-SGD, accounted by dp_accounting's RDP of ``PoissonSampledDpEvent`` (Mironov–
+  Talwar–Zhang 2019) under add/remove only (the plan admits it for the continuous Gaussian only).
 * :class:`PureDp` — ``rounds`` releases, each ε-DP (per-coordinate discrete Laplace with the ℓ1
   sensitivity). Composed either by summing ε or through the Rényi curve of binary randomized
   response with ε, the worst case of every ε-DP mechanism (Kairouz–Oh–Viswanath 2015).
@@ -129,16 +132,32 @@ def _refuse_replace_to_add_remove(ev: _Event, adjacency: Adjacency) -> None:
 class GaussianRounds(_Event):
     kind: ClassVar[str] = "gaussian"
     noise_multiplier: float
+    sampling_rate: float = 1.0  # Poisson sampling of the records per release (1: every record)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _finite_positive("noise_multiplier", self.noise_multiplier)
+        q = self.sampling_rate
+        if isinstance(q, bool) or not isinstance(q, int | float) or not 0.0 < q <= 1.0:
+            raise ValueError(f"dp_event.sampling_rate must be in (0, 1], got {q!r}")
+        if q < 1.0 and self.adjacency != "add_remove":
+            raise AdjacencyError("dp_event.sampling_rate < 1: Poisson-subsampled rounds are accounted under "
+                                 "add/remove adjacency only")
 
     def under(self, adjacency: Adjacency) -> GaussianRounds:
         _refuse_replace_to_add_remove(self, adjacency)
         if self.adjacency == adjacency:
             return self
+        if self.sampling_rate < 1.0:
+            raise AdjacencyError("a Poisson-subsampled release has no replace-one bound here (halving its noise "
+                                 "multiplier is valid for full batches only); compose it under 'add_remove'")
         return replace(self, adjacency=adjacency, noise_multiplier=self.noise_multiplier / 2.0)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = super().as_dict()
+        if self.sampling_rate == 1.0:  # full batch: the form every ledger and report had before
+            del out["sampling_rate"]
+        return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,7 +226,7 @@ def event_from_dict(d: Mapping[str, Any]) -> DpEvent:
     kind = d.get("kind")
     if kind not in _KINDS:
         raise ValueError(f"dp_event.kind must be one of {sorted(_KINDS)}, got {kind!r}")
-    if set(d) != _FIELDS[kind]:
+    if set(d) != _FIELDS[kind] and not (kind == "gaussian" and set(d) == _FIELDS[kind] | {"sampling_rate"}):
         raise ValueError(f"dp_event of kind {kind!r} needs exactly the fields {sorted(_FIELDS[kind])}, got {sorted(d)}")
     return _KINDS[kind](**{k: v for k, v in d.items() if k != "kind"})  # type: ignore[return-value]
 
@@ -238,31 +257,55 @@ def _rr_p(eps: float) -> float:
 
 
 @functools.lru_cache(maxsize=2048)
-def _rdp_epsilon(parts: tuple[tuple[str, float, int], ...], delta: float) -> float:
-    """RDP ε at ``delta`` of ((kind, parameter, count), …) — identical events are composed as one
-    SelfComposedDpEvent (RR's RDP costs dp_accounting ~0.1 s an event)."""
+def _rdp_epsilon(parts: tuple[tuple[str, float, float, int], ...], delta: float) -> float:
+    """RDP ε at ``delta`` of ((kind, parameter, sampling rate, count), …) — identical events are
+    composed as one SelfComposedDpEvent (RR's RDP costs dp_accounting ~0.1 s an event)."""
     import dp_accounting
     from dp_accounting.rdp import RdpAccountant
+    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
 
-    evs: list[Any] = []
-    for kind, param, count in parts:
+    rel = dp_accounting.NeighboringRelation
+    full: list[Any] = []
+    sampled: list[Any] = []
+    for kind, param, q, count in parts:
+        if kind == "gaussian" and q < 1.0:
+            sampled.append(dp_accounting.SelfComposedDpEvent(
+                dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(param)), count))
+            continue
         one = (dp_accounting.GaussianDpEvent(param) if kind == "gaussian"
                else dp_accounting.RandomizedResponseDpEvent(_rr_p(param), 2))
-        evs.append(dp_accounting.SelfComposedDpEvent(one, count))
+        full.append(dp_accounting.SelfComposedDpEvent(one, count))
     # REPLACE_ONE is what dp_accounting needs for RR; its RDP of GaussianDpEvent is the same under
-    # either relation. The relation itself was applied by converting every event (`under`).
-    acc = RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
-    acc.compose(dp_accounting.ComposedDpEvent(evs))
-    return float(acc.get_epsilon(delta))
+    # either relation. The relation itself was applied by converting every event (`under`). The
+    # subsampled Gaussian needs ADD_OR_REMOVE_ONE (the events are add/remove by construction), so
+    # it gets its own accountant; Rényi divergences of one pair of data sets add over mechanisms,
+    # whatever each accountant's relation was named (RR's curve bounds every ε-DP release).
+    accs = []
+    for evs, relation in ((full, rel.REPLACE_ONE), (sampled, rel.ADD_OR_REMOVE_ONE)):
+        if evs:
+            acc = RdpAccountant(neighboring_relation=relation)
+            acc.compose(dp_accounting.ComposedDpEvent(evs))
+            accs.append(acc)
+    if len(accs) == 1:
+        return float(accs[0].get_epsilon(delta))
+    # dp_accounting has no public sum of two accountants' curves: its RdpAccountant keeps them in
+    # ``_orders``/``_rdp`` (same default orders in both); tests/privacy pin the sum against a
+    # single accountant where one can hold both parts.
+    orders = accs[0]._orders
+    rdp = sum(a._rdp for a in accs)
+    return float(compute_epsilon(orders, rdp, delta)[0])
 
 
-def _grouped(events: Iterable[DpEvent], kinds: tuple[str, ...]) -> tuple[tuple[str, float, int], ...]:
-    counts: dict[tuple[str, float], int] = {}
+def _grouped(events: Iterable[DpEvent], kinds: tuple[str, ...]) -> tuple[tuple[str, float, float, int], ...]:
+    counts: dict[tuple[str, float, float], int] = {}
     for ev in events:
         if ev.kind in kinds and ev.rounds > 0:
-            param = ev.noise_multiplier if isinstance(ev, GaussianRounds) else ev.epsilon  # type: ignore[union-attr]
-            counts[(ev.kind, param)] = counts.get((ev.kind, param), 0) + ev.rounds
-    return tuple(sorted((k, p, n) for (k, p), n in counts.items()))
+            if isinstance(ev, GaussianRounds):
+                key = (ev.kind, ev.noise_multiplier, float(ev.sampling_rate))
+            else:
+                key = (ev.kind, ev.epsilon, 1.0)  # type: ignore[union-attr]
+            counts[key] = counts.get(key, 0) + ev.rounds
+    return tuple(sorted((k, p, q, n) for (k, p, q), n in counts.items()))
 
 
 def _with_sampler(eps_at: Any, tau: float, delta: float) -> tuple[float, float]:

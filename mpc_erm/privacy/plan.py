@@ -109,6 +109,7 @@ class PrivacyPlan:
     solver_tol: float
     ls_sigma: float
     public_n: int | None  # add_remove: the public normaliser n̂
+    sampling_rate: float = 1.0  # gradient: Poisson rate q of each round's records (DP-SGD); 1: full batch
     sizes: PublicSizes | None = None
     dim: int | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -128,6 +129,19 @@ class PrivacyPlan:
         adj, weighting, method = pv.adjacency, tr.weighting, spec.method
         eps, delta = float(pv.epsilon), float(pv.delta)
         rounds = tr.iterations if method == "gradient" else 1
+        q = float(getattr(tr, "sampling_rate", 1.0))
+        if q < 1.0:
+            if adj != "add_remove":
+                raise PlanError("privacy.adjacency", "Poisson-subsampled rounds (training.sampling_rate < 1) are "
+                                "accounted under add/remove adjacency: set adjacency = 'add_remove' and the public "
+                                "normaliser privacy.public_n")
+            if sampler == "mpc":
+                raise PlanError("training.sampling_rate", "Poisson-subsampled rounds with the in-MPC discrete "
+                                "Gaussian are not accounted yet (dp_accounting's subsampled RDP is derived for the "
+                                "continuous Gaussian); run them in the simulator, or use sampling_rate = 1")
+            if pv.accountant in ("gdp", "zcdp"):
+                raise PlanError("privacy.accountant", f"{pv.accountant!r} is exact for full batches only; "
+                                "subsampled rounds are accounted by 'rdp' or 'pld'")
         if adj == "add_remove":
             if pv.public_n is None:
                 raise PlanError("privacy.public_n", "add/remove adjacency keeps every party's record count "
@@ -143,7 +157,8 @@ class PrivacyPlan:
                             "perturbation releases one noisy model")
         base = dict(method=method, sampler=sampler, adjacency=adj, weighting=weighting, epsilon=eps, delta=delta,
                     rounds=rounds, clip=_checks.positive("clip", clip), lam=float(spec.model.lam),
-                    solver_tol=float(tr.solver_tol), ls_sigma=float(tr.ls_sigma), public_n=pv.public_n)
+                    solver_tol=float(tr.solver_tol), ls_sigma=float(tr.ls_sigma), public_n=pv.public_n,
+                    sampling_rate=q)
         if test_no_noise:
             return cls(mechanism="none", accountant="none", noise_multiplier=None, epsilon_per_release=None,
                        sampler_tv_per_release=0.0, notes=("TEST-ONLY ZERO-NOISE RUN: NO PRIVACY",),
@@ -154,7 +169,7 @@ class PrivacyPlan:
             raise PlanError("privacy.mechanism", "'l2_laplace' is not sampled inside the MPC; use 'gaussian' (ε, δ) "
                             "or 'laplace_thesis' (pure ε per coordinate with Δ₁ = √d·Δ₂)")
         if mech == "gaussian":
-            acc = pv.accountant or ("rdp" if sampler == "mpc" else "gdp")
+            acc = pv.accountant or ("rdp" if sampler == "mpc" or q < 1.0 else "gdp")
             if sampler == "mpc" and acc not in MPC_ACCOUNTANTS:
                 raise PlanError("privacy.accountant", f"{acc!r} is exact for the continuous Gaussian only; the "
                                 "in-MPC discrete Gaussian is accounted by its Rényi divergence: use 'rdp' or 'zcdp'")
@@ -162,7 +177,7 @@ class PrivacyPlan:
                 raise PlanError("privacy.delta", "the Gaussian mechanism needs δ > 0")
             share = SAMPLER_DELTA_SHARE if sampler == "mpc" else 0.0
             tv = share * delta / ((1.0 + math.exp(eps)) * rounds)
-            z = noise_multiplier_for(acc, eps, delta * (1.0 - share), rounds, adjacency="add_remove")
+            z = noise_multiplier_for(acc, eps, delta * (1.0 - share), rounds, sampling_rate=q, adjacency="add_remove")
             plan = cls(mechanism=mech, accountant=acc, noise_multiplier=z, epsilon_per_release=None,
                        sampler_tv_per_release=tv, **base)
             if acc in ("rdp",) and plan.guarantee().epsilon > eps * (1 + 1e-9):  # pragma: no cover - guard
@@ -203,7 +218,8 @@ class PrivacyPlan:
             return NonPrivate(rounds=self.rounds, adjacency=self.adjacency)  # type: ignore[arg-type]
         if self.mechanism == "gaussian":
             return GaussianRounds(rounds=self.rounds, adjacency=self.adjacency,  # type: ignore[arg-type]
-                                  sampler_tv=self.sampler_tv_per_release, noise_multiplier=self.noise_multiplier)
+                                  sampler_tv=self.sampler_tv_per_release, noise_multiplier=self.noise_multiplier,
+                                  sampling_rate=self.sampling_rate)
         return PureDp(rounds=self.rounds, adjacency=self.adjacency,  # type: ignore[arg-type]
                       sampler_tv=self.sampler_tv_per_release, epsilon=self.epsilon_per_release)
 
@@ -220,7 +236,8 @@ class PrivacyPlan:
 
         tau = ev.total_tv
         d_mech = self.delta * (1.0 - SAMPLER_DELTA_SHARE) if self.sampler == "mpc" else self.delta
-        eps = epsilon_for(self.accountant, self.noise_multiplier, ev.rounds, d_mech, adjacency="add_remove")
+        eps = epsilon_for(self.accountant, self.noise_multiplier, ev.rounds, d_mech, self.sampling_rate,
+                          adjacency="add_remove")
         d_s = (1.0 + math.exp(eps)) * tau
         return Composition(eps, d_mech + d_s, d_s, self.adjacency, self.accountant)  # type: ignore[arg-type]
 
@@ -242,8 +259,8 @@ class PrivacyPlan:
         aggregate Σ_j (n_j/n̂)·θ̂_j, whose bound 3G/(n̂λ) + 2τ the module docstring derives."""
         s = self._need_sizes()
         if self.adjacency == "add_remove":
-            if self.method == "gradient":
-                return gradient_sensitivity(self.clip, [s.n], "pooled", "add_remove")
+            if self.method == "gradient":  # a round's sum is divided by q·n̂, the public expected batch
+                return gradient_sensitivity(self.clip, [s.n], "pooled", "add_remove") / self.sampling_rate
             return 3.0 * self.clip / (s.n * self.lam) + 2.0 * self.solver_tol
         counts, weighting = list(s.counts or ()), self.weighting
         if self.method == "gradient":
@@ -275,7 +292,7 @@ class PrivacyPlan:
         enters only under add/remove, where each party scales its own output model locally)."""
         s = self._need_sizes()
         if self.adjacency == "add_remove":
-            return 1.0 / s.n if self.method == "gradient" else own_count / s.n
+            return 1.0 / (self.sampling_rate * s.n) if self.method == "gradient" else own_count / s.n
         counts = s.counts or ()
         m, n = len(counts), sum(counts)
         if self.method == "gradient":
@@ -300,6 +317,11 @@ class PrivacyPlan:
 
     def public_statement(self) -> str:
         if self.adjacency == "add_remove":
+            if self.sampling_rate < 1.0:
+                return (f"add/remove adjacency with Poisson sampling: each record joins a round w.p. q = "
+                        f"{self.sampling_rate:.6g}, chosen by its own party, and no party's record or batch count "
+                        f"leaves it; each round's sum is divided by the public expected batch q·n̂ with "
+                        f"n̂ = {self.public_n} (privacy.public_n)")
             return (f"add/remove adjacency: no party's record count leaves it; aggregates are divided by the public "
                     f"normaliser n̂ = {self.public_n} (privacy.public_n)")
         counts = self.sizes.counts if self.sizes is not None else None
@@ -341,6 +363,7 @@ class PrivacyPlan:
             "sampler_delta_share": SAMPLER_DELTA_SHARE if self.sampler == "mpc" else 0.0,
             "clip" if self.method == "gradient" else "lipschitz_G": self.clip, "lam": self.lam,
             "solver_tol": self.solver_tol, "ls_sigma": self.ls_sigma, "public_n": self.public_n,
+            "sampling_rate": self.sampling_rate,
             "public_counts": None if self.sizes is None or self.sizes.counts is None else list(self.sizes.counts),
             "what_is_public": self.public_statement(), "dim": self.dim, "event": self.event.as_dict(),
         }

@@ -57,7 +57,8 @@ def _sensitivity(plan: dict[str, Any]) -> float:
     lam, tol = plan["lam"], plan["solver_tol"]
     if adj == "add_remove":
         n_hat = float(plan["public_n"])
-        return c / n_hat if method == "gradient" else 3 * c / (n_hat * lam) + 2 * tol
+        q = float(plan.get("sampling_rate", 1.0))  # gradient: divided by the public expected batch q·n̂
+        return c / (q * n_hat) if method == "gradient" else 3 * c / (n_hat * lam) + 2 * tol
     counts = plan["public_counts"]
     m, n, n_min, n_max = len(counts), sum(counts), min(counts), max(counts)
     if method == "gradient":

@@ -80,17 +80,16 @@ def project_to_unit_ball(X: torch.Tensor) -> tuple[torch.Tensor, int]:
 def clip_for(spec: JobSpec) -> float:
     """The per-release contribution bound the plan needs: the gradient clip C (default: the loss's
     Lipschitz constant) or, for output perturbation, the loss's Lipschitz constant G."""
-    loss = loss_for(spec)
     if spec.method == "gradient" and spec.privacy.clip is not None:
-        return float(spec.privacy.clip)
-    return lipschitz_for(loss, spec.model.lam)
+        return float(spec.privacy.clip)  # networks always name it (JobSpec refuses them without)
+    return lipschitz_for(loss_for(spec), spec.model.lam)
 
 
 def plan_job(spec: JobSpec, *, sampler: Sampler = "ideal", test_no_noise: bool = False,
              sizes: PublicSizes | None = None, n_features: int | None = None) -> PrivacyPlan:
     """The job's :class:`PrivacyPlan`: what the daemon reserves at admission (no sizes yet), and,
     bound with the agreed sizes and the model's dimension, what the protocol and the report use."""
-    dim = None if n_features is None else loss_for(spec).param_dim(n_features)
+    dim = None if n_features is None or spec.model.is_network else loss_for(spec).param_dim(n_features)
     return PrivacyPlan.make(spec, clip=clip_for(spec), sampler=sampler, test_no_noise=test_no_noise, sizes=sizes,
                             dim=dim)
 

@@ -9,16 +9,29 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Method = Literal["output", "gradient"]
-ModelName = Literal["logistic", "ridge", "huber_svm", "softmax"]
+LINEAR_MODELS = ("logistic", "ridge", "huber_svm", "softmax")
+NETWORK_MODELS = ("mlp", "mnist_cnn", "cifar_cnn", "char_lstm")  # mpc_erm.models.networks
+ModelName = Literal["logistic", "ridge", "huber_svm", "softmax", "mlp", "mnist_cnn", "cifar_cnn", "char_lstm"]
+Optimizer = Literal["sgd", "adam"]
+# fields that mean something for networks only: a linear job must leave them at their defaults
+NETWORK_MODEL_FIELDS = ("input_shape", "hidden", "vocab", "init_seed")
+NETWORK_TRAINING_FIELDS = ("sampling_rate", "optimizer", "momentum", "adam_betas", "schedule", "schedule_step",
+                           "schedule_gamma")
+Schedule = Literal["constant", "step", "cosine"]
 OutputMechanism = Literal["l2_laplace", "gaussian", "laplace_thesis"]
 GradientAccountant = Literal["gdp", "zcdp", "rdp", "pld"]
 Weighting = Literal["pooled", "thesis"]
 Adjacency = Literal["replace", "add_remove"]
+
+
+def _arrays(data: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """TOML and JSON arrays arrive as lists; the frozen spec keeps tuples."""
+    return {k: tuple(v) if k in names and isinstance(v, list) else v for k, v in data.items()}
 
 
 class _Strict(BaseModel):
@@ -28,9 +41,26 @@ class _Strict(BaseModel):
 
 class ModelSpec(_Strict):
     name: ModelName = "logistic"
-    lam: float = Field(1e-3, ge=0.0, description="ridge coefficient λ of λ/2·‖θ‖²")
-    n_classes: int | None = Field(None, ge=2, le=10_000, description="softmax only")
+    lam: float = Field(1e-3, ge=0.0, description="ridge coefficient λ of λ/2·‖θ‖² (networks: weight decay, "
+                                                 "default 0)")
+    n_classes: int | None = Field(None, ge=2, le=10_000, description="softmax and networks")
     huber_h: float = Field(0.5, gt=0.0, le=1.0, description="huber_svm smoothing width h")
+    # networks (mpc_erm.models.networks): one example's shape, hidden widths, vocabulary, init seed
+    input_shape: tuple[int, ...] | None = Field(None, min_length=1, max_length=4)
+    hidden: tuple[int, ...] = Field((128,), max_length=16)
+    vocab: int | None = Field(None, ge=2, le=1_000_000, description="char_lstm only")
+    init_seed: int = Field(0, ge=0, lt=2**63, description="networks: seed of the agreed initial weights")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _network_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = _arrays(data, ("input_shape", "hidden"))
+        # a network's λ is weight decay, off unless asked for (1e-3 is the linear models' default)
+        if data.get("name") in NETWORK_MODELS and "lam" not in data:
+            return {**data, "lam": 0.0}
+        return data
 
     @field_validator("lam")
     @classmethod
@@ -38,6 +68,10 @@ class ModelSpec(_Strict):
         if not math.isfinite(v):
             raise ValueError("must be finite")
         return v
+
+    @property
+    def is_network(self) -> bool:
+        return self.name in NETWORK_MODELS
 
 
 class PrivacySpec(_Strict):
@@ -66,11 +100,32 @@ class PrivacySpec(_Strict):
 
 
 class TrainingSpec(_Strict):
-    iterations: int = Field(100, ge=1, le=1_000_000, description="T, gradient rounds")
+    iterations: int = Field(100, ge=1, le=10_000_000, description="T, gradient rounds")
     learning_rate: float = Field(1.0, gt=0.0, le=1e3, description="η")
-    ls_sigma: float = Field(0.0, ge=0.0, le=1e4, description="Laplacian smoothing σ (0: off)")
+    ls_sigma: float = Field(0.0, ge=0.0, le=1e4, description="Laplacian smoothing σ (0: off); per parameter "
+                                                             "tensor for networks")
     weighting: Weighting = "pooled"
     solver_tol: float = Field(1e-9, gt=0.0, le=1e-3, description="certified ‖θ̂−θ*‖ of local solves")
+    # networks (DP-SGD / DP-Adam): Poisson sampling and the public optimizer step
+    sampling_rate: float = Field(1.0, gt=0.0, le=1.0, description="q: each record joins a round w.p. q")
+    optimizer: Optimizer = "sgd"
+    momentum: float = Field(0.0, ge=0.0, lt=1.0, description="sgd momentum")
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    schedule: Schedule = "constant"
+    schedule_step: int = Field(1, ge=1, description="step schedule: rounds between decays")
+    schedule_gamma: float = Field(0.1, gt=0.0, le=1.0, description="step schedule: decay factor")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tuples(cls, data: Any) -> Any:
+        return _arrays(data, ("adam_betas",)) if isinstance(data, dict) else data
+
+    @field_validator("adam_betas")
+    @classmethod
+    def _betas(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not all(0.0 <= b < 1.0 for b in v):
+            raise ValueError("both betas must be in [0, 1)")
+        return v
 
 
 class JobSpec(_Strict):
@@ -92,6 +147,26 @@ class JobSpec(_Strict):
                 raise ValueError("privacy.delta: gradient perturbation (Gaussian) needs δ > 0")
         if self.model.name == "softmax" and self.model.n_classes is None:
             raise ValueError("model.n_classes: required for softmax")
+        m, tr = self.model, self.training
+        if m.is_network:
+            if self.method != "gradient":
+                raise ValueError("method: networks are trained by gradient perturbation (DP-SGD); use 'gradient'")
+            if m.input_shape is None or m.n_classes is None:
+                raise ValueError("model.input_shape, model.n_classes: required for a network")
+            if self.privacy.clip is None:
+                raise ValueError("privacy.clip: required for a network (its loss has no known Lipschitz constant)")
+            if m.name == "char_lstm" and m.vocab is None:
+                raise ValueError("model.vocab: required for char_lstm")
+            if tr.weighting != "pooled":
+                raise ValueError("training.weighting: networks use 'pooled' (one public normaliser)")
+            return self
+        for name in NETWORK_MODEL_FIELDS:
+            if getattr(m, name) != ModelSpec.model_fields[name].default:
+                raise ValueError(f"model.{name}: applies to networks only, not {m.name!r}")
+        for name in NETWORK_TRAINING_FIELDS:
+            if getattr(tr, name) != TrainingSpec.model_fields[name].default:
+                raise ValueError(f"training.{name}: applies to networks (DP-SGD) only; linear models train by "
+                                 "full-batch gradient descent")
         return self
 
     def canonical_json(self) -> str:

@@ -10,6 +10,7 @@ import pytest
 import tomllib
 
 from mpc_erm.jobs.jobfile import JobFile, JobFileError, _toml_value, load_job_file, parse_job_file
+from mpc_erm.protocols.spec import NETWORK_MODEL_FIELDS, NETWORK_TRAINING_FIELDS, JobSpec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "coordinator" / "examples"
 KNOWN = {"alice", "bob", "carol", "dave", "dealer"}
@@ -100,7 +101,8 @@ BAD = [
     ([("learning_rate = 0.5", "learning_rate = -0.1")], "training.learning_rate: must be > 0"),
     ([('method = "gradient"', 'method = "newton"')], "method: must be 'output' or 'gradient', got 'newton'"),
     ([('method = "gradient"\n', "")], "method: required"),
-    ([('name = "logistic"', 'name = "svm"')], "model.name: must be 'logistic', 'ridge', 'huber_svm' or 'softmax'"),
+    ([('name = "logistic"', 'name = "svm"')],
+     "model.name: must be 'logistic', 'ridge', 'huber_svm', 'softmax', 'mlp', 'mnist_cnn', 'cifar_cnn' or 'char_lstm'"),
     ([('name = "logistic"', 'name = "softmax"')], "model.n_classes: required for softmax"),
     ([("lam = 0.001", "lam = 0.001\nn_classes = 3")], "model.n_classes: only for softmax"),
     ([('method = "gradient"', 'method = "gradient"\nmodel = 3'), ("[model]\n", "[unused]\n")],
@@ -219,6 +221,9 @@ def test_digest_changes_when_any_field_changes() -> None:
     for path, value in _leaves(base):
         if value is None or path == ("job", "trust"):
             continue
+        if path[:2] == ("spec", "model") and path[2] in NETWORK_MODEL_FIELDS or \
+                path[:2] == ("spec", "training") and path[2] in NETWORK_TRAINING_FIELDS:
+            continue  # a linear job must leave them at their defaults (test_network_fields_enter_the_digest)
         if path in ALTERNATIVES:
             new = ALTERNATIVES[path]
         elif isinstance(value, list):
@@ -250,3 +255,22 @@ def test_digest_changes_when_any_field_changes() -> None:
 @pytest.mark.parametrize("s", ['plain', 'quo"te', "back\\slash", "new\nline\ttab", "del\x7f", "ünï ✓ 😀"])
 def test_toml_strings_round_trip(s: str) -> None:
     assert tomllib.loads(f"x = {_toml_value(s)}")["x"] == s
+
+
+def test_network_fields_enter_the_digest() -> None:
+    """A network job's own fields (skipped on the linear job above) change its digest too."""
+    base = {"method": "gradient",
+            "model": {"name": "mnist_cnn", "input_shape": [1, 28, 28], "n_classes": 10},
+            "privacy": {"epsilon": 1.0, "delta": 1e-5, "clip": 1.0, "adjacency": "add_remove", "public_n": 60000},
+            "training": {"iterations": 10, "sampling_rate": 0.01}}
+    changes = {"input_shape": [1, 32, 32], "hidden": [64], "init_seed": 5, "sampling_rate": 0.02, "optimizer": "adam",
+               "momentum": 0.9, "adam_betas": [0.8, 0.99], "schedule": "step", "schedule_step": 5,
+               "schedule_gamma": 0.5}
+    digests = {JobSpec.model_validate(base).digest()}
+    for name, value in changes.items():
+        section = "model" if name in NETWORK_MODEL_FIELDS else "training"
+        assert name in NETWORK_MODEL_FIELDS + NETWORK_TRAINING_FIELDS
+        spec = copy.deepcopy(base)
+        spec[section][name] = value
+        digests.add(JobSpec.model_validate(spec).digest())
+    assert len(digests) == len(changes) + 1

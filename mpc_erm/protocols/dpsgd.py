@@ -1,0 +1,202 @@
+"""DP-SGD and DP-Adam for neural networks (with per-tensor Laplacian smoothing: DP-LSSGD,
+DP-LSAdam), transport-independent: the round loop a party's worker and the simulator both run.
+
+Round t, at every party, on the same public model θ_t:
+
+1. **Poisson batch**: each of the party's own records joins w.p. q = ``training.sampling_rate``,
+   drawn with the party's private generator (no party learns another's batch; the union is a
+   Poisson sample of the pooled data).
+2. **Clipped sum**: per-example gradients of the party's copy of the network (torch.func, on its
+   device), each clipped to ℓ2 norm C in float64, summed.
+3. **Secure noisy sum**: the aggregator returns Σ_parties w·sum + N(0, σ²I), w = 1/(q·n̂) the
+   public expected batch (add/remove adjacency; n̂ = ``privacy.public_n``), σ = z·C/(q·n̂) with z
+   the plan's noise multiplier for T Poisson-subsampled rounds.
+4. **Public step**, identical everywhere (post-processing): g̃ + λθ (weight decay), Laplacian
+   smoothing of each parameter tensor separately (PyTorch's row-major flattening, the papers'
+   convention), then SGD (momentum) or Adam with the learning-rate schedule — on a float64 CPU
+   master copy of the parameters, so that parties on different devices keep bit-identical public
+   models; each party then loads the master into its working network.
+
+The privacy of the whole job is the plan's (``PrivacyPlan`` with ``sampling_rate``); nothing here
+re-derives it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils import vector_to_parameters
+
+from mpc_erm.models import NetworkSpec, build_network, clip_rows, flatten_grads, per_example_grads
+from mpc_erm.privacy.plan import PrivacyPlan, PublicSizes
+from mpc_erm.protocols.aggregation import NoiseSpec, SecureAggregator
+from mpc_erm.protocols.common import plan_job
+from mpc_erm.protocols.spec import JobSpec
+from mpc_erm.smoothing import smooth_parameters
+
+__all__ = ["DpSgd", "network_spec", "poisson_batch"]
+
+LocalSum = Callable[[nn.Module], tuple[Tensor, Tensor]]
+
+
+def network_spec(spec: JobSpec) -> NetworkSpec:
+    """The :class:`~mpc_erm.models.NetworkSpec` a job's model section names."""
+    m = spec.model
+    if not m.is_network or m.input_shape is None or m.n_classes is None:
+        raise ValueError(f"model.name: {m.name!r} is not a network")
+    return NetworkSpec(m.name, tuple(m.input_shape), int(m.n_classes), hidden=tuple(m.hidden), vocab=m.vocab or 0,
+                       init_seed=m.init_seed)
+
+
+def poisson_batch(n: int, q: float, generator: torch.Generator) -> Tensor:
+    """Indices of the records that join this round: each of ``n`` independently w.p. ``q``
+    (exactly: uniforms on the CPU generator compared with q)."""
+    if q >= 1.0:
+        return torch.arange(n)
+    return torch.nonzero(torch.rand(n, generator=generator, dtype=torch.float64) < q).flatten()
+
+
+@dataclass
+class DpSgd:
+    """One job's DP-SGD / DP-Adam rounds (module docstring). ``plan``: the job's plan (default:
+    the simulator's ideal-noise plan from the spec); ``noise``: the plan's noise as the aggregator
+    realises it (default: the ideal one); ``device``: where this party's network computes."""
+
+    spec: JobSpec
+    plan: PrivacyPlan | None = None
+    noise: NoiseSpec | None = None
+    device: torch.device | str = "cpu"
+    loss: Callable[[Tensor, Tensor], Tensor] = nn.functional.cross_entropy
+    chunk_size: int | None = 256  # per-example gradients computed this many rows at a time
+    model: nn.Module = field(init=False)
+
+    def __post_init__(self) -> None:
+        spec = self.spec
+        if spec.method != "gradient" or not spec.model.is_network:
+            raise ValueError("model.name: DpSgd trains the networks of mpc_erm.models.networks")
+        if spec.privacy.adjacency != "add_remove":
+            raise ValueError("privacy.adjacency: networks are trained under add/remove adjacency with a public "
+                             "normaliser privacy.public_n (the expected batch q·n̂ divides each round's sum)")
+        self.net_spec = network_spec(spec)
+        self.model = build_network(self.net_spec, self.device)
+        self.shapes = [p.shape for p in self.model.parameters()]
+        self.master = nn.Parameter(torch.cat([p.detach().to("cpu", torch.float64).reshape(-1)
+                                              for p in self.model.parameters()]))
+        self.p = self.master.numel()
+        if self.plan is None:
+            self.plan = plan_job(spec, sizes=PublicSizes(public_n=spec.privacy.public_n))
+        self.plan = self.plan.with_sizes(None, self.p)
+        pl = self.plan
+        self.clip = pl.clip
+        self.q = pl.sampling_rate
+        self.weight = pl.weight(0, 0)  # 1 / (q·n̂): the same for every party
+        if self.noise is None:
+            self.noise = (NoiseSpec("gaussian", pl.noise_scale(), sensitivity=pl.sensitivity_l2())
+                          if pl.mechanism != "none" else NoiseSpec("none", 0.0))
+        self.optimizer = self._optimizer()
+        self.scheduler = self._scheduler()
+        self.round_index = 0
+
+    # ------------------------------------------------------------------ public state
+
+    def _optimizer(self) -> torch.optim.Optimizer:
+        tr = self.spec.training
+        if tr.optimizer == "adam":
+            return torch.optim.Adam([self.master], lr=tr.learning_rate, betas=tr.adam_betas, foreach=False)
+        return torch.optim.SGD([self.master], lr=tr.learning_rate, momentum=tr.momentum, foreach=False)
+
+    def _scheduler(self) -> torch.optim.lr_scheduler.LRScheduler:
+        tr = self.spec.training
+        if tr.schedule == "step":
+            return torch.optim.lr_scheduler.StepLR(self.optimizer, tr.schedule_step, tr.schedule_gamma)
+        if tr.schedule == "cosine":
+            return torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, tr.iterations)
+        return torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda _t: 1.0)
+
+    def _load_master(self) -> None:
+        vector_to_parameters(self.master.detach().to(self.device, next(self.model.parameters()).dtype),
+                             self.model.parameters())
+
+    def public_parameters(self) -> Tensor:
+        """The public model θ_t as one float64 CPU vector (``named_parameters`` order)."""
+        return self.master.detach().clone()
+
+    # ------------------------------------------------------------------ the round
+
+    def local_contribution(self, X: Tensor, y: Tensor, generator: torch.Generator) -> tuple[Tensor, int]:
+        """(Σ_i clip_C(∇ℓ(θ; x_i, y_i)) over this round's Poisson batch of the caller's rows as a
+        (1, p) float64 CPU row, the batch size — which stays with the caller)."""
+        idx = poisson_batch(X.shape[0], self.q, generator)
+        total = torch.zeros(1, self.p, dtype=torch.float64)
+        if idx.numel() == 0:
+            return total, 0
+        Xb, yb = X[idx.to(X.device)], y[idx.to(y.device)]
+        step = self.chunk_size or idx.numel()
+        for lo in range(0, idx.numel(), step):
+            grads = per_example_grads(self.model, self.loss, Xb[lo : lo + step], yb[lo : lo + step])
+            rows = flatten_grads(grads, self.model).to("cpu", torch.float64)
+            total += clip_rows(rows, self.clip).sum(dim=0, keepdim=True)
+        return total, int(idx.numel())
+
+    def public_step(self, noisy: Tensor) -> None:
+        """The step every party takes on the revealed g̃ (pure post-processing; module docstring)."""
+        tr = self.spec.training
+        g = noisy.detach().to("cpu", torch.float64).reshape(-1)
+        if self.spec.model.lam:
+            g = g + self.spec.model.lam * self.master.detach()
+        if tr.ls_sigma:
+            parts = torch.split(g, [math.prod(s) for s in self.shapes])
+            g = torch.cat([t.reshape(-1) for t in smooth_parameters(
+                [t.reshape(s) for t, s in zip(parts, self.shapes)], tr.ls_sigma)])
+        self.master.grad = g
+        self.optimizer.step()
+        self.scheduler.step()
+        self.master.grad = None
+        self._load_master()
+        self.round_index += 1
+
+    def round(self, aggregator: SecureAggregator, contributions: Tensor, noise: NoiseSpec | None = None) -> Tensor:
+        """Aggregate the caller's clipped sums (rows, each weighted 1/(q·n̂)) with the plan's
+        noise, take the public step; returns g̃."""
+        noise = self.noise if noise is None else noise
+        assert noise is not None
+        weights = torch.full((contributions.shape[0],), self.weight, dtype=torch.float64)
+        noisy = aggregator.aggregate(contributions.to(torch.float64), weights, noise)
+        self.public_step(noisy)
+        return noisy
+
+    def train(
+        self,
+        aggregator: SecureAggregator,
+        local_sum: LocalSum,
+        *,
+        noise: NoiseSpec | None = None,
+        before_reveal: Callable[[int], None] | None = None,
+        after_round: Callable[[int, Tensor], None] | None = None,
+    ) -> Tensor:
+        """The job's T rounds: the one loop a party daemon's worker and the simulator both run.
+
+        ``local_sum(model)`` → (contributions, batch sizes) the caller holds (a party: its own row;
+        the simulator: one row per party). ``before_reveal(t)`` runs before round t's aggregate
+        is revealed (a daemon records the spend there); ``after_round(t, g̃_t)`` after the step.
+        Returns the final public parameters (float64, CPU)."""
+        for t in range(1, self.spec.training.iterations + 1):
+            contributions, _sizes = local_sum(self.model)
+            if before_reveal is not None:
+                before_reveal(t)
+            noisy = self.round(aggregator, contributions, noise)
+            if after_round is not None:
+                after_round(t, noisy)
+        return self.public_parameters()
+
+    @torch.no_grad()
+    def predict(self, X: Tensor, batch: int = 4096) -> Tensor:
+        """Class predictions of the current public model (the caller's rows, its device)."""
+        self.model.eval()
+        out = [self.model(X[i : i + batch]).argmax(dim=-1) for i in range(0, X.shape[0], batch)]
+        self.model.train()
+        return torch.cat(out) if out else torch.empty(0, dtype=torch.long)
