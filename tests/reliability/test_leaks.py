@@ -419,7 +419,8 @@ def test_every_message_is_recorded_on_both_sides_and_the_dealer_gets_only_reques
     for r in to_dealer:
         assert (r.meta["src"], r.meta["op"], r.meta["kind"]) == (0, "dealer/request", 2), r.meta
         text = codec.decode_object(r.payload)
-        assert text == "terminate" or set(json.loads(text)) == {"function", "device", "args", "kwargs"}, text
+        assert text == "terminate" or set(json.loads(text)) == {"function", "device", "args", "kwargs", "to"}, text
+        assert text == "terminate" or json.loads(text)["to"] in range(dealer), text  # a party gets the correction
     per_job = Counter(r.meta["job"] for r in captured.sent)
     bytes_job = Counter()
     for r in captured.sent:
@@ -495,7 +496,7 @@ def _share_categories(captured: Captured) -> dict[str, np.ndarray]:
             continue
         seen.add(h)
         if m["op"] == "dealer/result":
-            cats["dealer corrections (dealer -> party 0)"].append(r.int64())
+            cats["dealer corrections (dealer -> a party)"].append(r.int64())
         elif m["label"] == "aggregate":
             cats["input shares of the aggregate (all parties)"].append(r.int64())
             cats[f"input shares of the aggregate ({names[m['src']]})"].append(r.int64())
@@ -513,7 +514,7 @@ def _bounded(v: np.ndarray, n: int = 1_000_000, seed: int = 0) -> np.ndarray:
 def test_outgoing_shares_are_uniform_and_the_test_rejects_plaintext(
         run: Run, captured: Captured, plaintext: Plaintext) -> None:
     cats = _share_categories(captured)
-    must = {"dealer corrections (dealer -> party 0)", "input shares of the aggregate (all parties)",
+    must = {"dealer corrections (dealer -> a party)", "input shares of the aggregate (all parties)",
             *(f"input shares of the aggregate ({m})" for m in PARTIES)}
     assert must <= set(cats) and len(set(cats) & set(OPENINGS.values())) >= 2, sorted(cats)
     plain_cats = {
