@@ -1,0 +1,16 @@
+"""mpc_erm: secure multi-party differentially private model training (see README.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["load_model"]
+
+
+def load_model(directory: Any) -> Any:
+    """A trained model's directory (``model.json`` + ``model.safetensors``) as an object with
+    ``predict`` and ``predict_proba`` (:mod:`mpc_erm.models.bundle`). Imported lazily: ``import
+    mpc_erm`` stays cheap."""
+    from .models.bundle import load_model as _load
+
+    return _load(directory)

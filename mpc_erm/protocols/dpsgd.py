@@ -26,12 +26,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.nn.utils import vector_to_parameters
 
 from mpc_erm.models import NetworkSpec, build_network, clip_rows, flatten_grads, per_example_grads
+from mpc_erm.models.bundle import save_network_bundle
 from mpc_erm.privacy.plan import PrivacyPlan, PublicSizes
 from mpc_erm.protocols.aggregation import NoiseSpec, SecureAggregator
 from mpc_erm.protocols.common import plan_job
@@ -192,6 +194,20 @@ class DpSgd:
             if after_round is not None:
                 after_round(t, noisy)
         return self.public_parameters()
+
+    def save(self, directory: Any, *, classes: list[Any] | None = None, feature_names: list[str] | None = None,
+             trust_model: str = "simulation (plaintext aggregator)") -> Any:
+        """Write the public model as a bundle that ``mpc_erm.load_model`` reads (mpc_erm.models.bundle),
+        with the plan's privacy statement for the rounds run so far."""
+        pl = self.plan
+        assert pl is not None
+        g = pl.guarantee(rounds=self.round_index) if self.round_index else None
+        privacy = {"mechanism": pl.mechanism, "noise_multiplier": pl.noise_multiplier, "clip": pl.clip,
+                   "sampling_rate": pl.sampling_rate, "rounds": self.round_index, "adjacency": pl.adjacency,
+                   "accountant": pl.accountant_statement(), "epsilon": None if g is None else g.epsilon,
+                   "delta": None if g is None else g.delta, "public": pl.public_statement(), "trust_model": trust_model}
+        return save_network_bundle(directory, self.net_spec, self.master, classes=classes, feature_names=feature_names,
+                                   privacy=privacy, job={"spec_digest": self.spec.digest()})
 
     @torch.no_grad()
     def predict(self, X: Tensor, batch: int = 4096) -> Tensor:

@@ -5,12 +5,14 @@ smoothing against a dense solve, Poisson sampling statistics, and a trained mode
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from scipy import stats
 
+import mpc_erm
 from mpc_erm.data import load_dataset
 from mpc_erm.privacy.events import AdjacencyError, GaussianRounds, compose, event_from_dict, event_from_json
 from mpc_erm.privacy.plan import PlanError
@@ -203,7 +205,7 @@ def test_every_party_takes_the_same_step() -> None:
 # ------------------------------------------------------------------ training
 
 
-def test_dpsgd_trains_an_mlp_on_adult_across_three_parties() -> None:
+def test_dpsgd_trains_an_mlp_on_adult_across_three_parties(tmp_path: Path) -> None:
     tr, te = load_dataset("adult", n_train=6000, n_test=3000, seed=1)
     X = torch.tensor(tr.X, dtype=torch.float32)
     y = torch.tensor((tr.y > 0).astype(np.int64))
@@ -225,3 +227,11 @@ def test_dpsgd_trains_an_mlp_on_adult_across_three_parties() -> None:
     print(f"\nDP-Adam MLP on Adult (6,000 rows, 3 parties, ε = {job.plan.guarantee().epsilon:.2f}): "
           f"test accuracy {acc:.4f} (majority {majority:.4f})")
     assert acc > majority + 0.03
+    # the released model, as a bundle a user loads with one call, predicts what the job's model does
+    job.save(tmp_path, classes=["<=50K", ">50K"])
+    model = mpc_erm.load_model(tmp_path)
+    got = model.predict(te.X[:500])
+    want = np.where(job.predict(torch.tensor(te.X[:500], dtype=torch.float32)).numpy() == 1, ">50K", "<=50K")
+    assert list(got) == list(want)
+    assert model.meta["privacy"]["epsilon"] == pytest.approx(job.plan.guarantee().epsilon)
+    assert model.meta["privacy"]["sampling_rate"] == 0.05

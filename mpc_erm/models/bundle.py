@@ -1,0 +1,159 @@
+"""A trained model as a self-describing directory: ``model.safetensors`` + ``model.json``.
+
+Why: a user must be able to load what a job released and predict without reading our source.
+``model.json`` names the architecture (a built-in network with its spec, or a linear loss), the
+classes, the feature names, and what the job's privacy report says (mechanism, ε, δ, accountant),
+with the sha256 of the weights file so a bundle cannot silently pair with other weights.
+``model.safetensors`` holds the parameters under their ``named_parameters`` names (networks) or
+``theta`` (linear). Loading checks every name, shape and dtype against the architecture and
+refuses a mismatch naming the field — safetensors never executes anything, and neither does
+loading: the architecture is rebuilt from our own code by name.
+
+    model = mpc_erm.load_model("results/job-1/")
+    model.predict(X)          # class labels (or values, for a regression)
+    model.predict_proba(X)    # class probabilities (classifiers)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..data.sets import file_sha256
+from .networks import NETWORKS, NetworkSpec, build_network
+
+__all__ = ["BUNDLE_FORMAT", "BundleError", "LoadedModel", "load_model", "save_network_bundle"]
+
+BUNDLE_FORMAT = "mpc-erm-model/1"
+WEIGHTS, META = "model.safetensors", "model.json"
+
+
+class BundleError(ValueError):
+    """A model directory that cannot be loaded; the message names the file and the field."""
+
+
+def save_network_bundle(directory: str | os.PathLike[str], spec: NetworkSpec, parameters: Tensor, *,
+                        classes: list[Any] | None = None, feature_names: list[str] | None = None,
+                        privacy: dict[str, Any] | None = None, job: dict[str, Any] | None = None) -> Path:
+    """Write a network's bundle: ``parameters`` is the public model as one vector in
+    ``named_parameters`` order (what the DP-SGD round loop keeps); ``classes`` the label of each
+    output (default 0..K−1); ``privacy`` the job's privacy statement (mechanism, ε, δ, ...)."""
+    from safetensors.torch import save_file
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    module = build_network(spec)
+    names = [(k, p.shape) for k, p in module.named_parameters()]
+    total = sum(math.prod(s) for _, s in names)
+    flat = parameters.detach().to("cpu", torch.float32).reshape(-1)
+    if flat.numel() != total:
+        raise BundleError(f"parameters: {flat.numel()} values for a {spec.name} of {total} parameters")
+    tensors, off = {}, 0
+    for k, s in names:
+        n = math.prod(s)
+        tensors[k] = flat[off : off + n].reshape(s).contiguous()
+        off += n
+    save_file(tensors, str(d / WEIGHTS))
+    meta = {
+        "format": BUNDLE_FORMAT,
+        "kind": "network",
+        "architecture": {"network": spec.name, "input_shape": list(spec.input_shape), "n_outputs": spec.n_outputs,
+                         "hidden": list(spec.hidden), "vocab": spec.vocab},
+        "task": "multiclass" if spec.n_outputs > 2 else "binary",
+        "classes": list(classes) if classes is not None else list(range(spec.n_outputs)),
+        "feature_names": list(feature_names) if feature_names is not None else None,
+        "input": "float32 array of shape (n, *input_shape); for images, pixels scaled to [0, 1]",
+        "privacy": privacy,
+        "job": job,
+        "weights_sha256": file_sha256(d / WEIGHTS),
+    }
+    (d / META).write_text(json.dumps(meta, indent=2, default=float) + "\n")
+    return d
+
+
+@dataclass
+class LoadedModel:
+    """A loaded bundle: ``module`` (the network, eval mode), ``meta`` (model.json)."""
+
+    module: nn.Module
+    meta: dict[str, Any]
+
+    @property
+    def classes(self) -> list[Any]:
+        return list(self.meta["classes"])
+
+    def _inputs(self, X: Any) -> Tensor:
+        x = torch.tensor(np.asarray(X, dtype=np.float32))  # a copy: the caller's array may be read-only
+        shape = tuple(self.meta["architecture"]["input_shape"])
+        if x.shape[1:] != shape:
+            if x.ndim == 2 and x.shape[1] == math.prod(shape):
+                return x.reshape(x.shape[0], *shape)
+            raise BundleError(f"X: rows of shape {tuple(x.shape[1:])}, the model takes {shape}")
+        return x
+
+    @torch.no_grad()
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """(n, K) class probabilities."""
+        return torch.softmax(self.module(self._inputs(X)), dim=-1).numpy()
+
+    def predict(self, X: Any) -> np.ndarray:
+        """The most probable class label of each row (the labels of ``classes``)."""
+        return np.asarray(self.classes)[self.predict_proba(X).argmax(axis=1)]
+
+
+def load_model(directory: str | os.PathLike[str]) -> LoadedModel:
+    """Load a bundle written by :func:`save_network_bundle` (module docstring)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    d = Path(directory)
+    meta_path, weights_path = d / META, d / WEIGHTS
+    try:
+        meta = json.loads(meta_path.read_text())
+    except FileNotFoundError:
+        raise BundleError(f"{meta_path}: no such file (a model directory holds {META} and {WEIGHTS})") from None
+    except (OSError, ValueError) as exc:
+        raise BundleError(f"{meta_path}: not readable as JSON ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != BUNDLE_FORMAT:
+        raise BundleError(f"{meta_path}: format: expected {BUNDLE_FORMAT!r}, got {meta.get('format')!r}"
+                          if isinstance(meta, dict) else f"{meta_path}: not a JSON object")
+    if meta.get("kind") != "network":
+        raise BundleError(f"{meta_path}: kind: {meta.get('kind')!r} is not loadable here (networks only so far)")
+    if not weights_path.is_file():
+        raise BundleError(f"{weights_path}: no such file")
+    if file_sha256(weights_path) != meta.get("weights_sha256"):
+        raise BundleError(f"{meta_path}: weights_sha256 does not match {WEIGHTS} (another model's weights?)")
+    arch = meta.get("architecture") or {}
+    try:
+        spec = NetworkSpec(str(arch["network"]), tuple(int(s) for s in arch["input_shape"]),
+                           int(arch["n_outputs"]), hidden=tuple(int(h) for h in arch.get("hidden") or (128,)),
+                           vocab=int(arch.get("vocab") or 0))
+        module = build_network(spec)
+    except (KeyError, TypeError, ValueError) as exc:
+        known = ", ".join(sorted(NETWORKS))
+        raise BundleError(f"{meta_path}: architecture: {exc} (built-in networks: {known})") from None
+    try:
+        tensors = load_file(str(weights_path))
+    except (SafetensorError, OSError) as exc:
+        raise BundleError(f"{weights_path}: not a safetensors file ({exc})") from None
+    want = dict(module.named_parameters())
+    if set(tensors) != set(want):
+        raise BundleError(f"{weights_path}: parameters {sorted(tensors)} do not match {spec.name}'s {sorted(want)}")
+    with torch.no_grad():
+        for k, p in want.items():
+            t = tensors[k]
+            if t.shape != p.shape or t.dtype != p.dtype:
+                raise BundleError(f"{weights_path}: {k}: {t.dtype}{list(t.shape)}, expected {p.dtype}{list(p.shape)}")
+            p.copy_(t)
+    if len(meta.get("classes") or ()) != spec.n_outputs:
+        raise BundleError(f"{meta_path}: classes: {len(meta.get('classes') or ())} labels for {spec.n_outputs} outputs")
+    module.eval()
+    return LoadedModel(module=module, meta=meta)
