@@ -86,7 +86,9 @@ def _read_rows(ctx: WorkerContext) -> tuple[Any, Any | None]:
     cfg = ctx.config.datasets.get(ds_id) if hasattr(ctx.config, "datasets") else None
     if cfg is None:
         raise ValueError(f"job.dataset: this party has no dataset {ds_id!r}")
-    task = getattr(cfg, "task", None) or ("multiclass" if ctx.job.spec.model.name == "softmax" else "binary")
+    m = ctx.job.spec.model
+    multiclass = m.name == "softmax" or (m.is_network and (m.n_classes or 2) > 2)
+    task = getattr(cfg, "task", None) or ("multiclass" if multiclass else "binary")
     if ctx.job.spec.model.name == "ridge":
         task = "regression"
     if cfg.format == "builtin":
@@ -495,10 +497,121 @@ def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, pl
     return proto, theta.cpu(), curve, note
 
 
+def _network_rows(ds: Any, spec: Any, dev: Any) -> tuple[Any, Any]:
+    """A data set's rows as the network's inputs (n, *input_shape) and class indices 0..K−1."""
+    import math
+
+    import torch
+
+    shape = tuple(spec.model.input_shape)
+    X = np.asarray(ds.X, dtype=np.float32)
+    if X.shape[1] != math.prod(shape):
+        raise ValueError(f"model.input_shape: {list(shape)} takes {math.prod(shape)} values per row, the data set "
+                         f"has {X.shape[1]} features")
+    y = np.asarray(ds.y)
+    if ds.task == "binary":
+        y = (y > 0).astype(np.int64)  # {-1, +1} → {0, 1}: output 1 is the positive class
+    return (torch.as_tensor(X, device=dev).reshape(X.shape[0], *shape),
+            torch.as_tensor(y.astype(np.int64), device=dev))
+
+
+def _network_metrics(job: Any, X: Any, y: Any) -> dict[str, float]:
+    import torch
+
+    with torch.no_grad():
+        job.model.eval()
+        logits = torch.cat([job.model(X[i : i + 4096]) for i in range(0, X.shape[0], 4096)])
+        job.model.train()
+    return {"loss": float(torch.nn.functional.cross_entropy(logits, y)),
+            "accuracy": float((logits.argmax(dim=-1) == y).double().mean())}
+
+
+def _network_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, ds: Any, test: Any, plan: Any, real: Any,
+                 dev: Any, tic: float) -> dict[str, Any]:
+    """A network trained by DP-SGD / DP-Adam (mpc_erm.protocols.dpsgd): the same round loop as the
+    simulator, this party's Poisson batches drawn from its own generator, the public step on a
+    float64 CPU master copy (so every party keeps the same public model whatever its device)."""
+    import secrets
+
+    import torch
+
+    from mpc_erm.models import model_digest
+    from mpc_erm.protocols.dpsgd import DpSgd
+
+    spec = ctx.job.spec
+    tr = spec.training
+    job = DpSgd(spec, plan=plan, noise=None if real is None else real.spec, device=dev)
+    mine = model_digest(job.model)  # public: the agreed initial weights, not data
+    first = comm.broadcast_obj(mine if comm.get_rank() == 0 else None, 0)
+    if first != mine:
+        raise ValueError(f"model: the initial {spec.model.name} built here differs from party 0's (digest "
+                         f"{mine[:12]} vs {str(first)[:12]}): the parties' PyTorch builds disagree")
+    X, y = _network_rows(ds, spec, dev)
+    tX, ty = (None, None) if test is None else _network_rows(test, spec, dev)
+    gen = torch.Generator().manual_seed(secrets.randbits(63))  # this party's batches: nobody else's to know
+    if real is not None:
+        ctx.emit({"phase": "offline", "message": f"sampling {tr.iterations * job.p} noise values inside the MPC, "
+                                                 "streamed: one round ahead, while the local gradients are computed"})
+        src.prepare(real.spec, job.p, tr.iterations)
+    audit = _audit(ctx)
+    spend = _Spend(ctx, plan)
+    curve: list[dict[str, Any]] = []
+
+    def local_sum(_model: Any) -> tuple[Any, Any]:
+        _check_cancel(ctx)
+
+        def gradient() -> Any:
+            return job.local_contribution(X, y, gen)[0]  # the batch size stays here
+
+        if real is None:
+            return gradient(), None
+        return _concurrently(gradient, lambda: src.top_up(real.spec, job.p)), None
+
+    def before_reveal(t: int) -> None:
+        _check_cancel(ctx)
+        spend.before_round(t)
+
+    def after_round(t: int, noisy: Any) -> None:
+        audit.release(ctx.job_id, what="noisy sum of clipped per-example gradients of a Poisson batch", value=noisy,
+                      round=t, rounds=tr.iterations)
+        if t % PROGRESS_EVERY == 0 or t == tr.iterations:
+            eps_t = plan.guarantee(rounds=t).epsilon
+            point: dict[str, Any] = {"round": t, "epsilon_spent": eps_t, "own": _network_metrics(job, X, y)}
+            if tX is not None:
+                point["test"] = _network_metrics(job, tX, ty)
+            curve.append(point)
+            ctx.emit({"phase": "training", "round": t, "rounds": tr.iterations, "epsilon_spent": eps_t})
+
+    try:
+        job.train(agg, local_sum, before_reveal=before_reveal, after_round=after_round)
+    finally:
+        spend.close()
+    note = (f"DP-{'Adam' if tr.optimizer == 'adam' else 'SGD'} of {spec.model.name} ({job.p} parameters): "
+            f"T = {tr.iterations} rounds, Poisson rate q = {job.q:g} per party, clip C = {job.clip:g}, "
+            f"Laplacian smoothing σ = {tr.ls_sigma:g} per parameter tensor; accountant {plan.accountant!r}")
+    report = _report(ctx, plan, real, agg.trust_model, note)
+    metrics: dict[str, Any] = {"wall_seconds": time.perf_counter() - tic, "mpc": agg.describe(), "noise": src.stats(),
+                               "parameters": job.p,
+                               "curve": [{k: v for k, v in c.items() if k != "own"} for c in curve]}
+    if tX is not None:
+        metrics["test"] = _network_metrics(job, tX, ty)
+    own = {"train_own_rows": _network_metrics(job, X, y), "curve": [{"round": c["round"], **c["own"]} for c in curve]}
+    classes = ["negative", "positive"] if ds.task == "binary" else list(range(int(spec.model.n_classes)))
+    _write_results(ctx, None, report, metrics, curve, own,
+                   write_model=lambda d: job.save(d, classes=classes, feature_names=list(ds.feature_names) or None,
+                                                  trust_model=agg.trust_model))
+    summary = {"epsilon": report.epsilon, "delta": report.delta_total, "metrics": {"wall_seconds": metrics[
+               "wall_seconds"]} | ({"test": metrics["test"]} if tX is not None else {})}
+    write_result_manifest(ctx.job_dir, summary)
+    ctx.emit({"phase": "done", "epsilon_spent": report.epsilon, "message": "results written"})
+    return summary
+
+
 def _write_results(ctx: WorkerContext, theta: Any, report: Any, metrics: dict[str, Any], curve: list,
-                   own: dict[str, Any]) -> None:
+                   own: dict[str, Any], write_model: Any = None) -> None:
     """The served results (model, report, public metrics, curve) and, in ``.private/`` (a dot
-    directory the daemon never serves), the metrics on this party's own rows."""
+    directory the daemon never serves), the metrics on this party's own rows. ``write_model(dir)``
+    writes a network's bundle; a linear model is ``theta`` in model.safetensors."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -507,8 +620,12 @@ def _write_results(ctx: WorkerContext, theta: Any, report: Any, metrics: dict[st
 
     d = ctx.job_dir
     d.mkdir(parents=True, exist_ok=True)
-    save_file({"theta": theta.detach().to("cpu").contiguous()}, str(d / "model.safetensors"),
-              metadata={"job_id": ctx.job_id, "job_digest": ctx.job.spec_digest(), "loss": ctx.job.spec.model.name})
+    if write_model is not None:
+        write_model(d)
+    else:
+        save_file({"theta": theta.detach().to("cpu").contiguous()}, str(d / "model.safetensors"),
+                  metadata={"job_id": ctx.job_id, "job_digest": ctx.job.spec_digest(),
+                            "loss": ctx.job.spec.model.name})
     (d / "privacy_report.json").write_text(report.to_json(indent=2))
     (d / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float))
     private = d / ".private"
@@ -517,10 +634,11 @@ def _write_results(ctx: WorkerContext, theta: Any, report: Any, metrics: dict[st
     fig, ax = plt.subplots(figsize=(6, 3.5))
     xs = [c["round"] for c in curve]
     has_test = all("test" in c for c in curve)
-    ys = [c["test"]["objective"] if has_test else c["epsilon_spent"] for c in curve]
+    key = "objective" if has_test and all("objective" in c["test"] for c in curve) else "accuracy"
+    ys = [c["test"][key] if has_test else c["epsilon_spent"] for c in curve]
     ax.plot(xs, ys, marker="o" if len(xs) < 3 else None)
     ax.set_xlabel("round")
-    ax.set_ylabel("objective on the public test set" if has_test else "ε spent")
+    ax.set_ylabel(f"{key} on the public test set" if has_test else "ε spent")
     ax.set_title(f"{ctx.job.job.name}: {ctx.job.spec.method} perturbation, ε = {report.epsilon:.3g}")
     fig.tight_layout()
     fig.savefig(d / "training_curve.png", dpi=100)
@@ -559,6 +677,10 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
         ctx.emit({"phase": "agreed", "message": (f"n = {sum(counts)} rows over {len(counts)} parties" if counts
                                                  else f"add/remove: normaliser n̂ = {plan.public_n}")
                   + f"; {agg.trust_model}"})
+        if spec.model.is_network:
+            summary = _network_job(ctx, comm, agg, src, ds, test, plan, real, dev, tic)
+            ok = True
+            return summary
         run = _output_job if spec.method == "output" else _gradient_job
         proto, theta, curve, note = run(ctx, agg, src, ds, test, plan, real, plan.weight(rank, int(ds.n)), dev)
         report = _report(ctx, plan, real, agg.trust_model, note)

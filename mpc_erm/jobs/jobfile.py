@@ -167,8 +167,9 @@ class JobFile(BaseModel):
         problems = []
         if self.spec.seed is not None:
             problems.append("seed: simulation only (it seeds plaintext noise); a job samples its noise in the MPC")
-        if self.spec.model.n_classes is not None and self.spec.model.name != "softmax":
-            problems.append(f"model.n_classes: only for softmax, not {self.spec.model.name}")
+        m = self.spec.model
+        if m.n_classes is not None and m.name != "softmax" and not m.is_network:
+            problems.append(f"model.n_classes: only for softmax and networks, not {m.name}")
         if self.spec.method == "output" and self.spec.privacy.mechanism == "l2_laplace":
             problems.append("privacy.mechanism: 'l2_laplace' (the simulator's default) is not sampled inside the MPC; "
                             "set mechanism = \"gaussian\" ((ε, δ)) or \"laplace_thesis\" (pure ε, per-coordinate "

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mpc_erm.models import Loss, get_loss
+from mpc_erm.models import Loss, NetworkSpec, build_network, get_loss, parameter_count
 from mpc_erm.privacy.plan import PrivacyPlan, PublicSizes, Sampler
 from mpc_erm.protocols.spec import JobSpec
 
@@ -85,11 +85,24 @@ def clip_for(spec: JobSpec) -> float:
     return lipschitz_for(loss_for(spec), spec.model.lam)
 
 
+def network_spec(spec: JobSpec) -> NetworkSpec:
+    """The :class:`~mpc_erm.models.NetworkSpec` a job's model section names."""
+    m = spec.model
+    if not m.is_network or m.input_shape is None or m.n_classes is None:
+        raise ValueError(f"model.name: {m.name!r} is not a network")
+    return NetworkSpec(m.name, tuple(m.input_shape), int(m.n_classes), hidden=tuple(m.hidden), vocab=m.vocab or 0,
+                       init_seed=m.init_seed)
+
+
 def plan_job(spec: JobSpec, *, sampler: Sampler = "ideal", test_no_noise: bool = False,
              sizes: PublicSizes | None = None, n_features: int | None = None) -> PrivacyPlan:
     """The job's :class:`PrivacyPlan`: what the daemon reserves at admission (no sizes yet), and,
-    bound with the agreed sizes and the model's dimension, what the protocol and the report use."""
-    dim = None if n_features is None or spec.model.is_network else loss_for(spec).param_dim(n_features)
+    bound with the agreed sizes and the model's dimension, what the protocol and the report use
+    (a network's dimension is its parameter count, known from the spec alone)."""
+    if spec.model.is_network:
+        dim: int | None = parameter_count(build_network(network_spec(spec)))
+    else:
+        dim = None if n_features is None else loss_for(spec).param_dim(n_features)
     return PrivacyPlan.make(spec, clip=clip_for(spec), sampler=sampler, test_no_noise=test_no_noise, sizes=sizes,
                             dim=dim)
 

@@ -32,26 +32,17 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils import vector_to_parameters
 
-from mpc_erm.models import NetworkSpec, build_network, clip_rows, flatten_grads, per_example_grads
+from mpc_erm.models import build_network, clip_rows, flatten_grads, per_example_grads
 from mpc_erm.models.bundle import save_network_bundle
 from mpc_erm.privacy.plan import PrivacyPlan, PublicSizes
 from mpc_erm.protocols.aggregation import NoiseSpec, SecureAggregator
-from mpc_erm.protocols.common import plan_job
+from mpc_erm.protocols.common import network_spec, plan_job
 from mpc_erm.protocols.spec import JobSpec
 from mpc_erm.smoothing import smooth_parameters
 
 __all__ = ["DpSgd", "network_spec", "poisson_batch"]
 
 LocalSum = Callable[[nn.Module], tuple[Tensor, Tensor]]
-
-
-def network_spec(spec: JobSpec) -> NetworkSpec:
-    """The :class:`~mpc_erm.models.NetworkSpec` a job's model section names."""
-    m = spec.model
-    if not m.is_network or m.input_shape is None or m.n_classes is None:
-        raise ValueError(f"model.name: {m.name!r} is not a network")
-    return NetworkSpec(m.name, tuple(m.input_shape), int(m.n_classes), hidden=tuple(m.hidden), vocab=m.vocab or 0,
-                       init_seed=m.init_seed)
 
 
 def poisson_batch(n: int, q: float, generator: torch.Generator) -> Tensor:

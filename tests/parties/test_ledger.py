@@ -353,7 +353,9 @@ def test_accountant_only_bound_when_deltas_do_not_add_up(tmp_path: Path) -> None
     ({"kind": "gaussian", "noise_multiplier": 1.0, "rounds": 2}, "dp_event of kind 'gaussian' needs exactly"),
     ({"kind": "gaussian", "noise_multiplier": 1.0, "rounds": 2, "delta_extra": 0.0}, "dp_event of kind"),
     ({"kind": "laplace", "epsilon": 1.0}, "dp_event.kind"),
-    (gauss(1.0, 2).as_dict() | {"sampling_rate": 0.1}, "dp_event of kind"),
+    # a Poisson-subsampled event is accounted under add/remove only (mpc_erm.privacy.events)
+    (gauss(1.0, 2).as_dict() | {"sampling_rate": 0.1}, "dp_event.sampling_rate < 1: .* add/remove"),
+    (gauss(1.0, 2).as_dict() | {"sampling_rate": 1.5}, "dp_event.sampling_rate must be in"),
     ({k: v for k, v in gauss(1.0, 2).as_dict().items() if k != "adjacency"}, "dp_event of kind"),
     (gauss(1.0, 2).as_dict() | {"rounds": True}, "rounds"),
     (gauss(1.0, 2).as_dict() | {"rounds": -1}, "rounds"),
