@@ -444,6 +444,14 @@ def _concurrently(work: Any, here: Any) -> Any:
     return box["value"]
 
 
+def _with_next_noise(src: Any, real: Any, dim: int, gradient: Any) -> Any:
+    """``gradient()``'s value; meanwhile the next round's noise is sampled in this thread (CrypTen
+    stays here, every party at the same point) while the local gradient is computed in another."""
+    if real is None:
+        return gradient()
+    return _concurrently(gradient, lambda: src.top_up(real.spec, dim))
+
+
 def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, plan: Any, real: Any,
                   weight: float, dev: Any) -> tuple:
     import torch
@@ -466,15 +474,8 @@ def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, pl
 
     def local_sum(theta: Any) -> tuple[Any, Any]:
         _check_cancel(ctx)
-
-        def gradient() -> Any:
-            return proto.local_contribution(theta.to(dev), X, y).to("cpu", torch.float64)
-
-        if real is None:
-            return gradient(), w
-        # The next round's noise is sampled here (CrypTen stays in this thread, every party at the
-        # same point) while the local gradient is computed in another.
-        return _concurrently(gradient, lambda: src.top_up(real.spec, proto.p)), w
+        return _with_next_noise(src, real, proto.p, lambda: proto.local_contribution(theta.to(dev), X, y).to(
+            "cpu", torch.float64)), w
 
     def before_reveal(t: int) -> None:
         _check_cancel(ctx)
@@ -558,14 +559,8 @@ def _network_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, ds: Any, tes
     curve: list[dict[str, Any]] = []
 
     def local_sum(_model: Any) -> tuple[Any, Any]:
-        _check_cancel(ctx)
-
-        def gradient() -> Any:
-            return job.local_contribution(X, y, gen)[0]  # the batch size stays here
-
-        if real is None:
-            return gradient(), None
-        return _concurrently(gradient, lambda: src.top_up(real.spec, job.p)), None
+        _check_cancel(ctx)  # the batch size (second value of local_contribution) stays here
+        return _with_next_noise(src, real, job.p, lambda: job.local_contribution(X, y, gen)[0]), None
 
     def before_reveal(t: int) -> None:
         _check_cancel(ctx)
