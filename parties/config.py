@@ -206,13 +206,16 @@ class PeerConfig(_Model):
 class DatasetConfig(_Model):
     """A data set this party offers, with its lifetime privacy budget (ε, δ).
 
-    ``csv``/``libsvm``/``npz`` read ``path`` (``label`` names the csv label column); ``builtin``
+    ``csv``/``libsvm``/``npz`` read ``path`` (``label`` names the csv label column; an npz may hold
+    images X of shape (n, H, W) or (n, C, H, W)); ``idx`` reads images from ``path`` and their
+    labels from ``labels`` (MNIST's format, pixels scaled to [0, 1]); ``builtin``
     loads the named data set of :mod:`mpc_erm.data` and keeps shard ``part`` of ``of`` (for
     demos and tests: every party then holds a disjoint slice of the same public set).
     """
 
-    format: Literal["csv", "libsvm", "npz", "builtin"]
+    format: Literal["csv", "libsvm", "npz", "idx", "builtin"]
     path: Path | None = None
+    labels: Path | None = None  # idx: the labels' IDX file
     label: str | None = Field(None, min_length=1)
     feature_schema: str | None = Field(None, alias="schema")
     epsilon: float = Field(strict=True, gt=0, le=1e6, allow_inf_nan=False)  # lifetime; a job asks <= 100
@@ -231,7 +234,7 @@ class DatasetConfig(_Model):
     # the file, column and row (None: no check; the worker still clips rows into the unit ball).
     feature_range: tuple[float, float] | None = None
 
-    _path = field_validator("path")(_existing_file)
+    _path = field_validator("path", "labels")(_existing_file)
 
     @field_validator("feature_range", mode="before")
     @classmethod
@@ -256,7 +259,7 @@ class DatasetConfig(_Model):
     def _by_format(self) -> DatasetConfig:
         given = self.model_fields_set
         if self.format == "builtin":
-            for f in ("path", "label", "max_bytes", "feature_range"):
+            for f in ("path", "label", "labels", "max_bytes", "feature_range"):
                 if f in given:
                     raise _field_error(f, "not allowed for format 'builtin'")
             if self.name is None:
@@ -278,6 +281,10 @@ class DatasetConfig(_Model):
             raise _field_error("label", "required for format 'csv' (the label column's name)")
         if self.format != "csv" and self.label is not None:
             raise _field_error("label", f"only allowed for format 'csv', not {self.format!r}")
+        if self.format == "idx" and self.labels is None:
+            raise _field_error("labels", "required for format 'idx' (the labels' IDX file)")
+        if self.format != "idx" and self.labels is not None:
+            raise _field_error("labels", f"only allowed for format 'idx', not {self.format!r}")
         try:
             size = self.path.stat().st_size
         except OSError as exc:

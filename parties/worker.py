@@ -100,7 +100,9 @@ def _read_rows(ctx: WorkerContext) -> tuple[Any, Any | None]:
         return mine, test
     # the loader refuses a file over max_bytes before reading it, and values outside feature_range
     ds = load_file(cfg.format, cfg.path, task=task, label=cfg.label, max_bytes=cfg.max_bytes,
-                   feature_range=cfg.feature_range)
+                   feature_range=cfg.feature_range, labels=getattr(cfg, "labels", None))
+    if m.is_network:  # a network's privacy rests on clipping each example's gradient, not its row
+        return ds, None
     # A user's file is expected to be scaled by a public schema; rows are clipped into the unit ball
     # so the protocols' sensitivity bounds hold whatever the file contains.
     X = clip_to_unit_ball(np.asarray(ds.X))

@@ -768,8 +768,10 @@ def load_numpy(
             X, y = obj, _np_load(_check_file(y_path), max_bytes)
     if not isinstance(X, np.ndarray) or not isinstance(y, np.ndarray):
         raise DataError(f"{source}: expected arrays X and y")
+    if X.ndim in (3, 4):  # images (n, H, W) or (n, C, H, W): one flat row each, row-major
+        X = X.reshape(X.shape[0], -1)
     if X.ndim != 2:
-        raise DataError(f"{source}: X must be 2-D (n, d), got shape {X.shape}")
+        raise DataError(f"{source}: X must be (n, d), or images (n, H, W) / (n, C, H, W), got shape {X.shape}")
     if y.ndim != 1 or y.shape[0] != X.shape[0]:
         raise DataError(f"{source}: y must have shape ({X.shape[0]},) to match X, got {y.shape}")
     if X.shape[0] == 0:
@@ -811,11 +813,61 @@ def load_numpy(
         raise DataError(f"{source}: {e}") from None
 
 
+def read_idx_file(path: str | os.PathLike[str], max_bytes: int | None = None) -> np.ndarray:
+    """An IDX (optionally gzip) file as a uint8 array: (n, rows, cols) images or (n,) labels —
+    MNIST's format. Refused past ``max_bytes`` (also when it inflates past it) and when the
+    header's shape does not match the bytes."""
+    p = _check_file(path)
+    _check_size(p, max_bytes)
+    try:
+        with _open_limited(p, max_bytes) as f:
+            buf = f.read()
+    except (OSError, EOFError) as e:
+        raise DataError(f"{p}: cannot read IDX file ({e})") from None
+    if len(buf) < 8 or buf[0] != 0 or buf[1] != 0 or buf[2] != 0x08:
+        raise DataError(f"{p}: not an unsigned-byte IDX file (bad magic {buf[:4]!r})")
+    ndim = buf[3]
+    header = 4 + 4 * ndim
+    if len(buf) < header:
+        raise DataError(f"{p}: truncated IDX header")
+    dims = tuple(int.from_bytes(buf[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    expected = header + math.prod(dims)
+    if len(buf) != expected:
+        raise DataError(f"{p}: {len(buf)} bytes, expected {expected} for shape {dims}")
+    return np.frombuffer(buf, dtype=np.uint8, offset=header).reshape(dims)
+
+
+def load_idx(images: str | os.PathLike[str], labels: str | os.PathLike[str], *, task: str = "multiclass",
+             max_bytes: int | None = DEFAULT_MAX_BYTES) -> Dataset:
+    """Images and labels in IDX files (MNIST's format): X = pixels / 255 flattened row-major per
+    image, y the labels (multiclass 0..K−1, or binary 0/1 → −1/+1)."""
+    img, lab = read_idx_file(images, max_bytes), read_idx_file(labels, max_bytes)
+    if img.ndim < 2 or lab.ndim != 1:
+        raise DataError(f"{images}: images must be (n, ...) and {labels} labels (n,), got {img.shape} and {lab.shape}")
+    if img.shape[0] != lab.shape[0]:
+        raise DataError(f"{labels}: {lab.shape[0]} labels for {img.shape[0]} images in {images}")
+    if img.shape[0] == 0:
+        raise DataError(f"{images}: no images")
+    X = img.reshape(img.shape[0], -1).astype(np.float64) / 255.0
+    task_ = _task_arg(task, str(labels))
+    y, n_classes = labels_for_task(lab.astype(np.int64), task_, str(labels))
+    try:
+        return Dataset(X=X, y=y, task=task_, name=Path(images).name, n_classes=n_classes)
+    except DataError as e:
+        raise DataError(f"{images}: {e}") from None
+
+
 def load_file(fmt: str, path: str | os.PathLike[str], *, task: str, label: Any = None,
               max_bytes: int | None = DEFAULT_MAX_BYTES,
-              feature_range: tuple[float, float] | None = None) -> Dataset:
+              feature_range: tuple[float, float] | None = None,
+              labels: str | os.PathLike[str] | None = None) -> Dataset:
     """A party's own data file by its config's ``format`` (``csv`` needs ``label``, the label
-    column): what the job worker calls, with the config's ``max_bytes`` and ``feature_range``."""
+    column; ``idx`` needs ``labels``, the labels' file): what the job worker calls, with the
+    config's ``max_bytes`` and ``feature_range``."""
+    if fmt == "idx":
+        if labels is None:
+            raise DataError(f"{path}: format 'idx' needs the labels' IDX file")
+        return load_idx(path, labels, task=task, max_bytes=max_bytes)
     if fmt == "csv":
         if label is None:
             raise DataError(f"{path}: format 'csv' needs the label column's name")
@@ -824,7 +876,7 @@ def load_file(fmt: str, path: str | os.PathLike[str], *, task: str, label: Any =
         return load_libsvm(path, task=task, max_bytes=max_bytes, feature_range=feature_range)
     if fmt in ("npz", "npy", "numpy"):
         return load_numpy(path, task=task, max_bytes=max_bytes, feature_range=feature_range)
-    raise DataError(f"{path}: unknown format {fmt!r}; valid: csv, libsvm, npz")
+    raise DataError(f"{path}: unknown format {fmt!r}; valid: csv, libsvm, npz, idx")
 
 
 def save_numpy(ds: Dataset, path: str | os.PathLike[str]) -> Path:

@@ -31,7 +31,6 @@ or ``~/.cache/mpc_erm``) keyed by the file's sha256 and the sampling parameters.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import inspect
 import os
@@ -44,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from .dataset import DataError, Dataset
-from .loaders import is_gzip
+from .loaders import is_gzip, read_idx_file
 from .preprocess import (
     Preprocessor,
     RowNorm,
@@ -359,21 +358,7 @@ def load_kddcup99(root: str | os.PathLike[str] | None = None, n_train: int = 50_
 
 def read_idx(path: Path) -> np.ndarray:
     """An IDX (optionally gzip) file as a uint8 array: (n, rows, cols) images or (n,) labels."""
-    opener = gzip.open if is_gzip(path) else open
-    try:
-        with opener(path, "rb") as f:
-            buf = f.read()
-    except (OSError, EOFError) as e:
-        raise DataError(f"{path}: cannot read IDX file ({e})") from None
-    if len(buf) < 8 or buf[0] != 0 or buf[1] != 0 or buf[2] != 0x08:
-        raise DataError(f"{path}: not an unsigned-byte IDX file (bad magic {buf[:4]!r})")
-    ndim = buf[3]
-    header = 4 + 4 * ndim
-    dims = tuple(int.from_bytes(buf[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
-    expected = header + int(np.prod(dims))
-    if len(buf) != expected:
-        raise DataError(f"{path}: {len(buf)} bytes, expected {expected} for shape {dims}")
-    return np.frombuffer(buf, dtype=np.uint8, offset=header).reshape(dims)
+    return read_idx_file(path, max_bytes=None)
 
 
 def load_mnist(root: str | os.PathLike[str] | None = None, flatten: bool = True, *,
