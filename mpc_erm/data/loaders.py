@@ -771,7 +771,7 @@ def load_numpy(
     if X.ndim in (3, 4):  # images (n, H, W) or (n, C, H, W): one flat row each, row-major
         X = X.reshape(X.shape[0], -1)
     if X.ndim != 2:
-        raise DataError(f"{source}: X must be (n, d), or images (n, H, W) / (n, C, H, W), got shape {X.shape}")
+        raise DataError(f"{source}: X must be 2-D (n, d), got shape {X.shape} (images: (n, H, W) or (n, C, H, W))")
     if y.ndim != 1 or y.shape[0] != X.shape[0]:
         raise DataError(f"{source}: y must have shape ({X.shape[0]},) to match X, got {y.shape}")
     if X.shape[0] == 0:

@@ -62,5 +62,5 @@ def test_numpy_image_arrays_are_flattened_row_major(tmp_path: Path) -> None:
     ds = load_numpy(tmp_path / "imgs.npz", task="multiclass")
     assert ds.X.shape == (2, 48) and np.array_equal(ds.X[1], X[1].reshape(-1))
     np.savez(tmp_path / "bad.npz", X=np.zeros((2, 1, 1, 1, 1)), y=np.array([0, 1]))
-    with pytest.raises(DataError, match=r"bad.npz: X must be \(n, d\), or images"):
+    with pytest.raises(DataError, match=r"bad.npz: X must be 2-D \(n, d\), got shape \(2, 1, 1, 1, 1\) \(images"):
         load_numpy(tmp_path / "bad.npz", task="multiclass")

@@ -145,7 +145,8 @@ def _ctx(tmp_path: Path, rows: str, model: str = "ridge") -> Any:
     path.write_text(rows)
     cfg = DatasetConfig(format="csv", path=path, label="y", epsilon=1.0, delta=1e-5)
     job = SimpleNamespace(job=SimpleNamespace(dataset="housing", parties=("alice", "bob", "carol")),
-                          spec=SimpleNamespace(model=SimpleNamespace(name=model)), spec_digest=lambda: "d" * 64)
+                          spec=SimpleNamespace(model=SimpleNamespace(name=model, is_network=False)),
+                          spec_digest=lambda: "d" * 64)
     return SimpleNamespace(job=job, config=SimpleNamespace(datasets={"housing": cfg}),
                            identity=SimpleNamespace(name="stmarys"))
 

@@ -127,7 +127,9 @@ CASES: list[tuple[str, str, bytes, dict, str]] = [
      "X has no feature columns"),
     ("npz_complex", "npz", _npz({"X": np.array([[1 + 1j]]), "y": np.array([1.0])}), {}, "X must be real numbers"),
     ("npz_strings", "npz", _npz({"X": np.array([["a"]]), "y": np.array([1.0])}), {}, "X must be real numbers"),
-    ("npz_3d", "npz", _npz({"X": np.zeros((1, 1, 1)), "y": np.array([1.0])}), {}, "X must be 2-D"),
+    # 3-D and 4-D X are images (flattened per row); 1-D and 5-D are refused
+    ("npz_1d", "npz", _npz({"X": np.zeros(3), "y": np.array([1.0])}), {}, "X must be 2-D"),
+    ("npz_5d", "npz", _npz({"X": np.zeros((1, 1, 1, 1, 1)), "y": np.array([1.0])}), {}, "X must be 2-D"),
     ("npz_y_mismatch", "npz", _npz({"X": np.zeros((2, 1)), "y": np.array([1.0])}), {}, "y must have shape (2,)"),
     ("npz_missing_y", "npz", _npz({"X": np.zeros((2, 1))}), {}, "array 'y' not in the .npz"),
     ("npz_pickled_objects", "npz", _npz_pickled(), {}, "object arrays are refused"),
