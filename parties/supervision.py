@@ -52,7 +52,7 @@ from mpc_erm.mpc.pki import Identity
 
 from .config import DaemonConfig
 from .context import ProcessWorkerContext, worker_main
-from .jobs import LIVE, JobRecord, JobStore
+from .jobs import LIVE, JobRecord, JobStore, read_result_manifest, result_files
 from .logs import DaemonLog, one_line
 from .public_errors import PublicError, storage_problem
 
@@ -597,10 +597,37 @@ class Supervisor:
             status, reason = "failed", str(value)
         else:
             status, reason = "failed", f"the worker process exited (code {exitcode}) without reporting a result"
+        if status != "succeeded":
+            self._hide_partial_results(run.job_id)
         reason = self._settle(run.job_id, status, reason, summary)
         dropped = f" ({run.dropped_events} event(s) could not be recorded)" if run.dropped_events else ""
         self.log.info(f"job {status}" + (f": {reason}" if reason else "") + dropped, job_id=run.job_id, phase=status,
                       status=status)
+
+
+    def _hide_partial_results(self, job_id: str) -> None:
+        """A job that did not succeed serves no result. A worker killed after writing some result
+        files but before their manifest (the worker's last write) leaves them behind: they move to
+        ``.incomplete/`` in the job's directory (kept for this party, never served: dot names are
+        not results). A job whose manifest is complete keeps its files (the restart rule)."""
+        if self.setup is None:
+            return
+        root = self.setup.jobs_dir / job_id
+        if not root.is_dir() or read_result_manifest(root) is not None:
+            return
+        files = result_files(root)
+        if not files:
+            return
+        hidden = root / ".incomplete"
+        try:
+            hidden.mkdir(mode=0o700, exist_ok=True)
+            for rel, path in files:
+                target = hidden / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(path, target)
+        except OSError as exc:
+            self.log.warning(f"could not set aside the partial result files of a failed job: {exc.strerror or exc}",
+                             job_id=job_id)
 
 
 def _descendants(pid: int) -> list[int]:
