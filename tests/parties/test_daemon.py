@@ -82,6 +82,8 @@ def run_party_job(ctx: Any) -> dict[str, Any]:
             led.mark_revealed(ctx.job_id)
     for name, data in FILES.items():
         (ctx.job_dir / name).write_bytes(data)
+    if mode.endswith("die"):  # killed between its result files and their manifest: no result reported
+        os._exit(9)
     return {"mode": mode, "endpoints": endpoints, "who": ctx.identity.name}
 
 
@@ -428,6 +430,24 @@ def test_failures_release_or_keep_budget_and_stubborn_workers_are_killed(alice: 
     assert f2.status == "failed" and "budget spent (the job had revealed)" in f2.reason
     assert d.ledger.get("f2").state == "committed"
     assert d.ledger.get("f3").state == "released"
+
+
+def test_a_worker_killed_after_writing_results_serves_none(tmp_path: Path, pki_dir: Path,
+                                                           stand_ins: dict[str, tuple[str, str]]) -> None:
+    """The fault test party_worker-offline-output-s101 killed a worker after its result files and
+    before their manifest: the job ended failed but served the files. Now they are set aside."""
+    cfg = load_party_config(write_config(tmp_path, pki_dir, "alice", peers=stand_ins))
+    with PartyDaemon(cfg, worker_module=FAKE, log_to_stderr=False) as d:
+        s = stub(pki_dir, d.port)
+        assert submit(s, "pd", job_toml("reveal-die", epsilon=0.5)).accepted
+        wait_for(lambda: status(s, "pd") == "failed", what="pd failed")
+        info = s.GetStatus(pb.JobRef(job_id="pd"), timeout=10)
+        assert "without reporting a result" in info.reason and "budget spent" in info.reason, info.reason
+        assert d.result_files("pd") == []
+        kept = d.jobs_dir / "pd" / ".incomplete"
+        assert sorted(p.name for p in kept.iterdir()) == sorted(FILES)
+        err = refused(lambda: s.GetResult(pb.ResultRequest(job_id="pd"), timeout=10).next())
+        assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
 def test_a_job_killed_with_its_daemon_ends_failed_after_restart(tmp_path: Path, pki_dir: Path,
