@@ -28,8 +28,11 @@ GROWTH_LIMIT = 1.10
 # connection, a job's watcher thread finishing) is not growth. The gRPC server's pool starts all
 # its threads up front (parties.daemon.prestarted_thread_pool; a lazily grown pool stepped up by
 # 5-6 threads when the 2- and 4-job phases began). A per-job leak shows as +1 per job (dozens over
-# a soak); more than this many above the warm-up value (and 10 %) fails.
-COUNT_SLACK = {"fds": 2, "threads": 4}
+# a soak); more than this many above the warm-up value (and 10 %) fails. Descriptors: 6, because on
+# a slow, shared machine a batch of two jobs was sampled with both workers' pipes and their peer
+# connections still closing: 19 → 25 at one sample, back to 19 at the end (twice in 8 CI runs);
+# a per-job leak still shows as +8 over the 8 jobs after the warm-up.
+COUNT_SLACK = {"fds": 6, "threads": 4}
 
 
 def _check(summary: dict[str, Any], warmup: int) -> None:
