@@ -419,25 +419,13 @@ class DealerServer(TTPServer):
         self._to = 0  # the party that receives the current request's correction
         self._setup_generators()
 
-    # CrypTen's TTPServer leaves out party 0's generator (remove_rank) to compute party 0's
-    # correction; these leave out the generator of the party the request names instead.
-    def _get_additive_PRSS(self, size: Any, remove_rank: bool = False) -> torch.Tensor:
-        gens = self._without(remove_rank)
-        result = generate_random_ring_element(size, generator=gens[0], device=gens[0].device)
-        for g in gens[1:]:
-            result = result + generate_random_ring_element(size, generator=g, device=g.device)
-        return result
-
-    def _get_binary_PRSS(self, size: Any, bitlength: Any = None, remove_rank: Any = None) -> torch.Tensor:
-        gens = self._without(remove_rank)
-        result = generate_kbit_random_tensor(size, bitlength=bitlength, generator=gens[0], device=gens[0].device)
-        for g in gens[1:]:
-            result = result ^ generate_kbit_random_tensor(size, bitlength=bitlength, generator=g, device=g.device)
-        return result
-
-    def _without(self, remove_rank: Any) -> list[torch.Generator]:
-        gens = self._get_generators(device=self.device)
-        return [g for i, g in enumerate(gens) if not (remove_rank and i == self._to)]
+    def _get_generators(self, device: Any = None) -> list[torch.Generator]:
+        """The parties' generators with the corrected party's first: CrypTen's TTPServer computes
+        party 0's correction by leaving out the first generator (``remove_rank``), so this makes it
+        leave out the party the request names. Each generator is still drawn in its own order, and
+        the shares are summed (or XORed), so the order of the list changes nothing else."""
+        gens = super()._get_generators(device=device)
+        return [gens[self._to], *gens[: self._to], *gens[self._to + 1 :]]
 
     def _setup_generators(self) -> None:
         ep = self.comm.endpoint
