@@ -52,7 +52,7 @@ from typing import Any
 import torch
 
 from .crypten_compat import import_crypten
-from .keystream import KEY_BYTES, Keystream, new_key
+from .keystream import Keystream, new_key
 from .tuple_pool import B2A_POOL_BITS, DevicePools, FlatPool
 
 crypten = import_crypten()
@@ -102,13 +102,8 @@ class PairStreams:
 
 def exchange_pair_keys() -> PairStreams:
     """One message per party, at the same point of every party's program (provider start)."""
-    comm = crypten.communicator.get()
-    rank = comm.get_rank()
     mine = new_key()
-    send = comm.isend(torch.frombuffer(bytearray(mine), dtype=torch.uint8), dst=(rank + 1) % 3)
-    theirs = torch.zeros(KEY_BYTES, dtype=torch.uint8)
-    comm.irecv(theirs, src=(rank - 1) % 3).wait()
-    send.wait()
+    theirs = _replicate(torch.frombuffer(bytearray(mine), dtype=torch.uint8))
     return PairStreams(ahead=Keystream(mine), behind=Keystream(bytes(theirs.numpy().tobytes())))
 
 
@@ -168,14 +163,9 @@ def _random_bits(pairs: PairStreams, size: torch.Size, dev: torch.device) -> tup
 
 
 def _replicate(share: torch.Tensor) -> torch.Tensor:
-    """The previous party's share of the same value: ours goes to the next party (one message)."""
-    comm = crypten.communicator.get()
-    rank = comm.get_rank()
-    share = share.contiguous()
-    theirs = torch.empty_like(share)
-    send = comm.isend(share, dst=(rank + 1) % 3)
-    comm.irecv(theirs, src=(rank - 1) % 3).wait()
-    send.wait()
+    """The previous party's share of the same value: ours goes to the next party (one message;
+    CrypTen's own re-sharing step of its replicated products)."""
+    ((_, theirs),) = replicated.replicate_shares([share])
     return theirs
 
 
