@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils import vector_to_parameters
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from mpc_erm.models import build_network, clip_rows, flatten_grads, per_example_grads
 from mpc_erm.models.bundle import save_network_bundle
@@ -77,8 +77,7 @@ class DpSgd:
         self.net_spec = network_spec(spec)
         self.model = build_network(self.net_spec, self.device)
         self.shapes = [p.shape for p in self.model.parameters()]
-        self.master = nn.Parameter(torch.cat([p.detach().to("cpu", torch.float64).reshape(-1)
-                                              for p in self.model.parameters()]))
+        self.master = nn.Parameter(parameters_to_vector(self.model.parameters()).detach().to("cpu", torch.float64))
         self.p = self.master.numel()
         if self.plan is None:
             self.plan = plan_job(spec, sizes=PublicSizes(public_n=spec.privacy.public_n))
