@@ -25,6 +25,7 @@ import os
 import sqlite3
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -421,7 +422,7 @@ def _output_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, plan
     curve = [_point(1, eps, proto, theta, ds, test, spec.model.lam)]
     how = "n_j/n̂ (each party its own count)" if plan.adjacency == "add_remove" else (
         "n_j/n" if plan.weighting == "pooled" else "1/m")
-    return proto, theta, curve, f"output perturbation: locally solved models averaged with weights {how}"
+    return theta, curve, f"output perturbation: locally solved models averaged with weights {how}"
 
 
 def _concurrently(work: Any, here: Any) -> Any:
@@ -497,7 +498,20 @@ def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, pl
         spend.close()
     note = (f"gradient perturbation: T = {tr.iterations} full-batch rounds, clip C = {proto.clip:g}; accountant "
             f"{plan.accountant!r}")
-    return proto, theta.cpu(), curve, note
+    return theta.cpu(), curve, note
+
+
+@dataclass
+class _Outcome:
+    """What a job's training leaves for its results: the curve (public part, and ``own`` per point;
+    its last point is the trained model's), the report's note, and the model: ``theta`` (a linear
+    model) or ``write_model(dir)`` (a network's bundle)."""
+
+    curve: list[dict[str, Any]]
+    note: str
+    theta: Any = None
+    write_model: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _network_rows(ds: Any, spec: Any, dev: Any) -> tuple[Any, Any]:
@@ -530,7 +544,7 @@ def _network_metrics(job: Any, X: Any, y: Any) -> dict[str, float]:
 
 
 def _network_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, ds: Any, test: Any, plan: Any, real: Any,
-                 dev: Any, tic: float) -> dict[str, Any]:
+                 dev: Any) -> _Outcome:
     """A network trained by DP-SGD / DP-Adam (mpc_erm.protocols.dpsgd): the same round loop as the
     simulator, this party's Poisson batches drawn from its own generator, the public step on a
     float64 CPU master copy (so every party keeps the same public model whatever its device)."""
@@ -586,22 +600,10 @@ def _network_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, ds: Any, tes
     note = (f"DP-{'Adam' if tr.optimizer == 'adam' else 'SGD'} of {spec.model.name} ({job.p} parameters): "
             f"T = {tr.iterations} rounds, Poisson rate q = {job.q:g} per party, clip C = {job.clip:g}, "
             f"Laplacian smoothing σ = {tr.ls_sigma:g} per parameter tensor; accountant {plan.accountant!r}")
-    report = _report(ctx, plan, real, agg.trust_model, note)
-    metrics: dict[str, Any] = {"wall_seconds": time.perf_counter() - tic, "mpc": agg.describe(), "noise": src.stats(),
-                               "parameters": job.p,
-                               "curve": [{k: v for k, v in c.items() if k != "own"} for c in curve]}
-    if tX is not None:
-        metrics["test"] = _network_metrics(job, tX, ty)
-    own = {"train_own_rows": _network_metrics(job, X, y), "curve": [{"round": c["round"], **c["own"]} for c in curve]}
     classes = ["negative", "positive"] if ds.task == "binary" else list(range(int(spec.model.n_classes)))
-    _write_results(ctx, None, report, metrics, curve, own,
-                   write_model=lambda d: job.save(d, classes=classes, feature_names=list(ds.feature_names) or None,
-                                                  trust_model=agg.trust_model))
-    summary = {"epsilon": report.epsilon, "delta": report.delta_total, "metrics": {"wall_seconds": metrics[
-               "wall_seconds"]} | ({"test": metrics["test"]} if tX is not None else {})}
-    write_result_manifest(ctx.job_dir, summary)
-    ctx.emit({"phase": "done", "epsilon_spent": report.epsilon, "message": "results written"})
-    return summary
+    return _Outcome(curve, note, extra={"parameters": job.p},
+                    write_model=lambda d: job.save(d, classes=classes, feature_names=list(ds.feature_names) or None,
+                                                   trust_model=agg.trust_model))
 
 
 def _write_results(ctx: WorkerContext, theta: Any, report: Any, metrics: dict[str, Any], curve: list,
@@ -675,25 +677,24 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
                                                  else f"add/remove: normaliser n̂ = {plan.public_n}")
                   + f"; {agg.trust_model}"})
         if spec.model.is_network:
-            summary = _network_job(ctx, comm, agg, src, ds, test, plan, real, dev, tic)
-            ok = True
-            return summary
-        run = _output_job if spec.method == "output" else _gradient_job
-        proto, theta, curve, note = run(ctx, agg, src, ds, test, plan, real, plan.weight(rank, int(ds.n)), dev)
-        report = _report(ctx, plan, real, agg.trust_model, note)
-        lam = spec.model.lam
-        own = {"train_own_rows": _metrics(proto.loss, theta, ds, lam),
-               "curve": [{"round": c["round"], **c["own"]} for c in curve]}
+            out = _network_job(ctx, comm, agg, src, ds, test, plan, real, dev)
+        else:
+            run = _output_job if spec.method == "output" else _gradient_job
+            theta, curve, note = run(ctx, agg, src, ds, test, plan, real, plan.weight(rank, int(ds.n)), dev)
+            out = _Outcome(curve, note, theta=theta)
+        report = _report(ctx, plan, real, agg.trust_model, out.note)
+        final = out.curve[-1]  # the last round's point: the trained model's metrics
+        own = {"train_own_rows": final["own"], "curve": [{"round": c["round"], **c["own"]} for c in out.curve]}
         metrics: dict[str, Any] = {
             "wall_seconds": time.perf_counter() - tic,
-            "mpc": agg.describe(), "noise": src.stats(),
-            "curve": [{k: v for k, v in c.items() if k != "own"} for c in curve],
+            "mpc": agg.describe(), "noise": src.stats(), **out.extra,
+            "curve": [{k: v for k, v in c.items() if k != "own"} for c in out.curve],
         }
-        if test is not None:
-            metrics["test"] = _metrics(proto.loss, theta, test, lam)
+        if "test" in final:
+            metrics["test"] = final["test"]
         summary = {"epsilon": report.epsilon, "delta": report.delta_total, "metrics": {"wall_seconds": metrics[
-                   "wall_seconds"]} | ({"test": metrics["test"]} if test is not None else {})}
-        _write_results(ctx, theta, report, metrics, curve, own)
+                   "wall_seconds"]} | ({"test": metrics["test"]} if "test" in final else {})}
+        _write_results(ctx, out.theta, report, metrics, out.curve, own, out.write_model)
         write_result_manifest(ctx.job_dir, summary)  # last: a restarted daemon trusts the results only with it
         ctx.emit({"phase": "done", "epsilon_spent": report.epsilon, "message": "results written"})
         ok = True
