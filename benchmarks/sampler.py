@@ -225,7 +225,7 @@ def reference_values(params: Any, n: int, seed: int) -> np.ndarray:
 def _sampler_party(
     ctx: Any, params: Any, n: int, batch: int | None, randn_n: int, device: str = "cpu"
 ) -> dict[str, Any]:
-    from mpc_erm.mpc.crypten_compat import import_crypten
+    from mpc_erm.mpc.crypten_compat import import_crypten, plain
     from mpc_erm.mpc.samplers.pool import NoisePool
 
     crypten = import_crypten()
@@ -254,7 +254,7 @@ def _sampler_party(
         # BENCHMARK ONLY: open the noise to party 0 to measure its distribution.
         opened = MPCTensor.from_shares(shares, precision=0)._tensor.reveal(dst=0)
         if ctx.rank == 0:
-            out["values"] = opened.numpy()
+            out["values"] = plain(opened).cpu().numpy()  # CrypTen wraps CUDA values (crypten_compat.plain)
     if randn_n > 0:
         comm.barrier()
         s0 = comm.get_communication_stats()

@@ -671,7 +671,12 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
         plan = plan_job(spec, sampler="mpc", test_no_noise=no_noise,
                         sizes=public_sizes(spec, None if counts is None else PartySizes.of(counts)), n_features=ds.d)
         real = None if no_noise else realise(plan, comm.get_world_size())
-        src = InMpcNoise(device=dev)  # the sampler's local arithmetic on the party's device
+        # The MPC (noise, secure sum) runs on the CPU whatever the party's device: its correlated
+        # randomness (CrypTen's shared generators, the dealer's per-party streams) is drawn by
+        # torch generators whose CPU and CUDA streams differ for one seed, so parties on different
+        # devices would draw different "common" values; and the sampler is bound by bytes, not
+        # arithmetic (README, "Noise sampled inside the MPC": CUDA gains nothing there).
+        src = InMpcNoise(device="cpu")
         agg = MpcAggregator(ZeroNoise() if no_noise else src, allow_test_only=no_noise)
         ctx.emit({"phase": "agreed", "message": (f"n = {sum(counts)} rows over {len(counts)} parties" if counts
                                                  else f"add/remove: normaliser n̂ = {plan.public_n}")

@@ -40,7 +40,7 @@ import torch
 from torch.distributed import ReduceOp
 
 from ._proto import transport_pb2 as pb
-from .crypten_compat import import_crypten
+from .crypten_compat import import_crypten, rewrap_all, unwrap_all
 from .pki import Identity
 from .transport import Endpoint, PartyTable, TransportError, TransportOptions, TransportServer
 from .transport.errors import ProtocolDesync
@@ -95,7 +95,11 @@ def _counted(func: F) -> F:
                 return args[0]
         tic = time.perf_counter()
         try:
-            return func(self, *args, **kwargs)
+            # CrypTen's CUDA shares arrive wrapped in CUDALongTensor: the transport takes the
+            # plain tensor and CrypTen gets back the type it sent (crypten_compat.plain)
+            args, wrapped = unwrap_all(args)
+            got = func(self, *args, **kwargs)
+            return rewrap_all(got) if wrapped else got
         finally:
             self.comm_rounds += 1
             self.comm_time += time.perf_counter() - tic

@@ -47,7 +47,7 @@ import torch
 
 from ._proto import transport_pb2 as pb
 from .communicator import GrpcCommunicator, init_crypten, uninit_crypten
-from .crypten_compat import import_crypten
+from .crypten_compat import import_crypten, plain
 from .pki import Identity
 from .transport import PartyTable, TransportOptions, TransportServer, codec
 from .transport.deadline import seconds
@@ -311,13 +311,13 @@ class DealerProvider(TupleProvider):
         cl = self._client()
         g = cl.get_generator(device)
         size = torch.Size([n])
-        a = generate_kbit_random_tensor(size, generator=g, device=device)
-        b = generate_kbit_random_tensor(size, generator=g, device=device)
+        a = plain(generate_kbit_random_tensor(size, generator=g, device=device))
+        b = plain(generate_kbit_random_tensor(size, generator=g, device=device))
         to = self._corrected(cl)
         ticket = cl.post("binary", device, size, size, to=to)
         if cl.rank == to:
             return a, b, ticket
-        return a, b, generate_kbit_random_tensor(size, generator=g, device=device)
+        return a, b, plain(generate_kbit_random_tensor(size, generator=g, device=device))
 
     def _collect(self, handle: tuple[Any, ...]) -> tuple[torch.Tensor, ...]:
         """A started refill's tensors: party 0's dealer tickets (ints) replaced by the answers."""
@@ -326,11 +326,11 @@ class DealerProvider(TupleProvider):
     def wrap_rng(self, size: Any, device: Any = None):
         cl = self._client()
         g = cl.get_generator(device)
-        r = generate_random_ring_element(size, generator=g, device=device)
+        r = plain(generate_random_ring_element(size, generator=g, device=device))
         if cl.rank == 0:
             theta_r = cl.request("wraps", device, size)
         else:
-            theta_r = generate_random_ring_element(size, generator=g, device=device)
+            theta_r = plain(generate_random_ring_element(size, generator=g, device=device))
         return tuple(ArithmeticSharedTensor.from_shares(t, precision=0) for t in (r, theta_r))
 
     def B2A_rng(self, size: Any, device: Any = None):
@@ -344,12 +344,12 @@ class DealerProvider(TupleProvider):
         cl = self._client()
         g = cl.get_generator(device)
         size = torch.Size([n])
-        r_b = generate_kbit_random_tensor(size, bitlength=1, generator=g, device=device)
+        r_b = plain(generate_kbit_random_tensor(size, bitlength=1, generator=g, device=device))
         to = self._corrected(cl)
         ticket = cl.post("B2A", device, size, to=to)
         if cl.rank == to:
             return ticket, r_b
-        return generate_random_ring_element(size, generator=g, device=device), r_b
+        return plain(generate_random_ring_element(size, generator=g, device=device)), r_b
 
 
 def register_dealer_provider() -> DealerProvider:

@@ -55,3 +55,26 @@ def test_install_check_passes() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "OK" in proc.stdout
+
+
+def test_plain_takes_the_tensor_out_of_cryptens_cuda_wrapper_and_back() -> None:
+    """CrypTen wraps CUDA shares in CUDALongTensor, whose ``out=`` recurses without end (seen on
+    an H100): the samplers and the transport unwrap it, the communicator gives CrypTen back the
+    type it sent. Built here around a CPU tensor (the wrapper's constructor needs CUDA)."""
+    crypten_compat.import_crypten()
+    from crypten.cuda import CUDALongTensor
+
+    t = torch.arange(4)
+    w = object.__new__(CUDALongTensor)
+    w._tensor = t
+    assert crypten_compat.plain(w) is t and crypten_compat.plain(t) is t and crypten_compat.plain(3) == 3
+    args, found = crypten_compat.unwrap_all((w, [w, 3], "x"))
+    assert found and args[0] is t and args[1][0] is t and args[1][1] == 3 and args[2] == "x"
+    assert crypten_compat.unwrap_all((t, [t])) == ((t, [t]), False)
+    assert crypten_compat.rewrap_all([t, (t,)])[0] is t  # a CPU tensor is never wrapped
+    assert {"contiguous", "detach"} <= set(vars(CUDALongTensor))  # what CrypTen's CUDA paths call on it
+    if torch.cuda.is_available():
+        w = CUDALongTensor(t.cuda())
+        assert isinstance(w.contiguous(), CUDALongTensor) and torch.equal(w.detach().tensor().cpu(), t)
+        back = crypten_compat.rewrap_all([t.cuda()])
+        assert isinstance(back[0], CUDALongTensor) and torch.equal(back[0].tensor().cpu(), t)

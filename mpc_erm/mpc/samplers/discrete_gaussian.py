@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..crypten_compat import import_crypten
+from ..crypten_compat import import_crypten, plain
 from .discrete_laplace import (
     _LANES,
     _and,
@@ -224,7 +224,7 @@ def sample_discrete_gaussian_integers(
         mag -= params.mu
     # The protocol's square directly: AST.square() would also "divide" by the scale 1 through a
     # wraps protocol (harmless, one wasted round).
-    sq = getattr(arithmetic, cfg.mpc.protocol).square(ArithmeticSharedTensor.from_shares(mag, precision=0)).share
+    sq = plain(getattr(arithmetic, cfg.mpc.protocol).square(ArithmeticSharedTensor.from_shares(mag, precision=0)).share)
     accept = _acceptance(sq, params, acc_coins, coin_index)  # (R−1, W)
     prefix = _exclusive_prefix_and(_not(accept))  # (R, W): P_0 … P_{R−1}
     sel = torch.cat([prefix[:-1] ^ prefix[1:], prefix[-1:]])  # one-hot: first accepted, else last
@@ -235,7 +235,7 @@ def sample_discrete_gaussian_integers(
     bits = _b2a_bits(chosen, n)  # (B + 2, n)
     abs_d = _weighted_sum(bits[: nb + 1].unsqueeze(1))[0]
     s_bit = ArithmeticSharedTensor.from_shares(bits[nb + 1], precision=0)
-    s_abs = s_bit.mul(ArithmeticSharedTensor.from_shares(abs_d, precision=0)).share
+    s_abs = plain(s_bit.mul(ArithmeticSharedTensor.from_shares(abs_d, precision=0)).share)
     return ArithmeticSharedTensor.from_shares(abs_d - 2 * s_abs, precision=0)
 
 
@@ -270,7 +270,7 @@ def _sample_revealed(params: DiscreteGaussianParams, n: int, device: torch.devic
         zb = _and(coins[:nb], z.unsqueeze(0))  # (B, W)
         mag = _weighted_sum(_b2a_bits(torch.cat([zb, z[None]]), m).unsqueeze(1))  # (1, m): |D|
         centred = mag - params.mu if _rank() == 0 else mag
-        sq = square(ArithmeticSharedTensor.from_shares(centred, precision=0)).share
+        sq = plain(square(ArithmeticSharedTensor.from_shares(centred, precision=0)).share)
         accept = _acceptance(sq, params, coins[jl:].unsqueeze(1), coin_index)  # (1, W)
         idx = torch.nonzero(_unpack(_open(accept), m)[0]).flatten()[:need].to(device)
         if idx.numel() == 0:
@@ -281,7 +281,7 @@ def _sample_revealed(params: DiscreteGaussianParams, n: int, device: torch.devic
         need -= idx.numel()
     abs_d = torch.cat(mags)
     s_bit = ArithmeticSharedTensor.from_shares(torch.cat(signs), precision=0)
-    s_abs = s_bit.mul(ArithmeticSharedTensor.from_shares(abs_d, precision=0)).share
+    s_abs = plain(s_bit.mul(ArithmeticSharedTensor.from_shares(abs_d, precision=0)).share)
     return ArithmeticSharedTensor.from_shares(abs_d - 2 * s_abs, precision=0)
 
 
@@ -305,5 +305,5 @@ def _xor_reduce(x: torch.Tensor) -> torch.Tensor:
 def sample_discrete_gaussian(params: DiscreteGaussianParams, n: int, device: Any = None) -> MPCTensor:
     """n discrete Gaussian samples in real units (D · 2^-grid_bits) with CrypTen's encoder."""
     ints = sample_discrete_gaussian_integers(params, n, device)
-    share = ints.share * (1 << (FRAC_BITS - params.grid_bits))
+    share = plain(ints.share) * (1 << (FRAC_BITS - params.grid_bits))
     return MPCTensor.from_shares(share, precision=FRAC_BITS)

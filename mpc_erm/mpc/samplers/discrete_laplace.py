@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..crypten_compat import import_crypten
+from ..crypten_compat import import_crypten, plain
 from .params import FRAC_BITS, DiscreteLaplaceParams
 
 crypten = import_crypten()
@@ -110,7 +110,7 @@ def _and_many(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tens
     native = getattr(provider, "and_shares", None)
     if native is not None:  # replicated sharing: no triple, half the bytes (rss_provider)
         return _split(native(x, y), shapes)
-    a, b, c = (t.share for t in provider.generate_binary_triple(x.size(), y.size(), device=x.device))
+    a, b, c = (plain(t.share) for t in provider.generate_binary_triple(x.size(), y.size(), device=x.device))
     m = x.numel()
     # ε and δ travel as ONE tensor: the transport's cost per message (not per byte) dominates
     # rounds of small and medium size.
@@ -218,7 +218,7 @@ def _chain_triple_planes(masks: torch.Tensor, words: int, device: torch.device) 
     r = (~u if rank0 else u) & masks[k - 1]
     size = torch.Size((j, words))
     for i in range(k - 2, -1, -1):
-        a, b, c = (t.share for t in provider.generate_binary_triple(size, size, device=device))
+        a, b, c = (plain(t.share) for t in provider.generate_binary_triple(size, size, device=device))
         eps = _public_words((j, words), device)
         eps ^= ~masks[i]
         if rank0:
@@ -346,7 +346,7 @@ def _b2a_bits(words: torch.Tensor, n: int) -> torch.Tensor:
     r_a, r_b = provider.B2A_rng(torch.Size(size), device=words.device)
     # XOR share of the r bit: bit 0 of each party's share. Padding lanes (≥ n) carry r = 0 and so
     # open their x: those are coins of samples that do not exist, independent of every used one.
-    masked = words ^ _pack(r_b.share & 1)
+    masked = words ^ _pack(plain(r_b.share) & 1)
     z = _open(masked)
     # x = rA + z − 2·z·rA is rA where z = 0 and 1 − rA where z = 1. Per share, with m = −z (0 or
     # all ones): rA ⊕ m is rA or ¬rA = −rA − 1, so (rA ⊕ m) − m is rA or −rA; rank 0 then adds
@@ -355,7 +355,7 @@ def _b2a_bits(words: torch.Tensor, n: int) -> torch.Tensor:
         m = torch.from_numpy(_unpack_u8(z, n)).long().neg_()
     else:
         m = _unpack(z, n).neg_()
-    share = r_a.share ^ m
+    share = plain(r_a.share) ^ m
     share -= m
     if _rank() == 0:
         share -= m
@@ -385,12 +385,12 @@ def _laplace_values(
         m = magnitude_rows
         x = torch.cat([signed.reshape(-1), z[:m].reshape(-1)])
         y = torch.cat([mag.reshape(-1), mag[:m].reshape(-1)])
-        prod = ArithmeticSharedTensor.from_shares(x, precision=0).mul(
+        prod = plain(ArithmeticSharedTensor.from_shares(x, precision=0).mul(
             ArithmeticSharedTensor.from_shares(y, precision=0)
-        ).share
+        ).share)
         return prod[: g * n].view(g, n), prod[g * n :].view(m, n)
     a = ArithmeticSharedTensor.from_shares(signed, precision=0)
-    return a.mul(ArithmeticSharedTensor.from_shares(mag, precision=0)).share, None
+    return plain(a.mul(ArithmeticSharedTensor.from_shares(mag, precision=0)).share), None
 
 
 def laplace_parts(
@@ -419,7 +419,7 @@ def sample_discrete_laplace(params: DiscreteLaplaceParams, n: int, device: Any =
     """n discrete Laplace samples (real units: D · 2^-grid_bits) as a CrypTen MPCTensor with
     CrypTen's default encoder, ready to be added to a shared aggregate."""
     ints = sample_discrete_laplace_integers(params, n, device)
-    share = ints.share * (1 << (FRAC_BITS - params.grid_bits))
+    share = plain(ints.share) * (1 << (FRAC_BITS - params.grid_bits))
     return MPCTensor.from_shares(share, precision=FRAC_BITS)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..crypten_compat import import_crypten
+from ..crypten_compat import import_crypten, plain
 from .discrete_laplace import sample_discrete_laplace_integers
 from .gaussian import DiscreteGaussianParams
 from .params import FRAC_BITS, DiscreteLaplaceParams
@@ -123,8 +123,8 @@ class NoisePool:
         if isinstance(self.params, DiscreteGaussianParams):
             from .discrete_gaussian import sample_discrete_gaussian_integers
 
-            return sample_discrete_gaussian_integers(self.params, m, self.device).share
-        return sample_discrete_laplace_integers(self.params, m, self.device).share
+            return plain(sample_discrete_gaussian_integers(self.params, m, self.device).share)
+        return plain(sample_discrete_laplace_integers(self.params, m, self.device).share)
 
     def take_integers(self, d: int) -> torch.Tensor:
         """This party's shares of the next d samples in grid units (removed from the pool)."""
