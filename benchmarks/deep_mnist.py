@@ -49,9 +49,10 @@ def _mnist(split: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def run(*, epochs: float = 10.0, noise: float = 1.2, lr: float = 0.32, batch: int = 256, parties: int = 3,
-        seed: int = 0, ls_sigma: float = 0.0, optimizer: str = "sgd", progress: Any = print) -> dict[str, Any]:
-    Xtr, ytr = _mnist("train")
-    Xte, yte = _mnist("t10k")
+        seed: int = 0, ls_sigma: float = 0.0, optimizer: str = "sgd", progress: Any = print,
+        device: str = "cpu") -> dict[str, Any]:
+    Xtr, ytr = (t.to(device) for t in _mnist("train"))
+    Xte, yte = (t.to(device) for t in _mnist("t10k"))
     q = batch / N_TRAIN
     rounds = int(round(epochs / q))
     delta = 1e-5
@@ -65,7 +66,7 @@ def run(*, epochs: float = 10.0, noise: float = 1.2, lr: float = 0.32, batch: in
                      "optimizer": optimizer},
     })
     torch.set_num_threads(2)
-    job = DpSgd(spec)
+    job = DpSgd(spec, device=device)
     parts = [(Xtr[i::parties], ytr[i::parties]) for i in range(parties)]
     gens = [torch.Generator().manual_seed(1000 * seed + i) for i in range(parties)]
     per_epoch = int(round(1 / q))
@@ -93,7 +94,9 @@ def run(*, epochs: float = 10.0, noise: float = 1.2, lr: float = 0.32, batch: in
                 f"({parties} simulated parties, plaintext aggregator); daemons: not yet (see module docstring)",
         "parameters": {"epochs": epochs, "rounds": rounds, "sampling_rate": q, "expected_batch": batch, "clip": 1.0,
                        "noise_multiplier": job.plan.noise_multiplier, "learning_rate": lr, "optimizer": optimizer,
-                       "ls_sigma": ls_sigma, "delta": delta, "seed": seed, "parties": parties},
+                       "ls_sigma": ls_sigma, "delta": delta, "seed": seed, "parties": parties,
+                       "device": device, "torch": torch.__version__,
+                       "cuda_device": torch.cuda.get_device_name() if device.startswith("cuda") else None},
         "epsilon": g.epsilon, "accountant": job.plan.accountant_statement(),
         "test_accuracy": curve[-1]["test_accuracy"], "curve": curve, "wall_seconds": seconds,
         "seconds_per_round": seconds / rounds,
@@ -150,6 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ls-sigma", type=float, default=0.0)
     ap.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="where the simulated parties compute (cuda on a GPU machine)")
     ap.add_argument("--compare-smoothing", action="store_true",
                     help="the four optimizers at ε = 0.2 and 0.4 (5 epochs) instead of one run")
     ap.add_argument("--out", type=Path)
@@ -160,7 +164,8 @@ def main(argv: list[str] | None = None) -> None:
             a.out.parent.mkdir(parents=True, exist_ok=True)
             a.out.write_text(json.dumps(res, indent=1) + "\n")
         return
-    res = run(epochs=a.epochs, noise=a.noise, lr=a.lr, ls_sigma=a.ls_sigma, optimizer=a.optimizer, seed=a.seed)
+    res = run(epochs=a.epochs, noise=a.noise, lr=a.lr, ls_sigma=a.ls_sigma, optimizer=a.optimizer, seed=a.seed,
+              device=a.device)
     text = json.dumps(res, indent=1)
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -123,16 +123,19 @@ class DpSgd:
         """(Σ_i clip_C(∇ℓ(θ; x_i, y_i)) over this round's Poisson batch of the caller's rows as a
         (1, p) float64 CPU row, the batch size — which stays with the caller)."""
         idx = poisson_batch(X.shape[0], self.q, generator)
-        total = torch.zeros(1, self.p, dtype=torch.float64)
+        dev = next(self.model.parameters()).device
+        total = torch.zeros(1, self.p, dtype=torch.float64, device=dev)
         if idx.numel() == 0:
-            return total, 0
+            return total.cpu(), 0
         Xb, yb = X[idx.to(X.device)], y[idx.to(y.device)]
         step = self.chunk_size or idx.numel()
         for lo in range(0, idx.numel(), step):
             grads = per_example_grads(self.model, self.loss, Xb[lo : lo + step], yb[lo : lo + step])
-            rows = flatten_grads(grads, self.model).to("cpu", torch.float64)
+            # clipped and summed in float64 where they were computed: one (1, p) row leaves the
+            # device per round, not a (batch, p) block (53 MB a round for the MNIST CNN)
+            rows = flatten_grads(grads, self.model).to(dev, torch.float64)
             total += clip_rows(rows, self.clip).sum(dim=0, keepdim=True)
-        return total, int(idx.numel())
+        return total.cpu(), int(idx.numel())
 
     def public_step(self, noisy: Tensor) -> None:
         """The step every party takes on the revealed g̃ (pure post-processing; module docstring)."""

@@ -86,7 +86,7 @@ def _child(ctx: LocalContext, out_q: Any) -> None:
 
 
 def _config(name: str, part: int, allow_test_only: bool = False, dataset: str = "breast_cancer",
-            csv: Path | None = None, idx: tuple[Path, Path] | None = None) -> Any:
+            csv: Path | None = None, idx: tuple[Path, Path] | None = None, device: str = "cpu") -> Any:
     from types import SimpleNamespace
 
     ds = (SimpleNamespace(format="builtin", name=dataset, part=part, of=3, task=None) if csv is None and idx is None
@@ -94,14 +94,15 @@ def _config(name: str, part: int, allow_test_only: bool = False, dataset: str = 
           if idx is None else SimpleNamespace(format="idx", path=idx[0], labels=idx[1], label=None,
                                                max_bytes=1 << 26, feature_range=None, task=None))
     # what parties.worker reads of a PartyConfig (the rest of it at its defaults)
-    return SimpleNamespace(listen="127.0.0.1:0", advertise=None, device="cpu", datasets={"bc": ds},
+    return SimpleNamespace(listen="127.0.0.1:0", advertise=None, device=device, datasets={"bc": ds},
                            policy=SimpleNamespace(allow_test_only=allow_test_only), peer_timeout_s=120.0,
                            limits=None, identity=SimpleNamespace(crl=None), threads=None)
 
 
 def run_members(tmp_path: Path, job_texts: dict[str, str], timeout: float = 300, allow_test_only: bool = False,
                 dataset: str = "breast_cancer", csvs: dict[str, Path] | None = None,
-                idxs: dict[str, tuple[Path, Path]] | None = None) -> dict[str, Any]:
+                idxs: dict[str, tuple[Path, Path]] | None = None,
+                devices: dict[str, str] | None = None) -> dict[str, Any]:
     ca = pki.create_ca("worker test CA")
     ctx_mp = mp.get_context("spawn")
     manager = ctx_mp.Manager()
@@ -111,7 +112,7 @@ def run_members(tmp_path: Path, job_texts: dict[str, str], timeout: float = 300,
         ident = pki.issue_identity(ca, name, "dealer" if name == "dealer" else "party")
         ctx = LocalContext("wk-job", job_texts.get(name, job_texts["*"]),
                            _config(name, i, allow_test_only, dataset, (csvs or {}).get(name),
-                                   (idxs or {}).get(name)),
+                                   (idxs or {}).get(name), (devices or {}).get(name, "cpu")),
                            ident, tmp_path / name, registry, events)
         p = ctx_mp.Process(target=_child, args=(ctx, out_q), daemon=True)
         p.start()
@@ -389,7 +390,20 @@ def _images(n: int, seed: int) -> tuple:
 def test_a_cnn_job_on_idx_images_runs_through_the_workers(tmp_path: Path) -> None:
     """Issue 16: the MNIST CNN on each party's own IDX image files (a party config's format
     'idx'), through 3 workers + dealer with in-MPC noise; every party ends with the same model."""
+    _cnn_job_through_the_workers(tmp_path, {})
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA device (CI is CPU-only)")
+def test_a_cuda_party_and_cpu_parties_end_with_the_same_model(tmp_path: Path) -> None:
+    """Issue 16, GPU: bob's worker runs the network, its per-example gradients and clipping on
+    CUDA, alice and carol on the CPU; the public model after the job is the same bit for bit
+    (the step is taken on each party's float64 CPU master from the same revealed g̃)."""
+    _cnn_job_through_the_workers(tmp_path, {"bob": "cuda"})
+
+
+def _cnn_job_through_the_workers(tmp_path: Path, devices: dict[str, str]) -> None:
     import numpy as np
+    from safetensors.numpy import load_file
 
     import mpc_erm
     from tests.data.test_images import write_idx
@@ -398,7 +412,7 @@ def test_a_cnn_job_on_idx_images_runs_through_the_workers(tmp_path: Path) -> Non
     for i, name in enumerate(PARTIES):
         img, lab = _images(100, i)
         idxs[name] = (write_idx(tmp_path / f"{name}-x.idx", img), write_idx(tmp_path / f"{name}-y.idx", lab))
-    res = run_members(tmp_path / "run", {"*": CNN_JOB}, timeout=400, idxs=idxs)
+    res = run_members(tmp_path / "run", {"*": CNN_JOB}, timeout=400, idxs=idxs, devices=devices)
     errors = {k: v for k, v in res.items() if isinstance(v, dict) and "error" in v}
     assert not errors, "\n".join(v["tb"] for v in errors.values())
     models = [mpc_erm.load_model(tmp_path / "run" / n) for n in PARTIES]
@@ -406,6 +420,9 @@ def test_a_cnn_job_on_idx_images_runs_through_the_workers(tmp_path: Path) -> Non
     X = img.reshape(200, -1).astype(np.float32) / 255.0
     preds = [m.predict(X) for m in models]
     assert all(np.array_equal(p, preds[0]) for p in preds)
+    weights = [load_file(str(tmp_path / "run" / n / "model.safetensors")) for n in PARTIES]
+    assert all(w.keys() == weights[0].keys() and all(np.array_equal(w[k], weights[0][k]) for k in w)
+               for w in weights), f"the parties' public models differ (devices {devices})"
     acc = float(np.mean(preds[0] == np.where(lab == 1, "positive", "negative")))
     rep = json.loads((tmp_path / "run" / "alice" / "privacy_report.json").read_text())
     assert rep["rounds"] == 8 and rep["epsilon"] <= 2.0 and models[0].meta["architecture"]["network"] == "mnist_cnn"
