@@ -113,12 +113,24 @@ def epsilon_for(
     adjacency: str = "replace",
     *,
     pld_discretization: float = DEFAULT_PLD_DISCRETIZATION,
+    discrete: bool = False,
 ) -> float:
-    """ε at ``delta`` after ``rounds`` Gaussian rounds with noise multiplier z = σ/Δ."""
+    """ε at ``delta`` after ``rounds`` Gaussian rounds with noise multiplier z = σ/Δ.
+    ``discrete``: the in-MPC discrete Gaussian, whose Poisson-subsampled rounds are accounted by
+    the general bound of :mod:`.subsampled` (RDP only)."""
     acc, q, adj = _check_common(accountant, sampling_rate, adjacency)
     z = _checks.positive("noise_multiplier", noise_multiplier)
     t = _checks.positive_int("rounds", rounds)
     dl = _checks.probability_open("delta", delta)
+    if discrete and q < 1.0:
+        if acc != "rdp":
+            raise ValueError(f"accountant {acc!r}: subsampled rounds of the discrete Gaussian are accounted by 'rdp'")
+        from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+
+        from .subsampled import subsampled_discrete_gaussian_rdp
+
+        orders = RdpAccountant()._orders
+        return float(compute_epsilon(orders, t * subsampled_discrete_gaussian_rdp(orders, q, z), dl)[0])
     if acc == "gdp":
         return gdp_epsilon(math.sqrt(t) / z, dl)
     if acc == "zcdp":
@@ -170,8 +182,10 @@ def noise_multiplier_for(
     *,
     rel_tol: float = 1e-4,
     pld_discretization: float = DEFAULT_PLD_DISCRETIZATION,
+    discrete: bool = False,
 ) -> float:
-    """Smallest z (within ``rel_tol``, rounded up) such that T rounds are (target_eps, δ)-DP.
+    """Smallest z (within ``rel_tol``, rounded up) such that T rounds are (target_eps, δ)-DP
+    (``discrete``: of the in-MPC discrete Gaussian, as in :func:`epsilon_for`).
 
     GDP and zCDP use their closed forms. RDP and PLD search in log z by a bracketed Illinois
     (regula falsi) iteration that keeps the invariant ε(upper end) ≤ target, and return that
@@ -195,7 +209,7 @@ def noise_multiplier_for(
         return z
 
     def f(x: float) -> float:  # decreasing in x = log z; f ≤ 0 ⇔ feasible
-        e = epsilon_for(acc, math.exp(x), t, dl, q, adj, pld_discretization=pld_discretization)
+        e = epsilon_for(acc, math.exp(x), t, dl, q, adj, pld_discretization=pld_discretization, discrete=discrete)
         return math.inf if e == math.inf else (math.log(e) - math.log(eps) if e > 0 else -math.inf)
 
     # Start from the full-batch GDP value scaled by q (exact at q = 1, close for q < 1).

@@ -14,8 +14,9 @@ Events:
   2020, Prop. 5), but its privacy-loss distribution is not the continuous one's, so the GDP/PLD
   closed forms of the continuous Gaussian are not used for it. With ``sampling_rate`` q < 1 each
   release sums a Poisson sample of the records (each in w.p. q, independently): the subsampled
-  Gaussian of DP-SGD, accounted by dp_accounting's RDP of ``PoissonSampledDpEvent`` (Mironov–
-  Talwar–Zhang 2019) under add/remove only (the plan admits it for the continuous Gaussian only).
+  Gaussian of DP-SGD, under add/remove only: the continuous Gaussian by dp_accounting's RDP of
+  ``PoissonSampledDpEvent`` (Mironov–Talwar–Zhang 2019), the in-MPC discrete Gaussian
+  (``discrete``) by the general bound of Zhu–Wang 2019 on its RDP curve (:mod:`.subsampled`).
 * :class:`PureDp` — ``rounds`` releases, each ε-DP (per-coordinate discrete Laplace with the ℓ1
   sensitivity). Composed either by summing ε or through the Rényi curve of binary randomized
   response with ε, the worst case of every ε-DP mechanism (Kairouz–Oh–Viswanath 2015).
@@ -133,6 +134,10 @@ class GaussianRounds(_Event):
     kind: ClassVar[str] = "gaussian"
     noise_multiplier: float
     sampling_rate: float = 1.0  # Poisson sampling of the records per release (1: every record)
+    # the in-MPC discrete Gaussian: its subsampled rounds are accounted by the general bound of
+    # Zhu–Wang 2019 (.subsampled), not dp_accounting's continuous-Gaussian one; full batches have
+    # the continuous Gaussian's RDP at integer orders either way
+    discrete: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -143,6 +148,8 @@ class GaussianRounds(_Event):
         if q < 1.0 and self.adjacency != "add_remove":
             raise AdjacencyError("dp_event.sampling_rate < 1: Poisson-subsampled rounds are accounted under "
                                  "add/remove adjacency only")
+        if not isinstance(self.discrete, bool):
+            raise ValueError(f"dp_event.discrete must be true or false, got {self.discrete!r}")
 
     def under(self, adjacency: Adjacency) -> GaussianRounds:
         _refuse_replace_to_add_remove(self, adjacency)
@@ -157,6 +164,8 @@ class GaussianRounds(_Event):
         out = super().as_dict()
         if self.sampling_rate == 1.0:  # full batch: the form every ledger and report had before
             del out["sampling_rate"]
+        if not self.discrete:  # likewise
+            del out["discrete"]
         return out
 
 
@@ -226,7 +235,8 @@ def event_from_dict(d: Mapping[str, Any]) -> DpEvent:
     kind = d.get("kind")
     if kind not in _KINDS:
         raise ValueError(f"dp_event.kind must be one of {sorted(_KINDS)}, got {kind!r}")
-    if set(d) != _FIELDS[kind] and not (kind == "gaussian" and set(d) == _FIELDS[kind] | {"sampling_rate"}):
+    optional = {"sampling_rate", "discrete"} if kind == "gaussian" else set()  # omitted at their defaults
+    if not _FIELDS[kind] <= set(d) <= _FIELDS[kind] | optional:
         raise ValueError(f"dp_event of kind {kind!r} needs exactly the fields {sorted(_FIELDS[kind])}, got {sorted(d)}")
     return _KINDS[kind](**{k: v for k, v in d.items() if k != "kind"})  # type: ignore[return-value]
 
@@ -261,13 +271,18 @@ def _rdp_epsilon(parts: tuple[tuple[str, float, float, int], ...], delta: float)
     """RDP ε at ``delta`` of ((kind, parameter, sampling rate, count), …) — identical events are
     composed as one SelfComposedDpEvent (RR's RDP costs dp_accounting ~0.1 s an event)."""
     import dp_accounting
+    import numpy as np
     from dp_accounting.rdp import RdpAccountant
     from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
 
     rel = dp_accounting.NeighboringRelation
     full: list[Any] = []
     sampled: list[Any] = []
+    discrete: list[tuple[float, float, int]] = []
     for kind, param, q, count in parts:
+        if kind == "discrete_gaussian":  # the in-MPC noise, Poisson-subsampled: .subsampled's bound
+            discrete.append((param, q, count))
+            continue
         if kind == "gaussian" and q < 1.0:
             sampled.append(dp_accounting.SelfComposedDpEvent(
                 dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(param)), count))
@@ -286,13 +301,18 @@ def _rdp_epsilon(parts: tuple[tuple[str, float, float, int], ...], delta: float)
             acc = RdpAccountant(neighboring_relation=relation)
             acc.compose(dp_accounting.ComposedDpEvent(evs))
             accs.append(acc)
-    if len(accs) == 1:
+    if len(accs) == 1 and not discrete:
         return float(accs[0].get_epsilon(delta))
     # dp_accounting has no public sum of two accountants' curves: its RdpAccountant keeps them in
-    # ``_orders``/``_rdp`` (same default orders in both); tests/privacy pin the sum against a
-    # single accountant where one can hold both parts.
-    orders = accs[0]._orders
-    rdp = sum(a._rdp for a in accs)
+    # ``_orders``/``_rdp`` (same default orders in every one); tests/privacy pin the sum against a
+    # single accountant where one can hold both parts. Rényi divergences of one pair of data sets
+    # add over adaptively composed mechanisms, whichever bound gave each curve.
+    from .subsampled import subsampled_discrete_gaussian_rdp
+
+    orders = RdpAccountant()._orders
+    rdp = sum((a._rdp for a in accs), np.zeros(len(orders)))
+    for z, q, count in discrete:
+        rdp = rdp + count * subsampled_discrete_gaussian_rdp(orders, q, z)
     return float(compute_epsilon(orders, rdp, delta)[0])
 
 
@@ -301,7 +321,9 @@ def _grouped(events: Iterable[DpEvent], kinds: tuple[str, ...]) -> tuple[tuple[s
     for ev in events:
         if ev.kind in kinds and ev.rounds > 0:
             if isinstance(ev, GaussianRounds):
-                key = (ev.kind, ev.noise_multiplier, float(ev.sampling_rate))
+                subsampled_discrete = ev.discrete and ev.sampling_rate < 1.0
+                key = ("discrete_gaussian" if subsampled_discrete else ev.kind, ev.noise_multiplier,
+                       float(ev.sampling_rate))
             else:
                 key = (ev.kind, ev.epsilon, 1.0)  # type: ignore[union-attr]
             counts[key] = counts.get(key, 0) + ev.rounds

@@ -135,10 +135,6 @@ class PrivacyPlan:
                 raise PlanError("privacy.adjacency", "Poisson-subsampled rounds (training.sampling_rate < 1) are "
                                 "accounted under add/remove adjacency: set adjacency = 'add_remove' and the public "
                                 "normaliser privacy.public_n")
-            if sampler == "mpc":
-                raise PlanError("training.sampling_rate", "Poisson-subsampled rounds with the in-MPC discrete "
-                                "Gaussian are not accounted yet (dp_accounting's subsampled RDP is derived for the "
-                                "continuous Gaussian); run them in the simulator, or use sampling_rate = 1")
             if pv.accountant in ("gdp", "zcdp"):
                 raise PlanError("privacy.accountant", f"{pv.accountant!r} is exact for full batches only; "
                                 "subsampled rounds are accounted by 'rdp' or 'pld'")
@@ -177,7 +173,8 @@ class PrivacyPlan:
                 raise PlanError("privacy.delta", "the Gaussian mechanism needs δ > 0")
             share = SAMPLER_DELTA_SHARE if sampler == "mpc" else 0.0
             tv = share * delta / ((1.0 + math.exp(eps)) * rounds)
-            z = noise_multiplier_for(acc, eps, delta * (1.0 - share), rounds, sampling_rate=q, adjacency="add_remove")
+            z = noise_multiplier_for(acc, eps, delta * (1.0 - share), rounds, sampling_rate=q, adjacency="add_remove",
+                                     discrete=sampler == "mpc")
             plan = cls(mechanism=mech, accountant=acc, noise_multiplier=z, epsilon_per_release=None,
                        sampler_tv_per_release=tv, **base)
             if acc in ("rdp",) and plan.guarantee().epsilon > eps * (1 + 1e-9):  # pragma: no cover - guard
@@ -219,7 +216,7 @@ class PrivacyPlan:
         if self.mechanism == "gaussian":
             return GaussianRounds(rounds=self.rounds, adjacency=self.adjacency,  # type: ignore[arg-type]
                                   sampler_tv=self.sampler_tv_per_release, noise_multiplier=self.noise_multiplier,
-                                  sampling_rate=self.sampling_rate)
+                                  sampling_rate=self.sampling_rate, discrete=self.sampler == "mpc")
         return PureDp(rounds=self.rounds, adjacency=self.adjacency,  # type: ignore[arg-type]
                       sampler_tv=self.sampler_tv_per_release, epsilon=self.epsilon_per_release)
 
@@ -237,7 +234,7 @@ class PrivacyPlan:
         tau = ev.total_tv
         d_mech = self.delta * (1.0 - SAMPLER_DELTA_SHARE) if self.sampler == "mpc" else self.delta
         eps = epsilon_for(self.accountant, self.noise_multiplier, ev.rounds, d_mech, self.sampling_rate,
-                          adjacency="add_remove")
+                          adjacency="add_remove", discrete=self.sampler == "mpc")
         d_s = (1.0 + math.exp(eps)) * tau
         return Composition(eps, d_mech + d_s, d_s, self.adjacency, self.accountant)  # type: ignore[arg-type]
 
@@ -309,6 +306,9 @@ class PrivacyPlan:
         """The report's ``accountant`` line: which computation gives ε, for which distribution."""
         what = {"rdp": "RDP (dp_accounting)", "zcdp": "zCDP (Bun–Steinke conversion)", "gdp": "exact GDP",
                 "pld": "PLD (dp_accounting)", "pure": "pure ε, basic composition", "none": "none"}[self.accountant]
+        if self.mechanism == "gaussian" and self.sampler == "mpc" and self.sampling_rate < 1.0:
+            return (f"{what} of the Poisson-subsampled discrete Gaussian (Zhu–Wang 2019 general bound on its RDP "
+                    "α/(2z²) at integer orders)")
         if self.mechanism == "gaussian" and self.sampler == "mpc":
             return f"{what} of the discrete Gaussian (CKS 2020 Prop. 5, additive over coordinates)"
         if self.mechanism == "laplace" and self.sampler == "mpc":
