@@ -22,7 +22,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,10 @@ class LocalConsortium:
     # more ids for the same built-in shard, each with its own budget: a test-only zero-noise job
     # exhausts the budget of the data set it touches (parties.ledger), so a soak gives each one its own
     scratch_datasets: Sequence[str] = ()
+    # a party's own files instead of its shard of the built-in data set: {party: {"format": "idx",
+    # "path": ..., "labels": ...}} (the fields of a party config's [datasets.<id>] entry)
+    party_data: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    max_iterations: int = 2000  # each party's policy: the most rounds a job may ask for
     members: dict[str, Member] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
@@ -129,12 +133,14 @@ class LocalConsortium:
             if peer.name != me.name:
                 lines += [f"[peers.{peer.name}]", f'address = "{peer.address}"', f'role = "{peer.role}"', ""]
         if me.role == "party":
+            own = self.party_data.get(me.name)
             for ds_id in (self.dataset, *self.scratch_datasets):
-                lines += [f"[datasets.{ds_id}]", 'format = "builtin"', f'name = "{self.dataset}"',
-                          f"part = {index}", f"of = {self.parties}", f"epsilon = {self.budget_epsilon!r}",
+                source = ([f'{k} = {json.dumps(str(v))}' for k, v in own.items()] if own is not None else
+                          ['format = "builtin"', f'name = "{self.dataset}"', f"part = {index}", f"of = {self.parties}"])
+                lines += [f"[datasets.{ds_id}]", *source, f"epsilon = {self.budget_epsilon!r}",
                           f"delta = {self.budget_delta!r}", ""]
         lines += ["[policy]", f'allowed_coordinators = ["{COORDINATOR}"]', 'allowed_methods = ["output", "gradient"]',
-                  f"max_epsilon_per_job = {self.max_epsilon_per_job!r}", "max_iterations = 2000",
+                  f"max_epsilon_per_job = {self.max_epsilon_per_job!r}", f"max_iterations = {self.max_iterations}",
                   f"allow_test_only = {'true' if self.allow_test_only else 'false'}"]
         return "\n".join(lines) + "\n"
 

@@ -208,12 +208,14 @@ class DatasetConfig(_Model):
 
     ``csv``/``libsvm``/``npz`` read ``path`` (``label`` names the csv label column; an npz may hold
     images X of shape (n, H, W) or (n, C, H, W)); ``idx`` reads images from ``path`` and their
-    labels from ``labels`` (MNIST's format, pixels scaled to [0, 1]); ``builtin``
+    labels from ``labels`` (MNIST's format, pixels scaled to [0, 1]); ``png`` reads the CSV at
+    ``path`` (columns ``file`` and ``label``, or the column ``label`` names) and the PNG images it
+    lists beside it (greyscale or RGB, one size); ``builtin``
     loads the named data set of :mod:`mpc_erm.data` and keeps shard ``part`` of ``of`` (for
     demos and tests: every party then holds a disjoint slice of the same public set).
     """
 
-    format: Literal["csv", "libsvm", "npz", "idx", "builtin"]
+    format: Literal["csv", "libsvm", "npz", "idx", "png", "builtin"]
     path: Path | None = None
     labels: Path | None = None  # idx: the labels' IDX file
     label: str | None = Field(None, min_length=1)
@@ -279,8 +281,8 @@ class DatasetConfig(_Model):
             raise _field_error("path", f"required for format {self.format!r}")
         if self.format == "csv" and self.label is None:
             raise _field_error("label", "required for format 'csv' (the label column's name)")
-        if self.format != "csv" and self.label is not None:
-            raise _field_error("label", f"only allowed for format 'csv', not {self.format!r}")
+        if self.format not in ("csv", "png") and self.label is not None:
+            raise _field_error("label", f"only allowed for formats 'csv' and 'png', not {self.format!r}")
         if self.format == "idx" and self.labels is None:
             raise _field_error("labels", "required for format 'idx' (the labels' IDX file)")
         if self.format != "idx" and self.labels is not None:

@@ -837,6 +837,18 @@ def read_idx_file(path: str | os.PathLike[str], max_bytes: int | None = None) ->
     return np.frombuffer(buf, dtype=np.uint8, offset=header).reshape(dims)
 
 
+def write_idx_file(path: str | os.PathLike[str], array: np.ndarray, gz: bool = False) -> Path:
+    """Write ``array`` (uint8 images or labels) as an unsigned-byte IDX file, the inverse of
+    :func:`read_idx_file` — e.g. to give each party its own share of a data set in MNIST's format."""
+    a = np.ascontiguousarray(array)
+    if a.dtype != np.uint8:
+        raise DataError(f"{path}: IDX files here hold unsigned bytes, got dtype {a.dtype}")
+    raw = bytes([0, 0, 8, a.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in a.shape) + a.tobytes()
+    p = Path(path)
+    p.write_bytes(gzip.compress(raw) if gz else raw)
+    return p
+
+
 def load_idx(images: str | os.PathLike[str], labels: str | os.PathLike[str], *, task: str = "multiclass",
              max_bytes: int | None = DEFAULT_MAX_BYTES) -> Dataset:
     """Images and labels in IDX files (MNIST's format): X = pixels / 255 flattened row-major per
@@ -857,17 +869,80 @@ def load_idx(images: str | os.PathLike[str], labels: str | os.PathLike[str], *, 
         raise DataError(f"{images}: {e}") from None
 
 
+def load_png_folder(labels_csv: str | os.PathLike[str], label_column: str = "label", *, task: str = "multiclass",
+                    max_bytes: int | None = DEFAULT_MAX_BYTES) -> Dataset:
+    """A folder of PNG images with a CSV naming them: columns ``file`` (a path relative to the
+    CSV's folder, never outside it) and the label column. Every image must have the same size and
+    be greyscale (1 channel) or RGB (3); X = pixels / 255 flattened row-major as (C, H, W). The
+    files together are refused past ``max_bytes``, and so are their decoded pixels; errors name the
+    CSV's row and the file."""
+    from PIL import Image, UnidentifiedImageError
+
+    csv_path = _check_file(labels_csv)
+    _check_size(csv_path, max_bytes)
+    try:
+        table = pd.read_csv(csv_path, dtype={"file": str})
+    except (OSError, ValueError, pd.errors.ParserError) as e:
+        raise DataError(f"{csv_path}: cannot read the labels CSV ({e})") from None
+    for col in ("file", label_column):
+        if col not in table.columns:
+            raise DataError(f"{csv_path}: no column {col!r} (columns: {', '.join(map(str, table.columns))})")
+    if len(table) == 0:
+        raise DataError(f"{csv_path}: no images listed")
+    root = csv_path.parent.resolve()
+    total, pixels, shape, rows = 0, 0, None, []
+    for i, name in enumerate(table["file"], start=2):  # row 1 is the header
+        f = (root / str(name)).resolve()
+        if not isinstance(name, str) or Path(name).is_absolute() or not f.is_relative_to(root):
+            raise DataError(f"{csv_path}, row {i}: file {name!r} must be a relative path inside {root}")
+        if not f.is_file():
+            raise DataError(f"{csv_path}, row {i}: {f}: file not found")
+        total += f.stat().st_size
+        if max_bytes is not None and total > max_bytes:
+            raise DataError(f"{csv_path}: the images exceed max_bytes={max_bytes:,} (at row {i}); refused")
+        try:
+            with Image.open(f) as im:
+                if im.format != "PNG":
+                    raise DataError(f"{csv_path}, row {i}: {f} is {im.format}, not PNG")
+                if im.mode not in ("L", "RGB"):
+                    raise DataError(f"{csv_path}, row {i}: {f} has mode {im.mode}; greyscale (L) or RGB only "
+                                    "(convert it first)")
+                a = np.asarray(im, dtype=np.uint8)
+        except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as e:
+            raise DataError(f"{csv_path}, row {i}: {f}: not a readable PNG ({e})") from None
+        chw = a[None, :, :] if a.ndim == 2 else a.transpose(2, 0, 1)
+        if shape is None:
+            shape = chw.shape
+        elif chw.shape != shape:
+            raise DataError(f"{csv_path}, row {i}: {f} is {chw.shape[1:]} pixels with {chw.shape[0]} channel(s); "
+                            f"the first image is {shape[1:]} with {shape[0]}")
+        pixels += chw.size
+        if max_bytes is not None and 8 * pixels > max_bytes:
+            raise DataError(f"{csv_path}: the decoded images exceed max_bytes={max_bytes:,} (at row {i}); refused")
+        rows.append(chw.reshape(-1))
+    X = np.stack(rows).astype(np.float64) / 255.0
+    task_ = _task_arg(task, str(csv_path))
+    y, n_classes = labels_for_task(table[label_column].to_numpy(), task_, f"{csv_path}: column {label_column!r}")
+    try:
+        return Dataset(X=X, y=y, task=task_, name=csv_path.parent.name, n_classes=n_classes)
+    except DataError as e:
+        raise DataError(f"{csv_path}: {e}") from None
+
+
 def load_file(fmt: str, path: str | os.PathLike[str], *, task: str, label: Any = None,
               max_bytes: int | None = DEFAULT_MAX_BYTES,
               feature_range: tuple[float, float] | None = None,
               labels: str | os.PathLike[str] | None = None) -> Dataset:
     """A party's own data file by its config's ``format`` (``csv`` needs ``label``, the label
-    column; ``idx`` needs ``labels``, the labels' file): what the job worker calls, with the
+    column; ``idx`` needs ``labels``, the labels' file; ``png``: ``path`` is the CSV listing the
+    images, ``label`` its label column, default "label"): what the job worker calls, with the
     config's ``max_bytes`` and ``feature_range``."""
     if fmt == "idx":
         if labels is None:
             raise DataError(f"{path}: format 'idx' needs the labels' IDX file")
         return load_idx(path, labels, task=task, max_bytes=max_bytes)
+    if fmt == "png":
+        return load_png_folder(path, label or "label", task=task, max_bytes=max_bytes)
     if fmt == "csv":
         if label is None:
             raise DataError(f"{path}: format 'csv' needs the label column's name")
@@ -876,7 +951,7 @@ def load_file(fmt: str, path: str | os.PathLike[str], *, task: str, label: Any =
         return load_libsvm(path, task=task, max_bytes=max_bytes, feature_range=feature_range)
     if fmt in ("npz", "npy", "numpy"):
         return load_numpy(path, task=task, max_bytes=max_bytes, feature_range=feature_range)
-    raise DataError(f"{path}: unknown format {fmt!r}; valid: csv, libsvm, npz, idx")
+    raise DataError(f"{path}: unknown format {fmt!r}; valid: csv, libsvm, npz, idx, png")
 
 
 def save_numpy(ds: Dataset, path: str | os.PathLike[str]) -> Path:

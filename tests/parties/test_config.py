@@ -197,7 +197,7 @@ BAD: list[tuple[str, Callable[[str], str], str]] = [
     ("missing data file", lambda t: t.replace("data/claims.csv", "data/gone.csv"),
      "datasets.claims.path: file not found: "),
     ("bad format", lambda t: t.replace('format = "csv"', 'format = "parquet"'),
-     "datasets.claims.format: must be 'csv', 'libsvm', 'npz', 'idx' or 'builtin'"),
+     "datasets.claims.format: must be 'csv', 'libsvm', 'npz', 'idx', 'png' or 'builtin'"),
     ("labels on csv", lambda t: t.replace('label = "fraud"', 'label = "fraud"\nlabels = "data/claims.csv"'),
      "datasets.claims.labels: only allowed for format 'idx', not 'csv'"),
     ("idx without labels", lambda t: t.replace('format = "csv"', 'format = "idx"').replace('label = "fraud"\n', ""),
