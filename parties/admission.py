@@ -148,5 +148,28 @@ def admit(config: DaemonConfig, job: JobFile, caller: str, plan: PrivacyPlan | P
         if jt.dataset not in config.datasets:
             return Refusal(precondition, f"job.dataset: {name} offers no dataset {jt.dataset!r}")
         dataset = jt.dataset
+        if spec.model.name == "plugin":
+            refusal = _check_plugin(config, spec.model.plugin, spec.model.plugin_digest)
+            if refusal is not None:
+                return Refusal(precondition, refusal)
     return Admitted(dataset=dataset, epsilon=spec.privacy.epsilon, delta=spec.privacy.delta, event=plan.event,
                     coordinator=caller)
+
+
+def _check_plugin(config: PartyConfig, plugin: str | None, digest: str | None) -> str | None:
+    """Why this party cannot build the job's plugin network, or None: it must list the id in its
+    config's [models] and hold the source the job pins (read, not imported: nothing runs here)."""
+    from mpc_erm.models.plugins import PluginError, source_digest
+
+    entry = config.models.get(plugin or "")
+    if entry is None:
+        return (f"model.plugin: {config.identity.name} has no model plugin {plugin!r} "
+                f"(its config's [models] lists: {', '.join(sorted(config.models)) or 'none'})")
+    try:
+        here = source_digest(entry.entry_point)
+    except PluginError as exc:
+        return f"model.plugin: {config.identity.name} cannot read its plugin {plugin!r}: {exc}"
+    if here != digest:
+        return (f"model.plugin_digest: {config.identity.name}'s plugin {plugin!r} has source digest {here}, the job "
+                f"pins {digest}")
+    return None

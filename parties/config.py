@@ -380,6 +380,14 @@ class _DaemonConfig(_Model):
         return self
 
 
+class ModelPluginConfig(_Model):
+    """A network architecture installed at this party: ``entry_point`` is "package.module:function",
+    the function building a torch.nn.Module from the job's NetworkSpec. A job pins the sha256 of the
+    module's source (``mpc-erm model digest ENTRY_POINT``); a different source here refuses the job."""
+
+    entry_point: str = Field(pattern=r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+
+
 class PartyConfig(_DaemonConfig):
     """The whole party daemon config (``mpc-erm party serve --config FILE``).
 
@@ -388,6 +396,9 @@ class PartyConfig(_DaemonConfig):
     """
 
     datasets: dict[Name, DatasetConfig] = Field(min_length=1)
+    # networks this party's own code may build (a job's model.name = "plugin", model.plugin = id):
+    # never code a coordinator sends (mpc_erm.models.plugins)
+    models: dict[Name, ModelPluginConfig] = Field(default_factory=dict)
 
 
 class DealerConfig(_DaemonConfig):

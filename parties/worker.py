@@ -543,8 +543,22 @@ def _network_metrics(job: Any, X: Any, y: Any) -> dict[str, float]:
             "accuracy": float((logits.argmax(dim=-1) == y).double().mean())}
 
 
+def _plugin_builder(ctx: WorkerContext) -> Any:
+    """A plugin network's builder: this party's own installed code, after checking its source
+    against the digest the job pins (mpc_erm.models.plugins); None for every other model."""
+    spec = ctx.job.spec
+    if spec.model.name != "plugin":
+        return None
+    from mpc_erm.models.plugins import load_builder
+
+    entry = getattr(ctx.config, "models", {}).get(spec.model.plugin)
+    if entry is None:
+        raise ValueError(f"model.plugin: this party has no model plugin {spec.model.plugin!r}")
+    return load_builder(entry.entry_point, str(spec.model.plugin_digest))
+
+
 def _network_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, ds: Any, test: Any, plan: Any, real: Any,
-                 dev: Any) -> _Outcome:
+                 dev: Any, builder: Any) -> _Outcome:
     """A network trained by DP-SGD / DP-Adam (mpc_erm.protocols.dpsgd): the same round loop as the
     simulator, this party's Poisson batches drawn from its own generator, the public step on a
     float64 CPU master copy (so every party keeps the same public model whatever its device)."""
@@ -557,7 +571,7 @@ def _network_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, ds: Any, tes
 
     spec = ctx.job.spec
     tr = spec.training
-    job = DpSgd(spec, plan=plan, noise=None if real is None else real.spec, device=dev)
+    job = DpSgd(spec, plan=plan, noise=None if real is None else real.spec, device=dev, builder=builder)
     mine = model_digest(job.model)  # public: the agreed initial weights, not data
     first = comm.broadcast_obj(mine if comm.get_rank() == 0 else None, 0)
     if first != mine:
@@ -582,16 +596,22 @@ def _network_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, ds: Any, tes
         _check_cancel(ctx)
         spend.before_round(t)
 
+    epoch = max(1, round(1.0 / job.q)) if job.q < 1.0 else PROGRESS_EVERY  # rounds per expected pass
+
     def after_round(t: int, noisy: Any) -> None:
         audit.release(ctx.job_id, what="noisy sum of clipped per-example gradients of a Poisson batch", value=noisy,
                       round=t, rounds=tr.iterations)
-        if t % PROGRESS_EVERY == 0 or t == tr.iterations:
+        last = t == tr.iterations
+        if t % PROGRESS_EVERY == 0 or last or t % epoch == 0:
             eps_t = plan.guarantee(rounds=t).epsilon
-            point: dict[str, Any] = {"round": t, "epsilon_spent": eps_t, "own": _network_metrics(job, X, y)}
+            ctx.emit({"phase": "training", "round": t, "rounds": tr.iterations, "epsilon_spent": eps_t,
+                      "epoch": round(t * job.q, 3)})
+        if t % epoch == 0 or last:  # the curve: once an epoch (a pass over this party's rows costs one)
+            point: dict[str, Any] = {"round": t, "epoch": t * job.q, "epsilon_spent": eps_t,
+                                     "own": _network_metrics(job, X, y)}
             if tX is not None:
                 point["test"] = _network_metrics(job, tX, ty)
             curve.append(point)
-            ctx.emit({"phase": "training", "round": t, "rounds": tr.iterations, "epsilon_spent": eps_t})
 
     try:
         job.train(agg, local_sum, before_reveal=before_reveal, after_round=after_round)
@@ -658,6 +678,7 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
     tic = time.perf_counter()
     ctx.emit({"phase": "loading", "message": f"dataset {ctx.job.job.dataset!r}"})
     ds, test = _load_rows(ctx)
+    builder = _plugin_builder(ctx)  # before any peer is joined: a party that cannot build it refuses first
     dev = _device(ctx)
     _check_room(ctx)  # disk full: refuse before any member spends ε (issue 14 item 1)
     server, comm = _join(ctx)
@@ -669,7 +690,8 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
         no_noise = _test_no_noise(ctx)
         spec = ctx.job.spec
         plan = plan_job(spec, sampler="mpc", test_no_noise=no_noise,
-                        sizes=public_sizes(spec, None if counts is None else PartySizes.of(counts)), n_features=ds.d)
+                        sizes=public_sizes(spec, None if counts is None else PartySizes.of(counts)), n_features=ds.d,
+                        builder=builder)
         real = None if no_noise else realise(plan, comm.get_world_size())
         # The MPC (noise, secure sum) runs on the CPU whatever the party's device: its correlated
         # randomness (CrypTen's shared generators, the dealer's per-party streams) is drawn by
@@ -682,7 +704,7 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
                                                  else f"add/remove: normaliser n̂ = {plan.public_n}")
                   + f"; {agg.trust_model}"})
         if spec.model.is_network:
-            out = _network_job(ctx, comm, agg, src, ds, test, plan, real, dev)
+            out = _network_job(ctx, comm, agg, src, ds, test, plan, real, dev, builder)
         else:
             run = _output_job if spec.method == "output" else _gradient_job
             theta, curve, note = run(ctx, agg, src, ds, test, plan, real, plan.weight(rank, int(ds.n)), dev)

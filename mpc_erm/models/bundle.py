@@ -42,15 +42,17 @@ class BundleError(ValueError):
 
 def save_network_bundle(directory: str | os.PathLike[str], spec: NetworkSpec, parameters: Tensor, *,
                         classes: list[Any] | None = None, feature_names: list[str] | None = None,
-                        privacy: dict[str, Any] | None = None, job: dict[str, Any] | None = None) -> Path:
+                        privacy: dict[str, Any] | None = None, job: dict[str, Any] | None = None,
+                        builder: Any = None, plugin_digest: str | None = None) -> Path:
     """Write a network's bundle: ``parameters`` is the public model as one vector in
     ``named_parameters`` order (what the DP-SGD round loop keeps); ``classes`` the label of each
-    output (default 0..K−1); ``privacy`` the job's privacy statement (mechanism, ε, δ, ...)."""
+    output (default 0..K−1); ``privacy`` the job's privacy statement (mechanism, ε, δ, ...); a
+    plugin network (``plugin:<id>``) also its ``builder`` and the ``plugin_digest`` its source had."""
     from safetensors.torch import save_file
 
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    module = build_network(spec)
+    module = build_network(spec, builder=builder)
     names = [(k, p.shape) for k, p in module.named_parameters()]
     total = sum(math.prod(s) for _, s in names)
     flat = parameters.detach().to("cpu", torch.float32).reshape(-1)
@@ -66,7 +68,8 @@ def save_network_bundle(directory: str | os.PathLike[str], spec: NetworkSpec, pa
         "format": BUNDLE_FORMAT,
         "kind": "network",
         "architecture": {"network": spec.name, "input_shape": list(spec.input_shape), "n_outputs": spec.n_outputs,
-                         "hidden": list(spec.hidden), "vocab": spec.vocab},
+                         "hidden": list(spec.hidden), "vocab": spec.vocab,
+                         **({"plugin_digest": plugin_digest} if plugin_digest else {})},
         "task": "multiclass" if spec.n_outputs > 2 else "binary",
         "classes": list(classes) if classes is not None else list(range(spec.n_outputs)),
         "feature_names": list(feature_names) if feature_names is not None else None,
@@ -109,8 +112,10 @@ class LoadedModel:
         return np.asarray(self.classes)[self.predict_proba(X).argmax(axis=1)]
 
 
-def load_model(directory: str | os.PathLike[str]) -> LoadedModel:
-    """Load a bundle written by :func:`save_network_bundle` (module docstring)."""
+def load_model(directory: str | os.PathLike[str], plugins: dict[str, str] | None = None) -> LoadedModel:
+    """Load a bundle written by :func:`save_network_bundle` (module docstring). A party's own
+    network (``plugin:<id>``) is rebuilt only from an entry point the caller names in ``plugins``
+    ({id: "package.module:function"}) whose source has the digest the bundle records."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -136,7 +141,16 @@ def load_model(directory: str | os.PathLike[str]) -> LoadedModel:
         spec = NetworkSpec(str(arch["network"]), tuple(int(s) for s in arch["input_shape"]),
                            int(arch["n_outputs"]), hidden=tuple(int(h) for h in arch.get("hidden") or (128,)),
                            vocab=int(arch.get("vocab") or 0))
-        module = build_network(spec)
+        builder = None
+        if spec.name not in NETWORKS:  # a plugin: never imported unless the caller names it
+            from .plugins import load_builder
+
+            pid = spec.name.split(":", 1)[1]
+            if pid not in (plugins or {}):
+                raise ValueError(f"{spec.name!r} is a party's own network: name its entry point, "
+                                 f"load_model(dir, plugins={{{pid!r}: 'package.module:function'}})")
+            builder = load_builder((plugins or {})[pid], str(arch.get("plugin_digest")))
+        module = build_network(spec, builder=builder)
     except (KeyError, TypeError, ValueError) as exc:
         known = ", ".join(sorted(NETWORKS))
         raise BundleError(f"{meta_path}: architecture: {exc} (built-in networks: {known})") from None

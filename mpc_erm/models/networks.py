@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+PLUGIN_NAME_RE = re.compile(r"plugin:[a-z0-9][a-z0-9_-]{0,62}")  # a party's own network (.plugins)
 
 __all__ = ["NETWORKS", "NetworkSpec", "build_network", "model_digest", "parameter_count"]
 
@@ -47,8 +50,9 @@ class NetworkSpec:
     init_seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.name not in NETWORKS:
-            raise ValueError(f"model.network: unknown network {self.name!r} (built in: {', '.join(sorted(NETWORKS))})")
+        if self.name not in NETWORKS and not PLUGIN_NAME_RE.fullmatch(self.name):
+            raise ValueError(f"model.network: unknown network {self.name!r} (built in: {', '.join(sorted(NETWORKS))}; "
+                             "a party's own: 'plugin:<id>')")
         if not self.input_shape or any(int(s) < 1 for s in self.input_shape):
             raise ValueError(f"model.input_shape: positive sizes needed, got {self.input_shape}")
         if self.n_outputs < 1:
@@ -145,14 +149,24 @@ NETWORKS: dict[str, Callable[[NetworkSpec], nn.Module]] = {
 
 
 def build_network(spec: NetworkSpec, device: torch.device | str = "cpu",
-                  dtype: torch.dtype = torch.float32) -> nn.Module:
+                  dtype: torch.dtype = torch.float32, builder: Callable[[NetworkSpec], nn.Module] | None = None
+                  ) -> nn.Module:
     """The job's network with its agreed initial weights, on ``device`` (module docstring).
+    ``builder``: a plugin network's ``plugin:<id>`` builder (:mod:`.plugins`), required for those.
 
     Each parameter and buffer, in ``named_parameters`` order, is re-drawn from one seeded CPU
     generator with PyTorch's default scheme for its layer (Kaiming-uniform weights, uniform biases
     in ±1/√fan_in; LSTM gates and embeddings as ``nn.LSTM``/``nn.Embedding`` draw them), so the
     values do not depend on the global RNG, the device, or the order modules were constructed."""
-    module = NETWORKS[spec.name](spec)
+    if spec.name in NETWORKS:
+        module = NETWORKS[spec.name](spec)
+    elif builder is None:
+        raise ValueError(f"model.plugin: {spec.name!r} is a party's own network; its builder is needed to build it")
+    else:
+        module = builder(spec)
+        if not isinstance(module, nn.Module) or not any(True for _ in module.parameters()):
+            raise ValueError(f"model.plugin: the builder of {spec.name!r} returned {type(module).__name__}, not a "
+                             "torch.nn.Module with parameters")
     g = torch.Generator().manual_seed(spec.init_seed)
     with torch.no_grad():
         for name, p in module.named_parameters():

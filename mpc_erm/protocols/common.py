@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -90,17 +91,21 @@ def network_spec(spec: JobSpec) -> NetworkSpec:
     m = spec.model
     if not m.is_network or m.input_shape is None or m.n_classes is None:
         raise ValueError(f"model.name: {m.name!r} is not a network")
-    return NetworkSpec(m.name, tuple(m.input_shape), int(m.n_classes), hidden=tuple(m.hidden), vocab=m.vocab or 0,
+    name = f"plugin:{m.plugin}" if m.name == "plugin" else m.name
+    return NetworkSpec(name, tuple(m.input_shape), int(m.n_classes), hidden=tuple(m.hidden), vocab=m.vocab or 0,
                        init_seed=m.init_seed)
 
 
 def plan_job(spec: JobSpec, *, sampler: Sampler = "ideal", test_no_noise: bool = False,
-             sizes: PublicSizes | None = None, n_features: int | None = None) -> PrivacyPlan:
+             sizes: PublicSizes | None = None, n_features: int | None = None, builder: Any = None) -> PrivacyPlan:
     """The job's :class:`PrivacyPlan`: what the daemon reserves at admission (no sizes yet), and,
     bound with the agreed sizes and the model's dimension, what the protocol and the report use
-    (a network's dimension is its parameter count, known from the spec alone)."""
-    if spec.model.is_network:
-        dim: int | None = parameter_count(build_network(network_spec(spec)))
+    (a network's dimension is its parameter count, known from the spec alone — for a plugin
+    network, from its ``builder``, which only a party that has it can give)."""
+    if spec.model.name == "plugin" and builder is None:
+        dim: int | None = None
+    elif spec.model.is_network:
+        dim = parameter_count(build_network(network_spec(spec), builder=builder))
     else:
         dim = None if n_features is None else loss_for(spec).param_dim(n_features)
     return PrivacyPlan.make(spec, clip=clip_for(spec), sampler=sampler, test_no_noise=test_no_noise, sizes=sizes,

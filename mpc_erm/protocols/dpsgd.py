@@ -65,6 +65,7 @@ class DpSgd:
     device: torch.device | str = "cpu"
     loss: Callable[[Tensor, Tensor], Tensor] = nn.functional.cross_entropy
     chunk_size: int | None = 256  # per-example gradients computed this many rows at a time
+    builder: Callable[[Any], nn.Module] | None = None  # model.name = "plugin": this party's builder (.plugins)
     model: nn.Module = field(init=False)
 
     def __post_init__(self) -> None:
@@ -75,7 +76,7 @@ class DpSgd:
             raise ValueError("privacy.adjacency: networks are trained under add/remove adjacency with a public "
                              "normaliser privacy.public_n (the expected batch q·n̂ divides each round's sum)")
         self.net_spec = network_spec(spec)
-        self.model = build_network(self.net_spec, self.device)
+        self.model = build_network(self.net_spec, self.device, builder=self.builder)
         self.shapes = [p.shape for p in self.model.parameters()]
         self.master = nn.Parameter(parameters_to_vector(self.model.parameters()).detach().to("cpu", torch.float64))
         self.p = self.master.numel()
@@ -200,7 +201,8 @@ class DpSgd:
                    "accountant": pl.accountant_statement(), "epsilon": None if g is None else g.epsilon,
                    "delta": None if g is None else g.delta, "public": pl.public_statement(), "trust_model": trust_model}
         return save_network_bundle(directory, self.net_spec, self.master, classes=classes, feature_names=feature_names,
-                                   privacy=privacy, job={"spec_digest": self.spec.digest()})
+                                   privacy=privacy, job={"spec_digest": self.spec.digest()}, builder=self.builder,
+                                   plugin_digest=self.spec.model.plugin_digest)
 
     @torch.no_grad()
     def predict(self, X: Tensor, batch: int = 4096) -> Tensor:

@@ -15,11 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 Method = Literal["output", "gradient"]
 LINEAR_MODELS = ("logistic", "ridge", "huber_svm", "softmax")
-NETWORK_MODELS = ("mlp", "mnist_cnn", "cifar_cnn", "char_lstm")  # mpc_erm.models.networks
-ModelName = Literal["logistic", "ridge", "huber_svm", "softmax", "mlp", "mnist_cnn", "cifar_cnn", "char_lstm"]
+NETWORK_MODELS = ("mlp", "mnist_cnn", "cifar_cnn", "char_lstm", "plugin")  # mpc_erm.models.networks, .plugins
+ModelName = Literal["logistic", "ridge", "huber_svm", "softmax", "mlp", "mnist_cnn", "cifar_cnn", "char_lstm",
+                    "plugin"]
 Optimizer = Literal["sgd", "adam"]
 # fields that mean something for networks only: a linear job must leave them at their defaults
-NETWORK_MODEL_FIELDS = ("input_shape", "hidden", "vocab", "init_seed")
+NETWORK_MODEL_FIELDS = ("input_shape", "hidden", "vocab", "init_seed", "plugin", "plugin_digest")
 NETWORK_TRAINING_FIELDS = ("sampling_rate", "optimizer", "momentum", "adam_betas", "schedule", "schedule_step",
                            "schedule_gamma")
 Schedule = Literal["constant", "step", "cosine"]
@@ -50,6 +51,11 @@ class ModelSpec(_Strict):
     hidden: tuple[int, ...] = Field((128,), max_length=16)
     vocab: int | None = Field(None, ge=2, le=1_000_000, description="char_lstm only")
     init_seed: int = Field(0, ge=0, lt=2**63, description="networks: seed of the agreed initial weights")
+    # name = "plugin": a network each party builds with its own installed code (mpc_erm.models.plugins)
+    plugin: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$",
+                               description="plugin: the id each party maps to an entry point in its config")
+    plugin_digest: str | None = Field(None, pattern=r"^sha256:[0-9a-f]{64}$",
+                                      description="plugin: sha256 of the plugin's source (mpc-erm model digest)")
 
     @model_validator(mode="before")
     @classmethod
@@ -157,6 +163,10 @@ class JobSpec(_Strict):
                 raise ValueError("privacy.clip: required for a network (its loss has no known Lipschitz constant)")
             if m.name == "char_lstm" and m.vocab is None:
                 raise ValueError("model.vocab: required for char_lstm")
+            if (m.name == "plugin") != (m.plugin is not None) or (m.plugin is None) != (m.plugin_digest is None):
+                raise ValueError("model.plugin, model.plugin_digest: both required for name = 'plugin' (the id each "
+                                 "party maps to its installed entry point, and the sha256 of its source), and only "
+                                 "for it")
             if tr.weighting != "pooled":
                 raise ValueError("training.weighting: networks use 'pooled' (one public normaliser)")
             return self

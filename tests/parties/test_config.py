@@ -134,8 +134,10 @@ def test_explicit_values(write, tmp_path) -> None:
     text = text.replace('label = "fraud"', 'label = "fraud"\nschema = "claims-v3"')
     text = text.replace('max_iterations = 100', 'max_iterations = 100\nallowed_methods = ["gradient"]\n'
                         "allow_test_only = true")
+    text += '\n[models.tiny]\nentry_point = "acme_models.nets:build_tiny"\n'
     cfg = load_party_config(write(text))
     assert (cfg.listen, cfg.advertise, cfg.device, cfg.threads) == ("[::1]:7001", "alice.example.org:443", "cuda", 4)
+    assert cfg.models["tiny"].entry_point == "acme_models.nets:build_tiny"
     assert cfg.identity.crl == crl and cfg.state_dir == tmp_path / "st"
     assert cfg.datasets["claims"].feature_schema == "claims-v3"
     assert cfg.policy.allowed_methods == ["gradient"] and cfg.policy.allow_test_only is True
@@ -174,6 +176,8 @@ BAD: list[tuple[str, Callable[[str], str], str]] = [
      "advertise: required when listen ('0.0.0.0:7001') binds a wildcard address"),
     ("device gpu", lambda t: 'device = "gpu"\n' + t, "device: must be 'cpu', 'cuda' or 'auto' (got 'gpu')"),
     ("zero threads", lambda t: "threads = 0\n" + t, "threads: must be >= 1 (got 0)"),
+    ("plugin entry point as code", lambda t: t + '\n[models.tiny]\nentry_point = "os:system(1)"\n',
+     "models.tiny.entry_point: String should match pattern"),
     ("threads as text", lambda t: 'threads = "4"\n' + t, "threads: Input should be a valid integer"),
     ("peer named like me", lambda t: t.replace("[peers.bob]", "[peers.alice]"),
      "peers.alice: a peer cannot have this party's own name"),

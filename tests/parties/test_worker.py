@@ -86,7 +86,8 @@ def _child(ctx: LocalContext, out_q: Any) -> None:
 
 
 def _config(name: str, part: int, allow_test_only: bool = False, dataset: str = "breast_cancer",
-            csv: Path | None = None, idx: tuple[Path, Path] | None = None, device: str = "cpu") -> Any:
+            csv: Path | None = None, idx: tuple[Path, Path] | None = None, device: str = "cpu",
+            models: dict[str, str] | None = None) -> Any:
     from types import SimpleNamespace
 
     ds = (SimpleNamespace(format="builtin", name=dataset, part=part, of=3, task=None) if csv is None and idx is None
@@ -96,13 +97,14 @@ def _config(name: str, part: int, allow_test_only: bool = False, dataset: str = 
     # what parties.worker reads of a PartyConfig (the rest of it at its defaults)
     return SimpleNamespace(listen="127.0.0.1:0", advertise=None, device=device, datasets={"bc": ds},
                            policy=SimpleNamespace(allow_test_only=allow_test_only), peer_timeout_s=120.0,
-                           limits=None, identity=SimpleNamespace(crl=None), threads=None)
+                           limits=None, identity=SimpleNamespace(crl=None), threads=None,
+                           models={k: SimpleNamespace(entry_point=v) for k, v in (models or {}).items()})
 
 
 def run_members(tmp_path: Path, job_texts: dict[str, str], timeout: float = 300, allow_test_only: bool = False,
                 dataset: str = "breast_cancer", csvs: dict[str, Path] | None = None,
                 idxs: dict[str, tuple[Path, Path]] | None = None,
-                devices: dict[str, str] | None = None) -> dict[str, Any]:
+                devices: dict[str, str] | None = None, models: dict[str, str] | None = None) -> dict[str, Any]:
     ca = pki.create_ca("worker test CA")
     ctx_mp = mp.get_context("spawn")
     manager = ctx_mp.Manager()
@@ -112,7 +114,7 @@ def run_members(tmp_path: Path, job_texts: dict[str, str], timeout: float = 300,
         ident = pki.issue_identity(ca, name, "dealer" if name == "dealer" else "party")
         ctx = LocalContext("wk-job", job_texts.get(name, job_texts["*"]),
                            _config(name, i, allow_test_only, dataset, (csvs or {}).get(name),
-                                   (idxs or {}).get(name), (devices or {}).get(name, "cpu")),
+                                   (idxs or {}).get(name), (devices or {}).get(name, "cpu"), models),
                            ident, tmp_path / name, registry, events)
         p = ctx_mp.Process(target=_child, args=(ctx, out_q), daemon=True)
         p.start()
@@ -336,7 +338,8 @@ optimizer = "adam"
 """
 
 
-def _breast_cancer_network_job(tmp_path: Path, job: str) -> tuple[list[Any], float, float]:
+def _breast_cancer_network_job(tmp_path: Path, job: str,
+                               models: dict[str, str] | None = None) -> tuple[list[Any], float, float]:
     """Run ``job`` on breast cancer through 3 workers + dealer; (the parties' loaded models, their
     test accuracy, the majority class's) after checking every party released the same model."""
     import numpy as np
@@ -344,15 +347,50 @@ def _breast_cancer_network_job(tmp_path: Path, job: str) -> tuple[list[Any], flo
     import mpc_erm
     from mpc_erm.data import load_dataset
 
-    res = run_members(tmp_path, {"*": job}, timeout=400)
+    res = run_members(tmp_path, {"*": job}, timeout=400, models=models)
     errors = {k: v for k, v in res.items() if isinstance(v, dict) and "error" in v}
     assert not errors, "\n".join(v["tb"] for v in errors.values())
-    models = [mpc_erm.load_model(tmp_path / n) for n in PARTIES]
+    models_ = [mpc_erm.load_model(tmp_path / n, plugins=models) for n in PARTIES]
     _, test = load_dataset("breast_cancer")
-    preds = [m.predict(test.X) for m in models]
+    preds = [m.predict(test.X) for m in models_]
     assert all(np.array_equal(p, preds[0]) for p in preds)  # one public model, bit for bit
     acc = float(np.mean(preds[0] == np.where(test.y > 0, "positive", "negative")))
-    return models, acc, float(max(np.mean(test.y > 0), np.mean(test.y <= 0)))
+    return models_, acc, float(max(np.mean(test.y > 0), np.mean(test.y <= 0)))
+
+
+PLUGIN_SOURCE = """
+import torch
+
+
+def build(spec):
+    return torch.nn.Sequential(torch.nn.Linear(spec.input_shape[0], 12), torch.nn.ReLU(),
+                               torch.nn.Linear(12, spec.n_outputs))
+"""
+
+
+def test_a_partys_own_network_runs_through_the_workers_pinned_by_its_source(tmp_path: Path) -> None:
+    """Issue 16: a model plugin — each party's config maps the job's plugin id to code installed
+    there; the job pins the source's sha256, which every worker checks before importing it; the
+    released bundle loads only with the same entry point and source."""
+    import sys
+
+    from mpc_erm.models.plugins import source_digest
+
+    src = tmp_path / "site"
+    src.mkdir()
+    (src / "acme_nets_wk.py").write_text(PLUGIN_SOURCE)
+    sys.path.insert(0, str(src))  # the spawned workers inherit it (multiprocessing sends sys.path)
+    try:
+        entry = "acme_nets_wk:build"
+        job = NETWORK_JOB.replace('name = "mlp"\ninput_shape = [30]\nn_classes = 2\nhidden = [16]',
+                                  'name = "plugin"\nplugin = "acme-small"\n'
+                                  f'plugin_digest = "{source_digest(entry)}"\ninput_shape = [30]\nn_classes = 2')
+        models, acc, majority = _breast_cancer_network_job(tmp_path / "run", job, {"acme-small": entry})
+    finally:
+        sys.path.remove(str(src))
+    assert models[0].meta["architecture"]["network"] == "plugin:acme-small"
+    assert models[0].meta["architecture"]["plugin_digest"] == source_digest(entry)
+    assert acc > majority + 0.1
 
 
 def test_a_network_job_runs_through_the_workers_and_releases_a_loadable_model(tmp_path: Path) -> None:
