@@ -1,0 +1,105 @@
+"""Issue 16 through real daemons: a small CNN job — Poisson-subsampled DP-SGD with the in-MPC
+discrete Gaussian — submitted by the coordinator client to 3 `mpc-erm party serve` processes and
+a dealer, each party holding its own image files (IDX, and PNG folders at one party); and a job
+naming a model plugin refused at admission by a party that does not have it, naming the party
+and the field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from coordinator.consortium import LocalConsortium
+from mpc_erm.data.loaders import write_idx_file
+from mpc_erm.jobs.status import TERMINAL
+from tests.parties.test_worker import _images  # two classes of 28×28 images: a bright block top-left or bottom-right
+
+pytestmark = pytest.mark.e2e
+
+JOB = """method = "gradient"
+
+[job]
+name = "cnn-daemons"
+dataset = "images"
+parties = ["alice", "bob", "carol"]
+trust = "dealer"
+dealer = "dealer"
+
+[model]
+name = "mnist_cnn"
+input_shape = [1, 28, 28]
+n_classes = 2
+init_seed = 7
+
+[privacy]
+epsilon = 2.0
+delta = 1e-5
+clip = 1.0
+adjacency = "add_remove"
+public_n = 300
+accountant = "rdp"
+
+[training]
+iterations = 6
+learning_rate = 0.05
+sampling_rate = 0.5
+optimizer = "adam"
+"""
+
+
+def _png_folder(d: Path, img: np.ndarray, lab: np.ndarray) -> Path:
+    from PIL import Image
+
+    d.mkdir(parents=True)
+    for i, a in enumerate(img):
+        Image.fromarray(a).save(d / f"{i}.png")
+    (d / "labels.csv").write_text("file,label\n" + "".join(f"{i}.png,{c}\n" for i, c in enumerate(lab)))
+    return d / "labels.csv"
+
+
+def _run(cons: LocalConsortium, job: Path, out: Path) -> tuple[str, dict[str, dict]]:
+    with cons.client() as client:
+        job_id = client.submit(job)["job_id"]
+        ends = {e["member"]: e for e in client.watch(job_id) if e["phase"] in TERMINAL or e["phase"] == "error"}
+        if all(e["phase"] == "succeeded" for e in ends.values()):
+            client.result(job_id, out)  # compares the model file's sha256 across every party
+    return job_id, ends
+
+
+def test_a_subsampled_cnn_job_runs_through_the_daemons_on_each_partys_image_files(tmp_path: Path) -> None:
+    data: dict[str, dict[str, object]] = {}
+    for i, name in enumerate(("alice", "bob", "carol")):
+        img, lab = _images(100, i)
+        if name == "carol":  # a folder of PNGs with a CSV of labels
+            data[name] = {"format": "png", "path": _png_folder(tmp_path / "carol-png", img, lab)}
+        else:
+            data[name] = {"format": "idx", "path": write_idx_file(tmp_path / f"{name}-x.idx", img),
+                          "labels": write_idx_file(tmp_path / f"{name}-y.idx", lab)}
+        data[name]["adjacency"] = "add_remove"
+    job = tmp_path / "job.toml"
+    job.write_text(JOB)
+    with LocalConsortium(tmp_path / "cons", dataset="images", party_data=data, max_epsilon_per_job=2.0) as cons:
+        _, ends = _run(cons, job, tmp_path / "result")
+        assert {m: e["phase"] for m, e in ends.items()} == dict.fromkeys(("alice", "bob", "carol", "dealer"),
+                                                                        "succeeded"), ends
+        # a plugin this party set does not have: refused at admission, naming the party and the field
+        plugin = tmp_path / "plugin.toml"
+        plugin.write_text(JOB.replace('name = "mnist_cnn"', 'name = "plugin"\nplugin = "acme-cnn"\n'
+                                      f'plugin_digest = "sha256:{"ab" * 32}"'))
+        from coordinator.client import SubmitRefused
+
+        with cons.client() as client, pytest.raises(SubmitRefused) as refused:
+            client.submit(plugin)
+        assert "model.plugin: alice has no model plugin 'acme-cnn'" in str(refused.value)
+    import mpc_erm
+
+    model = mpc_erm.load_model(tmp_path / "result")
+    rep = json.loads((tmp_path / "result" / "privacy_report.json").read_text())
+    assert rep["rounds"] == 6 and rep["epsilon"] <= 2.0 and rep["plan"]["event"]["discrete"] is True
+    assert rep["plan"]["sampling_rate"] == 0.5 and "Zhu–Wang" in rep["accountant"]
+    img, lab = _images(200, 99)
+    acc = float(np.mean(model.predict(img.reshape(200, -1) / 255.0) == np.where(lab == 1, "positive", "negative")))
+    assert acc > 0.7, acc
