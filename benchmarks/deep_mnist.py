@@ -252,6 +252,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ls-sigma", type=float, default=0.0)
     ap.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", default=None, help="--compare-smoothing: comma-separated seeds (default: --seed)")
     ap.add_argument("--device", default="cpu", help="where the simulated parties compute (cuda on a GPU machine)")
     ap.add_argument("--compare-smoothing", action="store_true",
                     help="the four optimizers at ε = 0.2 and 0.4 (5 epochs) instead of one run")
@@ -269,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps({k: res[k] for k in ("test_accuracy", "epsilon", "wall_seconds", "seconds_per_round")}))
         return
     if a.compare_smoothing:
-        res = compare_smoothing(seeds=(a.seed,))
+        res = compare_smoothing(seeds=tuple(int(x) for x in a.seeds.split(",")) if a.seeds else (a.seed,))
         if a.out:
             a.out.parent.mkdir(parents=True, exist_ok=True)
             a.out.write_text(json.dumps(res, indent=1) + "\n")
