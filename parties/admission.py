@@ -158,7 +158,8 @@ def admit(config: DaemonConfig, job: JobFile, caller: str, plan: PrivacyPlan | P
 
 def _check_plugin(config: PartyConfig, plugin: str | None, digest: str | None) -> str | None:
     """Why this party cannot build the job's plugin network, or None: it must list the id in its
-    config's [models] and hold the source the job pins (read, not imported: nothing runs here)."""
+    config's [models] and hold the source the job pins (its module is read, not imported; only its
+    parent packages are, to locate it)."""
     from mpc_erm.models.plugins import PluginError, source_digest
 
     entry = config.models.get(plugin or "")

@@ -14,7 +14,7 @@ def model() -> None:
 @click.argument("entry_point")
 def digest_cmd(entry_point: str) -> None:
     """Print the sha256 of ENTRY_POINT's module source ("package.module:function"), to put in a
-    job file's model.plugin_digest. The module is found and read, not imported."""
+    job file's model.plugin_digest. The module is read, not imported (its parent packages are, to find it)."""
     from mpc_erm.models.plugins import PluginError, source_digest
 
     try:

@@ -7,9 +7,10 @@ never runs code the coordinator sends. ``function(spec: NetworkSpec) -> torch.nn
 the network (its weights are then re-drawn from the job's seed, as for the built-ins).
 
 The digest is the sha256 of the entry point's module source file, checked *before* the module is
-imported: every party provably builds from the same source, and the job's digest says which. The
-initial weights' digest is then compared with party 0's as for every network, so a plugin that
-imports other code which differs between parties is caught before any data is touched.
+imported (locating it imports only its parent packages, the party's own installed code): every
+party provably builds from the same source, and the job's digest says which. The initial
+weights' digest is then compared with party 0's as for every network, so a plugin that imports
+other code which differs between parties is caught before any data is touched.
 
     mpc-erm model digest package.module:function   # prints the digest to put in the job file
 """
@@ -53,7 +54,8 @@ def _source_file(module: str) -> Path:
 
 
 def source_digest(entry_point: str) -> str:
-    """``sha256:<hex>`` of the source file of the entry point's module (read, not imported)."""
+    """``sha256:<hex>`` of the source file of the entry point's module. The module itself is read,
+    not imported; locating a dotted module imports its parent packages (the party's own code)."""
     module, _ = _split(entry_point)
     return "sha256:" + hashlib.sha256(_source_file(module).read_bytes()).hexdigest()
 
