@@ -9,8 +9,9 @@ the network (its weights are then re-drawn from the job's seed, as for the built
 The digest is the sha256 of the entry point's module source file, checked *before* the module is
 imported (locating it imports only its parent packages, the party's own installed code): every
 party provably builds from the same source, and the job's digest says which. The initial
-weights' digest is then compared with party 0's as for every network, so a plugin that imports
-other code which differs between parties is caught before any data is touched.
+weights' digest is then compared with party 0's as for every network, which catches other
+imported code that changes the parameters; code the module imports that changes only the forward
+computation is covered by neither digest, so a plugin should keep its architecture in its module.
 
     mpc-erm model digest package.module:function   # prints the digest to put in the job file
 """
