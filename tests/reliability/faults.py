@@ -174,14 +174,16 @@ def stop_process_group(proc: subprocess.Popen[Any], grace_s: float) -> None:
         proc.wait()
 
 
-def wait_for(pred: Callable[[], Any], timeout: float, what: str, every: float = 0.05) -> Any:
+def wait_for(pred: Callable[[], Any], timeout: float, what: str | Callable[[], str], every: float = 0.05) -> Any:
+    """``pred()`` once it is truthy; TimeoutError naming ``what`` (a callable: computed at the timeout,
+    to say what was seen) after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         got = pred()
         if got:
             return got
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
+            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what() if callable(what) else what}")
         time.sleep(every)
 
 
