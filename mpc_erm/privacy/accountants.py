@@ -127,10 +127,9 @@ def epsilon_for(
             raise ValueError(f"accountant {acc!r}: subsampled rounds of the discrete Gaussian are accounted by 'rdp'")
         from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
 
-        from .subsampled import subsampled_discrete_gaussian_rdp
+        from .subsampled import RDP_ORDERS, discrete_gaussian_curve
 
-        orders = RdpAccountant()._orders
-        return float(compute_epsilon(orders, t * subsampled_discrete_gaussian_rdp(orders, q, z), dl)[0])
+        return float(compute_epsilon(RDP_ORDERS, t * discrete_gaussian_curve(q, z), dl)[0])
     if acc == "gdp":
         return gdp_epsilon(math.sqrt(t) / z, dl)
     if acc == "zcdp":

@@ -307,19 +307,12 @@ def _rdp_epsilon(parts: tuple[tuple[str, float, float, int], ...], delta: float)
     # ``_orders``/``_rdp`` (same default orders in every one); tests/privacy pin the sum against a
     # single accountant where one can hold both parts. Rényi divergences of one pair of data sets
     # add over adaptively composed mechanisms, whichever bound gave each curve.
-    orders = RdpAccountant()._orders
-    rdp = sum((a._rdp for a in accs), np.zeros(len(orders)))
+    from .subsampled import RDP_ORDERS, discrete_gaussian_curve
+
+    rdp = sum((a._rdp for a in accs), np.zeros(len(RDP_ORDERS)))
     for z, q, count in discrete:
-        rdp = rdp + count * _discrete_curve(tuple(orders), q, z)
-    return float(compute_epsilon(orders, rdp, delta)[0])
-
-
-@functools.lru_cache(maxsize=256)
-def _discrete_curve(orders: tuple[float, ...], q: float, z: float) -> Any:
-    """One subsampled discrete-Gaussian release's RDP curve (a job's progress asks for it often)."""
-    from .subsampled import subsampled_discrete_gaussian_rdp
-
-    return subsampled_discrete_gaussian_rdp(orders, q, z)
+        rdp = rdp + count * discrete_gaussian_curve(q, z)
+    return float(compute_epsilon(RDP_ORDERS, rdp, delta)[0])
 
 
 def _grouped(events: Iterable[DpEvent], kinds: tuple[str, ...]) -> tuple[tuple[str, float, float, int], ...]:

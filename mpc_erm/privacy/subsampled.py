@@ -21,20 +21,24 @@ MNIST setting (q = 256/60,000, z = 1.2, 2,344 rounds, δ = 10⁻⁵) it states �
 for the continuous Gaussian.
 
 Non-integer orders get +∞ (the theorem is for integers), so an accountant that sums this curve
-with others on dp_accounting's orders uses the integer ones. ``tests/privacy/test_subsampled.py``
-checks it against autodp's implementation of the same theorem and against dp_accounting's exact
-curve of the subsampled continuous Gaussian, which it must bound from above.
+with others on dp_accounting's orders uses the integer ones. :func:`discrete_gaussian_curve` is
+that curve on those orders, the one form the ledger's composition and the plan's calibration use.
+``tests/privacy/test_subsampled.py`` checks it against autodp's implementation of the same theorem
+and against dp_accounting's exact curve of the subsampled continuous Gaussian, which it must bound
+from above.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
 from scipy.special import gammaln, logsumexp
 
-__all__ = ["discrete_gaussian_rdp", "poisson_subsampled_rdp", "subsampled_discrete_gaussian_rdp"]
+__all__ = ["RDP_ORDERS", "discrete_gaussian_curve", "discrete_gaussian_rdp", "poisson_subsampled_rdp",
+           "subsampled_discrete_gaussian_rdp"]
 
 
 def discrete_gaussian_rdp(order: float, noise_multiplier: float) -> float:
@@ -77,3 +81,21 @@ def poisson_subsampled_rdp(orders: Sequence[float], q: float, base_rdp: Callable
 def subsampled_discrete_gaussian_rdp(orders: Sequence[float], q: float, noise_multiplier: float) -> np.ndarray:
     """The RDP curve of one Poisson-subsampled release of the discrete Gaussian (z = σ/Δ₂)."""
     return poisson_subsampled_rdp(orders, q, lambda a: discrete_gaussian_rdp(a, noise_multiplier))
+
+
+def _default_orders() -> tuple[float, ...]:
+    from dp_accounting.rdp import RdpAccountant
+
+    return tuple(RdpAccountant()._orders)  # dp_accounting keeps its default orders there
+
+
+RDP_ORDERS: tuple[float, ...] = _default_orders()  # the orders every RdpAccountant of the product uses
+
+
+@functools.lru_cache(maxsize=256)
+def discrete_gaussian_curve(q: float, noise_multiplier: float) -> np.ndarray:
+    """One subsampled discrete-Gaussian release's RDP on :data:`RDP_ORDERS` (cached: a job's
+    progress and the ledger ask for the same curve often). Read-only: callers scale a copy."""
+    curve = subsampled_discrete_gaussian_rdp(RDP_ORDERS, q, noise_multiplier)
+    curve.flags.writeable = False
+    return curve
