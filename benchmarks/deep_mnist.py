@@ -142,7 +142,7 @@ def run_daemons(out: Path, *, epochs: float = 10.0, noise: float = 1.2, lr: floa
     job = out / "deep_mnist_job.toml"
     job.write_text("\n".join([
         'method = "gradient"', "", "[job]", 'name = "deep-mnist"', 'dataset = "mnist"',
-        f"parties = [{', '.join(repr(n).replace(chr(39), chr(34)) for n in names)}]", f'trust = "{trust}"',
+        f"parties = [{', '.join(json.dumps(n) for n in names)}]", f'trust = "{trust}"',
         *(['dealer = "dealer"'] if trust == "dealer" else []), "",
         "[model]", 'name = "mnist_cnn"', "input_shape = [1, 28, 28]", "n_classes = 10", f"init_seed = {seed}", "",
         "[privacy]", f"epsilon = {eps!r}", f"delta = {delta!r}", "clip = 1.0", 'adjacency = "add_remove"',
