@@ -205,9 +205,9 @@ def _sampler_summary(r: dict[str, Any]) -> None:
         click.echo(f"  this machine, same run: one message step {m['latency_s'] * 1e3:.1f} ms, transport "
                    f"{m['transport_bytes_per_s'] / 2**20:,.0f} MiB/s, local Beaver AND "
                    f"{m['and_words_per_s'] * 64 / 1e9:.1f} G gates/s per core")
-        for key in ("compute", "bytes", "latency"):
-            c = ceilings[key]
-            if c["samples_per_second"]:
+        for key in ("compute", "bytes", "latency", "cpu"):
+            c = ceilings.get(key)
+            if c and c["samples_per_second"]:
                 click.echo(f"  {key:8s} ceiling {c['samples_per_second']:>12,.0f} samples/s, reached "
                            f"{c['fraction_reached']:.0%} ({c['what']})")
     for t in r["targets"]:

@@ -39,6 +39,7 @@ from mpc_erm.protocols.spec import JobSpec
 from mpc_erm.simulate.aggregator import InProcessAggregator
 
 N_TRAIN = 60_000
+VALIDATION_ROWS = 10_000  # the learning-rate search's held-out training images
 
 
 def _mnist(split: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,17 +52,24 @@ def _mnist(split: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 def run(*, epochs: float = 10.0, noise: float = 1.2, lr: float = 0.32, batch: int = 256, parties: int = 3,
         seed: int = 0, ls_sigma: float = 0.0, optimizer: str = "sgd", progress: Any = print,
-        device: str = "cpu") -> dict[str, Any]:
+        device: str = "cpu", holdout: int = 0) -> dict[str, Any]:
+    """One simulated job. ``holdout`` > 0: train on the first 60,000 − holdout training images and
+    evaluate on the last ``holdout`` (a validation split for choosing hyper-parameters; the test
+    set stays unseen); the reported accuracy is then the validation accuracy."""
     Xtr, ytr = (t.to(device) for t in _mnist("train"))
-    Xte, yte = (t.to(device) for t in _mnist("t10k"))
-    q = batch / N_TRAIN
+    if holdout:
+        Xte, yte, Xtr, ytr = Xtr[-holdout:], ytr[-holdout:], Xtr[:-holdout], ytr[:-holdout]
+    else:
+        Xte, yte = (t.to(device) for t in _mnist("t10k"))
+    n_train = int(Xtr.shape[0])
+    q = batch / n_train
     rounds = int(round(epochs / q))
     delta = 1e-5
     eps = epsilon_for("rdp", noise, rounds, delta, q, "add_remove") * (1 + 1e-6)
     spec = JobSpec.model_validate({
         "method": "gradient", "seed": seed,
         "model": {"name": "mnist_cnn", "input_shape": [1, 28, 28], "n_classes": 10, "init_seed": seed},
-        "privacy": {"epsilon": eps, "delta": delta, "clip": 1.0, "adjacency": "add_remove", "public_n": N_TRAIN,
+        "privacy": {"epsilon": eps, "delta": delta, "clip": 1.0, "adjacency": "add_remove", "public_n": n_train,
                     "accountant": "rdp"},
         "training": {"iterations": rounds, "learning_rate": lr, "sampling_rate": q, "ls_sigma": ls_sigma,
                      "optimizer": optimizer},
@@ -95,7 +103,8 @@ def run(*, epochs: float = 10.0, noise: float = 1.2, lr: float = 0.32, batch: in
                 f"({parties} simulated parties, plaintext aggregator); through the daemons: --daemons",
         "parameters": {"epochs": epochs, "rounds": rounds, "sampling_rate": q, "expected_batch": batch, "clip": 1.0,
                        "noise_multiplier": job.plan.noise_multiplier, "learning_rate": lr, "optimizer": optimizer,
-                       "ls_sigma": ls_sigma, "delta": delta, "seed": seed, "parties": parties,
+                       "ls_sigma": ls_sigma, "delta": delta, "seed": seed, "parties": parties, "train_rows": n_train,
+                       "evaluated_on": f"validation: the last {holdout} training images" if holdout else "test set",
                        "device": device, "torch": torch.__version__,
                        "cuda_device": torch.cuda.get_device_name() if device.startswith("cuda") else None},
         "epsilon": g.epsilon, "accountant": job.plan.accountant_statement(),
@@ -215,11 +224,34 @@ COMPARE = {  # DP-LSSGD paper §A4.2 defaults: lr 0.15 for DP-(LS)SGD, 0.001 for
 }
 
 
+def _earlier(res: dict[str, Any] | None, eps: float, cfg: dict[str, Any], lr: float, epochs: float,
+             seed: int) -> float | None:
+    """Test accuracy of the run (ε, optimizer, σ_LS, lr, seed) in an earlier comparison, if it made one."""
+    if res is None or res.get("epochs") != epochs:
+        return None
+    for row in res["rows"]:
+        same = (row["epsilon"], row["optimizer"], row["ls_sigma"]) == (eps, cfg["optimizer"], cfg["ls_sigma"])
+        if same and abs(row["lr"] - lr) <= 1e-12 * lr:
+            seeds = res["seeds"]
+            if seed in seeds:
+                return float(row["test_accuracy"][seeds.index(seed)])
+    return None
+
+
 def compare_smoothing(epsilons: tuple[float, ...] = (0.2, 0.4), epochs: float = 5.0, seeds: tuple[int, ...] = (0,),
+                      lr_grid: tuple[float, ...] = (), reuse: dict[str, Any] | None = None,
                       progress: Any = print) -> dict[str, Any]:
     """The DP-LSSGD comparison at strong privacy: the four optimizers at each ε (δ = 1e-5), the noise
-    multiplier being the one the plan's RDP accountant needs for ``epochs`` epochs. A first look:
-    the paper's default learning rates, σ_LS = 1, no search (the paper reports the best of a search)."""
+    multiplier being the one the plan's RDP accountant needs for ``epochs`` epochs, σ_LS = 1.
+
+    Learning rates: the paper's defaults, or with ``lr_grid`` (multipliers of the default) the best
+    of a search per (optimizer, ε), chosen on a validation split (the last 10,000 training images,
+    seed 0) and then run on the full training set over ``seeds`` and scored on the test set, which
+    the search never sees. The search itself is not privately accounted (nor is the paper's).
+
+    ``reuse``: an earlier result of this function; a final run with the same ε, optimizer, learning
+    rate, epochs and seed is taken from it instead of being run again (the runs are seeded and
+    deterministic on a CPU), and the row says which seeds were reused."""
     from mpc_erm.privacy import noise_multiplier_for
 
     q = 256 / N_TRAIN
@@ -228,17 +260,36 @@ def compare_smoothing(epsilons: tuple[float, ...] = (0.2, 0.4), epochs: float = 
     for eps in epsilons:
         z = noise_multiplier_for("rdp", eps, 1e-5, rounds, q, "add_remove")
         for name, cfg in COMPARE.items():
-            accs = []
+            lr, search = cfg["lr"], []
+            for mult in lr_grid:
+                r = run(epochs=epochs, noise=z, lr=cfg["lr"] * mult, optimizer=cfg["optimizer"],
+                        ls_sigma=cfg["ls_sigma"], seed=0, progress=lambda _m: None, holdout=VALIDATION_ROWS)
+                search.append({"lr": cfg["lr"] * mult, "validation_accuracy": r["test_accuracy"]})
+                progress(f"ε = {eps}: {name}: lr {cfg['lr'] * mult:g}: validation {r['test_accuracy']:.4f}")
+            if search:
+                lr = max(search, key=lambda s: s["validation_accuracy"])["lr"]
+            accs, reused = [], []
             for seed in seeds:
-                r = run(epochs=epochs, noise=z, lr=cfg["lr"], optimizer=cfg["optimizer"], ls_sigma=cfg["ls_sigma"],
+                old = _earlier(reuse, eps, cfg, lr, epochs, seed)
+                if old is not None:
+                    accs.append(old)
+                    reused.append(seed)
+                    continue
+                r = run(epochs=epochs, noise=z, lr=lr, optimizer=cfg["optimizer"], ls_sigma=cfg["ls_sigma"],
                         seed=seed, progress=lambda _m: None)
                 accs.append(r["test_accuracy"])
-            rows.append({"epsilon": eps, "optimizer": name, **cfg, "noise_multiplier": z, "test_accuracy": accs,
-                         "mean": float(np.mean(accs))})
-            progress(f"ε = {eps}: {name}: {np.mean(accs):.4f} over {len(seeds)} seed(s)")
+            rows.append({"epsilon": eps, "name": name, **cfg, "lr": lr, "default_lr": cfg["lr"],
+                         "noise_multiplier": z, "test_accuracy": accs, "mean": float(np.mean(accs)),
+                         "std": float(np.std(accs)), **({"lr_search": search} if search else {}),
+                         **({"reused_seeds": reused} if reused else {})})
+            progress(f"ε = {eps}: {name} (lr {lr:g}): {np.mean(accs):.4f} ± {np.std(accs):.4f} over {len(seeds)} "
+                     "seed(s)")
     return {"benchmark": "dp_lssgd_cnn", "machine": machine_info(),
             "what": "DP-SGD / DP-LSSGD / DP-Adam / DP-LSAdam, TF-Privacy's MNIST CNN, in-process simulator "
-                    "(3 simulated parties), q = 256/60,000, clip 1, δ = 1e-5",
+                    "(3 simulated parties), q = 256/60,000, clip 1, δ = 1e-5, σ_LS = 1",
+            "learning_rates": (f"best of {list(lr_grid)} × the paper's default per (optimizer, ε), chosen on the "
+                               f"last {VALIDATION_ROWS} training images (seed 0), then trained on all 60,000"
+                               if lr_grid else "the paper's defaults (§A4.2), no search"),
             "epochs": epochs, "rounds": rounds, "seeds": list(seeds), "rows": rows,
             "paper": "DP-LSSGD (paper 000, Fig. 7 right): smoothing adds +3.2 points at ε = 0.4 and +5.0 at ε = 0.2 "
                      "over DP-SGD, each point the best of a search over learning rate, epochs and noise"}
@@ -256,6 +307,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cpu", help="where the simulated parties compute (cuda on a GPU machine)")
     ap.add_argument("--compare-smoothing", action="store_true",
                     help="the four optimizers at ε = 0.2 and 0.4 (5 epochs) instead of one run")
+    ap.add_argument("--lr-grid", default="",
+                    help="--compare-smoothing: comma-separated multipliers of each optimizer's default learning "
+                         "rate, searched on a validation split (e.g. 0.5,1,2)")
+    ap.add_argument("--reuse", type=Path, default=None,
+                    help="--compare-smoothing: an earlier result JSON whose identical seeded runs are not rerun")
     ap.add_argument("--daemons", action="store_true",
                     help="through 3 party daemons + a dealer with in-MPC noise instead of the simulator")
     ap.add_argument("--trust", choices=["dealer", "replicated"], default="dealer", help="with --daemons")
@@ -270,7 +326,9 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps({k: res[k] for k in ("test_accuracy", "epsilon", "wall_seconds", "seconds_per_round")}))
         return
     if a.compare_smoothing:
-        res = compare_smoothing(seeds=tuple(int(x) for x in a.seeds.split(",")) if a.seeds else (a.seed,))
+        res = compare_smoothing(seeds=tuple(int(x) for x in a.seeds.split(",")) if a.seeds else (a.seed,),
+                                lr_grid=tuple(float(x) for x in a.lr_grid.split(",")) if a.lr_grid else (),
+                                reuse=json.loads(a.reuse.read_text()) if a.reuse else None)
         if a.out:
             a.out.parent.mkdir(parents=True, exist_ok=True)
             a.out.write_text(json.dumps(res, indent=1) + "\n")

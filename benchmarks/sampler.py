@@ -330,7 +330,10 @@ def ceiling_summary(mpc: dict[str, Any], ceilings: dict[str, Any], parties: int,
       rate ``and_words_per_s`` (64 gates a word) — ignoring everything else a party computes;
     * bytes: the transport's measured rate over the sampler's bytes per sample (slowest party);
     * latency: a batch's message steps (the fewest any party counts: party 0's prefetched dealer
-      exchanges are mostly off the critical path) at the measured one-step latency, nothing else.
+      exchanges are mostly off the critical path) at the measured one-step latency, nothing else;
+    * cpu: compute and bytes together on the same cores — on loopback the transport's bytes/s is
+      itself CPU time of the parties, so a sample costs at least 1/compute + 1/bytes seconds of
+      those cores (messages only add latency on top).
     """
     gates = mpc["and_gates_per_sample"]
     compute = ceilings["and_words_per_s"] * 64 * cpus / (parties * gates) if gates else None
@@ -348,6 +351,8 @@ def ceiling_summary(mpc: dict[str, Any], ceilings: dict[str, Any], parties: int,
         "compute": row(compute, f"{cpus} cores / {parties} parties, AND gates only ({gates:.0f} per sample)"),
         "bytes": row(bytes_, "transport bytes/s over the sampler's bytes per sample (slowest party)"),
         "latency": row(latency, f"batch {mpc['batch']} / ({steps:.0f} message steps × one-step latency)"),
+        "cpu": row(1.0 / (1.0 / compute + 1.0 / bytes_) if compute else None,
+                   "compute and bytes on the same cores: 1 / (1/compute + 1/bytes)"),
     }
 
 

@@ -135,7 +135,9 @@ class LocalConsortium:
         if me.role == "party":
             own = self.party_data.get(me.name)
             for ds_id in (self.dataset, *self.scratch_datasets):
-                source = ([f'{k} = {json.dumps(str(v))}' for k, v in own.items()] if own is not None else
+                toml = [f'{k} = {json.dumps(v if isinstance(v, int | float) else str(v))}'
+                        for k, v in (own or {}).items()]
+                source = (toml if own is not None else
                           ['format = "builtin"', f'name = "{self.dataset}"', f"part = {index}", f"of = {self.parties}"])
                 lines += [f"[datasets.{ds_id}]", *source, f"epsilon = {self.budget_epsilon!r}",
                           f"delta = {self.budget_delta!r}", ""]

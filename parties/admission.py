@@ -162,12 +162,14 @@ def _check_plugin(config: PartyConfig, plugin: str | None, digest: str | None) -
     parent packages are, to locate it)."""
     from mpc_erm.models.plugins import PluginError, source_digest
 
-    entry = config.models.get(plugin or "")
-    if entry is None:
-        return (f"model.plugin: {config.identity.name} has no model plugin {plugin!r} "
-                f"(its config's [models] lists: {', '.join(sorted(config.models)) or 'none'})")
+    from .config import plugin_entry_point
+
     try:
-        here = source_digest(entry.entry_point)
+        entry_point = plugin_entry_point(config, plugin)
+    except ValueError as exc:
+        return str(exc)
+    try:
+        here = source_digest(entry_point)
     except PluginError as exc:
         return f"model.plugin: {config.identity.name} cannot read its plugin {plugin!r}: {exc}"
     if here != digest:

@@ -36,6 +36,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from mpc_erm.jobs.toml_reader import MAX_PROBLEMS, MAX_TOML_BYTES, TomlProblem, field_part, read_toml_file, short_repr
+from mpc_erm.plugin_ids import ENTRY_POINT
 
 __all__ = [
     "ConfigError",
@@ -235,6 +236,9 @@ class DatasetConfig(_Model):
     # Public bounds [low, high] every feature value must lie in; a row outside is refused naming
     # the file, column and row (None: no check; the worker still clips rows into the unit ball).
     feature_range: tuple[float, float] | None = None
+    # Rows held out of every job on this data set (the same rows each time), for this party's own
+    # validation metrics in the job's .private/ (never sent: no ε covers them).
+    validation_fraction: float = Field(0.0, strict=True, ge=0.0, le=0.5, allow_inf_nan=False)
 
     _path = field_validator("path", "labels")(_existing_file)
 
@@ -385,7 +389,19 @@ class ModelPluginConfig(_Model):
     the function building a torch.nn.Module from the job's NetworkSpec. A job pins the sha256 of the
     module's source (``mpc-erm model digest ENTRY_POINT``); a different source here refuses the job."""
 
-    entry_point: str = Field(pattern=r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+    entry_point: str = Field(pattern=f"^{ENTRY_POINT}$")
+
+
+def plugin_entry_point(config: Any, plugin: str | None) -> str:
+    """The entry point this party's config maps the job's ``model.plugin`` id to; ValueError naming
+    the field and the party when it lists none (admission and the worker both ask here)."""
+    models = getattr(config, "models", None) or {}
+    entry = models.get(plugin or "")
+    if entry is None:
+        me = getattr(config.identity, "name", "this party")
+        raise ValueError(f"model.plugin: {me} has no model plugin {plugin!r} "
+                         f"(its config's [models] lists: {', '.join(sorted(models)) or 'none'})")
+    return str(entry.entry_point)
 
 
 class PartyConfig(_DaemonConfig):

@@ -18,6 +18,7 @@ the budget reservation):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -62,14 +63,18 @@ class DealerJobAborted(RuntimeError):
 # ------------------------------------------------------------------------------------ data
 
 
-def _load_rows(ctx: WorkerContext) -> tuple[Any, Any | None]:
-    """(this party's training rows, a public test set if the dataset has one) as mpc_erm Datasets.
+def _load_rows(ctx: WorkerContext) -> tuple[Any, Any | None, Any | None]:
+    """(this party's training rows, a public test set if the dataset has one, this party's held-out
+    validation rows if its data set config asks for some) as mpc_erm Datasets.
 
     Any failure to read them becomes a :class:`PublicError` (DATA_SCHEMA or DATA_FILE) naming only
     the data set and this party: the loader's message (the file's path, the column, the row and
     its value) is the error's detail, for this party's log only."""
     try:
-        return _read_rows(ctx)
+        train, test = _read_rows(ctx)
+        cfg = ctx.config.datasets[ctx.job.job.dataset]
+        train, val = split_validation(train, getattr(cfg, "validation_fraction", 0.0))
+        return train, test, val
     except (PublicError, JobCancelled):
         raise
     except Exception as exc:
@@ -108,6 +113,33 @@ def _read_rows(ctx: WorkerContext) -> tuple[Any, Any | None]:
     # so the protocols' sensitivity bounds hold whatever the file contains.
     X = clip_to_unit_ball(np.asarray(ds.X))
     return Dataset(X, ds.y, ds.task, ds.name, ds.feature_names, ds.n_classes), None
+
+
+#: The validation split's permutation: fixed, so every job on a data set holds out the same rows
+#: (a model picked on them was never trained on them, whichever job trained it).
+VALIDATION_SEED = 0x5EED_F00D
+
+
+def split_validation(ds: Any, fraction: float) -> tuple[Any, Any | None]:
+    """(training rows, held-out validation rows): ``round(fraction·n)`` rows (at least one when
+    ``fraction`` > 0) that no gradient of any job touches. They never leave the party: metrics on
+    them are a function of its private data (no ε covers them) and go to ``.private/`` only."""
+    from mpc_erm.data import Dataset
+
+    if fraction <= 0.0:
+        return ds, None
+    n = int(ds.n)
+    k = max(1, round(fraction * n))
+    if n - k < 1:
+        raise ValueError(f"validation_fraction: {fraction:g} of {n} rows leaves none to train on")
+    perm = np.random.default_rng(VALIDATION_SEED).permutation(n)
+    tr, va = np.sort(perm[k:]), np.sort(perm[:k])
+
+    def part(idx: Any, tag: str) -> Any:
+        return Dataset(np.asarray(ds.X)[idx], np.asarray(ds.y)[idx], ds.task, f"{ds.name}[{tag}]", ds.feature_names,
+                       ds.n_classes)
+
+    return part(tr, "train"), part(va, "validation")
 
 
 def _schema_digest(ds: Any) -> str:
@@ -384,22 +416,36 @@ def _metrics(loss: Any, theta: Any, ds: Any, lam: float) -> dict[str, float]:
     return {"objective": float(objective_value(loss, th, X, y, lam)), key: loss.score(th, X, y)}
 
 
-def _point(t: int, eps: float, proto: Any, theta: Any, ds: Any, test: Any, lam: float) -> dict[str, Any]:
+def _point(t: int, eps: float, proto: Any, theta: Any, rows: _Rows, lam: float) -> dict[str, Any]:
     """One point of the training curve: public part (round, ε spent, test-set metrics) and, under
-    ``own``, the private part."""
-    point: dict[str, Any] = {"round": t, "epsilon_spent": eps, "own": _metrics(proto.loss, theta, ds, lam)}
-    if test is not None:
-        point["test"] = _metrics(proto.loss, theta, test, lam)
+    ``own``, the private part (this party's training and validation rows)."""
+    own = {"train": _metrics(proto.loss, theta, rows.train, lam)}
+    if rows.validation is not None:
+        own["validation"] = _metrics(proto.loss, theta, rows.validation, lam)
+    point: dict[str, Any] = {"round": t, "epsilon_spent": eps, "own": own}
+    if rows.test is not None:
+        point["test"] = _metrics(proto.loss, theta, rows.test, lam)
     return point
 
 
-def _output_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, plan: Any, real: Any,
-                weight: float, dev: Any) -> tuple:
+def _progress(ctx: WorkerContext, point: dict[str, Any]) -> None:
+    """Append a curve point, private part included, to the job's ``.private/progress.jsonl``: this
+    party's operator follows training on its own rows (``mpc-erm party progress``) while nothing of
+    it leaves the party."""
+    private = ctx.job_dir / ".private"
+    with contextlib.suppress(OSError):  # progress is a convenience: a full disk must not fail the job here
+        private.mkdir(parents=True, mode=0o700, exist_ok=True)
+        with open(private / "progress.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(point, default=float) + "\n")
+
+
+def _output_job(ctx: WorkerContext, agg: Any, src: Any, rows: _Rows, plan: Any, real: Any, weight: float,
+                dev: Any) -> tuple:
     import torch
 
     from mpc_erm.protocols import OutputPerturbation
 
-    spec = ctx.job.spec
+    spec, ds = ctx.job.spec, rows.train
     proto = OutputPerturbation(spec, None, ds.d, plan=plan, noise=None if real is None else real.spec)
     X = torch.as_tensor(np.array(ds.X), dtype=torch.float64, device=dev)
     y = torch.as_tensor(np.array(ds.y), device=dev)
@@ -419,7 +465,8 @@ def _output_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, plan
                           torch.tensor([weight], dtype=torch.float64))
     _audit(ctx).release(ctx.job_id, what="noisy weighted average of the local models", value=theta, round=1,
                         rounds=1)
-    curve = [_point(1, eps, proto, theta, ds, test, spec.model.lam)]
+    curve = [_point(1, eps, proto, theta, rows, spec.model.lam)]
+    _progress(ctx, curve[-1])
     how = "n_j/n̂ (each party its own count)" if plan.adjacency == "add_remove" else (
         "n_j/n" if plan.weighting == "pooled" else "1/m")
     return theta, curve, f"output perturbation: locally solved models averaged with weights {how}"
@@ -455,13 +502,13 @@ def _with_next_noise(src: Any, real: Any, dim: int, gradient: Any) -> Any:
     return _concurrently(gradient, lambda: src.top_up(real.spec, dim))
 
 
-def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, plan: Any, real: Any,
-                  weight: float, dev: Any) -> tuple:
+def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, rows: _Rows, plan: Any, real: Any, weight: float,
+                  dev: Any) -> tuple:
     import torch
 
     from mpc_erm.protocols import GradientPerturbation
 
-    spec = ctx.job.spec
+    spec, ds = ctx.job.spec, rows.train
     tr = spec.training
     proto = GradientPerturbation(spec, None, ds.d, plan=plan, noise=None if real is None else real.spec)
     if real is not None:
@@ -489,7 +536,8 @@ def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, pl
                       rounds=tr.iterations)
         if t % PROGRESS_EVERY == 0 or t == tr.iterations:
             eps_t = plan.guarantee(rounds=t).epsilon
-            curve.append(_point(t, eps_t, proto, theta, ds, test, spec.model.lam))
+            curve.append(_point(t, eps_t, proto, theta, rows, spec.model.lam))
+            _progress(ctx, curve[-1])
             ctx.emit({"phase": "training", "round": t, "rounds": tr.iterations, "epsilon_spent": eps_t})
 
     try:
@@ -499,6 +547,16 @@ def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, ds: Any, test: Any, pl
     note = (f"gradient perturbation: T = {tr.iterations} full-batch rounds, clip C = {proto.clip:g}; accountant "
             f"{plan.accountant!r}")
     return theta.cpu(), curve, note
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """This party's rows for one job: ``train`` (what its gradients see), a public ``test`` set
+    (metrics on it are public), its held-out ``validation`` rows (metrics on them stay here)."""
+
+    train: Any
+    test: Any | None = None
+    validation: Any | None = None
 
 
 @dataclass
@@ -551,14 +609,13 @@ def _plugin_builder(ctx: WorkerContext) -> Any:
         return None
     from mpc_erm.models.plugins import load_builder
 
-    entry = getattr(ctx.config, "models", {}).get(spec.model.plugin)
-    if entry is None:
-        raise ValueError(f"model.plugin: this party has no model plugin {spec.model.plugin!r}")
-    return load_builder(entry.entry_point, str(spec.model.plugin_digest))
+    from .config import plugin_entry_point
+
+    return load_builder(plugin_entry_point(ctx.config, spec.model.plugin), str(spec.model.plugin_digest))
 
 
-def _network_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, ds: Any, test: Any, plan: Any, real: Any,
-                 dev: Any, builder: Any) -> _Outcome:
+def _network_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, rows: _Rows, plan: Any, real: Any, dev: Any,
+                 builder: Any) -> _Outcome:
     """A network trained by DP-SGD / DP-Adam (mpc_erm.protocols.dpsgd): the same round loop as the
     simulator, this party's Poisson batches drawn from its own generator, the public step on a
     float64 CPU master copy (so every party keeps the same public model whatever its device)."""
@@ -577,8 +634,10 @@ def _network_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, ds: Any, tes
     if first != mine:
         raise ValueError(f"model: the initial {spec.model.name} built here differs from party 0's (digest "
                          f"{mine[:12]} vs {str(first)[:12]}): the parties' PyTorch builds disagree")
+    ds = rows.train
     X, y = _network_rows(ds, spec, dev)
-    tX, ty = (None, None) if test is None else _network_rows(test, spec, dev)
+    tX, ty = (None, None) if rows.test is None else _network_rows(rows.test, spec, dev)
+    vX, vy = (None, None) if rows.validation is None else _network_rows(rows.validation, spec, dev)
     gen = torch.Generator().manual_seed(secrets.randbits(63))  # this party's batches: nobody else's to know
     if real is not None:
         ctx.emit({"phase": "offline", "message": f"sampling {tr.iterations * job.p} noise values inside the MPC, "
@@ -607,11 +666,14 @@ def _network_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, ds: Any, tes
             ctx.emit({"phase": "training", "round": t, "rounds": tr.iterations, "epsilon_spent": eps_t,
                       "epoch": round(t * job.q, 3)})
         if t % epoch == 0 or last:  # the curve: once an epoch (a pass over this party's rows costs one)
-            point: dict[str, Any] = {"round": t, "epoch": t * job.q, "epsilon_spent": eps_t,
-                                     "own": _network_metrics(job, X, y)}
+            own = {"train": _network_metrics(job, X, y)}
+            if vX is not None:
+                own["validation"] = _network_metrics(job, vX, vy)
+            point: dict[str, Any] = {"round": t, "epoch": t * job.q, "epsilon_spent": eps_t, "own": own}
             if tX is not None:
                 point["test"] = _network_metrics(job, tX, ty)
             curve.append(point)
+            _progress(ctx, point)
 
     try:
         job.train(agg, local_sum, before_reveal=before_reveal, after_round=after_round)
@@ -677,7 +739,8 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
         torch.set_num_threads(ctx.config.threads)
     tic = time.perf_counter()
     ctx.emit({"phase": "loading", "message": f"dataset {ctx.job.job.dataset!r}"})
-    ds, test = _load_rows(ctx)
+    rows = _Rows(*_load_rows(ctx))
+    ds = rows.train
     builder = _plugin_builder(ctx)  # before any peer is joined: a party that cannot build it refuses first
     dev = _device(ctx)
     _check_room(ctx)  # disk full: refuse before any member spends ε (issue 14 item 1)
@@ -704,14 +767,15 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
                                                  else f"add/remove: normaliser n̂ = {plan.public_n}")
                   + f"; {agg.trust_model}"})
         if spec.model.is_network:
-            out = _network_job(ctx, comm, agg, src, ds, test, plan, real, dev, builder)
+            out = _network_job(ctx, comm, agg, src, rows, plan, real, dev, builder)
         else:
             run = _output_job if spec.method == "output" else _gradient_job
-            theta, curve, note = run(ctx, agg, src, ds, test, plan, real, plan.weight(rank, int(ds.n)), dev)
+            theta, curve, note = run(ctx, agg, src, rows, plan, real, plan.weight(rank, int(ds.n)), dev)
             out = _Outcome(curve, note, theta=theta)
         report = _report(ctx, plan, real, agg.trust_model, out.note)
         final = out.curve[-1]  # the last round's point: the trained model's metrics
-        own = {"train_own_rows": final["own"], "curve": [{"round": c["round"], **c["own"]} for c in out.curve]}
+        own = {"train_own_rows": final["own"]["train"], "validation_rows": final["own"].get("validation"),
+               "curve": [{"round": c["round"], **c["own"]} for c in out.curve]}
         metrics: dict[str, Any] = {
             "wall_seconds": time.perf_counter() - tic,
             "mpc": agg.describe(), "noise": src.stats(), **out.extra,

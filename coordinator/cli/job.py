@@ -90,7 +90,7 @@ def submit(job_file: Path, config_path: Path, follow: bool, as_json: bool) -> No
                 click.echo(f"  {m:<16} {v['status']:<9} {v.get('note') or ''}".rstrip())
             click.echo(f"  spec digest {res['spec_digest']}")
         if follow:
-            _watch(client, res["job_id"], as_json)
+            _watch(client, res["job_id"], as_json, config_path)
 
 
 @job.command("status")
@@ -123,14 +123,13 @@ def status(job_id: str, config_path: Path, as_json: bool) -> None:
 def watch(job_id: str, config_path: Path, as_json: bool) -> None:
     """Follow the job: progress (round t/T, ε spent so far) until every member has finished."""
     with _client(config_path) as client:
-        _watch(client, job_id, as_json)
+        _watch(client, job_id, as_json, config_path)
 
 
-def _watch(client: Any, job_id: str, as_json: bool) -> None:
+def _watch(client: Any, job_id: str, as_json: bool, config_path: Path) -> None:
     from coordinator.client import overall_status
 
     members = client.job_members(job_id)
-    lead = members[0]
     final: dict[str, tuple[str, str]] = {}
     if as_json:
         for ev in client.watch(job_id, members=members):
@@ -139,7 +138,7 @@ def _watch(client: Any, job_id: str, as_json: bool) -> None:
             if ev["phase"] in TERMINAL:
                 final[ev["member"]] = (ev["phase"], str(ev["payload"].get("message", "")))
     else:
-        _watch_rich(client, job_id, members, lead, final)
+        _watch_rich(client, job_id, members, final)
     missing = [m for m in members if m not in final]
     for m in missing:  # a member whose stream broke off: ask once more
         try:
@@ -153,29 +152,39 @@ def _watch(client: Any, job_id: str, as_json: bool) -> None:
                         if s != "succeeded")
         click.echo(f"error: job {job_id} {overall}: {why}", err=True)
         sys.exit(1)
+    if not as_json:
+        click.echo(f"next: mpc-erm job result {job_id} --out results/{job_id} --config {config_path}")
 
 
-def _watch_rich(client: Any, job_id: str, members: list[str], lead: str,
-                final: dict[str, tuple[str, str]]) -> None:
+def _watch_rich(client: Any, job_id: str, members: list[str], final: dict[str, tuple[str, str]]) -> None:
+    """One line per member: its phase, rounds done of T (epoch for DP-SGD), ε spent, elapsed time
+    and the time left (estimated by rich from the recent round rate)."""
+    from rich import progress as rp
     from rich.markup import escape
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("ε spent {task.fields[eps]}"), TimeElapsedColumn()) as prog:
-        task = prog.add_task(f"{escape(lead)}: waiting", total=None, eps="0")
+    with rp.Progress(rp.TextColumn("{task.description}"), rp.BarColumn(), rp.MofNCompleteColumn(),
+                     rp.TextColumn("{task.fields[epoch]}ε spent {task.fields[eps]}"), rp.TimeElapsedColumn(),
+                     rp.TextColumn("left"), rp.TimeRemainingColumn()) as prog:
+        width = max(len(m) for m in members)
+        tasks = {m: prog.add_task(f"{escape(m):<{width}}  waiting", total=None, eps="0", epoch="")
+                 for m in members}
         for ev in client.watch(job_id, members=members):
             m, phase, p = ev["member"], ev["phase"], ev["payload"]
-            if m == lead:
-                update: dict[str, Any] = {"description": f"{escape(lead)}: {escape(phase)}"}
-                if isinstance(p.get("round"), int) and isinstance(p.get("rounds"), int):
-                    update.update(total=p["rounds"], completed=p["round"])
-                if isinstance(p.get("epsilon_spent"), (int, float)):
-                    update["eps"] = f"{p['epsilon_spent']:.4g}"
-                if phase == "succeeded":
-                    task_total = prog.tasks[0].total
-                    if task_total:
-                        update["completed"] = task_total
-                prog.update(task, **update)
+            if m not in tasks:
+                continue
+            task = tasks[m]
+            update: dict[str, Any] = {"description": f"{escape(m):<{width}}  {escape(phase)}"}
+            if isinstance(p.get("round"), int) and isinstance(p.get("rounds"), int):
+                update.update(total=p["rounds"], completed=p["round"])
+            if isinstance(p.get("epoch"), (int, float)):
+                update["epoch"] = f"epoch {p['epoch']:.2f}  "
+            if isinstance(p.get("epsilon_spent"), (int, float)):
+                update["eps"] = f"{p['epsilon_spent']:.4g}"
+            if phase == "succeeded":
+                total = prog.tasks[task].total
+                update["completed"] = total if total else 1
+                update.setdefault("total", total or 1)
+            prog.update(task, **update)
             if phase in TERMINAL:
                 final[m] = (phase, str(p.get("message", "")))
                 prog.console.print(f"{escape(m)}: {escape(phase)}"

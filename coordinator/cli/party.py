@@ -1,6 +1,7 @@
 """`mpc-erm party serve` and `mpc-erm dealer serve`: run a daemon until SIGINT/SIGTERM (SIGHUP
 re-reads the CRL named by ``identity.crl``, e.g. after ``mpc-erm certs revoke``);
-`mpc-erm party health` and `mpc-erm dealer health`: probe a running daemon (container health checks).
+`mpc-erm party health` and `mpc-erm dealer health`: probe a running daemon (container health checks);
+`mpc-erm party progress`: this party's own view of a job's training (metrics on its own rows).
 
 The daemon logs JSON lines to stderr and state_dir/daemon.log; stdout gets one JSON line once it
 listens (``{"event": "listening", "port": …}``), so a script can start it with ``listen = "…:0"``
@@ -173,3 +174,84 @@ def party_health(config_path: Path, address: str | None, timeout_s: float) -> No
 def dealer_health(config_path: Path, address: str | None, timeout_s: float) -> None:
     """Exit 0 if the dealer daemon of this config answers Health over mTLS as itself, else 1."""
     _health(config_path, "dealer", address, timeout_s)
+
+
+def read_progress(state_dir: Path, job_id: str) -> list[dict]:
+    """The curve points a job's worker appended to ``.private/progress.jsonl`` (round, ε spent, and
+    the metrics on this party's training and validation rows); a torn last line is skipped."""
+    from parties.admission import JOB_ID_RE
+
+    if not JOB_ID_RE.fullmatch(job_id):
+        raise click.BadParameter(f"{job_id!r} is not a job id", param_hint="JOB_ID")
+    path = state_dir / "jobs" / job_id / ".private" / "progress.jsonl"
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # being written
+    return out
+
+
+def _ended(state_dir: Path, job_id: str) -> bool:
+    """Whether this party's daemon recorded the job as ended (or never heard of it)."""
+    from parties.jobs import TERMINAL, JobStore
+
+    store = JobStore.in_state_dir(state_dir)
+    try:
+        rec = store.get(job_id)
+    finally:
+        store.close()
+    return rec is None or rec.status in TERMINAL
+
+
+def _fmt(m: dict | None, key: str) -> str:
+    v = None if m is None else m.get(key)
+    return "" if v is None else f"{v:.4g}"
+
+
+@party.command("progress")
+@_HEALTH_CONFIG
+@click.argument("job_id")
+@click.option("--follow", is_flag=True, help="keep printing new points until the job's results are written")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per point")
+def party_progress(config_path: Path, job_id: str, follow: bool, as_json: bool) -> None:
+    """Training progress of JOB_ID on this party's own rows: ε spent, loss/objective and accuracy
+    (or MSE) on its training rows and on its held-out validation rows (``validation_fraction`` in
+    the data set's config). Read from this party's state directory: nothing here is ever sent."""
+    import time
+
+    from parties.config import ConfigError, load_party_config
+
+    try:
+        config = load_party_config(config_path)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    state_dir = Path(config.state_dir)
+    shown = 0
+    if not as_json:
+        click.echo(f"{'round':>7} {'epoch':>7} {'ε spent':>8}  {'train loss':>10} {'train acc':>9}  "
+                   f"{'val loss':>10} {'val acc':>9}")
+    while True:
+        points = read_progress(state_dir, job_id)
+        for p in points[shown:]:
+            if as_json:
+                click.echo(json.dumps(p))
+                continue
+            own = p.get("own", {})
+            tr, va = own.get("train"), own.get("validation")
+            loss = "loss" if tr is not None and "loss" in tr else "objective"
+            acc = "accuracy" if tr is not None and "accuracy" in tr else "mse"
+            epoch = p.get("epoch")
+            click.echo(f"{p['round']:>7} {'' if epoch is None else f'{epoch:.2f}':>7} {p['epsilon_spent']:>8.4g}  "
+                       f"{_fmt(tr, loss):>10} {_fmt(tr, acc):>9}  {_fmt(va, loss):>10} {_fmt(va, acc):>9}")
+        shown = len(points)
+        if not follow or _ended(state_dir, job_id):
+            break
+        time.sleep(1.0)
+    if not shown and not follow:
+        click.echo(f"no progress recorded for job {job_id} at {config.identity.name}", err=True)

@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-PLUGIN_NAME_RE = re.compile(r"plugin:[a-z0-9][a-z0-9_-]{0,62}")  # a party's own network (.plugins)
+from ..plugin_ids import PLUGIN_NAME_RE  # a party's own network (.plugins)
 
 __all__ = ["NETWORKS", "NetworkSpec", "build_network", "model_digest", "parameter_count"]
 

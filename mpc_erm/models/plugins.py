@@ -21,15 +21,14 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..plugin_ids import DIGEST_RE, ENTRY_POINT_RE
+
 __all__ = ["ENTRY_POINT_RE", "PluginError", "load_builder", "source_digest"]
 
-ENTRY_POINT_RE = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*")
-DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 class PluginError(ValueError):

@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..plugin_ids import DIGEST, PLUGIN_ID
+
 Method = Literal["output", "gradient"]
 LINEAR_MODELS = ("logistic", "ridge", "huber_svm", "softmax")
 NETWORK_MODELS = ("mlp", "mnist_cnn", "cifar_cnn", "char_lstm", "plugin")  # mpc_erm.models.networks, .plugins
@@ -52,9 +54,9 @@ class ModelSpec(_Strict):
     vocab: int | None = Field(None, ge=2, le=1_000_000, description="char_lstm only")
     init_seed: int = Field(0, ge=0, lt=2**63, description="networks: seed of the agreed initial weights")
     # name = "plugin": a network each party builds with its own installed code (mpc_erm.models.plugins)
-    plugin: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$",
+    plugin: str | None = Field(None, pattern=f"^{PLUGIN_ID}$",
                                description="plugin: the id each party maps to an entry point in its config")
-    plugin_digest: str | None = Field(None, pattern=r"^sha256:[0-9a-f]{64}$",
+    plugin_digest: str | None = Field(None, pattern=f"^{DIGEST}$",
                                       description="plugin: sha256 of the plugin's source (mpc-erm model digest)")
 
     @model_validator(mode="before")

@@ -208,6 +208,12 @@ BAD: list[tuple[str, Callable[[str], str], str]] = [
      "datasets.claims.labels: required for format 'idx'"),
     ("idx labels missing", lambda t: t.replace('format = "csv"', 'format = "idx"').replace(
         'label = "fraud"', 'labels = "data/gone.idx"'), "datasets.claims.labels: file not found: "),
+    ("validation fraction too large",
+     lambda t: t.replace('label = "fraud"', 'label = "fraud"\nvalidation_fraction = 0.6'),
+     "datasets.claims.validation_fraction: must be <= 0.5"),
+    ("validation fraction as text",
+     lambda t: t.replace('label = "fraud"', 'label = "fraud"\nvalidation_fraction = "0.1"'),
+     "datasets.claims.validation_fraction: Input should be a valid number"),
     ("bad schema id", lambda t: t.replace('label = "fraud"', 'label = "fraud"\nschema = "a b"'),
      "datasets.claims.schema: 'a b' is not a schema id"),
     ("no datasets", lambda t: t[: t.index("[datasets.adult]")] + t[t.index("[policy]"):], "datasets: required"),

@@ -18,6 +18,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -594,6 +595,9 @@ def test_consortium_end_to_end_with_the_coordinator_cli(consortium: dict[str, An
     assert [j["job_id"] for j in json.loads(out.output)] == [job_id]
     out = runner.invoke(_cli(), ["job", "watch", job_id, *cfg])
     assert out.exit_code == 0 and "dealer: succeeded" in out.output, out.output
+    for m in ("alice", "bob", "carol"):  # a progress line per member: rounds, ε spent, time left
+        assert re.search(rf"{m} +succeeded .* 3/3 ε spent [0-9.]+ .* left", out.output), out.output
+    assert f"next: mpc-erm job result {job_id} --out results/{job_id} --config" in out.output, out.output
 
     # GetEndpoint is for the job's members only; a party that is not one cannot tell the job exists
     for who, server, code in (("dave", "alice", grpc.StatusCode.NOT_FOUND),

@@ -69,6 +69,32 @@ def _run(cons: LocalConsortium, job: Path, out: Path) -> tuple[str, dict[str, di
     return job_id, ends
 
 
+def _check_own_progress(cons: LocalConsortium, job_id: str, result: Path) -> None:
+    """Alice's operator sees loss and accuracy on her held-out rows per epoch (`mpc-erm party
+    progress`); none of it is in what the coordinator fetched."""
+    from click.testing import CliRunner
+
+    from coordinator.cli import cli
+
+    run = CliRunner().invoke(cli, ["party", "progress", "--config", str(cons.members["alice"].config), job_id,
+                                    "--json"])
+    assert run.exit_code == 0, run.output
+    points = [json.loads(line) for line in run.output.splitlines()]
+    assert [p["round"] for p in points] == [2, 4, 6]  # once an epoch (q = 0.5) and at the end
+    for p in points:
+        assert set(p["own"]) == {"train", "validation"}
+        assert 0.0 <= p["own"]["validation"]["accuracy"] <= 1.0 and p["own"]["validation"]["loss"] > 0
+    table = CliRunner().invoke(cli, ["party", "progress", "--config", str(cons.members["alice"].config), job_id])
+    assert table.exit_code == 0 and "val acc" in table.output and len(table.output.splitlines()) == 4, table.output
+    bob = CliRunner().invoke(cli, ["party", "progress", "--config", str(cons.members["bob"].config), job_id,
+                                    "--json"])
+    assert all("validation" not in json.loads(line)["own"] for line in bob.output.splitlines())  # bob holds none out
+    fetched = "".join(p.read_text(errors="replace") for p in result.iterdir() if p.suffix in (".json", ".toml"))
+    assert "validation" not in fetched and '"own"' not in fetched
+    bad = CliRunner().invoke(cli, ["party", "progress", "--config", str(cons.members["alice"].config), "../x"])
+    assert bad.exit_code != 0 and "not a job id" in bad.output
+
+
 def test_a_subsampled_cnn_job_runs_through_the_daemons_on_each_partys_image_files(tmp_path: Path) -> None:
     data: dict[str, dict[str, object]] = {}
     for i, name in enumerate(("alice", "bob", "carol")):
@@ -79,12 +105,14 @@ def test_a_subsampled_cnn_job_runs_through_the_daemons_on_each_partys_image_file
             data[name] = {"format": "idx", "path": write_idx_file(tmp_path / f"{name}-x.idx", img),
                           "labels": write_idx_file(tmp_path / f"{name}-y.idx", lab)}
         data[name]["adjacency"] = "add_remove"
+    data["alice"]["validation_fraction"] = 0.2  # 20 rows held out: her own per-epoch view, never sent
     job = tmp_path / "job.toml"
     job.write_text(JOB)
     with LocalConsortium(tmp_path / "cons", dataset="images", party_data=data, max_epsilon_per_job=2.0) as cons:
-        _, ends = _run(cons, job, tmp_path / "result")
+        job_id, ends = _run(cons, job, tmp_path / "result")
         assert {m: e["phase"] for m, e in ends.items()} == dict.fromkeys(("alice", "bob", "carol", "dealer"),
                                                                         "succeeded"), ends
+        _check_own_progress(cons, job_id, tmp_path / "result")
         # a plugin this party set does not have: refused at admission, naming the party and the field
         plugin = tmp_path / "plugin.toml"
         plugin.write_text(JOB.replace('name = "mnist_cnn"', 'name = "plugin"\nplugin = "acme-cnn"\n'

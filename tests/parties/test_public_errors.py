@@ -162,7 +162,7 @@ def test_the_worker_wraps_a_bad_data_file(tmp_path: Path) -> None:
                           "see that party's log")
     assert "450000.0" in str(err) and "stmarys-private" in str(err)  # the detail, for the log
     assert isinstance(err.__cause__, DataError)
-    ds, test = _load_rows(_ctx(tmp_path, "a,b,y\n0.1,0.2,0.5\n0.3,0.1,-0.25\n"))
+    ds, test, _val = _load_rows(_ctx(tmp_path, "a,b,y\n0.1,0.2,0.5\n0.3,0.1,-0.25\n"))
     assert ds.n == 2 and test is None
 
 
@@ -207,3 +207,23 @@ def test_a_schema_mismatch_names_the_party_publicly_and_the_columns_only_in_the_
     assert "our columns that differ: 'income_band'" in str(err)  # ours, for our log
     assert "carol_secret_col" not in str(err) and "carol_secret_col" not in err.reason  # theirs never reached us
     assert _agree(ctx, _Comm([obj("alice", mine), obj("bob", mine), obj("carol", mine)]), mine) == [10, 10, 10]
+
+
+def test_a_validation_split_holds_out_the_same_rows_every_job_and_trains_on_none_of_them() -> None:
+    """``validation_fraction``: round(f·n) rows held out, disjoint from the training rows, the
+    same ones for every job on the data set (a fixed permutation); too few rows is refused."""
+    import numpy as np
+
+    from mpc_erm.data import Dataset
+    from parties.worker import split_validation
+
+    X = np.arange(200, dtype=float).reshape(100, 2)
+    ds = Dataset(X, np.where(np.arange(100) % 2 == 0, 1.0, -1.0), "binary", "toy", ["a", "b"], 2)
+    tr, va = split_validation(ds, 0.2)
+    assert (tr.n, va.n) == (80, 20)
+    assert not set(tr.X[:, 0]) & set(va.X[:, 0]) and set(tr.X[:, 0]) | set(va.X[:, 0]) == set(X[:, 0])
+    assert np.array_equal(split_validation(ds, 0.2)[1].X, va.X)  # the same rows next job
+    assert split_validation(ds, 0.0) == (ds, None)
+    one = Dataset(X[:1], np.ones(1), "binary", "one", ["a", "b"], 2)
+    with pytest.raises(ValueError, match="validation_fraction: 0.5 of 1 rows leaves none"):
+        split_validation(one, 0.5)
