@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms, modes
 
-__all__ = ["KEY_BYTES", "KeyedMasks", "Keystream", "new_key"]
+__all__ = ["KEY_BYTES", "MAX_NONCE", "NONCE_SHIFT", "KeyedMasks", "Keystream", "new_key"]
 
 KEY_BYTES = 32
 _BLOCK = 16  # update_into wants room for one block more than it is given
@@ -65,9 +65,18 @@ class Keystream:
         return words if device is None or torch.device(device).type == "cpu" else words.to(device)
 
 
+#: A nonce's stream starts at counter block nonce·2^64: each nonce owns 2^64 blocks, so the
+#: streams of nonces t and t+1 never share a block. (Until 2026-11-27 the counter block started
+#: at the nonce itself: round t+1's mask was round t's shifted by one block, so a party that saw
+#: another's masked share in two rounds learned differences of its coordinates across rounds.)
+NONCE_SHIFT = 64
+MAX_NONCE = (1 << (128 - NONCE_SHIFT)) - 1
+
+
 class KeyedMasks:
     """Keystreams keyed per call, (key, nonce) → n words, in one reused buffer: the aggregator's
-    pairwise masks, a new nonce per round."""
+    pairwise masks, a new nonce per round; different nonces give disjoint parts of the key's
+    keystream (:data:`NONCE_SHIFT`)."""
 
     def __init__(self) -> None:
         self._zeros = _Zeros()
@@ -75,10 +84,15 @@ class KeyedMasks:
 
     def words(self, key: bytes, nonce: int, n: int) -> torch.Tensor:
         """n uniform int64 (a view of the buffer: valid until the next call)."""
+        if not 0 <= nonce <= MAX_NONCE:
+            raise ValueError(f"a mask nonce lies in [0, 2^{128 - NONCE_SHIFT}), got {nonce}")
         nbytes = 8 * n
+        if nbytes > _BLOCK << NONCE_SHIFT:  # never: 2^68 bytes
+            raise ValueError("a mask longer than one nonce's share of the keystream")
         if self._out.size < nbytes + _BLOCK:
             self._out = np.empty(nbytes + _BLOCK, dtype=np.uint8)
-        enc = Cipher(algorithms.AES(key), modes.CTR(nonce.to_bytes(_BLOCK, "big"))).encryptor()
+        counter = (nonce << NONCE_SHIFT).to_bytes(_BLOCK, "big")
+        enc = Cipher(algorithms.AES(key), modes.CTR(counter)).encryptor()
         _fill(enc, self._zeros, self._out, nbytes)
         if enc.finalize():  # CTR is a stream mode: nothing is held back
             raise RuntimeError("AES-CTR keystream of unexpected length")

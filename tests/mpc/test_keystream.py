@@ -11,8 +11,9 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from mpc_erm.mpc.keystream import KEY_BYTES, KeyedMasks, Keystream, new_key
 
 
-def _reference(key: bytes, nonce: int, nbytes: int) -> np.ndarray:
-    enc = Cipher(algorithms.AES(key), modes.CTR(nonce.to_bytes(16, "big"))).encryptor()
+def _reference(key: bytes, counter: int, nbytes: int) -> np.ndarray:
+    """AES-256-CTR keystream from the 128-bit initial counter block ``counter``."""
+    enc = Cipher(algorithms.AES(key), modes.CTR(counter.to_bytes(16, "big"))).encryptor()
     return np.frombuffer(enc.update(bytes(nbytes)) + enc.finalize(), dtype=np.int64)
 
 
@@ -42,7 +43,23 @@ def test_keyed_masks_match_aes_ctr_per_nonce() -> None:
     key = new_key()
     masks = KeyedMasks()
     for nonce, n in [(0, 10), (1, 100_000), (2**63 + 5, 3)]:
-        assert np.array_equal(masks.words(key, nonce, n).numpy(), _reference(key, nonce, 8 * n))
+        assert np.array_equal(masks.words(key, nonce, n).numpy(), _reference(key, nonce << 64, 8 * n))
+
+
+def test_masks_of_consecutive_nonces_share_no_word() -> None:
+    """The aggregator draws round t's masks with nonce t: were the streams of t and t+1 to overlap
+    (a counter block starting at the nonce itself did: t+1's stream was t's shifted by one block),
+    a party that sees another's masked share in two rounds would learn differences of that
+    party's coordinates across rounds. Each nonce owns its own 2^64 blocks."""
+    key = new_key()
+    masks = KeyedMasks()
+    n = 4096
+    streams = [set(masks.words(key, t, n).tolist()) for t in range(4)]
+    for a in range(4):
+        for b in range(a + 1, 4):
+            assert not streams[a] & streams[b], (a, b)  # 2^-52 chance of one shared word by accident
+    with pytest.raises(ValueError, match="nonce"):
+        masks.words(key, 1 << 64, 1)
 
 
 def test_a_key_of_the_wrong_length_is_refused() -> None:
