@@ -262,14 +262,47 @@ class MpcAggregator:
         lo, hi = torch.aminmax(local)  # one pass; a NaN makes both comparisons false
         bad = not (bool(hi < limit) and bool(lo > -limit))
 
-        scale = float(2**g)
         share = torch.empty(p + 1, dtype=torch.long)
         body = share[:p]
         if bad:  # a uniform share: the revealed sum is uniform, independent of every input (step 2)
             body.copy_(torch.frombuffer(bytearray(secrets.token_bytes(8 * p)), dtype=torch.long))
         else:
-            body.copy_(local.mul_(scale).round_())  # local is this call's own temporary
+            body.copy_(local.mul_(float(2**g)).round_())  # local is this call's own temporary
             self._add_mask(body, t)
+        return self._noise_and_reveal(share, bad, g, limit, t, noise, tic, stats0).to(contributions.device)
+
+    def aggregate_shares(self, owner_share_sum: torch.Tensor, grid_bits: int, noise: NoiseSpec) -> torch.Tensor:
+        """Reveal ``Σ_owners v + z`` (float64, shape (p,)) from this compute party's sum of its
+        data owners' shares (int64 on the grid 2^-grid_bits: :mod:`mpc_erm.mpc.owner_shares`).
+
+        The owners' shares are already an additive sharing of the sum, so steps 1–3 reduce to
+        adding this party's pairwise masks (a re-randomisation that keeps one reveal path); the
+        noise and the reveal are those of :meth:`aggregate`. ``grid_bits`` is what the owners
+        encoded with and must be the noise's grid. No range check is possible here (a share is
+        uniform): each owner checked its own contribution before sharing it."""
+        if owner_share_sum.dtype != torch.long or owner_share_sum.ndim != 1 or owner_share_sum.numel() < 1:
+            raise ValueError(f"owner_share_sum: a non-empty int64 vector expected, got {owner_share_sum.dtype} of "
+                             f"shape {tuple(owner_share_sum.shape)}")
+        p = int(owner_share_sum.numel())
+        stats0 = self.comm.get_communication_stats()
+        tic = time.perf_counter()
+        t = self._counter
+        self._counter += 1
+        g = PRECISION_BITS if noise.mechanism == "none" else int(self.noise_source.precision_bits(noise, p))
+        if g != grid_bits:
+            raise ValueError(f"grid_bits: the owners encoded on 2^-{grid_bits}, the noise lives on 2^-{g}")
+        share = torch.empty(p + 1, dtype=torch.long)
+        share[:p].copy_(owner_share_sum.to("cpu"))
+        self._add_mask(share[:p], t)
+        return self._noise_and_reveal(share, False, g, self._limit(g), t, noise, tic, stats0)
+
+    def _noise_and_reveal(self, share: torch.Tensor, bad: bool, g: int, limit: float, t: int, noise: NoiseSpec,
+                          tic: float, stats0: dict[str, Any]) -> torch.Tensor:
+        """Steps 4–5: add this party's noise share (unless ``bad``), the masked range-check count,
+        one all_reduce, the exact decode, and the call's statistics."""
+        p = int(share.numel()) - 1
+        body = share[:p]
+        scale = float(2**g)
         if noise.mechanism != "none":  # taken in every case: all parties draw the pool in step
             z = self.noise_source.take(p, noise)
             if z.dtype != torch.long or tuple(z.shape) != (p,):
@@ -307,7 +340,7 @@ class MpcAggregator:
         tot.rounds += st.rounds
         tot.bytes += st.bytes
         tot.seconds += st.seconds
-        return result.to(contributions.device)
+        return result
 
     def describe(self) -> dict[str, Any]:
         """Trust model and cumulative cost, for the job report."""
