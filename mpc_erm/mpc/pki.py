@@ -43,7 +43,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 log = logging.getLogger(__name__)
 
-Role = Literal["party", "dealer", "coordinator"]
+Role = Literal["party", "dealer", "coordinator", "owner"]  # owner: a data owner of many (issue 17)
 ROLES: tuple[str, ...] = get_args(Role)
 
 URI_SCHEME = "mpc-erm"

@@ -104,12 +104,14 @@ def run_job(
     dealer: bool = False,
     hosts: list[list[int]] | None = None,
     timeout: float = 80.0,
+    ca: pki.CertificateAuthority | None = None,
     **kwargs: Any,
 ) -> dict[int, dict[str, Any]]:
-    """Run ``worker(rank, table, identity, server, **kwargs)`` for every member; return reports by rank."""
+    """Run ``worker(rank, table, identity, server, **kwargs)`` for every member; return reports by
+    rank. ``ca``: the members' CA (a test that issues other identities of the same deployment)."""
     from mpc_erm.mpc.transport import Member, PartyTable
 
-    ca = pki.create_ca("test CA")
+    ca = ca or pki.create_ca("test CA")
     names = list(NAMES[:parties]) + (["dealer"] if dealer else [])
     identities = [pki.issue_identity(ca, n, "dealer" if n == "dealer" else "party") for n in names]
     members = len(names)

@@ -16,7 +16,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PROTO_DIR = HERE.parents[2] / "proto"
 # The .proto files compiled into this package (add the dealer/control protos here).
-PROTOS = ("transport.proto", "party.proto")
+PROTOS = ("transport.proto", "party.proto", "owner.proto")
 
 # protoc writes ``import transport_pb2 as transport__pb2``: a top-level import that only works
 # with the output directory on sys.path. Rewrite it as a package-relative import.

@@ -1,0 +1,292 @@
+"""Data owners' intake at a compute party, over gRPC with mutual TLS (issue 17).
+
+One :class:`OwnerIntake` per job at each compute party (its worker hosts it): the owners the job
+lists (certificates with role ``owner``, the caller being the TLS peer) enrol once — their AES
+key for the shares this party derives, nothing at their explicit party — then contribute once per
+round (:mod:`.owner_shares`): the explicit share here, or an empty presence notice. The worker
+opens a round, waits until its deadline, closes it, and agrees with the other compute parties on
+the owners present everywhere (:func:`agree_present`: an all-gather of presence bitmaps, ANDed)
+before summing their shares and revealing; then it publishes the round's public state, which the
+owners read with ``GetRound``. An owner absent from any compute party is left out of the round by
+all of them, so every party sums the same set.
+
+Refused, naming the field: a caller the job does not list, or not an owner (PERMISSION_DENIED);
+a second enrolment, or a second contribution in a round (ALREADY_EXISTS); a contribution before
+enrolling, for a round that is not open, or a share of the wrong size (FAILED_PRECONDITION /
+INVALID_ARGUMENT). Nothing an owner sends is logged. :class:`OwnerClient` is the owner's side.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import grpc
+import numpy as np
+import torch
+
+from . import tls
+from ._proto import owner_pb2 as pb
+from ._proto import owner_pb2_grpc as pb_grpc
+from .keystream import KEY_BYTES
+from .owner_shares import OwnerShareSum, explicit_party
+from .pki import Identity
+from .transport.chunking import grpc_message_options
+
+__all__ = ["OwnerClient", "OwnerIntake", "RoundFrame", "agree_present"]
+
+SERVICE = "/mpc_erm.v1.OwnerIntake"
+MAX_WAIT_S = 300.0
+
+
+@dataclass(frozen=True)
+class RoundFrame:
+    """The public frame of a job's owner rounds, the same at every compute party."""
+
+    job_id: str
+    owners: tuple[str, ...]  # the job's owner list: an owner's index is its position
+    compute_parties: int
+    rank: int  # this compute party
+    grid_bits: int
+    margin_bits: int
+    dim: int
+
+
+class _Round:
+    def __init__(self, t: int) -> None:
+        self.t = t
+        self.present: set[int] = set()
+        self.explicit: dict[int, torch.Tensor] = {}
+        self.closed = False
+
+
+class OwnerIntake(pb_grpc.OwnerIntakeServicer):
+    """The intake of one job at one compute party: a gRPC server of its own (mTLS, owners only)."""
+
+    def __init__(self, identity: Identity, frame: RoundFrame, bind: str = "127.0.0.1:0", *,
+                 max_workers: int = 32) -> None:
+        if identity.role != "party":
+            raise ValueError("an owner intake runs at a compute party")
+        self.frame = frame
+        self._index = {name: i for i, name in enumerate(frame.owners)}
+        if len(self._index) != len(frame.owners):
+            raise ValueError("owners: the job lists an owner twice")
+        self.shares = OwnerShareSum(frame.rank, frame.compute_parties)
+        self._enrolled: set[int] = set()
+        self._round: _Round | None = None
+        self._published: dict[int, tuple[torch.Tensor, int]] = {}
+        self._lock = threading.Condition()
+        policy = {f"{SERVICE}/*": [("owner", name) for name in frame.owners]}
+        self._server = grpc.server(ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="owner-intake"),
+                                   interceptors=[tls.Authorizer(policy, log_refusals=False,
+                                                                field_limits={"job_id": 128, "key": KEY_BYTES})],
+                                   options=[*grpc_message_options(), ("grpc.so_reuseport", 0)])
+        pb_grpc.add_OwnerIntakeServicer_to_server(self, self._server)
+        self.port = self._server.add_secure_port(bind, tls.server_credentials(identity))
+        if not self.port:
+            raise OSError(f"owner intake: cannot listen on {bind}")
+        host = bind.rsplit(":", 1)[0]
+        self.address = f"{host}:{self.port}"
+
+    # ------------------------------------------------------------------ lifecycle (the worker)
+
+    def start(self) -> OwnerIntake:
+        self._server.start()
+        return self
+
+    def stop(self, grace_s: float = 1.0) -> None:
+        self._server.stop(grace_s).wait()
+
+    @property
+    def enrolled(self) -> frozenset[int]:
+        with self._lock:
+            return frozenset(self._enrolled)
+
+    def open_round(self, t: int) -> None:
+        with self._lock:
+            if self._round is not None and not self._round.closed:
+                raise RuntimeError(f"round {self._round.t} is still open")
+            self._round = _Round(t)
+            self._lock.notify_all()
+
+    def wait_for(self, expected: int, deadline_s: float) -> int:
+        """Wait until ``expected`` owners contributed to the open round or ``deadline_s`` passed;
+        how many did."""
+        end = time.monotonic() + deadline_s
+        with self._lock:
+            r = self._round
+            if r is None:
+                raise RuntimeError("no round is open")
+            while len(r.present) < expected and (left := end - time.monotonic()) > 0:
+                self._lock.wait(left)
+            return len(r.present)
+
+    def close_round(self) -> tuple[frozenset[int], dict[int, torch.Tensor]]:
+        """Close the open round (later contributions are refused): (owners present here, the
+        explicit shares received here)."""
+        with self._lock:
+            r = self._round
+            if r is None or r.closed:
+                raise RuntimeError("no round is open")
+            r.closed = True
+            return frozenset(r.present), dict(r.explicit)
+
+    def total(self, t: int, agreed: Sequence[int], explicit: dict[int, torch.Tensor]) -> torch.Tensor:
+        """This party's input to :meth:`MpcAggregator.aggregate_shares` for round ``t``."""
+        return self.shares.total(agreed, t, self.frame.dim, explicit)
+
+    def publish(self, t: int, state: torch.Tensor, owners_counted: int) -> None:
+        """The round's public state (what the compute parties revealed, or the model after it)."""
+        with self._lock:
+            self._published[t] = (state.detach().to("cpu", torch.float64).contiguous().clone(), owners_counted)
+            self._lock.notify_all()
+
+    # ------------------------------------------------------------------ the service
+
+    def _caller(self, context: grpc.ServicerContext, job_id: str) -> int:
+        if job_id != self.frame.job_id:
+            _abort(context, grpc.StatusCode.NOT_FOUND, f"job_id: no job {job_id!r} here")
+        who = tls.peer(context)  # the Authorizer admitted only the job's owners
+        return self._index[who.name]
+
+    def Enroll(self, request: Any, context: grpc.ServicerContext) -> Any:
+        o = self._caller(context, request.job_id)
+        f = self.frame
+        explicit = explicit_party(o, f.compute_parties) == f.rank
+        with self._lock:
+            if o in self._enrolled:
+                _abort(context, grpc.StatusCode.ALREADY_EXISTS, f"owner {f.owners[o]!r} is already enrolled here")
+            if explicit and request.key:
+                _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                       f"key: compute party {f.rank} receives owner {f.owners[o]!r}'s explicit shares, not a key")
+            if not explicit:
+                if len(request.key) != KEY_BYTES:
+                    _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"key: {KEY_BYTES} bytes expected, got "
+                                                                      f"{len(request.key)}")
+                self.shares.add_key(o, bytes(request.key))
+            self._enrolled.add(o)
+        return pb.EnrollReply(owner_index=o, compute_parties=f.compute_parties, rank=f.rank, grid_bits=f.grid_bits,
+                              margin_bits=f.margin_bits, dim=f.dim)
+
+    def Contribute(self, request: Any, context: grpc.ServicerContext) -> Any:
+        o = self._caller(context, request.job_id)
+        f = self.frame
+        explicit = explicit_party(o, f.compute_parties) == f.rank
+        want = 8 * f.dim if explicit else 0
+        if len(request.share) != want:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                   f"share: {want} bytes expected at compute party {f.rank}, got {len(request.share)}")
+        with self._lock:
+            if o not in self._enrolled:
+                _abort(context, grpc.StatusCode.FAILED_PRECONDITION, "round: enrol first")
+            r = self._round
+            if r is None or r.closed or r.t != request.round:
+                now = "none" if r is None else f"{r.t}{' (closed)' if r.closed else ''}"
+                _abort(context, grpc.StatusCode.FAILED_PRECONDITION,
+                       f"round: {request.round} is not open here (open: {now})")
+            if o in r.present:
+                _abort(context, grpc.StatusCode.ALREADY_EXISTS, f"round: owner {f.owners[o]!r} already contributed to "
+                                                                f"round {r.t}")
+            if explicit:
+                r.explicit[o] = torch.from_numpy(np.frombuffer(request.share, dtype="<i8").copy())
+            r.present.add(o)
+            self._lock.notify_all()
+        return pb.ContributeReply()
+
+    def GetRound(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self._caller(context, request.job_id)
+        end = time.monotonic() + min(max(request.wait_s, 0.0), MAX_WAIT_S)
+        with self._lock:
+            while request.round not in self._published and (left := end - time.monotonic()) > 0:
+                self._lock.wait(left)
+            got = self._published.get(request.round)
+        if got is None:
+            _abort(context, grpc.StatusCode.DEADLINE_EXCEEDED, f"round: {request.round} not released yet")
+        state, counted = got
+        return pb.RoundReply(round=request.round, state=state.numpy().astype("<f8").tobytes(),
+                             shape=list(state.shape), owners_counted=counted)
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    context.abort(code, message)
+    raise AssertionError("unreachable")  # context.abort raises
+
+
+def agree_present(comm: Any, present: frozenset[int], owners: int) -> list[int]:
+    """The owners present at every compute party (sorted): an all-gather of presence bitmaps over
+    the compute parties' communicator, ANDed. Every party gets the same list."""
+    bits = torch.zeros(owners, dtype=torch.long)
+    if present:
+        bits[torch.tensor(sorted(present), dtype=torch.long)] = 1
+    every = torch.stack(comm.all_gather(bits)).prod(0)
+    return [int(i) for i in torch.nonzero(every).reshape(-1)]
+
+
+class OwnerClient:
+    """An owner's side of one job: enrol at every compute party (its key where the party derives
+    its share), then per round send its shares and read the released public state."""
+
+    def __init__(self, identity: Identity, job_id: str, owner_index: int, compute: Sequence[tuple[str, str]]) -> None:
+        """``owner_index``: this owner's position in the job's public owner list; ``compute``:
+        (name, address) of each compute party, in rank order."""
+        if identity.role != "owner":
+            raise ValueError("an owner client needs an identity with role 'owner'")
+        if len(compute) < 2:
+            raise ValueError("compute: an owner shares among >= 2 compute parties")
+        from .owner_shares import OwnerSharer
+
+        self.identity = identity
+        self.job_id = job_id
+        self._channels = [tls.secure_channel(addr, identity, f"party/{name}", grpc_message_options())
+                          for name, addr in compute]
+        self._stubs = [pb_grpc.OwnerIntakeStub(ch) for ch in self._channels]
+        self.sharer = OwnerSharer.new(owner_index, len(compute))  # fresh keys for this job
+        self.frame: Any = None
+
+    @property
+    def owner_index(self) -> int:
+        return self.sharer.owner_index
+
+    def enroll(self, timeout_s: float = 30.0) -> Any:
+        """Enrol at every compute party; the public frame they state (grid, margin, dimension),
+        checked to be the same everywhere and to name this owner's index."""
+        replies = [stub.Enroll(pb.EnrollRequest(job_id=self.job_id, key=self.sharer.keys.get(j, b"")),
+                               timeout=timeout_s) for j, stub in enumerate(self._stubs)]
+        frames = {(r.owner_index, r.compute_parties, r.grid_bits, r.margin_bits, r.dim) for r in replies}
+        if len(frames) != 1 or replies[0].owner_index != self.owner_index or \
+                [r.rank for r in replies] != list(range(len(replies))):
+            raise ValueError(f"job {self.job_id}: the compute parties state different frames or another index for "
+                             f"this owner ({sorted(frames)})")
+        self.frame = replies[0]
+        return self.frame
+
+    def contribute(self, t: int, v: torch.Tensor, timeout_s: float = 30.0) -> None:
+        """Encode ``v`` on the job's grid (refused if out of range: nothing is sent) and send round
+        ``t``'s shares: the explicit one to this owner's explicit party, presence to the others."""
+        from .owner_shares import encode_on_grid
+
+        if self.frame is None:
+            raise RuntimeError("enrol first")
+        if v.numel() != self.frame.dim:
+            raise ValueError(f"contribution: {self.frame.dim} coordinates expected, got {v.numel()}")
+        share = self.sharer.split(encode_on_grid(v, self.frame.grid_bits, self.frame.margin_bits), t)
+        payload = share.numpy().astype("<i8").tobytes()
+        for j, stub in enumerate(self._stubs):
+            stub.Contribute(pb.ContributeRequest(job_id=self.job_id, round=t,
+                                                 share=payload if j == self.sharer.explicit else b""),
+                            timeout=timeout_s)
+
+    def released(self, t: int, wait_s: float = 60.0) -> tuple[torch.Tensor, int]:
+        """Round ``t``'s public state and how many owners it counted, from compute party 0 (every
+        compute party publishes the same)."""
+        r = self._stubs[0].GetRound(pb.RoundRequest(job_id=self.job_id, round=t, wait_s=wait_s), timeout=wait_s + 10)
+        state = torch.from_numpy(np.frombuffer(r.state, dtype="<f8").copy()).reshape(tuple(r.shape))
+        return state, int(r.owners_counted)
+
+    def close(self) -> None:
+        for ch in self._channels:
+            ch.close()

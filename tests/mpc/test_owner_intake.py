@@ -1,0 +1,279 @@
+"""Issue 17: data owners as real gRPC clients (their own certificates, role ``owner``) of the
+compute parties' owner intake (mpc_erm.mpc.owner_intake), over mutual TLS.
+
+In one process: three intakes (compute ranks 0–2) and several owners — enrolment, a round's
+shares, an owner that reaches only two compute parties left out by the agreement, the released
+state read back, and every refusal naming its field. Through real processes: three compute
+parties (CrypTen, dealer, in-MPC noise off and on) each hosting its intake, 30 owners in this
+process, each with its own identity and channels, 3 rounds with dropouts; the released sums
+equal the agreed owners' contributions exactly (no noise) and differ by the planned noise (noise).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+import torch
+
+from mpc_erm.mpc import pki
+from mpc_erm.mpc._proto import owner_pb2 as pb
+from mpc_erm.mpc._proto import owner_pb2_grpc as pb_grpc
+from mpc_erm.mpc.owner_intake import OwnerClient, OwnerIntake, RoundFrame
+from mpc_erm.mpc.owner_shares import encode_on_grid, owner_margin_bits
+from mpc_erm.mpc.tls import secure_channel
+from tests.mpc.test_mpc_aggregator import NAMES
+
+K, DIM, GRID = 3, 40, 16
+OWNERS = tuple(f"clinic-{i:02d}" for i in range(6))
+
+
+def _value(o: int, t: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1000 * t + o)
+    return torch.rand(DIM, generator=g, dtype=torch.float64) - 0.5
+
+
+@pytest.fixture(scope="module")
+def ca() -> Any:
+    return pki.create_ca("owner intake test CA")
+
+
+@pytest.fixture()
+def intakes(ca: Any) -> Any:
+    margin = owner_margin_bits(len(OWNERS))
+    out = [OwnerIntake(pki.issue_identity(ca, f"compute-{r}", "party"),
+                       RoundFrame("job-1", OWNERS, K, r, GRID, margin, DIM)).start() for r in range(K)]
+    yield out
+    for i in out:
+        i.stop()
+
+
+def _client(ca: Any, o: int, intakes: list[OwnerIntake], name: str | None = None) -> OwnerClient:
+    ident = pki.issue_identity(ca, name or OWNERS[o], "owner")
+    return OwnerClient(ident, "job-1", o, [(f"compute-{r}", i.address) for r, i in enumerate(intakes)])
+
+
+def _code(fn: Any) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.RpcError) as info:
+        fn()
+    return info.value.code(), info.value.details()  # type: ignore[attr-defined]
+
+
+def test_owners_enrol_contribute_and_read_the_released_round(ca: Any, intakes: list[OwnerIntake]) -> None:
+    clients = [_client(ca, o, intakes) for o in range(len(OWNERS))]
+    try:
+        frames = [c.enroll() for c in clients]
+        assert [f.owner_index for f in frames] == list(range(len(OWNERS))) and frames[0].grid_bits == GRID
+        assert all(i.enrolled == frozenset(range(len(OWNERS))) for i in intakes)
+        for i in intakes:
+            i.open_round(0)
+        for o, c in enumerate(clients):
+            if o != 5:
+                c.contribute(0, _value(o, 0))
+        # owner 5 reaches compute parties 0 and 1 only (its explicit party is 2: 5 mod 3)
+        late = clients[5]
+        share = late.sharer.split(encode_on_grid(_value(5, 0), GRID, late.frame.margin_bits), 0)
+        for j in (0, 1):
+            late._stubs[j].Contribute(pb.ContributeRequest(job_id="job-1", round=0, share=b""), timeout=10)
+        assert intakes[0].wait_for(len(OWNERS), 0.2) == len(OWNERS)
+        closed = [i.close_round() for i in intakes]
+        agreed = sorted(frozenset.intersection(*(p for p, _ in closed)))  # what agree_present computes
+        assert agreed == [0, 1, 2, 3, 4]
+        total = torch.stack([i.total(0, agreed, ex) for i, (_, ex) in zip(intakes, closed)]).sum(0)
+        exact = torch.stack([encode_on_grid(_value(o, 0), GRID, late.frame.margin_bits) for o in agreed]).sum(0)
+        assert torch.equal(total, exact)  # the agreed owners exactly, owner 5 left out everywhere
+        # a contribution after the close is refused; so is a second one, and one for another round
+        code, why = _code(lambda: clients[0].contribute(0, _value(0, 0)))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION and "round: 0 is not open here (open: 0 (closed))" in why
+        for i in intakes:
+            i.open_round(1)
+        clients[1].contribute(1, _value(1, 1))
+        code, why = _code(lambda: clients[1].contribute(1, _value(1, 1)))
+        assert code == grpc.StatusCode.ALREADY_EXISTS and "already contributed to round 1" in why
+        code, why = _code(lambda: clients[2].contribute(7, _value(2, 1)))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION and "round: 7 is not open" in why
+        del share
+        for i in intakes:
+            i.publish(0, exact.double() / 2**GRID, len(agreed))
+        state, counted = clients[3].released(0, wait_s=5)
+        assert counted == 5 and torch.equal(state, exact.double() / 2**GRID)
+        code, why = _code(lambda: clients[3].released(9, wait_s=0.2))
+        assert code == grpc.StatusCode.DEADLINE_EXCEEDED and "round: 9 not released yet" in why
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_the_intake_refuses_strangers_and_malformed_requests_naming_the_field(ca: Any,
+                                                                               intakes: list[OwnerIntake]) -> None:
+    c0 = _client(ca, 0, intakes)
+    try:
+        c0.enroll()
+        code, why = _code(lambda: c0.enroll())
+        assert code == grpc.StatusCode.ALREADY_EXISTS and "already enrolled" in why
+        stub = c0._stubs[0]
+        code, why = _code(lambda: stub.Enroll(pb.EnrollRequest(job_id="other-job"), timeout=10))
+        assert code == grpc.StatusCode.NOT_FOUND and "job_id: no job 'other-job'" in why
+        intakes[0].open_round(0)
+        code, why = _code(lambda: stub.Contribute(pb.ContributeRequest(job_id="job-1", round=0, share=b"x" * 8),
+                                                  timeout=10))  # owner 0's explicit party is 0: DIM words
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and f"share: {8 * DIM} bytes expected" in why
+        code, why = _code(lambda: c0._stubs[1].Contribute(pb.ContributeRequest(job_id="job-1", round=0,
+                                                                               share=b"x" * 8), timeout=10))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "share: 0 bytes expected at compute party 1" in why
+    finally:
+        c0.close()
+    c1 = _client(ca, 1, intakes)
+    try:  # contributing before enrolling
+        code, why = _code(lambda: c1._stubs[0].Contribute(pb.ContributeRequest(job_id="job-1", round=0), timeout=10))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION and "enrol first" in why
+        code, why = _code(lambda: c1._stubs[0].Enroll(pb.EnrollRequest(job_id="job-1", key=b"k" * 5), timeout=10))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "key: 32 bytes expected" in why
+    finally:
+        c1.close()
+    # an owner the job does not list, and a party (not an owner) calling: refused before the servicer
+    for ident in (pki.issue_identity(ca, "stranger", "owner"), pki.issue_identity(ca, "compute-9", "party")):
+        ch = secure_channel(intakes[0].address, ident, "party/compute-0")
+        try:
+            code, _ = _code(lambda ch=ch: pb_grpc.OwnerIntakeStub(ch).Enroll(pb.EnrollRequest(job_id="job-1"),
+                                                                              timeout=10))
+            assert code == grpc.StatusCode.PERMISSION_DENIED
+        finally:
+            ch.close()
+
+
+# ---------------------------------------------------------------------- real compute processes
+
+MANY = tuple(f"owner-{i:03d}" for i in range(30))
+ROUNDS = 3
+ABSENT = {1: {3, 11}, 2: {20}}  # round → owners that send nothing that round
+SIGMA = 0.05
+
+
+def _compute_member(rank: int, table: Any, identity: Any, server: Any, *, addr_q: Any, noisy: bool) -> dict[str, Any]:
+    from mpc_erm.mpc.transport import TransportOptions
+
+    if identity.role == "dealer":
+        from mpc_erm.mpc.dealer import run_dealer
+
+        run_dealer(table, identity, server=server, options=TransportOptions(deadline_s=120))
+        return {}
+    from mpc_erm.mpc.aggregator import PRECISION_BITS, MpcAggregator, ZeroNoise
+    from mpc_erm.mpc.communicator import init_crypten, uninit_crypten
+    from mpc_erm.mpc.dealer import start_dealer_client, stop_dealer_client
+    from mpc_erm.mpc.noise import InMpcNoise
+    from mpc_erm.mpc.owner_intake import agree_present
+    from mpc_erm.protocols.aggregation import NO_NOISE, NoiseSpec
+
+    comm = init_crypten(table, identity.name, identity, server=server, options=TransportOptions(deadline_s=120))
+    start_dealer_client()
+    if noisy:
+        src = InMpcNoise()
+        agg = MpcAggregator(src)
+        spec = NoiseSpec("gaussian", SIGMA, sensitivity=0.01)
+        src.prepare(spec, DIM, releases=ROUNDS)
+        grid = src.precision_bits(spec, DIM)
+    else:
+        agg, spec, grid = MpcAggregator(ZeroNoise(), allow_test_only=True), NO_NOISE, PRECISION_BITS
+    intake = OwnerIntake(identity, RoundFrame("many-owners", MANY, 3, rank, grid, owner_margin_bits(len(MANY)), DIM))
+    intake.start()
+    addr_q.put((rank, intake.address))
+    rep: dict[str, Any] = {"grid": grid}
+    try:
+        for t in range(ROUNDS):
+            intake.open_round(t)
+            intake.wait_for(len(MANY) - len(ABSENT.get(t, ())), 60.0)
+            intake.wait_for(len(MANY), 0.3)  # the round's deadline for the rest
+            present, explicit = intake.close_round()
+            agreed = agree_present(comm, present, len(MANY))
+            out = agg.aggregate_shares(intake.total(t, agreed, explicit), grid, spec)
+            intake.publish(t, out, len(agreed))
+            rep[f"agreed_{t}"] = agreed
+            rep[f"out_{t}"] = out.numpy()
+        intake_done = threading.Event()
+        intake_done.wait(1.0)  # let the owners read the last round
+    finally:
+        intake.stop()
+        stop_dealer_client()
+        uninit_crypten()
+    return rep
+
+
+def _owners_run(ca: Any, addr_q: Any, grid_of: dict[str, int]) -> dict[int, list[tuple[torch.Tensor, int]]]:
+    addrs = dict(addr_q.get(timeout=120) for _ in range(3))
+    compute = [(n, addrs[r]) for r, n in enumerate(NAMES[:3])]
+    seen: dict[int, list[tuple[torch.Tensor, int]]] = {}
+    errors: list[str] = []
+
+    def owner(o: int) -> None:
+        c = OwnerClient(pki.issue_identity(ca, MANY[o], "owner"), "many-owners", o, compute)
+        try:
+            grid_of[MANY[o]] = c.enroll(timeout_s=60).grid_bits
+            got = []
+            for t in range(ROUNDS):
+                if o not in ABSENT.get(t, ()):
+                    for attempt in range(200):  # the round opens when the compute parties get there
+                        try:
+                            c.contribute(t, _many_value(o, t))
+                            break
+                        except grpc.RpcError as exc:
+                            if exc.code() != grpc.StatusCode.FAILED_PRECONDITION or attempt == 199:
+                                raise
+                            threading.Event().wait(0.05)
+                got.append(c.released(t, wait_s=60))
+            seen[o] = got
+        except Exception as exc:  # reported below
+            errors.append(f"{MANY[o]}: {exc!r}")
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=owner, args=(o,)) for o in range(len(MANY))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(300)
+    assert not errors, errors
+    return seen
+
+
+def _many_value(o: int, t: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(7919 * t + o)
+    return (torch.rand(DIM, generator=g, dtype=torch.float64) - 0.5) * 0.2
+
+
+@pytest.mark.parametrize("noisy", [False, True], ids=["no-noise", "in-mpc-noise"])
+def test_thirty_owners_through_three_compute_processes(noisy: bool) -> None:
+    import multiprocessing as mp
+
+    from tests.mpc.test_mpc_aggregator import run_job
+
+    ca = pki.create_ca("owners CA")
+    addr_q = mp.get_context("spawn").Queue()
+    box: dict[str, Any] = {}
+    grid_of: dict[str, int] = {}
+    th = threading.Thread(target=lambda: box.update(seen=_owners_run(ca, addr_q, grid_of)))
+    th.start()
+    reports = run_job(_compute_member, 3, dealer=True, timeout=300, ca=ca, addr_q=addr_q, noisy=noisy)
+    th.join(60)
+    errors = {r: v["error"] for r, v in reports.items() if "error" in v}
+    assert not errors, "\n".join(errors.values())
+    seen = box["seen"]
+    grid = reports[0]["grid"]
+    assert set(grid_of.values()) == {grid}
+    margin = owner_margin_bits(len(MANY))
+    for t in range(ROUNDS):
+        agreed = [o for o in range(len(MANY)) if o not in ABSENT.get(t, ())]
+        assert [list(reports[r][f"agreed_{t}"]) for r in range(3)] == [agreed] * 3
+        exact = torch.stack([encode_on_grid(_many_value(o, t), grid, margin) for o in agreed]).sum(0).double() / 2**grid
+        out = torch.as_tensor(np.asarray(reports[0][f"out_{t}"]))
+        for r in range(1, 3):
+            assert np.array_equal(np.asarray(reports[r][f"out_{t}"]), np.asarray(reports[0][f"out_{t}"]))
+        for got in seen.values():  # every owner read the same release, with the count
+            assert torch.equal(got[t][0], out) and got[t][1] == len(agreed)
+        if noisy:
+            assert 0 < float((out - exact).abs().max()) < 8 * SIGMA  # the noise, once, at its scale
+        else:
+            assert torch.equal(out, exact)
