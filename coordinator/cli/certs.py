@@ -56,7 +56,7 @@ def _describe(path: Path) -> dict[str, object]:
 
 @click.group()
 def certs() -> None:
-    """Create the CA and issue per-identity mTLS certificates (party, dealer, coordinator)."""
+    """Create the CA and issue per-identity mTLS certificates (party, dealer, coordinator, owner)."""
 
 
 @certs.command("init")
