@@ -85,6 +85,18 @@ def test_owners_enrol_contribute_and_read_the_released_round(ca: Any, intakes: l
         total = torch.stack([i.total(0, agreed, ex) for i, (_, ex) in zip(intakes, closed)]).sum(0)
         exact = torch.stack([encode_on_grid(_value(o, 0), GRID, late.frame.margin_bits) for o in agreed]).sum(0)
         assert torch.equal(total, exact)  # the agreed owners exactly, owner 5 left out everywhere
+        # what a compute party received of an owner carries no word of its contribution's encoding
+        # (as the int64 fixed point the owner shared, or negated), and its bits look uniform
+        received = torch.cat([ex for _, ex_all in closed for ex in ex_all.values()])
+        plain = torch.cat([encode_on_grid(_value(o, 0), GRID, late.frame.margin_bits) for o in agreed])
+        assert not set(received.tolist()) & (set(plain.tolist()) | set((-plain).tolist()))
+        bits = ((received.unsqueeze(1) >> torch.arange(64)) & 1).double().mean(0)
+        assert (bits - 0.5).abs().max() < 5 * 0.5 / received.numel() ** 0.5  # 200 words: 5σ per bit
+        def small(x: torch.Tensor) -> float:  # a fixed-point value's top 16 bits are all its sign
+            top = x >> 48
+            return float(((top == 0) | (top == -1)).double().mean())
+
+        assert small(plain) == 1.0 and small(received) < 0.05  # uniform: 2·2^-16 of the words
         # a contribution after the close is refused; so is a second one, and one for another round
         code, why = _code(lambda: clients[0].contribute(0, _value(0, 0)))
         assert code == grpc.StatusCode.FAILED_PRECONDITION and "round: 0 is not open here (open: 0 (closed))" in why
