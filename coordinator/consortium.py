@@ -40,6 +40,11 @@ class ConsortiumError(RuntimeError):
     """A daemon did not start (its log's tail is in the message)."""
 
 
+
+def _toml_value(v: Any) -> str:
+    """A party_data value as TOML: numbers as numbers, anything else (paths, names) as a string."""
+    return json.dumps(v if isinstance(v, int | float) else str(v))
+
 @dataclass
 class Member:
     name: str
@@ -135,9 +140,7 @@ class LocalConsortium:
         if me.role == "party":
             own = self.party_data.get(me.name)
             for ds_id in (self.dataset, *self.scratch_datasets):
-                toml = [f'{k} = {json.dumps(v if isinstance(v, int | float) else str(v))}'
-                        for k, v in (own or {}).items()]
-                source = (toml if own is not None else
+                source = ([f"{k} = {_toml_value(v)}" for k, v in own.items()] if own is not None else
                           ['format = "builtin"', f'name = "{self.dataset}"', f"part = {index}", f"of = {self.parties}"])
                 lines += [f"[datasets.{ds_id}]", *source, f"epsilon = {self.budget_epsilon!r}",
                           f"delta = {self.budget_delta!r}", ""]

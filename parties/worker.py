@@ -63,9 +63,9 @@ class DealerJobAborted(RuntimeError):
 # ------------------------------------------------------------------------------------ data
 
 
-def _load_rows(ctx: WorkerContext) -> tuple[Any, Any | None, Any | None]:
-    """(this party's training rows, a public test set if the dataset has one, this party's held-out
-    validation rows if its data set config asks for some) as mpc_erm Datasets.
+def _load_rows(ctx: WorkerContext) -> _Rows:
+    """This party's training rows, a public test set if the dataset has one, and its held-out
+    validation rows if its data set config asks for some, as mpc_erm Datasets.
 
     Any failure to read them becomes a :class:`PublicError` (DATA_SCHEMA or DATA_FILE) naming only
     the data set and this party: the loader's message (the file's path, the column, the row and
@@ -74,7 +74,7 @@ def _load_rows(ctx: WorkerContext) -> tuple[Any, Any | None, Any | None]:
         train, test = _read_rows(ctx)
         cfg = ctx.config.datasets[ctx.job.job.dataset]
         train, val = split_validation(train, getattr(cfg, "validation_fraction", 0.0))
-        return train, test, val
+        return _Rows(train, test, val)
     except (PublicError, JobCancelled):
         raise
     except Exception as exc:
@@ -739,7 +739,7 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
         torch.set_num_threads(ctx.config.threads)
     tic = time.perf_counter()
     ctx.emit({"phase": "loading", "message": f"dataset {ctx.job.job.dataset!r}"})
-    rows = _Rows(*_load_rows(ctx))
+    rows = _load_rows(ctx)
     ds = rows.train
     builder = _plugin_builder(ctx)  # before any peer is joined: a party that cannot build it refuses first
     dev = _device(ctx)

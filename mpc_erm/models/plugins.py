@@ -27,8 +27,7 @@ from typing import Any
 
 from ..plugin_ids import DIGEST_RE, ENTRY_POINT_RE
 
-__all__ = ["ENTRY_POINT_RE", "PluginError", "load_builder", "source_digest"]
-
+__all__ = ["PluginError", "load_builder", "source_digest"]
 
 
 class PluginError(ValueError):

@@ -251,12 +251,7 @@ class MpcAggregator:
         p = int(contributions.shape[1])
         if p < 1:
             raise ValueError("contributions must have at least one column")
-        stats0 = self.comm.get_communication_stats()
-        tic = time.perf_counter()
-        t = self._counter
-        self._counter += 1
-
-        g = PRECISION_BITS if noise.mechanism == "none" else int(self.noise_source.precision_bits(noise, p))
+        t, g, tic, stats0 = self._begin(noise, p)
         limit = self._limit(g)
         local = weights.detach().to("cpu", torch.float64) @ contributions.detach().to("cpu", torch.float64)
         lo, hi = torch.aminmax(local)  # one pass; a NaN makes both comparisons false
@@ -284,17 +279,22 @@ class MpcAggregator:
             raise ValueError(f"owner_share_sum: a non-empty int64 vector expected, got {owner_share_sum.dtype} of "
                              f"shape {tuple(owner_share_sum.shape)}")
         p = int(owner_share_sum.numel())
-        stats0 = self.comm.get_communication_stats()
-        tic = time.perf_counter()
-        t = self._counter
-        self._counter += 1
-        g = PRECISION_BITS if noise.mechanism == "none" else int(self.noise_source.precision_bits(noise, p))
+        t, g, tic, stats0 = self._begin(noise, p)
         if g != grid_bits:
             raise ValueError(f"grid_bits: the owners encoded on 2^-{grid_bits}, the noise lives on 2^-{g}")
         share = torch.empty(p + 1, dtype=torch.long)
         share[:p].copy_(owner_share_sum.to("cpu"))
         self._add_mask(share[:p], t)
         return self._noise_and_reveal(share, False, g, self._limit(g), t, noise, tic, stats0)
+
+    def _begin(self, noise: NoiseSpec, p: int) -> tuple[int, int, float, dict[str, Any]]:
+        """A call's number t (the masks' nonce), its grid bits g, and its start (time, traffic)."""
+        stats0 = self.comm.get_communication_stats()
+        tic = time.perf_counter()
+        t = self._counter
+        self._counter += 1
+        g = PRECISION_BITS if noise.mechanism == "none" else int(self.noise_source.precision_bits(noise, p))
+        return t, g, tic, stats0
 
     def _noise_and_reveal(self, share: torch.Tensor, bad: bool, g: int, limit: float, t: int, noise: NoiseSpec,
                           tic: float, stats0: dict[str, Any]) -> torch.Tensor:

@@ -156,12 +156,12 @@ class DpFedLs:
         aggregator's noisy sum, the public step. Returns the final public model (float64)."""
         for t in range(self.config.rounds):
             owners = sample(t)
-            rows = updates(t, owners) if owners else torch.zeros(0, self.p, dtype=torch.float64)
-            if rows.shape[0] == 0:  # nobody sampled: the sum is 0 (+ noise), as in any round
+            if owners:
+                rows = updates(t, owners)
+                weights = torch.ones(rows.shape[0], dtype=torch.float64)
+            else:  # nobody sampled: the sum is 0 (+ noise), as in any round
                 rows = torch.zeros(1, self.p, dtype=torch.float64)
                 weights = torch.zeros(1, dtype=torch.float64)
-            else:
-                weights = torch.ones(rows.shape[0], dtype=torch.float64)
             self.public_step(aggregator.aggregate(rows, weights, self.noise))
             if after_round is not None:
                 after_round(t + 1, owners)

@@ -12,6 +12,7 @@ equal the agreed owners' contributions exactly (no noise) and differ by the plan
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import grpc
@@ -205,8 +206,7 @@ def _compute_member(rank: int, table: Any, identity: Any, server: Any, *, addr_q
             intake.publish(t, out, len(agreed))
             rep[f"agreed_{t}"] = agreed
             rep[f"out_{t}"] = out.numpy()
-        intake_done = threading.Event()
-        intake_done.wait(1.0)  # let the owners read the last round
+        time.sleep(1.0)  # let the owners read the last round
     finally:
         intake.stop()
         stop_dealer_client()

@@ -162,7 +162,8 @@ def test_the_worker_wraps_a_bad_data_file(tmp_path: Path) -> None:
                           "see that party's log")
     assert "450000.0" in str(err) and "stmarys-private" in str(err)  # the detail, for the log
     assert isinstance(err.__cause__, DataError)
-    ds, test, _val = _load_rows(_ctx(tmp_path, "a,b,y\n0.1,0.2,0.5\n0.3,0.1,-0.25\n"))
+    rows = _load_rows(_ctx(tmp_path, "a,b,y\n0.1,0.2,0.5\n0.3,0.1,-0.25\n"))
+    ds, test = rows.train, rows.test
     assert ds.n == 2 and test is None
 
 
