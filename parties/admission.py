@@ -143,8 +143,8 @@ def admit(config: DaemonConfig, job: JobFile, caller: str, plan: PrivacyPlan | P
     if spec.method == "gradient" and spec.training.iterations > pol.max_iterations:
         return Refusal(denied, f"training.iterations: {spec.training.iterations} exceeds {name}'s "
                                f"max_iterations ({pol.max_iterations})")
-    dataset = None
-    if isinstance(config, PartyConfig):
+    dataset = None  # a compute party of a job with owners holds no rows: no data set, no ledger spend
+    if isinstance(config, PartyConfig) and not jt.owners:
         if jt.dataset not in config.datasets:
             return Refusal(precondition, f"job.dataset: {name} offers no dataset {jt.dataset!r}")
         dataset = jt.dataset

@@ -45,10 +45,12 @@ __all__ = [
     "DealerConfig",
     "load_model",
     "IdentityConfig",
+    "OwnerConfig",
     "PartyConfig",
     "PeerConfig",
     "PolicyConfig",
     "load_dealer_config",
+    "load_owner_config",
     "load_party_config",
     "split_host_port",
 ]
@@ -390,6 +392,35 @@ class ModelPluginConfig(_Model):
     module's source (``mpc-erm model digest ENTRY_POINT``); a different source here refuses the job."""
 
     entry_point: str = Field(pattern=f"^{ENTRY_POINT}$")
+
+
+class OwnerConfig(_Model):
+    """A data owner's light process (``mpc-erm owner join``, issue 17): its identity (role
+    ``owner``), the compute parties' daemons it may send shares to, its data sets with their
+    lifetime budgets (kept in its own ledger), and the largest ε it lets one job spend."""
+
+    identity: IdentityConfig
+    state_dir: Path = Field(Path("state"), validate_default=True)
+    device: Literal["cpu", "cuda", "auto"] = "auto"
+    max_epsilon_per_job: float = Field(strict=True, gt=0, le=100, allow_inf_nan=False)
+    allow_test_only: bool = Field(False, strict=True)
+    compute: dict[Name, HostPort] = Field(min_length=2)  # compute party → its daemon's control address
+    datasets: dict[Name, DatasetConfig] = Field(min_length=1)
+
+    _state = field_validator("state_dir")(lambda v, info: _resolve(v, info))
+
+    @model_validator(mode="after")
+    def _add_remove(self) -> OwnerConfig:
+        for k, d in self.datasets.items():
+            if d.adjacency != "add_remove":
+                raise _field_error(f"datasets.{k}.adjacency", 'an owner\'s data set is "add_remove" (owners may '
+                                                              "drop out of a round; the job's normaliser is public)")
+        return self
+
+
+def load_owner_config(path: str | os.PathLike[str]) -> OwnerConfig:
+    """Read and validate a data owner's config; every problem is raised together as a ConfigError."""
+    return load_model(path, OwnerConfig)
 
 
 def plugin_entry_point(config: Any, plugin: str | None) -> str:

@@ -54,8 +54,9 @@ class WorkerContext(Protocol):
         """Progress for ``job watch``: {"phase": str, "message": str, "round": int, "rounds": int,
         "epsilon_spent": float, ...} (JSON-serialisable; never data, shares, noise or keys)."""
 
-    def publish_endpoint(self, address: str) -> None:
-        """Tell the daemon where this worker's share transport listens ("host:port")."""
+    def publish_endpoint(self, address: str, service: str = "") -> None:
+        """Tell the daemon where this worker's share transport ("") or owner intake ("owners")
+        listens ("host:port")."""
 
     def lookup_endpoint(self, member: str, timeout_s: float) -> str:
         """The transport address of ``member``'s worker for this job, asked of that member's daemon
@@ -123,9 +124,9 @@ class ProcessWorkerContext:
             self.phase = event["phase"][:64]
         self._up.put(("event", json.loads(json.dumps(dict(event), default=str))))
 
-    def publish_endpoint(self, address: str) -> None:
+    def publish_endpoint(self, address: str, service: str = "") -> None:
         split_host_port(address)  # a bad address fails here, in the worker, not at the peers
-        self._up.put(("endpoint", address))
+        self._up.put(("endpoint", address, service))
 
     def lookup_endpoint(self, member: str, timeout_s: float) -> str:
         """Raises TimeoutError naming the member if it is not published in time; RuntimeError if

@@ -26,6 +26,7 @@ records what it hears in its own job table and log) only the job's status and it
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from typing import Any
@@ -42,7 +43,7 @@ from .config import DaemonConfig
 from .jobs import JobRecord, JobStore
 from .logs import DaemonLog
 from .public_errors import code_of
-from .supervision import Run, Supervisor
+from .supervision import ENDPOINT_SERVICES, Run, Supervisor, endpoint_key
 
 __all__ = ["ADMISSION_GRACE_S", "ADMISSION_KEY", "ADMISSION_POLL_S", "MAX_ENDPOINT_WAIT_S", "Rendezvous",
            "admission_of", "grpc_options", "members"]
@@ -63,6 +64,19 @@ def grpc_options() -> list[tuple[str, Any]]:
 def members(rec: JobRecord) -> list[tuple[str, str]]:
     """The job's members as (name, role)."""
     return [(p, "party") for p in rec.parties] + ([(rec.dealer, "dealer")] if rec.dealer else [])
+
+
+def job_owners(rec: JobRecord) -> frozenset[str]:
+    """The data owners a job lists (none for a job of parties only)."""
+    return _owners_of(rec.digest, rec.job_toml)
+
+
+@functools.lru_cache(maxsize=64)
+def _owners_of(digest: str, job_toml: str) -> frozenset[str]:
+    from mpc_erm.jobs.jobfile import parse_job_file
+
+    del digest  # the cache key: a job's text is fixed by its digest
+    return frozenset(parse_job_file(job_toml).job.owners)
 
 
 def admission_of(exc: grpc.RpcError) -> list[str] | None:
@@ -97,7 +111,13 @@ class Rendezvous:
     def get_endpoint(self, rec: JobRecord, caller: tls.Peer, request: pb.EndpointRequest,
                      context: grpc.ServicerContext) -> pb.EndpointReply:
         """Answer a member's ``GetEndpoint`` for ``rec`` (aborts the call with the reason)."""
-        if (caller.name, caller.role) not in members(rec):
+        service = request.service
+        if service not in ENDPOINT_SERVICES:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"service: one of {list(ENDPOINT_SERVICES)}, got "
+                                                            f"{service[:32]!r}")
+        member = (caller.role == "owner" and caller.name in job_owners(rec)) if service == "owners" else \
+            (caller.name, caller.role) in members(rec)
+        if not member:
             # answered exactly as for an unknown id: a non-member learns nothing, not even that the job exists
             self.log.warning(f"GetEndpoint refused: {caller} is not a member of job {rec.id}", job_id=rec.id,
                              phase="refused", caller=str(caller), code=grpc.StatusCode.NOT_FOUND.name)
@@ -109,7 +129,7 @@ class Rendezvous:
             code = code_of(rec.reason)
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"job {rec.id} is {rec.status} at {self.name}"
                           + (f": {code}: see {self.name}'s status" if code else ""))
-        address = self.endpoint(rec.id, request.wait_s)
+        address = self.endpoint(rec.id, request.wait_s, service)
         if address is None:
             running = self.queued_behind(rec.id)
             if running is not None:  # queued behind full slots: tell the asker which jobs hold them
@@ -121,20 +141,22 @@ class Rendezvous:
                                                      "its endpoint yet")
         return pb.EndpointReply(job_id=rec.id, member=self.name, address=address)
 
-    def endpoint(self, job_id: str, wait_s: float) -> str | None:
-        """The job's published worker address, waiting up to ``wait_s``; None at once if the job
-        waits for a slot here (see :meth:`queued_behind`), is being cancelled, or the daemon stops."""
+    def endpoint(self, job_id: str, wait_s: float, service: str = "") -> str | None:
+        """The job's published worker address (of ``service``: :data:`ENDPOINT_SERVICES`), waiting
+        up to ``wait_s``; None at once if the job waits for a slot here (see :meth:`queued_behind`),
+        is being cancelled, or the daemon stops."""
         slots = self.slots
+        key = endpoint_key(job_id, service)
         deadline = time.monotonic() + max(0.0, min(wait_s, MAX_ENDPOINT_WAIT_S))
         with slots.changed:
-            while job_id not in slots.endpoints:
+            while key not in slots.endpoints:
                 left = deadline - time.monotonic()
                 run = slots.runs.get(job_id)
                 if (left <= 0 or self._stopping.is_set() or (run is not None and run.cancel_at is not None)
                         or (run is None and len(slots.runs) >= slots.max_jobs)):
                     return None
                 slots.changed.wait(min(left, 0.5))
-            return slots.endpoints[job_id]
+            return slots.endpoints[key]
 
     def queued_behind(self, job_id: str) -> list[str] | None:
         """If ``job_id`` is queued here behind ``max_jobs`` running jobs: the ids of those jobs

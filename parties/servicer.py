@@ -39,7 +39,8 @@ RESULT_CHUNK_BYTES = 1 << 20
 
 def control_policy(cfg: DaemonConfig) -> tls.Policy:
     """Who may call what: the coordinator methods only the allowed coordinators; GetEndpoint and
-    GetAdmission any party or dealer (job membership is checked per request); Health anyone of
+    GetAdmission any party or dealer, GetEndpoint also a data owner (job membership and the
+    service an owner may ask for are checked per request); Health anyone of
     this CA. SubmitJob lets any coordinator through to the daemon, which refuses one not in
     ``policy.allowed_coordinators`` itself (:func:`parties.admission.check_caller`, the same
     status and message) so that the job's other members learn of the refusal at once."""
@@ -48,6 +49,7 @@ def control_policy(cfg: DaemonConfig) -> tls.Policy:
     policy[f"{SERVICE}/SubmitJob"] = [("coordinator", tls.WILDCARD)]
     for m in ("GetEndpoint", "GetAdmission"):
         policy[f"{SERVICE}/{m}"] = [("party", tls.WILDCARD), ("dealer", tls.WILDCARD)]
+    policy[f"{SERVICE}/GetEndpoint"].append(("owner", tls.WILDCARD))  # a job's owners: its owner intake only
     policy[f"{SERVICE}/Health"] = [(tls.WILDCARD, tls.WILDCARD)]
     return policy
 

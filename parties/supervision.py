@@ -56,8 +56,9 @@ from .jobs import LIVE, JobRecord, JobStore, read_result_manifest, result_files
 from .logs import DaemonLog, one_line
 from .public_errors import PublicError, storage_problem
 
-__all__ = ["CANCEL_GRACE_S", "EXIT_GRACE_S", "START_GRACE_S", "STALL_MARGIN_S", "STOP_REASON", "STORAGE_ERRORS",
-           "STORE_RETRY_S", "WORKER_PRELOAD", "WORKER_START_ENV", "Run", "Supervisor", "WorkerSetup"]
+__all__ = ["CANCEL_GRACE_S", "ENDPOINT_SERVICES", "EXIT_GRACE_S", "START_GRACE_S", "STALL_MARGIN_S", "STOP_REASON",
+           "STORAGE_ERRORS", "STORE_RETRY_S", "WORKER_PRELOAD", "WORKER_START_ENV", "Run", "Supervisor", "WorkerSetup",
+           "endpoint_key"]
 
 _T = TypeVar("_T")
 
@@ -70,6 +71,13 @@ WORKER_PRELOAD = ("parties.worker", "torch", "numpy", "mpc_erm.jobs.jobfile", "m
                   "mpc_erm.mpc.rss_provider", "mpc_erm.privacy", "safetensors.torch", "matplotlib.figure",
                   "matplotlib.backends.backend_agg")
 STOP_REASON = "interrupted: the daemon was stopped"
+#: What a worker may publish: its share transport ("") and, in a job with owners, its owner intake.
+ENDPOINT_SERVICES = ("", "owners")
+
+
+def endpoint_key(job_id: str, service: str = "") -> str:
+    """The key of a published address in :attr:`Supervisor.endpoints`."""
+    return job_id if not service else f"{job_id}/{service}"
 STALL_MARGIN_S = 5.0  # a worker silent for peer_timeout_s + this is stalled (heartbeats come every 2 s)
 START_GRACE_S = 60.0  # more silence allowed before a worker's first message (a spawned worker imports first)
 STORE_RETRY_S = (0.2, 5.0)  # a failed ledger or job-store write is retried after 0.2 s, doubling up to 5 s
@@ -432,7 +440,8 @@ class Supervisor:
         finally:
             with self.lock:
                 self.runs.pop(run.job_id, None)
-                self.endpoints.pop(run.job_id, None)
+                for service in ENDPOINT_SERVICES:
+                    self.endpoints.pop(endpoint_key(run.job_id, service), None)
                 self.changed.notify_all()
             self._queue.put("")  # a slot is free: wake the scheduler
 
@@ -558,10 +567,14 @@ class Supervisor:
                 text = f"round {event['round']}/{event.get('rounds', '?')}"
             self.log.info(text or phase, job_id=run.job_id, phase=phase, **extra)
         elif kind == "endpoint":
+            service = str(msg[2]) if len(msg) > 2 else ""
+            if service not in ENDPOINT_SERVICES:
+                raise ValueError(f"endpoint service {service!r}")
             with self.lock:
-                self.endpoints[run.job_id] = str(msg[1])
+                self.endpoints[endpoint_key(run.job_id, service)] = str(msg[1])
                 self.changed.notify_all()
-            self.log.info("worker transport published", job_id=run.job_id, phase="endpoint", address=msg[1])
+            self.log.info(f"worker {service or 'transport'} published", job_id=run.job_id, phase="endpoint",
+                          address=msg[1])
         elif kind == "lookup":
             _, rid, member, timeout_s = msg
             t = threading.Thread(target=self._answer_lookup, args=(run, rid, str(member), float(timeout_s)),

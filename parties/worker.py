@@ -237,9 +237,9 @@ def _agree(ctx: WorkerContext, comm: Any, ds: Any) -> list[int] | None:
     digest = ctx.job.spec_digest()
     # under add/remove a count is a private statistic: it never leaves the party (privacy.plan)
     public_counts = ctx.job.spec.privacy.adjacency == "replace"
-    mine = {"digest": digest, "schema": _schema_digest(ds), "n": int(ds.n) if public_counts else None,
-            "name": ctx.identity.name,
-            "columns": _column_digests(ds, digest)}
+    mine = {"digest": digest, "schema": None if ds is None else _schema_digest(ds),  # None: compute for owners
+            "n": int(ds.n) if public_counts else None, "name": ctx.identity.name,
+            "columns": [] if ds is None else _column_digests(ds, digest)}
     everyone = [comm.broadcast_obj(mine if r == comm.get_rank() else None, r) for r in range(comm.get_world_size())]
     names = [e["name"] for e in everyone]
     for e in everyone:
@@ -572,6 +572,69 @@ class _Outcome:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+#: How long a compute party waits for the owners (unless the job sets round_deadline_s): each
+#: round for those enrolled, and the first round FIRST_ROUND_FACTOR× as long for every listed
+#: owner to enrol (owners start their clients when they choose).
+OWNER_ROUND_DEADLINE_S = 30.0
+FIRST_ROUND_FACTOR = 10.0
+
+
+def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: Any, real: Any) -> _Outcome:
+    """A compute party's job with data owners (docs/architecture.md §2): the gradient protocol's
+    own round loop, whose aggregate is this party's owner intake — the agreed owners' shares summed,
+    the in-MPC noise added, the sum revealed and published to the owners. No rows here, so no
+    ledger spend: each owner charges its own ledger for its data."""
+    import torch
+
+    from mpc_erm.mpc.aggregator import PRECISION_BITS
+    from mpc_erm.mpc.owner_intake import OwnerIntake, RoundFrame
+    from mpc_erm.mpc.owner_rounds import IntakeAggregator
+    from mpc_erm.mpc.owner_shares import owner_margin_bits
+    from mpc_erm.protocols import GradientPerturbation
+
+    spec, jt = ctx.job.spec, ctx.job.job
+    tr = spec.training
+    proto = GradientPerturbation(spec, None, int(jt.features or 0), plan=plan,
+                                 noise=None if real is None else real.spec)
+    grid = PRECISION_BITS if real is None else int(src.precision_bits(real.spec, proto.p))
+    if real is not None:
+        src.prepare(real.spec, proto.p, tr.iterations)
+    frame = RoundFrame(ctx.job_id, jt.owners, len(jt.parties), comm.get_rank(), grid,
+                       owner_margin_bits(len(jt.owners)), proto.p, ctx.job.spec_digest())
+    listen_host = str(ctx.config.listen).rsplit(":", 1)[0]
+    adv_host = str(ctx.config.advertise or ctx.config.listen).rsplit(":", 1)[0]
+    intake = OwnerIntake(ctx.identity, frame, bind=f"{listen_host}:0").start()
+    audit = _audit(ctx)
+    curve: list[dict[str, Any]] = []
+    try:
+        ctx.publish_endpoint(f"{adv_host}:{intake.port}", service="owners")
+        ctx.emit({"phase": "owners", "message": f"waiting for {len(jt.owners)} data owners to enrol"})
+        deadline = jt.round_deadline_s or OWNER_ROUND_DEADLINE_S
+        rounds = IntakeAggregator(intake, comm, agg, deadline_s=deadline, first_wait_s=FIRST_ROUND_FACTOR * deadline,
+                                  while_owners_compute=None if real is None else lambda: src.top_up(real.spec, proto.p),
+                                  check=lambda: _check_cancel(ctx))
+
+        def after_round(t: int, theta: Any, noisy: Any) -> None:
+            audit.release(ctx.job_id, what="noisy sum of the data owners' clipped gradients", value=noisy, round=t,
+                          rounds=tr.iterations)
+            if t % PROGRESS_EVERY == 0 or t == tr.iterations:
+                eps_t = plan.guarantee(rounds=t).epsilon
+                curve.append({"round": t, "epsilon_spent": eps_t, "owners": rounds.counted[-1], "own": {}})
+                ctx.emit({"phase": "training", "round": t, "rounds": tr.iterations, "epsilon_spent": eps_t,
+                          "owners": rounds.counted[-1]})
+
+        empty = torch.zeros(0, proto.p, dtype=torch.float64), torch.zeros(0, dtype=torch.float64)
+        theta = proto.train(rounds, lambda _theta: empty, before_reveal=lambda _t: _check_cancel(ctx),
+                            after_round=after_round)
+        time.sleep(1.0)  # the owners read the last release
+    finally:
+        intake.stop()
+    note = (f"gradient perturbation with {len(jt.owners)} data owners: T = {tr.iterations} full-batch rounds, clip "
+            f"C = {proto.clip:g}; each owner sends additive shares of its clipped gradient sum to the "
+            f"{len(jt.parties)} compute parties; accountant {plan.accountant!r}")
+    return _Outcome(curve, note, theta=theta.cpu(), extra={"owners_per_round": rounds.counted})
+
+
 def _network_rows(ds: Any, spec: Any, dev: Any) -> tuple[Any, Any]:
     """A data set's rows as the network's inputs (n, *input_shape) and class indices 0..K−1."""
     import math
@@ -739,9 +802,10 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
         torch.set_num_threads(ctx.config.threads)
     tic = time.perf_counter()
     ctx.emit({"phase": "loading", "message": f"dataset {ctx.job.job.dataset!r}"})
-    rows = _load_rows(ctx)
-    ds = rows.train
-    builder = _plugin_builder(ctx)  # before any peer is joined: a party that cannot build it refuses first
+    owners = bool(ctx.job.job.owners)  # a compute party for data owners holds no rows
+    rows = None if owners else _load_rows(ctx)
+    ds = None if rows is None else rows.train
+    builder = None if owners else _plugin_builder(ctx)  # before any peer is joined: refuse first
     dev = _device(ctx)
     _check_room(ctx)  # disk full: refuse before any member spends ε (issue 14 item 1)
     server, comm = _join(ctx)
@@ -753,8 +817,8 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
         no_noise = _test_no_noise(ctx)
         spec = ctx.job.spec
         plan = plan_job(spec, sampler="mpc", test_no_noise=no_noise,
-                        sizes=public_sizes(spec, None if counts is None else PartySizes.of(counts)), n_features=ds.d,
-                        builder=builder)
+                        sizes=public_sizes(spec, None if counts is None else PartySizes.of(counts)),
+                        n_features=ctx.job.job.features if ds is None else ds.d, builder=builder)
         real = None if no_noise else realise(plan, comm.get_world_size())
         # The MPC (noise, secure sum) runs on the CPU whatever the party's device: its correlated
         # randomness (CrypTen's shared generators, the dealer's per-party streams) is drawn by
@@ -766,7 +830,9 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
         ctx.emit({"phase": "agreed", "message": (f"n = {sum(counts)} rows over {len(counts)} parties" if counts
                                                  else f"add/remove: normaliser n̂ = {plan.public_n}")
                   + f"; {agg.trust_model}"})
-        if spec.model.is_network:
+        if rows is None:
+            out = _owner_rounds_job(ctx, comm, agg, src, plan, real)
+        elif spec.model.is_network:
             out = _network_job(ctx, comm, agg, src, rows, plan, real, dev, builder)
         else:
             run = _output_job if spec.method == "output" else _gradient_job
@@ -774,7 +840,7 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
             out = _Outcome(curve, note, theta=theta)
         report = _report(ctx, plan, real, agg.trust_model, out.note)
         final = out.curve[-1]  # the last round's point: the trained model's metrics
-        own = {"train_own_rows": final["own"]["train"], "validation_rows": final["own"].get("validation"),
+        own = {"train_own_rows": final["own"].get("train"), "validation_rows": final["own"].get("validation"),
                "curve": [{"round": c["round"], **c["own"]} for c in out.curve]}
         metrics: dict[str, Any] = {
             "wall_seconds": time.perf_counter() - tic,

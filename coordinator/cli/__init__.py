@@ -15,6 +15,7 @@ from coordinator.cli.demo import demo
 from coordinator.cli.errors import run_guarded
 from coordinator.cli.job import job
 from coordinator.cli.model import model
+from coordinator.cli.owner import owner
 from coordinator.cli.party import dealer, party
 from coordinator.cli.report import report
 from coordinator.cli.simulate import simulate
@@ -36,6 +37,7 @@ cli.add_command(budget)
 cli.add_command(audit)
 cli.add_command(report)
 cli.add_command(model)
+cli.add_command(owner)
 
 
 def main() -> None:

@@ -51,6 +51,8 @@ __all__ = ["MAX_JOB_FILE_BYTES", "MAX_PARTIES", "MIN_PARTIES", "Device", "JobFil
 Trust = Literal["dealer", "replicated"]
 Device = Literal["cpu", "cuda", "auto"]
 MIN_PARTIES, MAX_PARTIES = 2, 16
+#: A job with data owners names them all (issue 17: the thesis runs up to 50,000).
+MAX_OWNERS = 100_000
 #: A job file is a few hundred bytes; anything over this is refused before it is read (the daemon
 #: has the same bound on SubmitJob's job_toml).
 MAX_JOB_FILE_BYTES = MAX_TOML_BYTES
@@ -100,6 +102,37 @@ class JobTable(BaseModel):
     # Tests only: the aggregate gets NO noise (to compare daemons with the simulator bit for bit).
     # Every party refuses such a job unless its policy sets allow_test_only.
     test_no_noise: bool = False
+    # Many data owners (docs/architecture.md §2): ``parties`` are then the compute parties, which
+    # hold no rows; each owner (a certificate with role "owner") sends shares of its contribution.
+    owners: tuple[Identity, ...] = ()
+    features: int | None = None  # with owners: the public feature count of every owner's rows
+    # with owners: how long a round waits for the enrolled owners; one not in by then is left out
+    # of that round by every compute party (the first round also waits for owners to enrol: 10×)
+    round_deadline_s: float | None = None
+
+    @field_validator("owners", mode="before")
+    @classmethod
+    def _owner_array(cls, v: Any) -> Any:
+        return tuple(v) if isinstance(v, list) else v
+
+    @field_validator("owners")
+    @classmethod
+    def _owner_count(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if len(v) > MAX_OWNERS:
+            raise ValueError(f"at most {MAX_OWNERS} owners, got {len(v)}")
+        seen: set[str] = set()
+        for o in v:
+            if o.lower() in seen:
+                raise ValueError(f"duplicate owner {o!r}")
+            seen.add(o.lower())
+        return v
+
+    @field_validator("features")
+    @classmethod
+    def _features(cls, v: int | None) -> int | None:
+        if v is not None and not 1 <= v <= 10_000_000:
+            raise ValueError(f"must be 1 to 10000000, got {v}")
+        return v
 
     @field_validator("name")
     @classmethod
@@ -144,6 +177,15 @@ class JobTable(BaseModel):
                 problems.append(f'parties: trust = "replicated" needs exactly 3, got {len(self.parties)}')
         if self.dealer is not None and self.dealer.lower() in {p.lower() for p in self.parties}:
             problems.append(f"dealer: {self.dealer!r} is also a party; the dealer must be a separate identity")
+        members = {p.lower() for p in self.parties} | ({self.dealer.lower()} if self.dealer else set())
+        problems += [f"owners: {o!r} is also a compute party or the dealer" for o in self.owners
+                     if o.lower() in members]
+        if self.owners and self.features is None:
+            problems.append("features: required with owners (the compute parties hold no rows to count them)")
+        if self.features is not None and not self.owners:
+            problems.append("features: only with owners (the parties' own rows give it)")
+        if self.round_deadline_s is not None and not (self.owners and 0.1 <= self.round_deadline_s <= 3600):
+            problems.append("round_deadline_s: 0.1 to 3600 seconds, and only with owners")
         known = (info.context or {}).get("known_parties")
         if known is not None:
             problems += [f"parties: unknown party {p!r}" for p in self.parties if p not in known]
@@ -170,6 +212,8 @@ class JobFile(BaseModel):
         m = self.spec.model
         if m.n_classes is not None and m.name != "softmax" and not m.is_network:
             problems.append(f"model.n_classes: only for softmax and networks, not {m.name}")
+        if self.job.owners:
+            problems += _owner_job_problems(self.spec)
         if self.spec.method == "output" and self.spec.privacy.mechanism == "l2_laplace":
             problems.append("privacy.mechanism: 'l2_laplace' (the simulator's default) is not sampled inside the MPC; "
                             "set mechanism = \"gaussian\" ((ε, δ)) or \"laplace_thesis\" (pure ε, per-coordinate "
@@ -212,7 +256,15 @@ class JobFile(BaseModel):
             raise JobFileError(f"{source}: {line}" for line in lines) from None
 
     def canonical_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return json.dumps(self._dump(), sort_keys=True, separators=(",", ":"))
+
+    def _dump(self) -> dict[str, Any]:
+        """The job as JSON; a job without owners reads as before owners existed (same digest)."""
+        d = self.model_dump(mode="json")
+        if not self.job.owners:
+            for k in ("owners", "features", "round_deadline_s"):
+                d["job"].pop(k)
+        return d
 
     def spec_digest(self) -> str:
         """sha256 (hex) of the canonical JSON of the whole job; every party compares it before the MPC."""
@@ -220,7 +272,7 @@ class JobFile(BaseModel):
 
     def to_toml(self) -> str:
         """The job as a TOML file that :func:`load_job_file` reads back to an equal object."""
-        flat: dict[str, Any] = {"job": self.job.model_dump(mode="json", exclude_none=True)}
+        flat: dict[str, Any] = {"job": {k: v for k, v in self._dump()["job"].items() if v is not None}}
         # a linear job leaves the networks' fields at their defaults (JobSpec refuses anything else)
         skip = None if self.spec.model.is_network else {"model": set(NETWORK_MODEL_FIELDS),
                                                         "training": set(NETWORK_TRAINING_FIELDS)}
@@ -230,6 +282,21 @@ class JobFile(BaseModel):
             if isinstance(body, dict):
                 lines += ["", f"[{table}]", *(f"{k} = {_toml_value(v)}" for k, v in body.items())]
         return "\n".join(lines) + "\n"
+
+
+def _owner_job_problems(spec: JobSpec) -> list[str]:
+    """What a job with data owners supports today: the thesis's full-batch gradient rounds on a
+    linear model, owners added or removed (the normaliser n̂ is public; an owner's row count and
+    whether it dropped out of a round then move no public weight)."""
+    problems = []
+    if spec.method != "gradient":
+        problems.append("method: a job with owners runs gradient rounds (output perturbation with owners: not yet)")
+    if spec.model.is_network:
+        problems.append(f"model.name: a job with owners trains a linear model, not {spec.model.name!r} (not yet)")
+    if spec.privacy.adjacency != "add_remove":
+        problems.append('privacy.adjacency: a job with owners needs "add_remove" with a public_n (owners may drop '
+                        "out of a round; their row counts stay private)")
+    return problems
 
 
 def parse_job_file(text: str, source: str = "<job>", known_parties: Iterable[str] | None = None) -> JobFile:

@@ -54,6 +54,7 @@ class RoundFrame:
     grid_bits: int
     margin_bits: int
     dim: int
+    spec_digest: str = ""  # the job's digest (JobFile.spec_digest), stated to every owner at enrolment
 
 
 class _Round:
@@ -170,7 +171,7 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
                 self.shares.add_key(o, bytes(request.key))
             self._enrolled.add(o)
         return pb.EnrollReply(owner_index=o, compute_parties=f.compute_parties, rank=f.rank, grid_bits=f.grid_bits,
-                              margin_bits=f.margin_bits, dim=f.dim)
+                              margin_bits=f.margin_bits, dim=f.dim, spec_digest=f.spec_digest)
 
     def Contribute(self, request: Any, context: grpc.ServicerContext) -> Any:
         o = self._caller(context, request.job_id)
@@ -246,21 +247,27 @@ class OwnerClient:
         self._stubs = [pb_grpc.OwnerIntakeStub(ch) for ch in self._channels]
         self.sharer = OwnerSharer.new(owner_index, len(compute))  # fresh keys for this job
         self.frame: Any = None
+        self._accepted: dict[int, set[int]] = {}
 
     @property
     def owner_index(self) -> int:
         return self.sharer.owner_index
 
-    def enroll(self, timeout_s: float = 30.0) -> Any:
-        """Enrol at every compute party; the public frame they state (grid, margin, dimension),
-        checked to be the same everywhere and to name this owner's index."""
+    def enroll(self, timeout_s: float = 30.0, spec_digest: str | None = None) -> Any:
+        """Enrol at every compute party; the public frame they state (grid, margin, dimension,
+        job digest), checked to be the same everywhere, to name this owner's index and, given
+        ``spec_digest``, to be this owner's job."""
         replies = [stub.Enroll(pb.EnrollRequest(job_id=self.job_id, key=self.sharer.keys.get(j, b"")),
                                timeout=timeout_s) for j, stub in enumerate(self._stubs)]
-        frames = {(r.owner_index, r.compute_parties, r.grid_bits, r.margin_bits, r.dim) for r in replies}
+        frames = {(r.owner_index, r.compute_parties, r.grid_bits, r.margin_bits, r.dim, r.spec_digest)
+                  for r in replies}
         if len(frames) != 1 or replies[0].owner_index != self.owner_index or \
                 [r.rank for r in replies] != list(range(len(replies))):
             raise ValueError(f"job {self.job_id}: the compute parties state different frames or another index for "
                              f"this owner ({sorted(frames)})")
+        if spec_digest is not None and replies[0].spec_digest != spec_digest:
+            raise ValueError(f"job {self.job_id}: the compute parties run another job (digest "
+                             f"{replies[0].spec_digest[:12]}… vs this owner's {spec_digest[:12]}…); nothing sent")
         self.frame = replies[0]
         return self.frame
 
@@ -275,10 +282,14 @@ class OwnerClient:
             raise ValueError(f"contribution: {self.frame.dim} coordinates expected, got {v.numel()}")
         share = self.sharer.split(encode_on_grid(v, self.frame.grid_bits, self.frame.margin_bits), t)
         payload = share.numpy().astype("<i8").tobytes()
+        done = self._accepted.setdefault(t, set())  # a retry skips the parties that took it already
         for j, stub in enumerate(self._stubs):
-            stub.Contribute(pb.ContributeRequest(job_id=self.job_id, round=t,
-                                                 share=payload if j == self.sharer.explicit else b""),
-                            timeout=timeout_s)
+            if j not in done:
+                stub.Contribute(pb.ContributeRequest(job_id=self.job_id, round=t,
+                                                     share=payload if j == self.sharer.explicit else b""),
+                                timeout=timeout_s)
+                done.add(j)
+        self._accepted.pop(t - 1, None)
 
     def released(self, t: int, wait_s: float = 60.0) -> tuple[torch.Tensor, int]:
         """Round ``t``'s public state and how many owners it counted, from compute party 0 (every

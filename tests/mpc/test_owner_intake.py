@@ -99,12 +99,15 @@ def test_owners_enrol_contribute_and_read_the_released_round(ca: Any, intakes: l
 
         assert small(plain) == 1.0 and small(received) < 0.05  # uniform: 2·2^-16 of the words
         # a contribution after the close is refused; so is a second one, and one for another round
-        code, why = _code(lambda: clients[0].contribute(0, _value(0, 0)))
+        again = pb.ContributeRequest(job_id="job-1", round=0, share=b"")  # owner 0 at compute party 1 (no share)
+        code, why = _code(lambda: clients[0]._stubs[1].Contribute(again, timeout=10))
         assert code == grpc.StatusCode.FAILED_PRECONDITION and "round: 0 is not open here (open: 0 (closed))" in why
         for i in intakes:
             i.open_round(1)
         clients[1].contribute(1, _value(1, 1))
-        code, why = _code(lambda: clients[1].contribute(1, _value(1, 1)))
+        clients[1].contribute(1, _value(1, 1))  # the client's retry skips the parties that took it already
+        twice = pb.ContributeRequest(job_id="job-1", round=1, share=b"")  # owner 1's explicit party is 1
+        code, why = _code(lambda: clients[1]._stubs[0].Contribute(twice, timeout=10))
         assert code == grpc.StatusCode.ALREADY_EXISTS and "already contributed to round 1" in why
         code, why = _code(lambda: clients[2].contribute(7, _value(2, 1)))
         assert code == grpc.StatusCode.FAILED_PRECONDITION and "round: 7 is not open" in why

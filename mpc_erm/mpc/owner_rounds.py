@@ -1,0 +1,111 @@
+"""The two sides of one owner round as :class:`~mpc_erm.protocols.aggregation.SecureAggregator`\\ s,
+so that a protocol's own round loop (e.g. ``GradientPerturbation.train``) runs unchanged at a
+compute party and at a data owner (issue 17, docs/architecture.md §2):
+
+- :class:`IntakeAggregator` (a compute party): its own contributions are empty; a call opens the
+  round at its :class:`~.owner_intake.OwnerIntake`, waits for the owners until the deadline,
+  agrees with the other compute parties on the owners present everywhere, reveals their sum plus
+  the in-MPC noise (:meth:`~.aggregator.MpcAggregator.aggregate_shares`) and publishes it.
+- :class:`OwnerAggregator` (an owner): weights its own contribution (public weights), sends its
+  shares (:class:`~.owner_intake.OwnerClient`) and returns the released noisy sum. An owner late
+  for a round is left out of it and still reads its release, so every member takes the same step.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import torch
+
+from mpc_erm.protocols.aggregation import NoiseSpec
+
+from .owner_intake import OwnerClient, OwnerIntake, agree_present
+
+__all__ = ["IntakeAggregator", "OwnerAggregator"]
+
+_NOT_OPEN = re.compile(r"is not open here \(open: (none|\d+)( \(closed\))?\)")
+
+
+class IntakeAggregator:
+    """A compute party's side: one :meth:`aggregate` call is one owner round (see the module)."""
+
+    def __init__(self, intake: OwnerIntake, comm: Any, mpc: Any, *, deadline_s: float, first_wait_s: float,
+                 while_owners_compute: Callable[[], None] | None = None,
+                 check: Callable[[], None] | None = None) -> None:
+        """``deadline_s``: how long a round waits for the enrolled owners; ``first_wait_s``: how
+        long the first round waits for every listed owner to enrol and contribute;
+        ``while_owners_compute``: this party's own work for the round (e.g. topping up the noise
+        pool); ``check``: raises to stop (a cancelled job) while waiting."""
+        self.intake, self.comm, self.mpc = intake, comm, mpc
+        self.deadline_s, self.first_wait_s = deadline_s, first_wait_s
+        self.while_owners_compute, self.check = while_owners_compute, check
+        self.trust_model = mpc.trust_model
+        self.counted: list[int] = []  # owners summed per round (public to the compute parties and owners)
+
+    def aggregate(self, contributions: torch.Tensor, weights: torch.Tensor, noise: NoiseSpec) -> torch.Tensor:
+        if contributions.numel():
+            raise ValueError("contributions: a compute party holds none of its own in a job with owners")
+        f = self.intake.frame
+        t = len(self.counted)
+        self.intake.open_round(t)
+        if self.while_owners_compute is not None:
+            self.while_owners_compute()
+        expected = len(f.owners) if t == 0 else len(self.intake.enrolled)
+        end = time.monotonic() + (self.first_wait_s if t == 0 else self.deadline_s)
+        while (left := end - time.monotonic()) > 0 and self.intake.wait_for(expected, min(left, 1.0)) < expected:
+            if self.check is not None:
+                self.check()
+        present, explicit = self.intake.close_round()
+        agreed = agree_present(self.comm, present, len(f.owners))
+        out = self.mpc.aggregate_shares(self.intake.total(t, agreed, explicit), f.grid_bits, noise)
+        self.intake.publish(t, out, len(agreed))
+        self.counted.append(len(agreed))
+        return out
+
+
+class OwnerAggregator:
+    """An owner's side: its weighted contribution in, the round's released noisy sum out."""
+
+    trust_model = "data owner of a job run by compute parties"
+
+    def __init__(self, client: OwnerClient, *, round_wait_s: float, on_round: Callable[[int, bool, int], None]
+                 | None = None) -> None:
+        """``round_wait_s``: how long to wait for a round to open and for its release;
+        ``on_round(t, counted_me, owners_counted)`` after each release."""
+        self.client, self.round_wait_s, self.on_round = client, round_wait_s, on_round
+        self.t = 0
+        self.missed: list[int] = []
+
+    def aggregate(self, contributions: torch.Tensor, weights: torch.Tensor, noise: NoiseSpec) -> torch.Tensor:
+        v = (weights.to(torch.float64).reshape(-1, 1) * contributions.to(torch.float64)).sum(0)
+        t, self.t = self.t, self.t + 1
+        sent = self._send(t, v)
+        state, counted = self.client.released(t, wait_s=self.round_wait_s)
+        if not sent:
+            self.missed.append(t)
+        if self.on_round is not None:
+            self.on_round(t, sent, counted)
+        return state
+
+    def _send(self, t: int, v: torch.Tensor) -> bool:
+        """Send round ``t``'s shares, waiting for the round to open; False if it closed first."""
+        end = time.monotonic() + self.round_wait_s
+        while True:
+            try:
+                self.client.contribute(t, v)
+                return True
+            except grpc.RpcError as exc:
+                m = _NOT_OPEN.search(exc.details() or "") if exc.code() == grpc.StatusCode.FAILED_PRECONDITION \
+                    else None
+                if m is None:
+                    raise
+                now = None if m.group(1) == "none" else int(m.group(1))
+                if now is not None and (now > t or (now == t and m.group(2))):
+                    return False  # the compute parties closed round t without this owner
+                if time.monotonic() > end:
+                    raise TimeoutError(f"round {t} did not open within {self.round_wait_s:g} s") from None
+                time.sleep(0.05)

@@ -1,0 +1,195 @@
+"""A data owner's light process: its side of a job run by compute parties (issue 17,
+docs/architecture.md §2). No CrypTen and no daemon: ``mpc-erm owner join`` runs one job.
+
+1. **Consent, checked here**: the job lists this owner; its data set is one of this owner's, with
+   add/remove adjacency; ε within ``max_epsilon_per_job``; no test-only noise unless allowed.
+2. **Plan**: the job's privacy plan (:func:`mpc_erm.protocols.common.plan_job`, the one the
+   compute parties make) and its reservation in this owner's own ledger: a budget that would be
+   exceeded refuses the job before anything is sent.
+3. **Rows**: loaded and clipped exactly as a party daemon loads its own (``parties.worker``).
+4. **Enrol** at every compute party's owner intake (its address from that party's daemon,
+   ``GetEndpoint`` with ``service = "owners"``, over mutual TLS): the frame they state must carry
+   this job's digest.
+5. **Rounds**: the gradient protocol's own loop (``GradientPerturbation.train``), whose aggregate
+   is :class:`~mpc_erm.mpc.owner_rounds.OwnerAggregator`: before each round the ledger marks it
+   revealed and the audit log charges the job once; the clipped gradient sum of this owner's rows,
+   weighted by the public 1/n̂, leaves only as additive shares; the released noisy sum comes back.
+6. **Results** in ``state_dir/jobs/<job_id>/``: the public model, the privacy report; the ledger
+   commits the rounds revealed. A failure before the first round releases the reservation.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from mpc_erm.jobs.jobfile import JobFile
+from mpc_erm.mpc import tls
+from mpc_erm.mpc._proto import party_pb2 as pb
+from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
+from mpc_erm.mpc.pki import Identity
+
+from .config import OwnerConfig
+
+__all__ = ["OwnerRefused", "check_job", "intake_addresses", "run_owner_job"]
+
+ENDPOINT_POLL_S = 1.0
+
+
+class OwnerRefused(ValueError):
+    """This owner does not run the job; the message names the field (nothing was sent)."""
+
+
+@dataclass(frozen=True)
+class _OwnerView:
+    """What the party worker's row loader reads: the config's data sets, the job, the identity."""
+
+    config: OwnerConfig
+    job: JobFile
+    identity: Identity
+    job_id: str
+
+
+def check_job(cfg: OwnerConfig, job: JobFile) -> int:
+    """This owner's index in the job's owner list, or :class:`OwnerRefused` naming the field."""
+    jt, name = job.job, cfg.identity.name
+    if name not in jt.owners:
+        raise OwnerRefused(f"job.owners: this owner ({name}) is not one of the job's {len(jt.owners)} owners")
+    if jt.dataset not in cfg.datasets:
+        raise OwnerRefused(f"job.dataset: {name} offers no dataset {jt.dataset!r}")
+    missing = [p for p in jt.parties if p not in cfg.compute]
+    if missing:
+        raise OwnerRefused(f"job.parties: {name}'s config has no address for compute part"
+                           f"{'ies' if len(missing) > 1 else 'y'} {', '.join(missing)} (compute)")
+    eps = job.spec.privacy.epsilon
+    if eps > cfg.max_epsilon_per_job:
+        raise OwnerRefused(f"privacy.epsilon: {eps:g} exceeds {name}'s max_epsilon_per_job "
+                           f"({cfg.max_epsilon_per_job:g})")
+    if jt.test_no_noise and not cfg.allow_test_only:
+        raise OwnerRefused(f"job.test_no_noise: a zero-noise (test-only) job is refused by {name} "
+                           "(allow_test_only = false)")
+    return jt.owners.index(name)
+
+
+def intake_addresses(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: str,
+                     wait_s: float) -> list[tuple[str, str]]:
+    """(name, owner-intake address) of each compute party in rank order, asked of its daemon;
+    waits up to ``wait_s`` for each to publish (the job may still be admitted or queued there)."""
+    from parties.rendezvous import grpc_options
+
+    out = []
+    end = time.monotonic() + wait_s
+    for name in job.job.parties:
+        with tls.secure_channel(cfg.compute[name], identity, f"party/{name}", grpc_options()) as ch:
+            stub = pb_grpc.PartyControlStub(ch)
+            while True:
+                left = end - time.monotonic()
+                try:
+                    r = stub.GetEndpoint(pb.EndpointRequest(job_id=job_id, member=name, wait_s=min(max(left, 0), 30),
+                                                            service="owners"), timeout=min(max(left, 0), 30) + 10)
+                    out.append((name, r.address))
+                    break
+                except grpc.RpcError as exc:
+                    if exc.code() not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE) or left <= 0:
+                        raise RuntimeError(f"compute party {name}: {exc.details()}") from None
+                    time.sleep(ENDPOINT_POLL_S)
+    return out
+
+
+def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float = 600.0,
+                  on_round: Any = None) -> dict[str, Any]:
+    """Run this owner's side of ``job`` (see the module); returns the summary it writes."""
+    import torch
+
+    from mpc_erm.mpc.noise import realise
+    from mpc_erm.mpc.owner_intake import OwnerClient
+    from mpc_erm.mpc.owner_rounds import OwnerAggregator
+    from mpc_erm.protocols import GradientPerturbation
+    from mpc_erm.protocols.common import plan_job, public_sizes
+
+    from .audit import AuditLog
+    from .ledger import Ledger
+    from .worker import _load_rows
+
+    index = check_job(cfg, job)
+    identity = cfg.identity.load("owner")
+    jt, spec = job.job, job.spec
+    plan = plan_job(spec, sampler="mpc", test_no_noise=jt.test_no_noise, sizes=public_sizes(spec, None),
+                    n_features=jt.features)
+    rows = _load_rows(_OwnerView(cfg, job, identity, job_id)).train  # type: ignore[arg-type]
+    if rows.d != jt.features:
+        raise OwnerRefused(f"job.features: the job says {jt.features}, {cfg.identity.name}'s data set "
+                           f"{jt.dataset!r} has {rows.d}")
+    real = None if jt.test_no_noise else realise(plan, len(jt.parties))
+    proto = GradientPerturbation(spec, None, rows.d, plan=plan, noise=None if real is None else real.spec)
+    dev = torch.device("cuda" if (jt.device or cfg.device) != "cpu" and torch.cuda.is_available() else "cpu")
+    X = torch.as_tensor(rows.X, dtype=torch.float64, device=dev)
+    y = torch.as_tensor(rows.y, device=dev)
+    w = torch.tensor([plan.weight(index, int(rows.n))], dtype=torch.float64)
+    digest = job.spec_digest()
+    budgets = {k: (d.epsilon, d.delta, d.adjacency) for k, d in cfg.datasets.items()}
+    ledger = Ledger.in_state_dir(cfg.state_dir, budgets)
+    audit = AuditLog.in_state_dir(cfg.state_dir)
+    revealed = False
+    try:
+        ledger.reserve(job_id, jt.dataset, spec.privacy.epsilon, spec.privacy.delta, digest, plan.event)
+        try:
+            client = OwnerClient(identity, job_id, index, intake_addresses(identity, cfg, job, job_id, wait_s))
+            try:
+                client.enroll(spec_digest=digest)
+                rounds = OwnerAggregator(client, round_wait_s=wait_s, on_round=on_round)
+
+                def before_reveal(t: int) -> None:
+                    nonlocal revealed
+                    ledger.mark_revealed(job_id, plan.event, rounds=t)
+                    if not revealed:
+                        audit.charge(job_id, dataset=jt.dataset, epsilon=spec.privacy.epsilon,
+                                     delta=spec.privacy.delta, spec_digest=digest, dp_event=plan.event.as_dict())
+                    revealed = True
+
+                def local_sum(theta: Any) -> tuple[Any, Any]:
+                    return proto.local_contribution(theta.to(dev), X, y).to("cpu", torch.float64), w
+
+                def after_round(t: int, _theta: Any, noisy: Any) -> None:
+                    audit.release(job_id, what="noisy sum of the data owners' clipped gradients", value=noisy,
+                                  round=t, rounds=spec.training.iterations)
+
+                theta = proto.train(rounds, local_sum, before_reveal=before_reveal, after_round=after_round)
+            finally:
+                client.close()
+        except BaseException as exc:
+            if not revealed:
+                ledger.release(job_id, f"failed before the first round: {type(exc).__name__}")
+            else:
+                ledger.commit(job_id)  # charged the rounds it revealed
+            raise
+        ledger.commit(job_id)
+    finally:
+        ledger.close()
+    report = plan.report(noise_scale=0.0 if real is None else real.spec.scale,
+                         realisation=None if real is None else real.describe(),
+                         trust_model=f"{jt.trust} among the compute parties {', '.join(jt.parties)}; this owner's "
+                                     "contribution leaves it only as additive shares, one per compute party",
+                         parties=len(jt.parties),
+                         parameters={"protocol": "gradient_perturbation", "loss": spec.model.name, "job_digest": digest,
+                                     "owners": len(jt.owners), "audit_head": audit.head()},
+                         notes=(f"rounds this owner missed (late for the deadline): {rounds.missed or 'none'}",))
+    summary = {"job_id": job_id, "owner": cfg.identity.name, "epsilon": report.epsilon, "delta": report.delta_total,
+               "rounds": spec.training.iterations, "missed_rounds": rounds.missed}
+    _write(Path(cfg.state_dir) / "jobs" / job_id, theta, report, summary, job_id, digest, spec.model.name)
+    return summary
+
+
+def _write(d: Path, theta: Any, report: Any, summary: dict[str, Any], job_id: str, digest: str, loss: str) -> None:
+    from safetensors.torch import save_file
+
+    d.mkdir(parents=True, exist_ok=True)
+    save_file({"theta": theta.detach().to("cpu").contiguous()}, str(d / "model.safetensors"),
+              metadata={"job_id": job_id, "job_digest": digest, "loss": loss})
+    (d / "privacy_report.json").write_text(report.to_json(indent=2))
+    (d / "summary.json").write_text(json.dumps(summary, indent=2, default=float))

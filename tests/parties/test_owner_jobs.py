@@ -1,0 +1,241 @@
+"""Issue 17 through real daemons: three compute-party daemons (3-party replicated sharing, no
+dealer) run a job for 30 data owners, each an ``OwnerConfig`` with its own certificate (role
+``owner``), its own ledger and audit log, running ``parties.owner.run_owner_job`` (what
+``mpc-erm owner join`` runs) in this test's process, one thread each.
+
+- Test-only zero noise: the model every member ends with equals a plaintext replay of the same
+  rounds over the owners the compute parties counted, up to the grid's rounding; one owner drops
+  out after two rounds and is left out of the later ones by all three compute parties.
+- In-MPC noise: every owner's report states the plan's ε, its ledger is charged exactly that, the
+  compute parties charged nothing (no rows there), and a second job that would exceed an owner's
+  budget is refused by that owner before it sends anything.
+- An owner the job does not list learns nothing from a compute party's daemon (NOT_FOUND).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+import torch
+
+from coordinator.consortium import LocalConsortium
+from mpc_erm.jobs.jobfile import load_job_file
+from mpc_erm.jobs.status import TERMINAL
+from mpc_erm.mpc import pki
+
+OWNERS = tuple(f"clinic-{i:02d}" for i in range(30))
+DROPS_AFTER = {7: 2}  # owner index → the rounds it takes part in before it goes away
+ROUNDS = 6
+
+JOB = """\
+method = "gradient"
+
+[job]
+name = "thirty-clinics"
+dataset = "{dataset}"
+parties = ["alice", "bob", "carol"]
+trust = "replicated"
+features = {d}
+round_deadline_s = 3.0
+owners = [{owners}]
+test_no_noise = {no_noise}
+
+[model]
+name = "logistic"
+lam = 1e-3
+
+[privacy]
+epsilon = {eps}
+delta = 1e-5
+adjacency = "add_remove"
+public_n = {n}
+
+[training]
+iterations = {rounds}
+learning_rate = 1.0
+"""
+
+
+def _owner_config(root: Path, ca: Any, name: str, i: int, cons: LocalConsortium, budget: float) -> Path:
+    d = root / name
+    d.mkdir(parents=True)
+    pki.save_identity(pki.issue_identity(ca, name, "owner", valid_days=2), d)
+    compute = "\n".join(f'{p} = "{cons.members[p].address}"' for p in ("alice", "bob", "carol"))
+    (d / "owner.toml").write_text(f"""\
+state_dir = "state"
+max_epsilon_per_job = 2.0
+allow_test_only = true
+
+[identity]
+name = "{name}"
+cert = "{d / (name + '.crt')}"
+key = "{d / (name + '.key')}"
+ca = "{cons.pki_dir / 'ca.crt'}"
+
+[compute]
+{compute}
+
+""" + "".join(f"""
+[datasets.{ds}]
+format = "builtin"
+name = "breast_cancer"
+part = {i}
+of = {len(OWNERS)}
+epsilon = {budget}
+delta = 1e-4
+adjacency = "add_remove"
+""" for ds in ("clinics", "clinics-exact")))
+    return d / "owner.toml"
+
+
+def _run_owners(configs: list[Path], job_path: Path, job_id: str) -> dict[str, Any]:
+    from parties.config import load_owner_config
+    from parties.owner import run_owner_job
+
+    job = load_job_file(job_path)
+    out: dict[str, Any] = {}
+
+    def one(i: int, path: Path) -> None:
+        cfg = load_owner_config(path)
+        stop_after = DROPS_AFTER.get(i)
+
+        def on_round(t: int, _sent: bool, _owners: int) -> None:
+            if stop_after is not None and t + 1 >= stop_after:
+                raise ConnectionAbortedError(f"{cfg.identity.name} goes away after round {t + 1}")
+
+        try:
+            out[cfg.identity.name] = run_owner_job(cfg, job, job_id, wait_s=120, on_round=on_round)
+        except Exception as exc:  # collected: the test asserts on them
+            out[cfg.identity.name] = exc
+
+    threads = [threading.Thread(target=one, args=(i, p)) for i, p in enumerate(configs)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(600)
+    return out
+
+
+def _submit_and_run(cons: LocalConsortium, job_path: Path, configs: list[Path]) -> tuple[str, dict, dict]:
+    with cons.client() as client:
+        job_id = client.submit(job_path)["job_id"]
+        box: dict[str, Any] = {}
+        th = threading.Thread(target=lambda: box.update(_run_owners(configs, job_path, job_id)))
+        th.start()
+        ends = {e["member"]: e for e in client.watch(job_id) if e["phase"] in TERMINAL or e["phase"] == "error"}
+        th.join(600)
+    return job_id, ends, box
+
+
+def _replay(job_path: Path, configs: list[Path], counted: list[int]) -> torch.Tensor:
+    """The same rounds in plaintext: each owner's weighted clipped gradient sum, rounded onto the
+    grid as its shares encode it, over the owners counted in each round."""
+    from mpc_erm.mpc.aggregator import PRECISION_BITS
+    from mpc_erm.protocols import GradientPerturbation
+    from mpc_erm.protocols.common import plan_job, public_sizes
+    from parties.config import load_owner_config
+    from parties.owner import _OwnerView
+    from parties.worker import _load_rows
+
+    job = load_job_file(job_path)
+    plan = plan_job(job.spec, sampler="mpc", test_no_noise=True, sizes=public_sizes(job.spec, None),
+                    n_features=job.job.features)
+    proto = GradientPerturbation(job.spec, None, int(job.job.features or 0), plan=plan)
+    data = []
+    for p in configs:
+        cfg = load_owner_config(p)
+        ds = _load_rows(_OwnerView(cfg, job, cfg.identity.load("owner"), "x")).train  # type: ignore[arg-type]
+        data.append((torch.as_tensor(ds.X, dtype=torch.float64), torch.as_tensor(ds.y)))
+    w = plan.weight(0, 1)
+    theta = proto.initial_model()
+    for t in range(ROUNDS):
+        present = [i for i in range(len(configs)) if i not in DROPS_AFTER or t < DROPS_AFTER[i]]
+        assert len(present) == counted[t]
+        total = sum(torch.round(w * proto.local_contribution(theta, *data[i])[0] * 2**PRECISION_BITS)
+                    for i in present)
+        theta = proto.public_step(theta, total / 2**PRECISION_BITS)
+    return theta
+
+
+@pytest.mark.timeout(900)
+def test_thirty_owners_train_through_three_compute_daemons(tmp_path: Path) -> None:
+    from mpc_erm.data import load_dataset
+    from parties.ledger import Ledger
+
+    d = load_dataset("breast_cancer")[0].d
+    names = ", ".join(f'"{o}"' for o in OWNERS)
+    with LocalConsortium(tmp_path / "cons", parties=3, dealer=False, allow_test_only=True,
+                         max_epsilon_per_job=2.0) as cons:
+        ca = pki.load_ca(cons.pki_dir)
+        configs = [_owner_config(tmp_path / "owners", ca, o, i, cons, budget=2.5) for i, o in enumerate(OWNERS)]
+        exact = tmp_path / "exact.toml"
+        exact.write_text(JOB.format(dataset="clinics-exact", d=d, owners=names, no_noise="true", eps=1.0, n=400,
+                                    rounds=ROUNDS))
+        job_id, ends, owners = _submit_and_run(cons, exact, configs)
+        assert {m: e["phase"] for m, e in ends.items()} == dict.fromkeys(("alice", "bob", "carol"), "succeeded"), ends
+        dropped = OWNERS[next(iter(DROPS_AFTER))]
+        assert isinstance(owners.pop(dropped), ConnectionAbortedError)
+        assert all(isinstance(s, dict) and s["missed_rounds"] == [] for s in owners.values()), owners
+        with cons.client() as client:
+            client.result(job_id, tmp_path / "exact-result")  # the same model file at every compute party
+        from safetensors.torch import load_file
+
+        metrics = json.loads((tmp_path / "exact-result" / "metrics.json").read_text())
+        counted = metrics["owners_per_round"]
+        assert counted == [30, 30, 29, 29, 29, 29]  # the dropped owner left out of rounds 3..6 by all three
+        theta = load_file(str(tmp_path / "exact-result" / "model.safetensors"))["theta"]
+        replay = _replay(exact, configs, counted)
+        assert torch.allclose(theta, replay, atol=1e-9, rtol=0), float((theta - replay).abs().max())
+        for name in OWNERS[:3]:  # every owner ends with the same public model
+            mine = load_file(str(tmp_path / "owners" / name / "state" / "jobs" / job_id / "model.safetensors"))
+            assert torch.equal(mine["theta"], theta)
+
+        # in-MPC noise: each owner's ε from the plan, charged in its own ledger, none at the compute parties
+        noisy = tmp_path / "noisy.toml"
+        noisy.write_text(JOB.format(dataset="clinics", d=d, owners=names, no_noise="false", eps=2.0, n=400,
+                                    rounds=ROUNDS))
+        job_id2, ends, owners = _submit_and_run(cons, noisy, configs)
+        assert {m: e["phase"] for m, e in ends.items()} == dict.fromkeys(("alice", "bob", "carol"), "succeeded"), ends
+        owners.pop(dropped)
+        eps = {round(s["epsilon"], 9) for s in owners.values()}
+        assert len(eps) == 1 and 0 < eps.pop() <= 2.0
+        led = Ledger.in_state_dir(tmp_path / "owners" / OWNERS[0] / "state")
+        try:
+            r = led.get(job_id2)
+            assert r is not None and r.state == "committed" and r.revealed_rounds == ROUNDS, r
+            assert 0 < led.spent("clinics") <= 2.0  # composed at the data set's δ = 1e-4 (the job's: 1e-5)
+        finally:
+            led.close()
+        report = json.loads((tmp_path / "owners" / OWNERS[0] / "state" / "jobs" / job_id2 /
+                             "privacy_report.json").read_text())
+        assert report["adjacency"] == "add_remove" and report["realisation"]["grid_bits"] > 0
+        for p in ("alice", "bob", "carol"):
+            assert not (cons.root / p / "state" / "audit.log").exists() or "charge" not in \
+                (cons.root / p / "state" / "audit.log").read_text()
+
+        # a third job would exceed the owners' budget of 2.5: each owner refuses it, sending nothing
+        from parties.config import load_owner_config
+        from parties.ledger import BudgetExceeded
+        from parties.owner import run_owner_job
+
+        with pytest.raises(BudgetExceeded):
+            run_owner_job(load_owner_config(configs[0]), load_job_file(noisy), "a" * 32, wait_s=5)
+
+        # an owner the job does not list: the compute party's daemon answers as for an unknown job
+        stranger = pki.issue_identity(ca, "stranger", "owner", valid_days=1)
+        from mpc_erm.mpc import tls
+        from mpc_erm.mpc._proto import party_pb2 as pb
+        from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
+
+        with tls.secure_channel(cons.members["alice"].address, stranger, "party/alice") as ch:
+            with pytest.raises(grpc.RpcError) as info:
+                pb_grpc.PartyControlStub(ch).GetEndpoint(pb.EndpointRequest(job_id=job_id2, member="alice",
+                                                                            service="owners"), timeout=10)
+            assert info.value.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
+    assert np.isfinite(theta.numpy()).all()
