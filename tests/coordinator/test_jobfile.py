@@ -220,8 +220,8 @@ def test_digest_changes_when_any_field_changes() -> None:
     digests = {job.spec_digest()}
     changed = 0
     for path, value in _leaves(base):
-        if value is None or path == ("job", "trust"):
-            continue
+        if value is None or path in (("job", "trust"), ("job", "owners")):
+            continue  # owners: test_a_job_with_owners_loads_keeps_the_old_digests_and_refuses_what_it_cannot_run
         if path[:2] == ("spec", "model") and path[2] in NETWORK_MODEL_FIELDS or \
                 path[:2] == ("spec", "training") and path[2] in NETWORK_TRAINING_FIELDS:
             continue  # a linear job must leave them at their defaults (test_network_fields_enter_the_digest)
@@ -275,3 +275,31 @@ def test_network_fields_enter_the_digest() -> None:
         spec[section][name] = value
         digests.add(JobSpec.model_validate(spec).digest())
     assert len(digests) == len(changes) + 1
+
+
+def test_a_job_with_owners_loads_keeps_the_old_digests_and_refuses_what_it_cannot_run() -> None:
+    job = load_job_file(EXAMPLES / "gradient-owners.toml", known_parties={"alice", "bob", "carol"})
+    assert len(job.job.owners) == 6 and job.job.features == 30 and job.job.round_deadline_s == 30.0
+    assert parse_job_file(job.to_toml()) == job  # round trip, owners included
+    other = parse_job_file(job.to_toml().replace('"clinic-006"', '"clinic-007"'))
+    assert other.spec_digest() != job.spec_digest()  # the owner list is part of what every member agrees on
+    plain = load_job_file(EXAMPLES / "gradient-adult.toml")
+    assert "owners" not in plain.canonical_json() and "owners" not in plain.to_toml()  # digests as before
+    text = (EXAMPLES / "gradient-owners.toml").read_text()
+    bad = {
+        'method = "gradient"': ('method = "output"', "method: a job with owners runs gradient rounds"),
+        'adjacency = "add_remove"': ('adjacency = "replace"',
+                                     'privacy.adjacency: a job with owners needs "add_remove"'),
+        "features = 30 ": ("", "features: required with owners"),
+        '"clinic-006"]': ('"alice"]', "owners: 'alice' is also a compute party"),
+        'round_deadline_s = 30.0': ("round_deadline_s = 0.01", "round_deadline_s: 0.1 to 3600 seconds"),
+    }
+    for old, (new, why) in bad.items():
+        assert old in text, old
+        with pytest.raises(JobFileError, match=why):
+            parse_job_file(text.replace(old, new))
+    with pytest.raises(JobFileError, match="duplicate owner 'clinic-001'"):
+        parse_job_file(text.replace('"clinic-002"', '"clinic-001"'))
+    with pytest.raises(JobFileError, match="features: only with owners"):
+        parse_job_file((EXAMPLES / "gradient-adult.toml").read_text().replace('device = "auto"',
+                                                                               'device = "auto"\nfeatures = 3'))

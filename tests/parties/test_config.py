@@ -289,3 +289,25 @@ def test_split_host_port(text, expected) -> None:
 def test_split_host_port_rejects(text) -> None:
     with pytest.raises(ValueError):
         split_host_port(text)
+
+
+def test_example_owner_config_loads_and_an_owner_data_set_must_be_add_remove(tmp_path: Path) -> None:
+    from parties.config import load_owner_config
+
+    (tmp_path / "pki").mkdir()
+    for f in ("clinic-001.crt", "clinic-001.key", "ca.crt"):
+        (tmp_path / "pki" / f).write_text("x")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "clinic.csv").write_text("a,diagnosis\n1,0\n")
+    text = (EXAMPLE.parent / "example-owner.toml").read_text()
+    (tmp_path / "owner.toml").write_text(text)
+    cfg = load_owner_config(tmp_path / "owner.toml")
+    assert cfg.identity.name == "clinic-001" and cfg.state_dir == tmp_path / "state"
+    assert list(cfg.compute) == ["alice", "bob", "carol"] and cfg.datasets["clinics"].adjacency == "add_remove"
+    (tmp_path / "owner.toml").write_text(text.replace('adjacency = "add_remove"', 'adjacency = "replace"'))
+    with pytest.raises(ConfigError, match=r"datasets\.clinics\.adjacency: an owner's data set is \"add_remove\""):
+        load_owner_config(tmp_path / "owner.toml")
+    (tmp_path / "owner.toml").write_text(text.replace('bob = "bob.example.org:7001"\n', "").replace(
+        'carol = "carol.example.org:7001"\n', ""))
+    with pytest.raises(ConfigError, match=r"compute: "):
+        load_owner_config(tmp_path / "owner.toml")  # one compute party cannot hide a share
