@@ -90,6 +90,7 @@ class LocalContext:
     trust_model: str  # the sentence a report prints (mpc_erm.mpc.aggregator.current_trust_model)
     table: Any  # mpc_erm.mpc.transport.PartyTable
     name: str
+    identity: Any = None  # this party's TLS identity (e.g. to serve clients of the same CA)
 
 
 @dataclass
@@ -337,7 +338,7 @@ def _party_main(
         if trust == "tfp":
             trust_model = f"{trust_model} [{TFP_LABEL}]"
         ctx = LocalContext(rank=rank, world_size=comm.get_world_size(), comm=comm, trust=trust,
-                           trust_model=trust_model, table=table, name=table.member(rank).name)
+                           trust_model=trust_model, table=table, name=table.member(rank).name, identity=identity)
         result = fn(ctx, *args)
         comm.barrier()  # everyone done before party 0 ends the dealer and mailboxes close
     except BaseException:
@@ -361,8 +362,10 @@ def run_local_full(
     timeout_s: float = 600.0,
     deadline_s: float = 60.0,
     job_id: str | None = None,
+    ca: Any = None,
 ) -> LocalRun:
-    """:func:`run_local`, also returning the dealer's summary and the wall time."""
+    """:func:`run_local`, also returning the dealer's summary and the wall time. ``ca``: the CA
+    that issues the members' identities (default: a fresh one), e.g. to issue clients of them."""
     if trust not in TRUST_MODELS:
         raise ValueError(f"trust must be one of {', '.join(TRUST_MODELS)}, not {trust!r}")
     if parties < 1:
@@ -380,7 +383,7 @@ def run_local_full(
     with_dealer = trust == "dealer"
     names = [f"party{r}" for r in range(parties)] + (["dealer"] if with_dealer else [])
     roles = ["party"] * parties + (["dealer"] if with_dealer else [])
-    ca = pki.create_ca(f"mpc-erm local CA {job}")
+    ca = ca or pki.create_ca(f"mpc-erm local CA {job}")
     identities = [pki.issue_identity(ca, n, r) for n, r in zip(names, roles)]  # type: ignore[arg-type]
     described = [f"{r} {i} {n!r}" for i, (n, r) in enumerate(zip(names, roles))]
     sup = _Supervisor(described)

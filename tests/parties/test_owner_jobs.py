@@ -239,3 +239,67 @@ def test_thirty_owners_train_through_three_compute_daemons(tmp_path: Path) -> No
                                                                             service="owners"), timeout=10)
             assert info.value.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
     assert np.isfinite(theta.numpy()).all()
+
+
+@pytest.mark.timeout(600)
+def test_a_killed_compute_party_ends_the_job_and_every_owners_reservation_is_settled(tmp_path: Path) -> None:
+    """Bob's daemon and worker are killed after round 2: alice and carol fail the job (no model
+    written), every owner's run ends with an error, and no owner's ledger keeps an open
+    reservation — charged the rounds it had marked, or released."""
+    import time
+
+    from mpc_erm.data import load_dataset
+    from parties.config import load_owner_config
+    from parties.ledger import Ledger
+    from parties.owner import run_owner_job
+
+    d = load_dataset("breast_cancer")[0].d
+    few = OWNERS[:6]
+    with LocalConsortium(tmp_path / "cons", parties=3, dealer=False, max_epsilon_per_job=2.0,
+                         peer_timeout_s=10.0) as cons:
+        ca = pki.load_ca(cons.pki_dir)
+        configs = [_owner_config(tmp_path / "owners", ca, o, i, cons, budget=5.0) for i, o in enumerate(few)]
+        job_path = tmp_path / "job.toml"
+        job_path.write_text(JOB.format(dataset="clinics", d=d, owners=", ".join(f'"{o}"' for o in few),
+                                       no_noise="false", eps=1.0, n=400, rounds=40))
+        job = load_job_file(job_path)
+        with cons.client() as client:
+            job_id = client.submit(job_path)["job_id"]
+        outcome: dict[str, Any] = {}
+
+        def one(i: int, path: Path) -> None:
+            cfg = load_owner_config(path)
+
+            def on_round(t: int, _sent: bool, _owners: int) -> None:
+                if i == 0 and t == 1:
+                    cons.kill("bob")
+
+            try:
+                outcome[cfg.identity.name] = run_owner_job(cfg, job, job_id, wait_s=30, on_round=on_round)
+            except Exception as exc:
+                outcome[cfg.identity.name] = exc
+
+        threads = [threading.Thread(target=one, args=(i, p)) for i, p in enumerate(configs)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(300)
+        assert all(isinstance(v, Exception) for v in outcome.values()), outcome
+        end = time.monotonic() + 120
+        with cons.client() as client:
+            while True:
+                st = client.status(job_id)
+                if all(st.get(p, {}).get("status") in TERMINAL for p in ("alice", "carol")) or time.monotonic() > end:
+                    break
+                time.sleep(1.0)
+        assert {p: st[p]["status"] for p in ("alice", "carol")} == {"alice": "failed", "carol": "failed"}, st
+        for p in ("alice", "carol"):
+            assert not (cons.root / p / "state" / "jobs" / job_id / "model.safetensors").exists()
+        for name in few:
+            led = Ledger.in_state_dir(tmp_path / "owners" / name / "state")
+            try:
+                r = led.get(job_id)
+                assert r is not None and r.state in ("committed", "released"), r
+                assert r.state == "released" or 2 <= (r.revealed_rounds or 0) < 40, r
+            finally:
+                led.close()
