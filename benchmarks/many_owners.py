@@ -114,9 +114,9 @@ def _owners(ca: Any, names: tuple[str, ...], dim: int, rounds: int, addr_q: Any,
                         if "is not open" not in str(getattr(exc, "details", lambda: "")()) or attempt == 1999:
                             raise
                         time.sleep(0.02)
-                c.released(t, wait_s=600)
 
-            list(pool.map(one, clients))
+            list(pool.map(one, clients))  # all shares sent (a thread blocked on a release would starve the rest)
+            list(pool.map(lambda c, t=t: c.released(t, wait_s=600), clients))
             per_round.append(time.perf_counter() - tic)
     finally:
         pool.shutdown()
