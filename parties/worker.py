@@ -604,7 +604,6 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
     listen_host = str(ctx.config.listen).rsplit(":", 1)[0]
     adv_host = str(ctx.config.advertise or ctx.config.listen).rsplit(":", 1)[0]
     intake = OwnerIntake(ctx.identity, frame, bind=f"{listen_host}:0").start()
-    audit = _audit(ctx)
     curve: list[dict[str, Any]] = []
     try:
         ctx.publish_endpoint(f"{adv_host}:{intake.port}", service="owners")
@@ -615,8 +614,8 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
                                   check=lambda: _check_cancel(ctx))
 
         def after_round(t: int, theta: Any, noisy: Any) -> None:
-            audit.release(ctx.job_id, what="noisy sum of the data owners' clipped gradients", value=noisy, round=t,
-                          rounds=tr.iterations)
+            # no audit record here: this party's audit log pairs every release with a charge on its
+            # own data (parties.ledger_check); the owners charge and log the releases of their data
             if t % PROGRESS_EVERY == 0 or t == tr.iterations:
                 eps_t = plan.guarantee(rounds=t).epsilon
                 curve.append({"round": t, "epsilon_spent": eps_t, "owners": rounds.counted[-1], "own": {}})

@@ -215,9 +215,12 @@ def test_thirty_owners_train_through_three_compute_daemons(tmp_path: Path) -> No
         report = json.loads((tmp_path / "owners" / OWNERS[0] / "state" / "jobs" / job_id2 /
                              "privacy_report.json").read_text())
         assert report["adjacency"] == "add_remove" and report["realisation"]["grid_bits"] > 0
-        for p in ("alice", "bob", "carol"):
+        from parties.ledger_check import check_ledger
+
+        for p in ("alice", "bob", "carol"):  # nothing charged at a compute party; its ledger still checks
             assert not (cons.root / p / "state" / "audit.log").exists() or "charge" not in \
                 (cons.root / p / "state" / "audit.log").read_text()
+            check_ledger(cons.root / p / "state")  # what a restarted daemon runs first
 
         # a third job would exceed the owners' budget of 2.5: each owner refuses it, sending nothing
         from parties.config import load_owner_config
