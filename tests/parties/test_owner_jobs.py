@@ -218,8 +218,8 @@ def test_thirty_owners_train_through_three_compute_daemons(tmp_path: Path) -> No
         from parties.ledger_check import check_ledger
 
         for p in ("alice", "bob", "carol"):  # nothing charged at a compute party; its ledger still checks
-            assert not (cons.root / p / "state" / "audit.log").exists() or "charge" not in \
-                (cons.root / p / "state" / "audit.log").read_text()
+            assert not (cons.root / p / "state" / "audit.jsonl").exists() or "charge" not in \
+                (cons.root / p / "state" / "audit.jsonl").read_text()
             check_ledger(cons.root / p / "state")  # what a restarted daemon runs first
 
         # a third job would exceed the owners' budget of 2.5: each owner refuses it, sending nothing
