@@ -114,20 +114,21 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
 
     from .audit import AuditLog
     from .ledger import Ledger
-    from .worker import _load_rows
+    from .worker import _device, _load_rows
 
     index = check_job(cfg, job)
     identity = cfg.identity.load("owner")
     jt, spec = job.job, job.spec
     plan = plan_job(spec, sampler="mpc", test_no_noise=jt.test_no_noise, sizes=public_sizes(spec, None),
                     n_features=jt.features)
-    rows = _load_rows(_OwnerView(cfg, job, identity, job_id)).train  # type: ignore[arg-type]
+    view = _OwnerView(cfg, job, identity, job_id)
+    rows = _load_rows(view).train  # type: ignore[arg-type]
     if rows.d != jt.features:
         raise OwnerRefused(f"job.features: the job says {jt.features}, {cfg.identity.name}'s data set "
                            f"{jt.dataset!r} has {rows.d}")
     real = None if jt.test_no_noise else realise(plan, len(jt.parties))
     proto = GradientPerturbation(spec, None, rows.d, plan=plan, noise=None if real is None else real.spec)
-    dev = torch.device("cuda" if (jt.device or cfg.device) != "cpu" and torch.cuda.is_available() else "cpu")
+    dev = _device(view)  # type: ignore[arg-type]
     X = torch.as_tensor(rows.X, dtype=torch.float64, device=dev)
     y = torch.as_tensor(rows.y, device=dev)
     w = torch.tensor([plan.weight(index, int(rows.n))], dtype=torch.float64)

@@ -68,14 +68,14 @@ def members(rec: JobRecord) -> list[tuple[str, str]]:
 
 def job_owners(rec: JobRecord) -> frozenset[str]:
     """The data owners a job lists (none for a job of parties only)."""
-    return _owners_of(rec.digest, rec.job_toml)
+    return _owners_of(rec.job_toml)
 
 
 @functools.lru_cache(maxsize=64)
-def _owners_of(digest: str, job_toml: str) -> frozenset[str]:
+def _owners_of(job_toml: str) -> frozenset[str]:
+    """Parsed once per job text: every owner asks each compute party's daemon for the endpoint."""
     from mpc_erm.jobs.jobfile import parse_job_file
 
-    del digest  # the cache key: a job's text is fixed by its digest
     return frozenset(parse_job_file(job_toml).job.owners)
 
 

@@ -184,13 +184,18 @@ def _members(ctx: WorkerContext) -> tuple[list[str], str | None]:
     return list(ctx.job.job.parties), ctx.job.job.dealer
 
 
+def _hosts(ctx: WorkerContext) -> tuple[str, str]:
+    """(host a worker's server binds, host its peers dial): the daemon's listen and advertise hosts."""
+    return (str(ctx.config.listen).rsplit(":", 1)[0],
+            str(ctx.config.advertise or ctx.config.listen).rsplit(":", 1)[0])
+
+
 def _join(ctx: WorkerContext) -> tuple[Any, Any]:
     """Transport server + PartyTable + CrypTen session; returns (server, comm)."""
     from mpc_erm.mpc.communicator import init_crypten
     from mpc_erm.mpc.transport import Member, PartyTable, TransportOptions, TransportServer
 
-    listen_host = str(ctx.config.listen).rsplit(":", 1)[0]
-    adv_host = str(ctx.config.advertise or ctx.config.listen).rsplit(":", 1)[0]
+    listen_host, adv_host = _hosts(ctx)
     server = TransportServer.configured(ctx.identity, f"{listen_host}:0", limits=ctx.config.limits,
                                         crl=ctx.config.identity.crl)
     port = server.start()
@@ -601,8 +606,7 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
         src.prepare(real.spec, proto.p, tr.iterations)
     frame = RoundFrame(ctx.job_id, jt.owners, len(jt.parties), comm.get_rank(), grid,
                        owner_margin_bits(len(jt.owners)), proto.p, ctx.job.spec_digest())
-    listen_host = str(ctx.config.listen).rsplit(":", 1)[0]
-    adv_host = str(ctx.config.advertise or ctx.config.listen).rsplit(":", 1)[0]
+    listen_host, adv_host = _hosts(ctx)
     intake = OwnerIntake(ctx.identity, frame, bind=f"{listen_host}:0").start()
     curve: list[dict[str, Any]] = []
     try:

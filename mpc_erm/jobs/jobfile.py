@@ -90,6 +90,16 @@ def _identity(name: str) -> str:
 Identity = Annotated[str, AfterValidator(_identity)]
 
 
+def _distinct(names: tuple[str, ...], what: str) -> tuple[str, ...]:
+    """``names`` unless one repeats, case-insensitively: names become file names and certificate CNs."""
+    seen: set[str] = set()
+    for n in names:
+        if n.lower() in seen:
+            raise ValueError(f"duplicate {what} {n!r}")
+        seen.add(n.lower())
+    return names
+
+
 class JobTable(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -110,22 +120,12 @@ class JobTable(BaseModel):
     # of that round by every compute party (the first round also waits for owners to enrol: 10×)
     round_deadline_s: float | None = None
 
-    @field_validator("owners", mode="before")
-    @classmethod
-    def _owner_array(cls, v: Any) -> Any:
-        return tuple(v) if isinstance(v, list) else v
-
     @field_validator("owners")
     @classmethod
     def _owner_count(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         if len(v) > MAX_OWNERS:
             raise ValueError(f"at most {MAX_OWNERS} owners, got {len(v)}")
-        seen: set[str] = set()
-        for o in v:
-            if o.lower() in seen:
-                raise ValueError(f"duplicate owner {o!r}")
-            seen.add(o.lower())
-        return v
+        return _distinct(v, "owner")
 
     @field_validator("features")
     @classmethod
@@ -148,7 +148,7 @@ class JobTable(BaseModel):
             raise ValueError(f"must be a data set id (1-64 of [A-Za-z0-9._-], starting alphanumeric), got {_short(v)}")
         return v
 
-    @field_validator("parties", mode="before")
+    @field_validator("parties", "owners", mode="before")
     @classmethod
     def _array(cls, v: Any) -> Any:
         return tuple(v) if isinstance(v, list) else v  # TOML arrays arrive as lists; strict mode wants a tuple
@@ -158,12 +158,7 @@ class JobTable(BaseModel):
     def _count(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         if not MIN_PARTIES <= len(v) <= MAX_PARTIES:
             raise ValueError(f"needs {MIN_PARTIES} to {MAX_PARTIES} parties, got {len(v)}")
-        seen: set[str] = set()
-        for p in v:  # case-insensitively: names become file names and certificate CNs
-            if p.lower() in seen:
-                raise ValueError(f"duplicate party {p!r}")
-            seen.add(p.lower())
-        return v
+        return _distinct(v, "party")
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> JobTable:

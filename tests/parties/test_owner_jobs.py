@@ -94,7 +94,16 @@ adjacency = "add_remove"
     return d / "owner.toml"
 
 
-def _run_owners(configs: list[Path], job_path: Path, job_id: str) -> dict[str, Any]:
+def _drop_out(i: int, t: int) -> None:
+    """Owners in DROPS_AFTER go away once they have taken part in that many rounds."""
+    if i in DROPS_AFTER and t + 1 >= DROPS_AFTER[i]:
+        raise ConnectionAbortedError(f"{OWNERS[i]} goes away after round {t + 1}")
+
+
+def _run_owners(configs: list[Path], job_path: Path, job_id: str, *, on_round: Any = _drop_out,
+                wait_s: float = 120) -> dict[str, Any]:
+    """Every owner's run_owner_job, one thread each: name → summary, or the exception it ended
+    with. ``on_round(i, t)`` runs at owner ``i`` after each release."""
     from parties.config import load_owner_config
     from parties.owner import run_owner_job
 
@@ -103,14 +112,9 @@ def _run_owners(configs: list[Path], job_path: Path, job_id: str) -> dict[str, A
 
     def one(i: int, path: Path) -> None:
         cfg = load_owner_config(path)
-        stop_after = DROPS_AFTER.get(i)
-
-        def on_round(t: int, _sent: bool, _owners: int) -> None:
-            if stop_after is not None and t + 1 >= stop_after:
-                raise ConnectionAbortedError(f"{cfg.identity.name} goes away after round {t + 1}")
-
         try:
-            out[cfg.identity.name] = run_owner_job(cfg, job, job_id, wait_s=120, on_round=on_round)
+            out[cfg.identity.name] = run_owner_job(cfg, job, job_id, wait_s=wait_s,
+                                                   on_round=lambda t, _sent, _owners: on_round(i, t))
         except Exception as exc:  # collected: the test asserts on them
             out[cfg.identity.name] = exc
 
@@ -252,9 +256,7 @@ def test_a_killed_compute_party_ends_the_job_and_every_owners_reservation_is_set
     import time
 
     from mpc_erm.data import load_dataset
-    from parties.config import load_owner_config
     from parties.ledger import Ledger
-    from parties.owner import run_owner_job
 
     d = load_dataset("breast_cancer")[0].d
     few = OWNERS[:6]
@@ -265,28 +267,14 @@ def test_a_killed_compute_party_ends_the_job_and_every_owners_reservation_is_set
         job_path = tmp_path / "job.toml"
         job_path.write_text(JOB.format(dataset="clinics", d=d, owners=", ".join(f'"{o}"' for o in few),
                                        no_noise="false", eps=1.0, n=400, rounds=40))
-        job = load_job_file(job_path)
         with cons.client() as client:
             job_id = client.submit(job_path)["job_id"]
-        outcome: dict[str, Any] = {}
 
-        def one(i: int, path: Path) -> None:
-            cfg = load_owner_config(path)
+        def kill_bob(i: int, t: int) -> None:
+            if i == 0 and t == 1:
+                cons.kill("bob")
 
-            def on_round(t: int, _sent: bool, _owners: int) -> None:
-                if i == 0 and t == 1:
-                    cons.kill("bob")
-
-            try:
-                outcome[cfg.identity.name] = run_owner_job(cfg, job, job_id, wait_s=30, on_round=on_round)
-            except Exception as exc:
-                outcome[cfg.identity.name] = exc
-
-        threads = [threading.Thread(target=one, args=(i, p)) for i, p in enumerate(configs)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(300)
+        outcome = _run_owners(configs, job_path, job_id, on_round=kill_bob, wait_s=30)
         assert all(isinstance(v, Exception) for v in outcome.values()), outcome
         end = time.monotonic() + 120
         with cons.client() as client:
