@@ -104,12 +104,10 @@ def intake_addresses(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id:
 def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float = 600.0,
                   on_round: Any = None) -> dict[str, Any]:
     """Run this owner's side of ``job`` (see the module); returns the summary it writes."""
-    import torch
 
     from mpc_erm.mpc.noise import realise
     from mpc_erm.mpc.owner_intake import OwnerClient
     from mpc_erm.mpc.owner_rounds import OwnerAggregator
-    from mpc_erm.protocols import GradientPerturbation
     from mpc_erm.protocols.common import plan_job, public_sizes
 
     from .audit import AuditLog
@@ -127,11 +125,9 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
         raise OwnerRefused(f"job.features: the job says {jt.features}, {cfg.identity.name}'s data set "
                            f"{jt.dataset!r} has {rows.d}")
     real = None if jt.test_no_noise else realise(plan, len(jt.parties))
-    proto = GradientPerturbation(spec, None, rows.d, plan=plan, noise=None if real is None else real.spec)
     dev = _device(view)  # type: ignore[arg-type]
-    X = torch.as_tensor(rows.X, dtype=torch.float64, device=dev)
-    y = torch.as_tensor(rows.y, device=dev)
-    w = torch.tensor([plan.weight(index, int(rows.n))], dtype=torch.float64)
+    side = (_FederatedSide if spec.federated is not None else _GradientSide)(
+        spec, plan, rows, dev, None if real is None else real.spec, plan_weight=plan.weight(index, int(rows.n)))
     digest = job.spec_digest()
     budgets = {k: (d.epsilon, d.delta, d.adjacency) for k, d in cfg.datasets.items()}
     ledger = Ledger.in_state_dir(cfg.state_dir, budgets)
@@ -153,14 +149,11 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
                                      delta=spec.privacy.delta, spec_digest=digest, dp_event=plan.event.as_dict())
                     revealed = True
 
-                def local_sum(theta: Any) -> tuple[Any, Any]:
-                    return proto.local_contribution(theta.to(dev), X, y).to("cpu", torch.float64), w
+                def after_round(t: int) -> None:
+                    audit.release(job_id, what=side.released, value=rounds.last, round=t,
+                                  rounds=spec.training.iterations)
 
-                def after_round(t: int, _theta: Any, noisy: Any) -> None:
-                    audit.release(job_id, what="noisy sum of the data owners' clipped gradients", value=noisy,
-                                  round=t, rounds=spec.training.iterations)
-
-                theta = proto.train(rounds, local_sum, before_reveal=before_reveal, after_round=after_round)
+                side.train(rounds, before_reveal, after_round)
             finally:
                 client.close()
         except BaseException as exc:
@@ -172,25 +165,113 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
         ledger.commit(job_id)
     finally:
         ledger.close()
+    trust = (f"{jt.trust} among the compute parties {', '.join(jt.parties)}; this owner's contribution leaves it only "
+             "as additive shares, one per compute party")
     report = plan.report(noise_scale=0.0 if real is None else real.spec.scale,
-                         realisation=None if real is None else real.describe(),
-                         trust_model=f"{jt.trust} among the compute parties {', '.join(jt.parties)}; this owner's "
-                                     "contribution leaves it only as additive shares, one per compute party",
+                         realisation=None if real is None else real.describe(), trust_model=trust,
                          parties=len(jt.parties),
-                         parameters={"protocol": "gradient_perturbation", "loss": spec.model.name, "job_digest": digest,
-                                     "owners": len(jt.owners), "audit_head": audit.head()},
-                         notes=(f"rounds this owner missed (late for the deadline): {rounds.missed or 'none'}",))
+                         parameters={**side.parameters(), "job_digest": digest, "owners": len(jt.owners),
+                                     "audit_head": audit.head()},
+                         notes=(f"rounds this owner missed (late for the deadline): {rounds.missed or 'none'}",
+                                *side.notes))
     summary = {"job_id": job_id, "owner": cfg.identity.name, "epsilon": report.epsilon, "delta": report.delta_total,
-               "rounds": spec.training.iterations, "missed_rounds": rounds.missed}
-    _write(Path(cfg.state_dir) / "jobs" / job_id, theta, report, summary, job_id, digest, spec.model.name)
+               "rounds": spec.training.iterations, "missed_rounds": rounds.missed, **side.summary()}
+    d = Path(cfg.state_dir) / "jobs" / job_id
+    d.mkdir(parents=True, exist_ok=True)
+    side.write_model(d, plan, trust, {"job_id": job_id, "spec_digest": digest})
+    (d / "privacy_report.json").write_text(report.to_json(indent=2))
+    (d / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
     return summary
 
 
-def _write(d: Path, theta: Any, report: Any, summary: dict[str, Any], job_id: str, digest: str, loss: str) -> None:
-    from safetensors.torch import save_file
+class _GradientSide:
+    """The thesis's full-batch gradient rounds: this owner's clipped gradient sum each round."""
 
-    d.mkdir(parents=True, exist_ok=True)
-    save_file({"theta": theta.detach().to("cpu").contiguous()}, str(d / "model.safetensors"),
-              metadata={"job_id": job_id, "job_digest": digest, "loss": loss})
-    (d / "privacy_report.json").write_text(report.to_json(indent=2))
-    (d / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    released = "noisy sum of the data owners' clipped gradients"
+    notes: tuple[str, ...] = ()
+
+    def __init__(self, spec: Any, plan: Any, rows: Any, dev: Any, noise: Any, *, plan_weight: float) -> None:
+        import torch
+
+        from mpc_erm.protocols import GradientPerturbation
+
+        self.spec, self.dev = spec, dev
+        self.proto = GradientPerturbation(spec, None, rows.d, plan=plan, noise=noise)
+        self.X = torch.as_tensor(rows.X, dtype=torch.float64, device=dev)
+        self.y = torch.as_tensor(rows.y, device=dev)
+        self.w = torch.tensor([plan_weight], dtype=torch.float64)
+
+    def train(self, rounds: Any, before_reveal: Any, after_round: Any) -> None:
+        import torch
+
+        def local_sum(theta: Any) -> tuple[Any, Any]:
+            return self.proto.local_contribution(theta.to(self.dev), self.X, self.y).to("cpu", torch.float64), self.w
+
+        self.theta = self.proto.train(rounds, local_sum, before_reveal=before_reveal,
+                                      after_round=lambda t, _theta, _noisy: after_round(t))
+
+    def parameters(self) -> dict[str, Any]:
+        return {"protocol": "gradient_perturbation", "loss": self.spec.model.name}
+
+    def summary(self) -> dict[str, Any]:
+        return {}
+
+    def write_model(self, d: Path, plan: Any, trust: str, job: dict[str, Any]) -> None:
+        from safetensors.torch import save_file
+
+        save_file({"theta": self.theta.detach().to("cpu").contiguous()}, str(d / "model.safetensors"),
+                  metadata={"job_id": job["job_id"], "job_digest": job["spec_digest"], "loss": self.spec.model.name})
+
+
+class _FederatedSide:
+    """DP-Fed-LS: each round this owner joins with probability τ by its own private coin; joined,
+    it sends its update from E local epochs (projected into the 𝓛-ball), else a zero update —
+    shares either way, so the compute parties cannot tell which (docs/architecture.md §2)."""
+
+    released = "noisy mean of the data owners' updates"
+
+    def __init__(self, spec: Any, plan: Any, rows: Any, dev: Any, noise: Any, *, plan_weight: float) -> None:
+        import os
+
+        import torch
+
+        from mpc_erm.protocols.fedls import DpFedLs
+
+        from .worker import _network_rows
+
+        self.spec, self.plan = spec, plan
+        self.fed = DpFedLs.for_job(spec, plan, rows.d, noise=noise, device=dev)
+        self.X, self.y = _network_rows(rows, spec, dev)
+        # private: whether this owner joins a round and its batches are nobody else's to know or replay
+        self.coin = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))
+        self.joined: list[int] = []
+        self.notes = ("the timing of an owner's shares can tell a compute party that it ran local steps this round "
+                      "(its shares arrive later than a zero update's); the owner's sampling is otherwise hidden",)
+
+    def train(self, rounds: Any, before_reveal: Any, after_round: Any) -> None:
+        import torch
+
+        tau = self.plan.sampling_rate
+
+        def sample(t: int) -> list[int]:
+            return [0] if float(torch.rand((), generator=self.coin)) < tau else []
+
+        def updates(t: int, _owners: list[int]) -> Any:
+            self.joined.append(t + 1)
+            return self.fed.local_update(self.X, self.y, t, self.coin)[None]
+
+        self.fed.train(rounds, updates, sample, after_round=lambda t, _o: after_round(t), before_reveal=before_reveal)
+
+    def parameters(self) -> dict[str, Any]:
+        f = self.spec.federated
+        return {"protocol": "dp_fed_ls", "model": self.spec.model.name, "local_epochs": f.local_epochs,
+                "local_batch": f.local_batch, "local_lr": f.local_lr, "local_lr_decay": f.local_lr_decay,
+                "global_lr": self.spec.training.learning_rate, "weight_decay": self.spec.model.lam,
+                "ls_sigma": self.spec.training.ls_sigma,
+                "smoothing": "post-processing of the revealed noisy mean, per parameter tensor (no privacy cost)"}
+
+    def summary(self) -> dict[str, Any]:
+        return {"rounds_joined": len(self.joined)}  # this owner's own file: the sample never leaves it
+
+    def write_model(self, d: Path, plan: Any, trust: str, job: dict[str, Any]) -> None:
+        self.fed.save(d, plan, trust_model=trust, job=job)

@@ -107,8 +107,8 @@ def _read_rows(ctx: WorkerContext) -> tuple[Any, Any | None]:
     # the loader refuses a file over max_bytes before reading it, and values outside feature_range
     ds = load_file(cfg.format, cfg.path, task=task, label=cfg.label, max_bytes=cfg.max_bytes,
                    feature_range=cfg.feature_range, labels=getattr(cfg, "labels", None))
-    if m.is_network:  # a network's privacy rests on clipping each example's gradient, not its row
-        return ds, None
+    if m.is_network or ctx.job.spec.federated is not None:
+        return ds, None  # their privacy rests on clipping each gradient or update, not the rows
     # A user's file is expected to be scaled by a public schema; rows are clipped into the unit ball
     # so the protocols' sensitivity bounds hold whatever the file contains.
     X = clip_to_unit_ball(np.asarray(ds.X))
@@ -596,11 +596,14 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
     from mpc_erm.mpc.owner_rounds import IntakeAggregator
     from mpc_erm.mpc.owner_shares import owner_margin_bits
     from mpc_erm.protocols import GradientPerturbation
+    from mpc_erm.protocols.fedls import DpFedLs
 
     spec, jt = ctx.job.spec, ctx.job.job
     tr = spec.training
-    proto = GradientPerturbation(spec, None, int(jt.features or 0), plan=plan,
-                                 noise=None if real is None else real.spec)
+    noise = None if real is None else real.spec
+    fed = spec.federated is not None
+    proto: Any = (DpFedLs.for_job(spec, plan, int(jt.features or 0), noise=noise) if fed else
+                  GradientPerturbation(spec, None, int(jt.features or 0), plan=plan, noise=noise))
     grid = PRECISION_BITS if real is None else int(src.precision_bits(real.spec, proto.p))
     if real is not None:
         src.prepare(real.spec, proto.p, tr.iterations)
@@ -617,7 +620,7 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
                                   while_owners_compute=None if real is None else lambda: src.top_up(real.spec, proto.p),
                                   check=lambda: _check_cancel(ctx))
 
-        def after_round(t: int, theta: Any, noisy: Any) -> None:
+        def after_round(t: int, *_: Any) -> None:
             # no audit record here: this party's audit log pairs every release with a charge on its
             # own data (parties.ledger_check); the owners charge and log the releases of their data
             if t % PROGRESS_EVERY == 0 or t == tr.iterations:
@@ -626,12 +629,28 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
                 ctx.emit({"phase": "training", "round": t, "rounds": tr.iterations, "epsilon_spent": eps_t,
                           "owners": rounds.counted[-1]})
 
-        empty = torch.zeros(0, proto.p, dtype=torch.float64), torch.zeros(0, dtype=torch.float64)
-        theta = proto.train(rounds, lambda _theta: empty, before_reveal=lambda _t: _check_cancel(ctx),
-                            after_round=after_round)
+        if fed:  # no owner here: every round hands in no row; the owners sample themselves
+            theta = proto.train(rounds, lambda _t, _o: None, lambda _t: [], after_round=after_round,
+                                before_reveal=lambda _t: _check_cancel(ctx))
+        else:
+            empty = torch.zeros(0, proto.p, dtype=torch.float64), torch.zeros(0, dtype=torch.float64)
+            theta = proto.train(rounds, lambda _theta: empty, before_reveal=lambda _t: _check_cancel(ctx),
+                                after_round=after_round)
         time.sleep(1.0)  # the owners read the last release
     finally:
         intake.stop()
+    if fed:
+        f = spec.federated
+        note = (f"DP-Fed{'-LS' if tr.ls_sigma else ''} with {len(jt.owners)} data owners: T = {tr.iterations} rounds, "
+                f"each owner joins w.p. τ = {tr.sampling_rate:g} by its own coin and runs E = {f.local_epochs} local "
+                f"epochs (b = {f.local_batch}, η_l = {f.local_lr:g}·{f.local_lr_decay:g}^t), its update projected "
+                f"into the 𝓛 = {plan.clip:g} ball; each owner sends additive shares of its update (zero when not "
+                f"sampled) to the {len(jt.parties)} compute parties; accountant {plan.accountant!r}")
+        return _Outcome(curve, note, theta=theta.cpu(), extra={"owners_per_round": rounds.counted},
+                        write_model=lambda d: proto.save(d, plan, trust_model=f"{jt.trust} among the compute "
+                                                         f"parties {', '.join(jt.parties)}",
+                                                         job={"job_id": ctx.job_id,
+                                                              "spec_digest": ctx.job.spec_digest()}))
     note = (f"gradient perturbation with {len(jt.owners)} data owners: T = {tr.iterations} full-batch rounds, clip "
             f"C = {proto.clip:g}; each owner sends additive shares of its clipped gradient sum to the "
             f"{len(jt.parties)} compute parties; accountant {plan.accountant!r}")
@@ -639,12 +658,13 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
 
 
 def _network_rows(ds: Any, spec: Any, dev: Any) -> tuple[Any, Any]:
-    """A data set's rows as the network's inputs (n, *input_shape) and class indices 0..K−1."""
+    """A data set's rows as the network's inputs (n, *input_shape) and class indices 0..K−1 (a
+    federated softmax: rows of the data set's own width)."""
     import math
 
     import torch
 
-    shape = tuple(spec.model.input_shape)
+    shape = tuple(spec.model.input_shape or (ds.X.shape[1],))
     X = np.asarray(ds.X, dtype=np.float32)
     if X.shape[1] != math.prod(shape):
         raise ValueError(f"model.input_shape: {list(shape)} takes {math.prod(shape)} values per row, the data set "

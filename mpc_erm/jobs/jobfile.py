@@ -15,6 +15,7 @@ import datetime as dt
 import difflib
 import hashlib
 import json
+import math
 import os
 import re
 from collections.abc import Iterable
@@ -31,7 +32,7 @@ from pydantic import (
 )
 
 from mpc_erm.mpc.pki import validate_name
-from mpc_erm.protocols.spec import NETWORK_MODEL_FIELDS, NETWORK_TRAINING_FIELDS, JobSpec
+from mpc_erm.protocols.spec import FEDERATED_TRAINING_FIELDS, NETWORK_MODEL_FIELDS, NETWORK_TRAINING_FIELDS, JobSpec
 
 from .toml_reader import (
     MAX_DEPTH,
@@ -208,7 +209,14 @@ class JobFile(BaseModel):
         if m.n_classes is not None and m.name != "softmax" and not m.is_network:
             problems.append(f"model.n_classes: only for softmax and networks, not {m.name}")
         if self.job.owners:
-            problems += _owner_job_problems(self.spec)
+            problems += _owner_job_problems(self.spec, len(self.job.owners))
+        elif self.spec.federated is not None:
+            problems.append("federated: a federated job runs with data owners: list them in job.owners")
+        shape = m.input_shape
+        if self.job.owners and m.is_network and shape is not None and self.job.features is not None \
+                and self.job.features != math.prod(shape):
+            problems.append(f"job.features: model.input_shape {list(shape)} takes {math.prod(shape)} values per row, "
+                            f"not {self.job.features}")
         if self.spec.method == "output" and self.spec.privacy.mechanism == "l2_laplace":
             problems.append("privacy.mechanism: 'l2_laplace' (the simulator's default) is not sampled inside the MPC; "
                             "set mechanism = \"gaussian\" ((ε, δ)) or \"laplace_thesis\" (pure ε, per-coordinate "
@@ -256,6 +264,7 @@ class JobFile(BaseModel):
     def _dump(self) -> dict[str, Any]:
         """The job as JSON; a job without owners reads as before owners existed (same digest)."""
         d = self.model_dump(mode="json")
+        d["spec"] = self.spec._dump()
         if not self.job.owners:
             for k in ("owners", "features", "round_deadline_s"):
                 d["job"].pop(k)
@@ -269,8 +278,10 @@ class JobFile(BaseModel):
         """The job as a TOML file that :func:`load_job_file` reads back to an equal object."""
         flat: dict[str, Any] = {"job": {k: v for k, v in self._dump()["job"].items() if v is not None}}
         # a linear job leaves the networks' fields at their defaults (JobSpec refuses anything else)
-        skip = None if self.spec.model.is_network else {"model": set(NETWORK_MODEL_FIELDS),
-                                                        "training": set(NETWORK_TRAINING_FIELDS)}
+        fed = self.spec.federated is not None
+        skip = None if self.spec.model.is_network else {
+            "model": set(NETWORK_MODEL_FIELDS) - ({"init_seed"} if fed else set()),
+            "training": set(NETWORK_TRAINING_FIELDS) - (set(FEDERATED_TRAINING_FIELDS) if fed else set())}
         flat.update(self.spec.model_dump(mode="json", exclude_none=True, exclude=skip))
         lines = [f"{k} = {_toml_value(v)}" for k, v in flat.items() if not isinstance(v, dict)]
         for table, body in flat.items():
@@ -279,18 +290,23 @@ class JobFile(BaseModel):
         return "\n".join(lines) + "\n"
 
 
-def _owner_job_problems(spec: JobSpec) -> list[str]:
+def _owner_job_problems(spec: JobSpec, owners: int) -> list[str]:
     """What a job with data owners supports today: the thesis's full-batch gradient rounds on a
-    linear model, owners added or removed (the normaliser n̂ is public; an owner's row count and
+    linear model, or DP-Fed-LS (``[federated]``: local epochs at each owner, the owner the unit of
+    privacy); owners added or removed (the normaliser n̂ is public; an owner's row count and
     whether it dropped out of a round then move no public weight)."""
     problems = []
     if spec.method != "gradient":
         problems.append("method: a job with owners runs gradient rounds (output perturbation with owners: not yet)")
-    if spec.model.is_network:
-        problems.append(f"model.name: a job with owners trains a linear model, not {spec.model.name!r} (not yet)")
+    if spec.model.is_network and spec.federated is None:
+        problems.append(f"model.name: full-batch gradient rounds with owners train a linear model, not "
+                        f"{spec.model.name!r}; a network trains in a federated job ([federated])")
     if spec.privacy.adjacency != "add_remove":
         problems.append('privacy.adjacency: a job with owners needs "add_remove" with a public_n (owners may drop '
                         "out of a round; their row counts stay private)")
+    elif spec.federated is not None and spec.privacy.public_n != owners:
+        problems.append(f"privacy.public_n: a federated job's unit of privacy is the owner: set it to the number "
+                        f"of owners ({owners}); each round's sum is divided by τ·public_n")
     return problems
 
 

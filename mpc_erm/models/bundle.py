@@ -139,7 +139,7 @@ def load_model(directory: str | os.PathLike[str], plugins: dict[str, str] | None
     arch = meta.get("architecture") or {}
     try:
         spec = NetworkSpec(str(arch["network"]), tuple(int(s) for s in arch["input_shape"]),
-                           int(arch["n_outputs"]), hidden=tuple(int(h) for h in arch.get("hidden") or (128,)),
+                           int(arch["n_outputs"]), hidden=tuple(int(h) for h in arch.get("hidden", (128,))),
                            vocab=int(arch.get("vocab") or 0))
         builder = None
         if spec.name not in NETWORKS:  # a plugin: never imported unless the caller names it

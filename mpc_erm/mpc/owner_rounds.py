@@ -79,6 +79,7 @@ class OwnerAggregator:
         self.client, self.round_wait_s, self.on_round = client, round_wait_s, on_round
         self.t = 0
         self.missed: list[int] = []
+        self.last: torch.Tensor | None = None  # the latest release
 
     def aggregate(self, contributions: torch.Tensor, weights: torch.Tensor, noise: NoiseSpec) -> torch.Tensor:
         v = (weights.to(torch.float64).reshape(-1, 1) * contributions.to(torch.float64)).sum(0)
@@ -87,6 +88,7 @@ class OwnerAggregator:
         state, counted = self.client.released(t, wait_s=self.round_wait_s)
         if not sent:
             self.missed.append(t)
+        self.last = state
         if self.on_round is not None:
             self.on_round(t, sent, counted)
         return state

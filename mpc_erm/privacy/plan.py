@@ -113,6 +113,7 @@ class PrivacyPlan:
     sizes: PublicSizes | None = None
     dim: int | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    unit: str = "record"  # what one neighbouring data set adds or removes: "record", or "owner" (federated)
 
     # ------------------------------------------------------------------ construction
 
@@ -154,7 +155,7 @@ class PrivacyPlan:
         base = dict(method=method, sampler=sampler, adjacency=adj, weighting=weighting, epsilon=eps, delta=delta,
                     rounds=rounds, clip=_checks.positive("clip", clip), lam=float(spec.model.lam),
                     solver_tol=float(tr.solver_tol), ls_sigma=float(tr.ls_sigma), public_n=pv.public_n,
-                    sampling_rate=q)
+                    sampling_rate=q, unit="owner" if getattr(spec, "federated", None) is not None else "record")
         if test_no_noise:
             return cls(mechanism="none", accountant="none", noise_multiplier=None, epsilon_per_release=None,
                        sampler_tv_per_release=0.0, notes=("TEST-ONLY ZERO-NOISE RUN: NO PRIVACY",),
@@ -316,6 +317,12 @@ class PrivacyPlan:
         return what
 
     def public_statement(self) -> str:
+        if self.unit == "owner":
+            return (f"client-level add/remove adjacency: one data owner, with all its rows, added or removed; each "
+                    f"owner joins a round w.p. τ = {self.sampling_rate:.6g} by its own private coin and sends shares "
+                    "of a zero update when it does not, so no member learns who was sampled (the compute parties "
+                    "see only which owners' shares arrived in time); each round's sum is divided by the public "
+                    f"τ·N with N = {self.public_n} owners (privacy.public_n); no owner's row count leaves it")
         if self.adjacency == "add_remove":
             if self.sampling_rate < 1.0:
                 return (f"add/remove adjacency with Poisson sampling: each record joins a round w.p. q = "
@@ -363,7 +370,7 @@ class PrivacyPlan:
             "sampler_delta_share": SAMPLER_DELTA_SHARE if self.sampler == "mpc" else 0.0,
             "clip" if self.method == "gradient" else "lipschitz_G": self.clip, "lam": self.lam,
             "solver_tol": self.solver_tol, "ls_sigma": self.ls_sigma, "public_n": self.public_n,
-            "sampling_rate": self.sampling_rate,
+            "sampling_rate": self.sampling_rate, "unit": self.unit,
             "public_counts": None if self.sizes is None or self.sizes.counts is None else list(self.sizes.counts),
             "what_is_public": self.public_statement(), "dim": self.dim, "event": self.event.as_dict(),
         }

@@ -104,6 +104,8 @@ def plan_job(spec: JobSpec, *, sampler: Sampler = "ideal", test_no_noise: bool =
     network, from its ``builder``, which only a party that has it can give)."""
     if spec.model.name == "plugin" and builder is None:
         dim: int | None = None
+    elif spec.federated is not None and not spec.model.is_network:  # softmax as nn.Linear: a bias per class
+        dim = None if n_features is None else (n_features + 1) * int(spec.model.n_classes)
     elif spec.model.is_network:
         dim = parameter_count(build_network(network_spec(spec), builder=builder))
     else:

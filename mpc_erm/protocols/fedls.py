@@ -17,7 +17,13 @@ Round t, for a public model w_t:
    :mod:`mpc_erm.privacy` (RDP, PoissonSampledDpEvent).
 4. **Public step** (post-processing): w_{t+1} = w_t + η_g · S(Σ̃ / (τN)), S Laplacian smoothing
    per parameter tensor (σ_LS; 0 is DP-Fed). The normaliser is the *expected* count τN, public,
-   not the realised one (which is a function of who was sampled: the paper divides by it).
+   not the realised one (which is a function of who was sampled: the paper divides by it). Each
+   update enters the aggregate with the public weight 1/(τN) (the plan's weight), so the revealed
+   value is already the noisy mean and the noise is z·𝓛/(τN) on it.
+
+Through the daemons (:meth:`DpFedLs.for_job`) a job's ``[federated]`` table sets E, b, η_l, γ and
+its privacy plan sets z, τ, 𝓛 and N; every owner samples *itself* with a private coin and sends
+shares of a zero update when it is not sampled, so nobody but the owner learns the sample.
 """
 
 from __future__ import annotations
@@ -31,12 +37,13 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from mpc_erm.models import NetworkSpec, build_network
 from mpc_erm.privacy.events import Composition, GaussianRounds, compose
 from mpc_erm.smoothing import smooth_parameters
 
 from .aggregation import NoiseSpec
 
-__all__ = ["DpFedLs", "FedLsConfig", "owner_updates", "poisson_owners"]
+__all__ = ["DpFedLs", "FedLsConfig", "federated_model", "federated_network", "owner_updates", "poisson_owners"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,23 @@ class FedLsConfig:
                               sampling_rate=self.sampling_rate, adjacency="add_remove", sampler_tv=0.0)
 
 
+def federated_network(spec: Any, features: int) -> NetworkSpec:
+    """The job's model as a :class:`~mpc_erm.models.NetworkSpec`, which every member builds bit
+    for bit from its seed: a built-in network, or ``softmax`` as the ``mlp`` with no hidden layer
+    (multinomial logistic regression with a bias per class, from ``model.init_seed``)."""
+    from .common import network_spec
+
+    m = spec.model
+    if m.is_network:
+        return network_spec(spec)
+    return NetworkSpec("mlp", (int(features),), int(m.n_classes), hidden=(), init_seed=int(m.init_seed))
+
+
+def federated_model(spec: Any, features: int) -> nn.Module:
+    """The job's initial model (:func:`federated_network`)."""
+    return build_network(federated_network(spec, features))
+
+
 def poisson_owners(owners: int, rate: float, generator: torch.Generator) -> list[int]:
     """This round's owners: each independently with probability ``rate``."""
     return torch.nonzero(torch.rand(owners, generator=generator) < rate).reshape(-1).tolist()
@@ -85,16 +109,55 @@ class DpFedLs:
     config: FedLsConfig
     build: Callable[[], nn.Module]
     loss: Callable[[Tensor, Tensor], Tensor] = nn.functional.cross_entropy
+    noise: NoiseSpec | None = None  # the engine's realisation of the plan's noise (default: the ideal one)
+    device: torch.device | str = "cpu"  # where the local steps run (the public model stays on the CPU)
     model: nn.Module = field(init=False)
+    net_spec: NetworkSpec | None = field(init=False, default=None)  # set by for_job: what save records
 
     def __post_init__(self) -> None:
-        self.model = self.build()
+        self.model = self.build().to(self.device)
         self.shapes = [p.shape for p in self.model.parameters()]
-        self.w = parameters_to_vector(self.model.parameters()).detach().to(torch.float64)
+        self.w = parameters_to_vector(self.model.parameters()).detach().to("cpu", torch.float64)
         self.p = self.w.numel()
-        self.noise = NoiseSpec("gaussian", self.config.noise_multiplier * self.config.clip,
-                               sensitivity=self.config.clip) if self.config.noise_multiplier > 0 else \
-            NoiseSpec("none", 0.0)
+        c = self.config
+        self.weight = 1.0 / (c.sampling_rate * c.owners)  # public: the expected count τN
+        if self.noise is None and c.noise_multiplier > 0:
+            sens = c.clip * self.weight  # one owner's weighted update
+            self.noise = NoiseSpec("gaussian", c.noise_multiplier * sens, sensitivity=sens)
+        elif self.noise is None:
+            self.noise = NoiseSpec("none", 0.0)
+
+    @classmethod
+    def for_job(cls, spec: Any, plan: Any, features: int, *, noise: NoiseSpec | None = None,
+                device: torch.device | str = "cpu") -> DpFedLs:
+        """A daemon job's rounds: E, b, η_l, γ from its ``[federated]`` table; T, τ, 𝓛, N, η_g,
+        σ_LS and z from its privacy plan (the one the ledger reserves); ``noise``: the plan's noise
+        as the MPC realises it."""
+        f, tr = spec.federated, spec.training
+        if f is None:
+            raise ValueError("federated: the job has no [federated] table")
+        cfg = FedLsConfig(rounds=plan.rounds, owners=int(plan.public_n), sampling_rate=plan.sampling_rate,
+                          noise_multiplier=plan.noise_multiplier or 0.0, clip=plan.clip, local_epochs=f.local_epochs,
+                          local_batch=f.local_batch, local_lr=f.local_lr, local_lr_decay=f.local_lr_decay,
+                          global_lr=tr.learning_rate, weight_decay=spec.model.lam, ls_sigma=plan.ls_sigma)
+        net = federated_network(spec, features)
+        job = cls(cfg, lambda: build_network(net), noise=noise, device=device)
+        job.net_spec = net
+        return job
+
+    def save(self, directory: Any, plan: Any, *, trust_model: str, job: dict[str, Any] | None = None) -> Any:
+        """Write the public model as a bundle ``mpc_erm.load_model`` reads, with the plan's privacy
+        statement (a job made by :meth:`for_job`)."""
+        from mpc_erm.models.bundle import save_network_bundle
+
+        if self.net_spec is None:
+            raise ValueError("save: only a job's model (DpFedLs.for_job) has an architecture to record")
+        g = plan.guarantee()
+        privacy = {"mechanism": plan.mechanism, "noise_multiplier": plan.noise_multiplier, "clip": plan.clip,
+                   "sampling_rate": plan.sampling_rate, "rounds": plan.rounds, "adjacency": plan.adjacency,
+                   "unit": plan.unit, "accountant": plan.accountant_statement(), "epsilon": g.epsilon,
+                   "delta": g.delta, "public": plan.public_statement(), "trust_model": trust_model}
+        return save_network_bundle(directory, self.net_spec, self.w, privacy=privacy, job=job)
 
     def guarantee(self, delta: float, rounds: int | None = None) -> Composition:
         """(ε, δ) at client level after ``rounds`` (default: all T) rounds, RDP accountant."""
@@ -111,7 +174,8 @@ class DpFedLs:
         rows (step 2 of the module docstring); float64, ‖Δ‖ ≤ 𝓛."""
         c = self.config
         model = self.model
-        w0 = self.w.to(next(model.parameters()).dtype)
+        ref = next(model.parameters())
+        w0 = self.w.to(device=ref.device, dtype=ref.dtype)
         vector_to_parameters(w0.clone(), model.parameters())
         lr = c.local_lr * c.local_lr_decay**t
         n = X.shape[0]
@@ -130,13 +194,14 @@ class DpFedLs:
                     if scale < 1.0:
                         vector_to_parameters(w0 + d * scale, params)
         with torch.no_grad():
-            return (parameters_to_vector(params) - w0).to(torch.float64)
+            return (parameters_to_vector(params) - w0).to("cpu", torch.float64)
 
     # ------------------------------------------------------------------ the public step
 
-    def public_step(self, noisy_sum: Tensor) -> None:
+    def public_step(self, noisy_mean: Tensor) -> None:
+        """w ← w + η_g·S(noisy mean): the revealed Σ Δ/(τN) + noise, smoothed per tensor."""
         c = self.config
-        g = noisy_sum.detach().to("cpu", torch.float64).reshape(-1) / (c.sampling_rate * c.owners)
+        g = noisy_mean.detach().to("cpu", torch.float64).reshape(-1)
         if c.ls_sigma:
             parts = torch.split(g, [math.prod(s) for s in self.shapes])
             g = torch.cat([t.reshape(-1) for t in smooth_parameters(
@@ -144,24 +209,29 @@ class DpFedLs:
         self.w = self.w + c.global_lr * g
 
     def predict(self, X: Tensor) -> Tensor:
-        vector_to_parameters(self.w.to(next(self.model.parameters()).dtype), self.model.parameters())
+        ref = next(self.model.parameters())
+        vector_to_parameters(self.w.to(device=ref.device, dtype=ref.dtype), self.model.parameters())
         with torch.no_grad():
-            return self.model(X).argmax(dim=-1)
+            return torch.cat([self.model(X[i : i + 4096].to(ref.device)).argmax(dim=-1).cpu()
+                              for i in range(0, X.shape[0], 4096)])
 
     # ------------------------------------------------------------------ the loop
 
     def train(self, aggregator: Any, updates: Callable[[int, list[int]], Tensor], sample: Callable[[int], list[int]],
-              after_round: Callable[[int, list[int]], None] | None = None) -> Tensor:
-        """T rounds: ``sample(t)`` the owners, ``updates(t, owners)`` their Δ rows (k, p), the
-        aggregator's noisy sum, the public step. Returns the final public model (float64)."""
+              after_round: Callable[[int, list[int]], None] | None = None,
+              before_reveal: Callable[[int], None] | None = None) -> Tensor:
+        """T rounds: ``sample(t)`` the owners this caller holds that joined, ``updates(t, owners)``
+        their Δ rows (k, p), each weighted 1/(τN); the aggregator's noisy mean; the public step.
+        A caller with no owner in the round (a compute party, an owner not sampled) hands in no
+        row. ``before_reveal(t)`` (t from 1) runs before round t's aggregate, ``after_round(t,
+        owners)`` after its step. Returns the final public model (float64)."""
         for t in range(self.config.rounds):
             owners = sample(t)
-            if owners:
-                rows = updates(t, owners)
-                weights = torch.ones(rows.shape[0], dtype=torch.float64)
-            else:  # nobody sampled: the sum is 0 (+ noise), as in any round
-                rows = torch.zeros(1, self.p, dtype=torch.float64)
-                weights = torch.zeros(1, dtype=torch.float64)
+            rows = updates(t, owners) if owners else torch.zeros(0, self.p, dtype=torch.float64)
+            weights = torch.full((rows.shape[0],), self.weight, dtype=torch.float64)
+            if before_reveal is not None:
+                before_reveal(t + 1)
+            assert self.noise is not None
             self.public_step(aggregator.aggregate(rows, weights, self.noise))
             if after_round is not None:
                 after_round(t + 1, owners)

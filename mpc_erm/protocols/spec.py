@@ -136,11 +136,32 @@ class TrainingSpec(_Strict):
         return v
 
 
+class FederatedSpec(_Strict):
+    """DP-Fed-LS's local training at each sampled data owner (paper 002, Algorithm 1; names of its
+    Table H.7). The rest of the round is the job's: T = ``training.iterations``, the owners' join
+    rate τ = ``training.sampling_rate``, the global step η_g = ``training.learning_rate``, σ_LS =
+    ``training.ls_sigma``, the update radius 𝓛 = ``privacy.clip``, local weight decay
+    ``model.lam``."""
+
+    local_epochs: int = Field(5, ge=1, le=1000, description="E: local epochs per round")
+    local_batch: int = Field(10, ge=1, le=1_000_000, description="b: local mini-batch size")
+    local_lr: float = Field(0.1, gt=0.0, le=1e3, description="η_l: local learning rate")
+    local_lr_decay: float = Field(0.99, gt=0.0, le=1.0, description="γ: η_l·γ^t in round t")
+    sampling: Literal["poisson"] = Field("poisson", description="poisson: each owner joins a round w.p. τ by its "
+                                                                "own private coin")
+
+
+# the training fields a federated job sets for itself (the rest of NETWORK_TRAINING_FIELDS stays default)
+FEDERATED_TRAINING_FIELDS = ("sampling_rate",)
+
+
 class JobSpec(_Strict):
     method: Method
     model: ModelSpec = ModelSpec()
     privacy: PrivacySpec
     training: TrainingSpec = TrainingSpec()
+    # DP-Fed-LS with data owners (issue 17): the owner is the unit of privacy, each runs local epochs
+    federated: FederatedSpec | None = None
     seed: int | None = Field(None, ge=0, description="simulation only: seeds the plaintext noise")
 
     @model_validator(mode="after")
@@ -156,6 +177,8 @@ class JobSpec(_Strict):
         if self.model.name == "softmax" and self.model.n_classes is None:
             raise ValueError("model.n_classes: required for softmax")
         m, tr = self.model, self.training
+        if self.federated is not None:
+            return self._federated()
         if m.is_network:
             if self.method != "gradient":
                 raise ValueError("method: networks are trained by gradient perturbation (DP-SGD); use 'gradient'")
@@ -181,9 +204,42 @@ class JobSpec(_Strict):
                                  "full-batch gradient descent")
         return self
 
+    def _federated(self) -> JobSpec:
+        m, tr, pv = self.model, self.training, self.privacy
+        if self.method != "gradient":
+            raise ValueError("method: a federated job sends noisy sums of updates each round; use 'gradient'")
+        if m.name not in ("softmax", *NETWORK_MODELS) or m.name == "plugin":
+            raise ValueError(f"model.name: a federated job trains 'softmax' or a built-in network, not {m.name!r}")
+        if m.is_network and (m.input_shape is None or m.n_classes is None):
+            raise ValueError("model.input_shape, model.n_classes: required for a network")
+        if m.name == "char_lstm" and m.vocab is None:
+            raise ValueError("model.vocab: required for char_lstm")
+        if pv.clip is None:
+            raise ValueError("privacy.clip: required for a federated job (𝓛, the radius every owner's update is "
+                             "projected into)")
+        if pv.adjacency != "add_remove":
+            raise ValueError('privacy.adjacency: a federated job protects one owner added or removed: "add_remove"')
+        if tr.weighting != "pooled":
+            raise ValueError("training.weighting: a federated job uses 'pooled' (the public τN)")
+        if not m.is_network:
+            for name in NETWORK_MODEL_FIELDS:
+                if name != "init_seed" and getattr(m, name) != ModelSpec.model_fields[name].default:
+                    raise ValueError(f"model.{name}: applies to networks only, not {m.name!r}")
+        for name in NETWORK_TRAINING_FIELDS:
+            if name not in FEDERATED_TRAINING_FIELDS and getattr(tr, name) != TrainingSpec.model_fields[name].default:
+                raise ValueError(f"training.{name}: a federated job's local steps are set in [federated]")
+        return self
+
+    def _dump(self) -> dict[str, Any]:
+        """The spec as JSON; one without ``federated`` reads as before it existed (same digest)."""
+        d = self.model_dump(mode="json")
+        if self.federated is None:
+            d.pop("federated")
+        return d
+
     def canonical_json(self) -> str:
         """Canonical form (sorted keys, no whitespace) that every party hashes and compares."""
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return json.dumps(self._dump(), sort_keys=True, separators=(",", ":"))
 
     def digest(self) -> str:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()

@@ -95,7 +95,7 @@ BAD = [
     ([('trust = "dealer"', 'trust = "dealer"\ncolour = "red"')], "job.colour: unknown key"),
     ([("[job]", "[jbo]")], "jbo: unknown key; did you mean 'job'?"),
     ([("iterations = 10", "iteratons = 10")], "training.iteratons: unknown key; did you mean 'iterations'?"),
-    ([("[training]", "[optimizer]")], "optimizer: unknown key; expected one of job, method, model"),
+    ([("[training]", "[optimizer]")], "optimizer: unknown key; expected one of federated, job, method, model"),
     ([("iterations = 10", "iterations = 0")], "training.iterations: must be >= 1"),
     ([("iterations = 10", "iterations = 10.0")], "training.iterations: must be an integer, got a number"),
     ([("learning_rate = 0.5", "learning_rate = -0.1")], "training.learning_rate: must be > 0"),
@@ -303,3 +303,35 @@ def test_a_job_with_owners_loads_keeps_the_old_digests_and_refuses_what_it_canno
     with pytest.raises(JobFileError, match="features: only with owners"):
         parse_job_file((EXAMPLES / "gradient-adult.toml").read_text().replace('device = "auto"',
                                                                                'device = "auto"\nfeatures = 3'))
+
+
+def test_a_federated_job_needs_owners_and_keeps_other_digests() -> None:
+    job = load_job_file(EXAMPLES / "federated-owners.toml", known_parties={"alice", "bob", "carol"})
+    f = job.spec.federated
+    assert f is not None and (f.local_epochs, f.local_batch, f.local_lr, f.local_lr_decay) == (5, 10, 0.1, 0.99)
+    assert parse_job_file(job.to_toml()) == job  # round trip: [federated], sampling_rate, a linear model
+    plain = load_job_file(EXAMPLES / "gradient-owners.toml")
+    assert "federated" not in plain.canonical_json() and "federated" not in plain.spec.canonical_json()
+    text = (EXAMPLES / "federated-owners.toml").read_text()
+    bad = {
+        "public_n = 10 ": ("public_n = 500 ", "privacy.public_n: a federated job's unit of privacy is the owner"),
+        "clip = 0.4 ": ("", "privacy.clip: required for a federated job"),
+        'name = "softmax"': ('name = "logistic"', "model.name: a federated job trains 'softmax' or a built-in"),
+        "local_epochs = 5 ": ("local_epochs = 0 ", "federated.local_epochs: must be >= 1"),
+        "[federated]": ("[training.x]", "training.x: unknown key"),
+    }
+    for old, (new, why) in bad.items():
+        assert old in text, old
+        with pytest.raises(JobFileError, match=why):
+            parse_job_file(text.replace(old, new))
+    without_owners = "\n".join(line for line in text.splitlines() if not line.startswith(("owners", '          "clinic',
+                                                                                          "features",
+                                                                                          "round_deadline")))
+    with pytest.raises(JobFileError, match="federated: a federated job runs with data owners"):
+        parse_job_file(without_owners)
+    net = text.replace('name = "softmax"', 'name = "mlp"\ninput_shape = [29]\nhidden = [8]')
+    with pytest.raises(JobFileError, match=r"job.features: model.input_shape \[29\] takes 29 values per row, not 30"):
+        parse_job_file(net)
+    assert parse_job_file(net.replace("[29]", "[30]")).spec.model.hidden == (8,)
+    with pytest.raises(JobFileError, match="training.optimizer: a federated job's local steps are set in"):
+        parse_job_file(text.replace("ls_sigma = 1.0", 'ls_sigma = 1.0\noptimizer = "adam"'))

@@ -294,3 +294,149 @@ def test_a_killed_compute_party_ends_the_job_and_every_owners_reservation_is_set
                 assert r.state == "released" or 2 <= (r.revealed_rounds or 0) < 40, r
             finally:
                 led.close()
+
+
+FED_OWNERS = 20
+FED_ROUNDS = 4
+FED_JOB = """\
+method = "gradient"
+
+[job]
+name = "federated-clinics"
+dataset = "{dataset}"
+parties = ["alice", "bob", "carol"]
+trust = "replicated"
+features = {d}
+round_deadline_s = 3.0
+owners = [{owners}]
+test_no_noise = {no_noise}
+
+[model]
+name = "softmax"
+n_classes = 2
+lam = 4e-5
+
+[privacy]
+epsilon = {eps}
+delta = 1e-5
+clip = 0.5
+adjacency = "add_remove"
+public_n = {n}
+
+[training]
+iterations = {rounds}
+sampling_rate = {tau}
+learning_rate = 1.0
+ls_sigma = 1.0
+
+[federated]
+local_epochs = 2
+local_batch = 64
+local_lr = 0.5
+local_lr_decay = 0.9
+"""
+
+
+def _fed_replay(job_path: Path, configs: list[Path]) -> torch.Tensor:
+    """DP-Fed-LS's rounds in plaintext with every owner joining (τ = 1): each owner's update from
+    the same public model, weighted 1/(τN) and rounded onto the grid as its shares encode it."""
+    from mpc_erm.mpc.aggregator import PRECISION_BITS
+    from mpc_erm.protocols.common import plan_job, public_sizes
+    from mpc_erm.protocols.fedls import DpFedLs
+    from parties.config import load_owner_config
+    from parties.owner import _OwnerView
+    from parties.worker import _load_rows, _network_rows
+
+    job = load_job_file(job_path)
+    plan = plan_job(job.spec, sampler="mpc", test_no_noise=True, sizes=public_sizes(job.spec, None),
+                    n_features=job.job.features)
+    fed = DpFedLs.for_job(job.spec, plan, int(job.job.features or 0))
+    data = []
+    for p in configs:
+        cfg = load_owner_config(p)
+        ds = _load_rows(_OwnerView(cfg, job, cfg.identity.load("owner"), "x")).train  # type: ignore[arg-type]
+        data.append(_network_rows(ds, job.spec, "cpu"))
+    g = torch.Generator()  # a full batch per step (b ≥ every owner's rows): the order does not matter
+    for t in range(FED_ROUNDS):
+        total = sum(torch.round(fed.weight * fed.local_update(X, y, t, g) * 2**PRECISION_BITS) for X, y in data)
+        fed.public_step(total / 2**PRECISION_BITS)
+    return fed.w
+
+
+@pytest.mark.timeout(900)
+def test_dp_fed_ls_through_three_compute_daemons_hides_which_owners_joined(tmp_path: Path) -> None:
+    """DP-Fed-LS (``[federated]``) through the daemons, 20 owners:
+
+    - zero noise, τ = 1: the model the compute parties release (a bundle ``mpc_erm.load_model``
+      reads) equals a plaintext replay of the owners' local epochs, and every owner holds it;
+    - in-MPC noise, τ = 0.5: each owner joins by its own coin, yet every compute party counts all
+      20 owners in every round (an owner not sampled sends shares of a zero update), so no
+      compute party learns the sample; every owner's report states the owner as the unit of
+      privacy and its ledger is charged the plan's event for all T rounds."""
+    from safetensors.torch import load_file
+
+    import mpc_erm
+    from mpc_erm.data import load_dataset
+    from parties.ledger import Ledger
+
+    d = load_dataset("breast_cancer")[0].d
+    owners = OWNERS[:FED_OWNERS]
+    names = ", ".join(f'"{o}"' for o in owners)
+    with LocalConsortium(tmp_path / "cons", parties=3, dealer=False, allow_test_only=True,
+                         max_epsilon_per_job=2.0) as cons:
+        ca = pki.load_ca(cons.pki_dir)
+        configs = [_owner_config(tmp_path / "owners", ca, o, i, cons, budget=5.0) for i, o in enumerate(owners)]
+
+        def run(job_path: Path) -> tuple[str, dict, dict]:
+            with cons.client() as client:
+                job_id = client.submit(job_path)["job_id"]
+                box: dict[str, Any] = {}
+                th = threading.Thread(target=lambda: box.update(_run_owners(configs, job_path, job_id,
+                                                                            on_round=lambda i, t: None)))
+                th.start()
+                ends = {e["member"]: e for e in client.watch(job_id) if e["phase"] in TERMINAL or e["phase"] == "error"}
+                th.join(600)
+                client.result(job_id, tmp_path / job_id)
+            assert {m: e["phase"] for m, e in ends.items()} == dict.fromkeys(("alice", "bob", "carol"), "succeeded")
+            assert all(isinstance(s, dict) and s["missed_rounds"] == [] for s in box.values()), box
+            return job_id, ends, box
+
+        exact = tmp_path / "fed-exact.toml"
+        exact.write_text(FED_JOB.format(dataset="clinics-exact", d=d, owners=names, no_noise="true", eps=1.0,
+                                        n=FED_OWNERS, rounds=FED_ROUNDS, tau=1.0))
+        job_id, _, summaries = run(exact)
+        assert all(s["rounds_joined"] == FED_ROUNDS for s in summaries.values())  # τ = 1
+        model = mpc_erm.load_model(tmp_path / job_id)
+        released = torch.cat([p.detach().reshape(-1) for p in model.module.parameters()]).double()
+        replay = _fed_replay(exact, configs)
+        assert torch.allclose(released, replay, atol=2e-6, rtol=0), float((released - replay).abs().max())
+        mine = load_file(str(tmp_path / "owners" / owners[0] / "state" / "jobs" / job_id / "model.safetensors"))
+        theirs = load_file(str(tmp_path / job_id / "model.safetensors"))
+        assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+        noisy = tmp_path / "fed-noisy.toml"
+        noisy.write_text(FED_JOB.format(dataset="clinics", d=d, owners=names, no_noise="false", eps=2.0,
+                                        n=FED_OWNERS, rounds=FED_ROUNDS, tau=0.5))
+        job_id2, _, summaries = run(noisy)
+        metrics = json.loads((tmp_path / job_id2 / "metrics.json").read_text())
+        assert metrics["owners_per_round"] == [FED_OWNERS] * FED_ROUNDS  # presence says nothing of the sample
+        joined = [s["rounds_joined"] for s in summaries.values()]
+        assert 0 < sum(joined) < FED_OWNERS * FED_ROUNDS, joined  # 40 expected; P(0 or all 80) ≈ 2e-24
+        eps = {round(s["epsilon"], 9) for s in summaries.values()}
+        assert len(eps) == 1 and 0 < eps.pop() <= 2.0
+        report = json.loads((tmp_path / "owners" / owners[0] / "state" / "jobs" / job_id2 /
+                             "privacy_report.json").read_text())
+        assert report["plan"]["unit"] == "owner" and report["plan"]["sampling_rate"] == 0.5
+        assert report["parameters"]["protocol"] == "dp_fed_ls"
+        assert any("no member learns who was sampled" in n for n in report["notes"])
+        from mpc_erm.privacy.report import PrivacyReport
+        from mpc_erm.privacy.verify import verify_report
+
+        assert verify_report(PrivacyReport.from_json(json.dumps(report))).ok  # recomputed from the report alone
+        led = Ledger.in_state_dir(tmp_path / "owners" / owners[0] / "state")
+        try:
+            r = led.get(job_id2)
+            assert r is not None and r.state == "committed" and r.revealed_rounds == FED_ROUNDS, r
+        finally:
+            led.close()
+        assert mpc_erm.load_model(tmp_path / job_id2).meta["privacy"]["unit"] == "owner"

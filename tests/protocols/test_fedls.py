@@ -18,6 +18,7 @@ import pytest
 import torch
 from scipy import stats
 
+from mpc_erm.protocols.aggregation import NoiseSpec
 from mpc_erm.protocols.fedls import DpFedLs, FedLsConfig, owner_updates, poisson_owners
 from mpc_erm.simulate.aggregator import InProcessAggregator
 from mpc_erm.smoothing import smooth_parameters
@@ -53,7 +54,10 @@ def test_an_owners_update_stays_in_the_clip_ball_and_the_sum_moves_by_at_most_cl
     full = torch.stack(deltas).sum(0)
     for removed in range(len(data)):  # remove one owner: the released (noise-free) sum moves by ≤ 𝓛
         assert float((full - (full - deltas[removed])).norm()) <= job.config.clip * (1 + 1e-6)
-    assert job.config.event().noise_multiplier * job.config.clip == job.noise.scale  # σ on the sum = z·𝓛
+    # σ on the revealed mean = z·𝓛/(τN): z·𝓛 on the sum, each update weighted by the public 1/(τN)
+    assert job.noise is not None and job.noise.scale == pytest.approx(
+        job.config.event().noise_multiplier * job.config.clip / (0.25 * 40), rel=1e-15)
+    assert job.weight == 1 / (0.25 * 40)
 
 
 def test_poisson_owner_sampling_has_rate_tau_and_independent_rounds() -> None:
@@ -71,14 +75,18 @@ def test_poisson_owner_sampling_has_rate_tau_and_independent_rounds() -> None:
     assert stats.fisher_exact(table).pvalue > 1e-3
 
 
-def test_the_public_step_divides_by_the_public_count_and_smooths_per_tensor() -> None:
+def test_the_released_mean_is_divided_by_the_public_count_and_smoothed_per_tensor() -> None:
     job = _job(ls_sigma=0.0)
     w0 = job.w.clone()
-    s = torch.arange(job.p, dtype=torch.float64)
-    job.public_step(s)
-    assert torch.equal(job.w, w0 + s / (0.25 * 40))  # σ_LS = 0: DP-Fed exactly, τN = 10
+    rows = torch.randn(3, job.p, dtype=torch.float64)
+    weights = torch.full((3,), job.weight, dtype=torch.float64)
+    released = InProcessAggregator(torch.Generator()).aggregate(rows, weights, NoiseSpec("none", 0.0))
+    s = rows.sum(0)
+    assert torch.allclose(released, s / (0.25 * 40), rtol=1e-12, atol=1e-15)  # τN = 10, public
+    job.public_step(released)
+    assert torch.equal(job.w, w0 + released)  # σ_LS = 0, η_g = 1: DP-Fed exactly
     ls = _job(ls_sigma=2.0)
-    ls.public_step(s)
+    ls.public_step(s / 10)
     shapes = [p.shape for p in ls.model.parameters()]
     parts = torch.split(s / 10, [math.prod(x) for x in shapes])
     want = torch.cat([t.reshape(-1) for t in smooth_parameters([t.reshape(x) for t, x in zip(parts, shapes)], 2.0)])
