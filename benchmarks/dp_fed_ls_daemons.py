@@ -40,6 +40,7 @@ from benchmarks.deep_mnist import _mnist
 from benchmarks.dp_fed_ls_mnist import PAPER_POISSON
 from benchmarks.dp_fed_ls_mnist import run as simulate
 
+DEADLINE_S = 30.0  # a round waits this long for the owners (the first, 10×: for every owner to enrol)
 JOB = """\
 method = "gradient"
 
@@ -49,7 +50,7 @@ dataset = "mnist-rows"
 parties = ["alice", "bob", "carol"]
 trust = "replicated"
 features = 784
-round_deadline_s = 120.0
+round_deadline_s = {deadline}
 owners = [{owners}]
 
 [model]
@@ -139,6 +140,7 @@ def _run_owners(configs: list[Path], job_path: Path, job_id: str) -> dict[str, A
             out[cfg.identity.name] = run_owner_job(cfg, job, job_id, wait_s=900)
         except Exception as exc:
             out[cfg.identity.name] = exc
+            print(f"{cfg.identity.name}: {exc!r}", flush=True)
 
     threads = [threading.Thread(target=one, args=(p,), daemon=True) for p in configs]
     for th in threads:
@@ -157,7 +159,7 @@ def daemons_run(cons: Any, configs: list[Path], root: Path, *, epsilon: float, s
     names = ", ".join(f'"owner-{o:04d}"' for o in range(owners))
     job_path = root / f"job-{epsilon:g}-{sigma:g}-{seed}.toml"
     job_path.write_text(JOB.format(owners=names, seed=seed, epsilon=epsilon, delta=delta, n=owners, rounds=rounds,
-                                   rate=rate, sigma=sigma))
+                                   rate=rate, sigma=sigma, deadline=DEADLINE_S))
     tic = time.perf_counter()
     with cons.client() as client:
         job_id = client.submit(job_path)["job_id"]
@@ -167,6 +169,8 @@ def daemons_run(cons: Any, configs: list[Path], root: Path, *, epsilon: float, s
         ends = {e["member"]: e["phase"] for e in client.watch(job_id) if e["phase"] in TERMINAL}
         th.join(3600)
         wall = time.perf_counter() - tic
+        print("owners:", {type(v).__name__ for v in box.values()}, [repr(v) for v in box.values()
+                                                                    if isinstance(v, Exception)][:2], flush=True)
         if set(ends.values()) != {"succeeded"}:
             errors = [v for v in box.values() if isinstance(v, Exception)][:3]
             raise RuntimeError(f"the job ended {ends}; owners: {errors}")

@@ -610,7 +610,9 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
     frame = RoundFrame(ctx.job_id, jt.owners, len(jt.parties), comm.get_rank(), grid,
                        owner_margin_bits(len(jt.owners)), proto.p, ctx.job.spec_digest())
     listen_host, adv_host = _hosts(ctx)
-    intake = OwnerIntake(ctx.identity, frame, bind=f"{listen_host}:0").start()
+    # a thread per owner waiting for a release, up to a bound (each read waits briefly: owner_intake)
+    intake = OwnerIntake(ctx.identity, frame, bind=f"{listen_host}:0",
+                         max_workers=min(len(jt.owners) // len(jt.parties) + 32, 1024)).start()
     curve: list[dict[str, Any]] = []
     try:
         ctx.publish_endpoint(f"{adv_host}:{intake.port}", service="owners")

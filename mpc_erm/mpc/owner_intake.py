@@ -41,6 +41,8 @@ __all__ = ["OwnerClient", "OwnerIntake", "RoundFrame", "agree_present"]
 
 SERVICE = "/mpc_erm.v1.OwnerIntake"
 MAX_WAIT_S = 300.0
+#: How long one owner's read of a release may wait at a compute party (it re-asks until its own deadline).
+RELEASE_POLL_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -292,9 +294,20 @@ class OwnerClient:
         self._accepted.pop(t - 1, None)
 
     def released(self, t: int, wait_s: float = 60.0) -> tuple[torch.Tensor, int]:
-        """Round ``t``'s public state and how many owners it counted, from compute party 0 (every
-        compute party publishes the same)."""
-        r = self._stubs[0].GetRound(pb.RoundRequest(job_id=self.job_id, round=t, wait_s=wait_s), timeout=wait_s + 10)
+        """Round ``t``'s public state and how many owners it counted. Every compute party publishes
+        the same, so owners spread their reads over them; each read waits at most
+        :data:`RELEASE_POLL_S` at the server, which holds one of its threads meanwhile — a long wait
+        by more owners than it has threads would queue the next round's shares behind the reads."""
+        stub = self._stubs[self.owner_index % len(self._stubs)]
+        end = time.monotonic() + wait_s
+        while True:
+            poll = max(0.0, min(end - time.monotonic(), RELEASE_POLL_S))
+            try:
+                r = stub.GetRound(pb.RoundRequest(job_id=self.job_id, round=t, wait_s=poll), timeout=poll + 10)
+                break
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED or time.monotonic() >= end:
+                    raise
         state = torch.from_numpy(np.frombuffer(r.state, dtype="<f8").copy()).reshape(tuple(r.shape))
         return state, int(r.owners_counted)
 

@@ -123,6 +123,51 @@ def test_owners_enrol_contribute_and_read_the_released_round(ca: Any, intakes: l
             c.close()
 
 
+def test_more_owners_waiting_for_a_release_than_the_intake_has_threads_do_not_block_the_round(ca: Any) -> None:
+    """Each owner sends its shares and then waits for the release. With more owners than an
+    intake has server threads, a read that waited at the server until the release would hold every
+    thread, and the last owners' shares would queue until they timed out (a 40-owner job stalled
+    so). Reads wait briefly and ask again, spread over the compute parties: the round completes."""
+    import threading
+    import time
+
+    margin = owner_margin_bits(len(OWNERS))
+    small = [OwnerIntake(pki.issue_identity(ca, f"compute-{r}", "party"),
+                         RoundFrame("job-1", OWNERS, K, r, GRID, margin, DIM), max_workers=1).start() for r in range(K)]
+    clients = [_client(ca, o, small) for o in range(len(OWNERS))]
+    got: dict[int, Any] = {}
+    try:
+        for c in clients:
+            c.enroll()
+        for i in small:
+            i.open_round(0)
+
+        def owner(o: int) -> None:
+            try:
+                clients[o].contribute(0, _value(o, 0), timeout_s=20)
+                got[o] = clients[o].released(0, wait_s=30)
+            except Exception as exc:  # collected: asserted below
+                got[o] = exc
+
+        threads = [threading.Thread(target=owner, args=(o,)) for o in range(len(OWNERS))]
+        threads[0].start()
+        time.sleep(0.5)  # owner 0 is in and reading its release at compute party 0, whose one thread it holds
+        for th in threads[1:]:
+            th.start()
+        assert all(i.wait_for(len(OWNERS), 25) == len(OWNERS) for i in small)  # every share got in
+        for i in small:
+            present, _ = i.close_round()
+            i.publish(0, torch.zeros(DIM, dtype=torch.float64), len(present))
+        for th in threads:
+            th.join(40)
+        assert all(isinstance(v, tuple) and v[1] == len(OWNERS) for v in got.values()) and len(got) == len(OWNERS), got
+    finally:
+        for c in clients:
+            c.close()
+        for i in small:
+            i.stop()
+
+
 def test_the_intake_refuses_strangers_and_malformed_requests_naming_the_field(ca: Any,
                                                                                intakes: list[OwnerIntake]) -> None:
     c0 = _client(ca, 0, intakes)
