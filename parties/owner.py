@@ -112,7 +112,7 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
 
     from .audit import AuditLog
     from .ledger import Ledger
-    from .worker import _device, _load_rows
+    from .rows import device_for, load_rows
 
     index = check_job(cfg, job)
     identity = cfg.identity.load("owner")
@@ -120,12 +120,12 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
     plan = plan_job(spec, sampler="mpc", test_no_noise=jt.test_no_noise, sizes=public_sizes(spec, None),
                     n_features=jt.features)
     view = _OwnerView(cfg, job, identity, job_id)
-    rows = _load_rows(view).train  # type: ignore[arg-type]
+    rows = load_rows(view).train  # type: ignore[arg-type]
     if rows.d != jt.features:
         raise OwnerRefused(f"job.features: the job says {jt.features}, {cfg.identity.name}'s data set "
                            f"{jt.dataset!r} has {rows.d}")
     real = None if jt.test_no_noise else realise(plan, len(jt.parties))
-    dev = _device(view)  # type: ignore[arg-type]
+    dev = device_for(view)  # type: ignore[arg-type]
     side = (_FederatedSide if spec.federated is not None else _GradientSide)(
         spec, plan, rows, dev, None if real is None else real.spec, plan_weight=plan.weight(index, int(rows.n)))
     digest = job.spec_digest()
@@ -237,11 +237,11 @@ class _FederatedSide:
 
         from mpc_erm.protocols.fedls import DpFedLs
 
-        from .worker import _network_rows
+        from .rows import network_rows
 
         self.spec, self.plan = spec, plan
         self.fed = DpFedLs.for_job(spec, plan, rows.d, noise=noise, device=dev)
-        self.X, self.y = _network_rows(rows, spec, dev)
+        self.X, self.y = network_rows(rows, spec, dev)
         # private: whether this owner joins a round and its batches are nobody else's to know or replay
         self.coin = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))
         self.joined: list[int] = []

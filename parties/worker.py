@@ -33,7 +33,8 @@ import numpy as np
 
 from .context import JobCancelled, WorkerContext
 from .jobs import write_result_manifest
-from .public_errors import PublicError, data_failure, storage_problem
+from .public_errors import PublicError, storage_problem
+from .rows import Rows, device_for, load_rows, network_rows
 
 log = logging.getLogger(__name__)
 
@@ -63,85 +64,6 @@ class DealerJobAborted(RuntimeError):
 # ------------------------------------------------------------------------------------ data
 
 
-def _load_rows(ctx: WorkerContext) -> _Rows:
-    """This party's training rows, a public test set if the dataset has one, and its held-out
-    validation rows if its data set config asks for some, as mpc_erm Datasets.
-
-    Any failure to read them becomes a :class:`PublicError` (DATA_SCHEMA or DATA_FILE) naming only
-    the data set and this party: the loader's message (the file's path, the column, the row and
-    its value) is the error's detail, for this party's log only."""
-    try:
-        train, test = _read_rows(ctx)
-        cfg = ctx.config.datasets[ctx.job.job.dataset]
-        train, val = split_validation(train, getattr(cfg, "validation_fraction", 0.0))
-        return _Rows(train, test, val)
-    except (PublicError, JobCancelled):
-        raise
-    except Exception as exc:
-        if isinstance(exc, ValueError) and str(exc).startswith("job.dataset: "):
-            raise  # the job file's field, public as it is (the daemon checks it at submission)
-        raise data_failure(exc, ctx.job.job.dataset, ctx.identity.name) from exc
-
-
-def _read_rows(ctx: WorkerContext) -> tuple[Any, Any | None]:
-    from mpc_erm.data import Dataset, clip_to_unit_ball, load_dataset
-    from mpc_erm.data.loaders import load_file
-    from mpc_erm.data.partition import partition_equal
-
-    ds_id = ctx.job.job.dataset
-    cfg = ctx.config.datasets.get(ds_id) if hasattr(ctx.config, "datasets") else None
-    if cfg is None:
-        raise ValueError(f"job.dataset: this party has no dataset {ds_id!r}")
-    m = ctx.job.spec.model
-    multiclass = m.name == "softmax" or (m.is_network and (m.n_classes or 2) > 2)
-    task = getattr(cfg, "task", None) or ("multiclass" if multiclass else "binary")
-    if ctx.job.spec.model.name == "ridge":
-        task = "regression"
-    if cfg.format == "builtin":
-        train, test = load_dataset(cfg.name)
-        parts = partition_equal(train.n, cfg.of, rng=0)  # public seed: the shards are disjoint
-        idx = np.sort(parts[cfg.part])
-        mine = Dataset(train.X[idx], train.y[idx], train.task, f"{cfg.name}[{cfg.part}/{cfg.of}]",
-                       train.feature_names, train.n_classes)
-        return mine, test
-    # the loader refuses a file over max_bytes before reading it, and values outside feature_range
-    ds = load_file(cfg.format, cfg.path, task=task, label=cfg.label, max_bytes=cfg.max_bytes,
-                   feature_range=cfg.feature_range, labels=getattr(cfg, "labels", None))
-    if m.is_network or ctx.job.spec.federated is not None:
-        return ds, None  # their privacy rests on clipping each gradient or update, not the rows
-    # A user's file is expected to be scaled by a public schema; rows are clipped into the unit ball
-    # so the protocols' sensitivity bounds hold whatever the file contains.
-    X = clip_to_unit_ball(np.asarray(ds.X))
-    return Dataset(X, ds.y, ds.task, ds.name, ds.feature_names, ds.n_classes), None
-
-
-#: The validation split's permutation: fixed, so every job on a data set holds out the same rows
-#: (a model picked on them was never trained on them, whichever job trained it).
-VALIDATION_SEED = 0x5EED_F00D
-
-
-def split_validation(ds: Any, fraction: float) -> tuple[Any, Any | None]:
-    """(training rows, held-out validation rows): ``round(fraction·n)`` rows (at least one when
-    ``fraction`` > 0) that no gradient of any job touches. They never leave the party: metrics on
-    them are a function of its private data (no ε covers them) and go to ``.private/`` only."""
-    from mpc_erm.data import Dataset
-
-    if fraction <= 0.0:
-        return ds, None
-    n = int(ds.n)
-    k = max(1, round(fraction * n))
-    if n - k < 1:
-        raise ValueError(f"validation_fraction: {fraction:g} of {n} rows leaves none to train on")
-    perm = np.random.default_rng(VALIDATION_SEED).permutation(n)
-    tr, va = np.sort(perm[k:]), np.sort(perm[:k])
-
-    def part(idx: Any, tag: str) -> Any:
-        return Dataset(np.asarray(ds.X)[idx], np.asarray(ds.y)[idx], ds.task, f"{ds.name}[{tag}]", ds.feature_names,
-                       ds.n_classes)
-
-    return part(tr, "train"), part(va, "validation")
-
-
 def _schema_digest(ds: Any) -> str:
     return hashlib.sha256(json.dumps([list(ds.feature_names), ds.task, ds.n_classes]).encode()).hexdigest()
 
@@ -164,17 +86,6 @@ def _schema_difference(ds: Any, mine: list[str], theirs: list[str]) -> str:
     else:
         out += f"; every column is the same: the task or class count differs (ours: {ds.task!r}, {ds.n_classes})"
     return out
-
-
-def _device(ctx: WorkerContext) -> Any:
-    import torch
-
-    want = ctx.job.job.device or ctx.config.device
-    if want == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device: 'cuda' requested but no CUDA device is available to this party")
-    if want == "auto":
-        want = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(want)
 
 
 # ------------------------------------------------------------------------------------ session
@@ -421,7 +332,7 @@ def _metrics(loss: Any, theta: Any, ds: Any, lam: float) -> dict[str, float]:
     return {"objective": float(objective_value(loss, th, X, y, lam)), key: loss.score(th, X, y)}
 
 
-def _point(t: int, eps: float, proto: Any, theta: Any, rows: _Rows, lam: float) -> dict[str, Any]:
+def _point(t: int, eps: float, proto: Any, theta: Any, rows: Rows, lam: float) -> dict[str, Any]:
     """One point of the training curve: public part (round, ε spent, test-set metrics) and, under
     ``own``, the private part (this party's training and validation rows)."""
     own = {"train": _metrics(proto.loss, theta, rows.train, lam)}
@@ -444,7 +355,7 @@ def _progress(ctx: WorkerContext, point: dict[str, Any]) -> None:
             fh.write(json.dumps(point, default=float) + "\n")
 
 
-def _output_job(ctx: WorkerContext, agg: Any, src: Any, rows: _Rows, plan: Any, real: Any, weight: float,
+def _output_job(ctx: WorkerContext, agg: Any, src: Any, rows: Rows, plan: Any, real: Any, weight: float,
                 dev: Any) -> tuple:
     import torch
 
@@ -507,7 +418,7 @@ def _with_next_noise(src: Any, real: Any, dim: int, gradient: Any) -> Any:
     return _concurrently(gradient, lambda: src.top_up(real.spec, dim))
 
 
-def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, rows: _Rows, plan: Any, real: Any, weight: float,
+def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, rows: Rows, plan: Any, real: Any, weight: float,
                   dev: Any) -> tuple:
     import torch
 
@@ -552,16 +463,6 @@ def _gradient_job(ctx: WorkerContext, agg: Any, src: Any, rows: _Rows, plan: Any
     note = (f"gradient perturbation: T = {tr.iterations} full-batch rounds, clip C = {proto.clip:g}; accountant "
             f"{plan.accountant!r}")
     return theta.cpu(), curve, note
-
-
-@dataclass(frozen=True)
-class _Rows:
-    """This party's rows for one job: ``train`` (what its gradients see), a public ``test`` set
-    (metrics on it are public), its held-out ``validation`` rows (metrics on them stay here)."""
-
-    train: Any
-    test: Any | None = None
-    validation: Any | None = None
 
 
 @dataclass
@@ -659,25 +560,6 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
     return _Outcome(curve, note, theta=theta.cpu(), extra={"owners_per_round": rounds.counted})
 
 
-def _network_rows(ds: Any, spec: Any, dev: Any) -> tuple[Any, Any]:
-    """A data set's rows as the network's inputs (n, *input_shape) and class indices 0..K−1 (a
-    federated softmax: rows of the data set's own width)."""
-    import math
-
-    import torch
-
-    shape = tuple(spec.model.input_shape or (ds.X.shape[1],))
-    X = np.asarray(ds.X, dtype=np.float32)
-    if X.shape[1] != math.prod(shape):
-        raise ValueError(f"model.input_shape: {list(shape)} takes {math.prod(shape)} values per row, the data set "
-                         f"has {X.shape[1]} features")
-    y = np.asarray(ds.y)
-    if ds.task == "binary":
-        y = (y > 0).astype(np.int64)  # {-1, +1} → {0, 1}: output 1 is the positive class
-    return (torch.as_tensor(X, device=dev).reshape(X.shape[0], *shape),
-            torch.as_tensor(y.astype(np.int64), device=dev))
-
-
 def _network_metrics(job: Any, X: Any, y: Any) -> dict[str, float]:
     import torch
 
@@ -702,7 +584,7 @@ def _plugin_builder(ctx: WorkerContext) -> Any:
     return load_builder(plugin_entry_point(ctx.config, spec.model.plugin), str(spec.model.plugin_digest))
 
 
-def _network_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, rows: _Rows, plan: Any, real: Any, dev: Any,
+def _network_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, rows: Rows, plan: Any, real: Any, dev: Any,
                  builder: Any) -> _Outcome:
     """A network trained by DP-SGD / DP-Adam (mpc_erm.protocols.dpsgd): the same round loop as the
     simulator, this party's Poisson batches drawn from its own generator, the public step on a
@@ -723,9 +605,9 @@ def _network_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, rows: _Rows,
         raise ValueError(f"model: the initial {spec.model.name} built here differs from party 0's (digest "
                          f"{mine[:12]} vs {str(first)[:12]}): the parties' PyTorch builds disagree")
     ds = rows.train
-    X, y = _network_rows(ds, spec, dev)
-    tX, ty = (None, None) if rows.test is None else _network_rows(rows.test, spec, dev)
-    vX, vy = (None, None) if rows.validation is None else _network_rows(rows.validation, spec, dev)
+    X, y = network_rows(ds, spec, dev)
+    tX, ty = (None, None) if rows.test is None else network_rows(rows.test, spec, dev)
+    vX, vy = (None, None) if rows.validation is None else network_rows(rows.validation, spec, dev)
     gen = torch.Generator().manual_seed(secrets.randbits(63))  # this party's batches: nobody else's to know
     if real is not None:
         ctx.emit({"phase": "offline", "message": f"sampling {tr.iterations * job.p} noise values inside the MPC, "
@@ -828,10 +710,10 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
     tic = time.perf_counter()
     ctx.emit({"phase": "loading", "message": f"dataset {ctx.job.job.dataset!r}"})
     owners = bool(ctx.job.job.owners)  # a compute party for data owners holds no rows
-    rows = None if owners else _load_rows(ctx)
+    rows = None if owners else load_rows(ctx)
     ds = None if rows is None else rows.train
     builder = None if owners else _plugin_builder(ctx)  # before any peer is joined: refuse first
-    dev = _device(ctx)
+    dev = device_for(ctx)
     _check_room(ctx)  # disk full: refuse before any member spends ε (issue 14 item 1)
     server, comm = _join(ctx)
     ok = False

@@ -43,6 +43,11 @@ SERVICE = "/mpc_erm.v1.OwnerIntake"
 MAX_WAIT_S = 300.0
 #: How long one owner's read of a release may wait at a compute party (it re-asks until its own deadline).
 RELEASE_POLL_S = 2.0
+#: Releases an intake keeps for owners still reading them (an owner more rounds behind has missed them).
+KEEP_RELEASES = 64
+#: Trailing metadata of a contribution refused because its round is not open: the round open here
+#: ("" if none yet) and whether it has closed ("1"/"0"). :func:`round_state` reads them.
+ROUND_KEY, CLOSED_KEY = "mpc-erm-open-round", "mpc-erm-round-closed"
 
 
 @dataclass(frozen=True)
@@ -146,6 +151,7 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         """The round's public state (what the compute parties revealed, or the model after it)."""
         with self._lock:
             self._published[t] = (state.detach().to("cpu", torch.float64).contiguous().clone(), owners_counted)
+            self._published.pop(t - KEEP_RELEASES, None)
             self._lock.notify_all()
 
     # ------------------------------------------------------------------ the service
@@ -189,6 +195,9 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
             r = self._round
             if r is None or r.closed or r.t != request.round:
                 now = "none" if r is None else f"{r.t}{' (closed)' if r.closed else ''}"
+                # the same, machine-readable, for the owner's client: which round, and whether it closed
+                context.set_trailing_metadata(((ROUND_KEY, "" if r is None else str(r.t)),
+                                               (CLOSED_KEY, "1" if r is not None and r.closed else "0")))
                 _abort(context, grpc.StatusCode.FAILED_PRECONDITION,
                        f"round: {request.round} is not open here (open: {now})")
             if o in r.present:
@@ -212,6 +221,18 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         state, counted = got
         return pb.RoundReply(round=request.round, state=state.numpy().astype("<f8").tobytes(),
                              shape=list(state.shape), owners_counted=counted)
+
+
+def round_state(exc: grpc.RpcError) -> tuple[int | None, bool] | None:
+    """(round open at the intake or None, whether it has closed) of a contribution refused because
+    its round was not open; None for any other error."""
+    if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:  # type: ignore[attr-defined]
+        return None
+    md = dict(exc.trailing_metadata() or ())  # type: ignore[attr-defined]
+    if ROUND_KEY not in md:
+        return None
+    t = str(md[ROUND_KEY])
+    return (int(t) if t.isdigit() else None), md.get(CLOSED_KEY) == "1"
 
 
 def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:

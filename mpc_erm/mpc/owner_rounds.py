@@ -13,7 +13,6 @@ compute party and at a data owner (issue 17, docs/architecture.md §2):
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,12 +22,9 @@ import torch
 
 from mpc_erm.protocols.aggregation import NoiseSpec
 
-from .owner_intake import OwnerClient, OwnerIntake, agree_present
+from .owner_intake import OwnerClient, OwnerIntake, agree_present, round_state
 
 __all__ = ["IntakeAggregator", "OwnerAggregator"]
-
-_NOT_OPEN = re.compile(r"is not open here \(open: (none|\d+)( \(closed\))?\)")
-
 
 class IntakeAggregator:
     """A compute party's side: one :meth:`aggregate` call is one owner round (see the module)."""
@@ -101,12 +97,11 @@ class OwnerAggregator:
                 self.client.contribute(t, v)
                 return True
             except grpc.RpcError as exc:
-                m = _NOT_OPEN.search(exc.details() or "") if exc.code() == grpc.StatusCode.FAILED_PRECONDITION \
-                    else None
-                if m is None:
+                state = round_state(exc)
+                if state is None:
                     raise
-                now = None if m.group(1) == "none" else int(m.group(1))
-                if now is not None and (now > t or (now == t and m.group(2))):
+                now, closed = state
+                if now is not None and (now > t or (now == t and closed)):
                     return False  # the compute parties closed round t without this owner
                 if time.monotonic() > end:
                     raise TimeoutError(f"round {t} did not open within {self.round_wait_s:g} s") from None

@@ -23,7 +23,7 @@ import torch
 from mpc_erm.mpc import pki
 from mpc_erm.mpc._proto import owner_pb2 as pb
 from mpc_erm.mpc._proto import owner_pb2_grpc as pb_grpc
-from mpc_erm.mpc.owner_intake import OwnerClient, OwnerIntake, RoundFrame
+from mpc_erm.mpc.owner_intake import OwnerClient, OwnerIntake, RoundFrame, round_state
 from mpc_erm.mpc.owner_shares import encode_on_grid, owner_margin_bits
 from mpc_erm.mpc.tls import secure_channel
 from tests.mpc.test_mpc_aggregator import NAMES
@@ -102,6 +102,9 @@ def test_owners_enrol_contribute_and_read_the_released_round(ca: Any, intakes: l
         again = pb.ContributeRequest(job_id="job-1", round=0, share=b"")  # owner 0 at compute party 1 (no share)
         code, why = _code(lambda: clients[0]._stubs[1].Contribute(again, timeout=10))
         assert code == grpc.StatusCode.FAILED_PRECONDITION and "round: 0 is not open here (open: 0 (closed))" in why
+        with pytest.raises(grpc.RpcError) as info:  # the same for the owner's client, as trailing metadata
+            clients[0]._stubs[1].Contribute(again, timeout=10)
+        assert round_state(info.value) == (0, True)
         for i in intakes:
             i.open_round(1)
         clients[1].contribute(1, _value(1, 1))
@@ -111,6 +114,9 @@ def test_owners_enrol_contribute_and_read_the_released_round(ca: Any, intakes: l
         assert code == grpc.StatusCode.ALREADY_EXISTS and "already contributed to round 1" in why
         code, why = _code(lambda: clients[2].contribute(7, _value(2, 1)))
         assert code == grpc.StatusCode.FAILED_PRECONDITION and "round: 7 is not open" in why
+        with pytest.raises(grpc.RpcError) as info:
+            clients[2].contribute(7, _value(2, 1))
+        assert round_state(info.value) == (1, False)
         del share
         for i in intakes:
             i.publish(0, exact.double() / 2**GRID, len(agreed))

@@ -145,7 +145,7 @@ def _replay(job_path: Path, configs: list[Path], counted: list[int]) -> torch.Te
     from mpc_erm.protocols.common import plan_job, public_sizes
     from parties.config import load_owner_config
     from parties.owner import _OwnerView
-    from parties.worker import _load_rows
+    from parties.rows import load_rows
 
     job = load_job_file(job_path)
     plan = plan_job(job.spec, sampler="mpc", test_no_noise=True, sizes=public_sizes(job.spec, None),
@@ -154,7 +154,7 @@ def _replay(job_path: Path, configs: list[Path], counted: list[int]) -> torch.Te
     data = []
     for p in configs:
         cfg = load_owner_config(p)
-        ds = _load_rows(_OwnerView(cfg, job, cfg.identity.load("owner"), "x")).train  # type: ignore[arg-type]
+        ds = load_rows(_OwnerView(cfg, job, cfg.identity.load("owner"), "x")).train  # type: ignore[arg-type]
         data.append((torch.as_tensor(ds.X, dtype=torch.float64), torch.as_tensor(ds.y)))
     w = plan.weight(0, 1)
     theta = proto.initial_model()
@@ -221,9 +221,14 @@ def test_thirty_owners_train_through_three_compute_daemons(tmp_path: Path) -> No
         assert report["adjacency"] == "add_remove" and report["realisation"]["grid_bits"] > 0
         from parties.ledger_check import check_ledger
 
-        for p in ("alice", "bob", "carol"):  # nothing charged at a compute party; its ledger still checks
-            assert not (cons.root / p / "state" / "audit.jsonl").exists() or "charge" not in \
-                (cons.root / p / "state" / "audit.jsonl").read_text()
+        for p in ("alice", "bob", "carol"):  # nothing reserved or charged at a compute party (no rows there)
+            led = Ledger.in_state_dir(cons.root / p / "state")
+            try:
+                assert led.get(job_id2) is None and led.get(job_id) is None
+            finally:
+                led.close()
+            audit = cons.root / p / "state" / "audit.jsonl"
+            assert not audit.exists() or job_id2 not in audit.read_text()
             check_ledger(cons.root / p / "state")  # what a restarted daemon runs first
 
         # a third job would exceed the owners' budget of 2.5: each owner refuses it, sending nothing
@@ -345,7 +350,7 @@ def _fed_replay(job_path: Path, configs: list[Path]) -> torch.Tensor:
     from mpc_erm.protocols.fedls import DpFedLs
     from parties.config import load_owner_config
     from parties.owner import _OwnerView
-    from parties.worker import _load_rows, _network_rows
+    from parties.rows import load_rows, network_rows
 
     job = load_job_file(job_path)
     plan = plan_job(job.spec, sampler="mpc", test_no_noise=True, sizes=public_sizes(job.spec, None),
@@ -354,8 +359,8 @@ def _fed_replay(job_path: Path, configs: list[Path]) -> torch.Tensor:
     data = []
     for p in configs:
         cfg = load_owner_config(p)
-        ds = _load_rows(_OwnerView(cfg, job, cfg.identity.load("owner"), "x")).train  # type: ignore[arg-type]
-        data.append(_network_rows(ds, job.spec, "cpu"))
+        ds = load_rows(_OwnerView(cfg, job, cfg.identity.load("owner"), "x")).train  # type: ignore[arg-type]
+        data.append(network_rows(ds, job.spec, "cpu"))
     g = torch.Generator()  # a full batch per step (b ≥ every owner's rows): the order does not matter
     for t in range(FED_ROUNDS):
         total = sum(torch.round(fed.weight * fed.local_update(X, y, t, g) * 2**PRECISION_BITS) for X, y in data)

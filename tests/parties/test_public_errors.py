@@ -145,24 +145,24 @@ def _ctx(tmp_path: Path, rows: str, model: str = "ridge") -> Any:
     path.write_text(rows)
     cfg = DatasetConfig(format="csv", path=path, label="y", epsilon=1.0, delta=1e-5)
     job = SimpleNamespace(job=SimpleNamespace(dataset="housing", parties=("alice", "bob", "carol")),
-                          spec=SimpleNamespace(model=SimpleNamespace(name=model, is_network=False)),
+                          spec=SimpleNamespace(model=SimpleNamespace(name=model, is_network=False), federated=None),
                           spec_digest=lambda: "d" * 64)
     return SimpleNamespace(job=job, config=SimpleNamespace(datasets={"housing": cfg}),
                            identity=SimpleNamespace(name="stmarys"))
 
 
 def test_the_worker_wraps_a_bad_data_file(tmp_path: Path) -> None:
-    from parties.worker import _load_rows
+    from parties.rows import load_rows
 
     ctx = _ctx(tmp_path, "a,b,y\n0.1,0.2,0.5\n0.3,0.1,450000.0\n")
     with pytest.raises(PublicError) as info:
-        _load_rows(ctx)
+        load_rows(ctx)
     err = info.value
     assert err.reason == ("DATA_SCHEMA: data set 'housing' failed its schema check at party stmarys; "
                           "see that party's log")
     assert "450000.0" in str(err) and "stmarys-private" in str(err)  # the detail, for the log
     assert isinstance(err.__cause__, DataError)
-    rows = _load_rows(_ctx(tmp_path, "a,b,y\n0.1,0.2,0.5\n0.3,0.1,-0.25\n"))
+    rows = load_rows(_ctx(tmp_path, "a,b,y\n0.1,0.2,0.5\n0.3,0.1,-0.25\n"))
     ds, test = rows.train, rows.test
     assert ds.n == 2 and test is None
 
@@ -216,7 +216,7 @@ def test_a_validation_split_holds_out_the_same_rows_every_job_and_trains_on_none
     import numpy as np
 
     from mpc_erm.data import Dataset
-    from parties.worker import split_validation
+    from parties.rows import split_validation
 
     X = np.arange(200, dtype=float).reshape(100, 2)
     ds = Dataset(X, np.where(np.arange(100) % 2 == 0, 1.0, -1.0), "binary", "toy", ["a", "b"], 2)

@@ -1,0 +1,139 @@
+"""A member's own rows for one job, read where they live and never sent anywhere: what a party
+daemon's job worker and a data owner's process (``parties.owner``) both load, the same way, so a
+model trained at a party and at an owner sees the same rows.
+
+``ctx`` is anything with ``config`` (its ``datasets`` and ``device``), ``job`` (a
+:class:`~mpc_erm.jobs.jobfile.JobFile`), ``identity`` and ``job_id``: a worker's context, or an
+owner's view of its config and job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .context import JobCancelled
+from .public_errors import PublicError, data_failure
+
+__all__ = ["VALIDATION_SEED", "Rows", "device_for", "load_rows", "network_rows", "split_validation"]
+
+
+@dataclass(frozen=True)
+class Rows:
+    """This party's rows for one job: ``train`` (what its gradients see), a public ``test`` set
+    (metrics on it are public), its held-out ``validation`` rows (metrics on them stay here)."""
+
+    train: Any
+    test: Any | None = None
+    validation: Any | None = None
+
+
+def load_rows(ctx: Any) -> Rows:
+    """This party's training rows, a public test set if the dataset has one, and its held-out
+    validation rows if its data set config asks for some, as mpc_erm Datasets.
+
+    Any failure to read them becomes a :class:`PublicError` (DATA_SCHEMA or DATA_FILE) naming only
+    the data set and this party: the loader's message (the file's path, the column, the row and
+    its value) is the error's detail, for this party's log only."""
+    try:
+        train, test = _read_rows(ctx)
+        cfg = ctx.config.datasets[ctx.job.job.dataset]
+        train, val = split_validation(train, getattr(cfg, "validation_fraction", 0.0))
+        return Rows(train, test, val)
+    except (PublicError, JobCancelled):
+        raise
+    except Exception as exc:
+        if isinstance(exc, ValueError) and str(exc).startswith("job.dataset: "):
+            raise  # the job file's field, public as it is (the daemon checks it at submission)
+        raise data_failure(exc, ctx.job.job.dataset, ctx.identity.name) from exc
+
+
+def _read_rows(ctx: Any) -> tuple[Any, Any | None]:
+    from mpc_erm.data import Dataset, clip_to_unit_ball, load_dataset
+    from mpc_erm.data.loaders import load_file
+    from mpc_erm.data.partition import partition_equal
+
+    ds_id = ctx.job.job.dataset
+    cfg = ctx.config.datasets.get(ds_id) if hasattr(ctx.config, "datasets") else None
+    if cfg is None:
+        raise ValueError(f"job.dataset: this party has no dataset {ds_id!r}")
+    m = ctx.job.spec.model
+    multiclass = m.name == "softmax" or (m.is_network and (m.n_classes or 2) > 2)
+    task = getattr(cfg, "task", None) or ("multiclass" if multiclass else "binary")
+    if ctx.job.spec.model.name == "ridge":
+        task = "regression"
+    if cfg.format == "builtin":
+        train, test = load_dataset(cfg.name)
+        parts = partition_equal(train.n, cfg.of, rng=0)  # public seed: the shards are disjoint
+        idx = np.sort(parts[cfg.part])
+        mine = Dataset(train.X[idx], train.y[idx], train.task, f"{cfg.name}[{cfg.part}/{cfg.of}]",
+                       train.feature_names, train.n_classes)
+        return mine, test
+    # the loader refuses a file over max_bytes before reading it, and values outside feature_range
+    ds = load_file(cfg.format, cfg.path, task=task, label=cfg.label, max_bytes=cfg.max_bytes,
+                   feature_range=cfg.feature_range, labels=getattr(cfg, "labels", None))
+    if m.is_network or ctx.job.spec.federated is not None:
+        return ds, None  # their privacy rests on clipping each gradient or update, not the rows
+    # A user's file is expected to be scaled by a public schema; rows are clipped into the unit ball
+    # so the protocols' sensitivity bounds hold whatever the file contains.
+    X = clip_to_unit_ball(np.asarray(ds.X))
+    return Dataset(X, ds.y, ds.task, ds.name, ds.feature_names, ds.n_classes), None
+
+
+#: The validation split's permutation: fixed, so every job on a data set holds out the same rows
+#: (a model picked on them was never trained on them, whichever job trained it).
+VALIDATION_SEED = 0x5EED_F00D
+
+
+def split_validation(ds: Any, fraction: float) -> tuple[Any, Any | None]:
+    """(training rows, held-out validation rows): ``round(fraction·n)`` rows (at least one when
+    ``fraction`` > 0) that no gradient of any job touches. They never leave the party: metrics on
+    them are a function of its private data (no ε covers them) and go to ``.private/`` only."""
+    from mpc_erm.data import Dataset
+
+    if fraction <= 0.0:
+        return ds, None
+    n = int(ds.n)
+    k = max(1, round(fraction * n))
+    if n - k < 1:
+        raise ValueError(f"validation_fraction: {fraction:g} of {n} rows leaves none to train on")
+    perm = np.random.default_rng(VALIDATION_SEED).permutation(n)
+    tr, va = np.sort(perm[k:]), np.sort(perm[:k])
+
+    def part(idx: Any, tag: str) -> Any:
+        return Dataset(np.asarray(ds.X)[idx], np.asarray(ds.y)[idx], ds.task, f"{ds.name}[{tag}]", ds.feature_names,
+                       ds.n_classes)
+
+    return part(tr, "train"), part(va, "validation")
+
+
+def device_for(ctx: Any) -> Any:
+    import torch
+
+    want = ctx.job.job.device or ctx.config.device
+    if want == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: 'cuda' requested but no CUDA device is available to this party")
+    if want == "auto":
+        want = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(want)
+
+
+def network_rows(ds: Any, spec: Any, dev: Any) -> tuple[Any, Any]:
+    """A data set's rows as the network's inputs (n, *input_shape) and class indices 0..K−1 (a
+    federated softmax: rows of the data set's own width)."""
+    import math
+
+    import torch
+
+    shape = tuple(spec.model.input_shape or (ds.X.shape[1],))
+    X = np.asarray(ds.X, dtype=np.float32)
+    if X.shape[1] != math.prod(shape):
+        raise ValueError(f"model.input_shape: {list(shape)} takes {math.prod(shape)} values per row, the data set "
+                         f"has {X.shape[1]} features")
+    y = np.asarray(ds.y)
+    if ds.task == "binary":
+        y = (y > 0).astype(np.int64)  # {-1, +1} → {0, 1}: output 1 is the positive class
+    return (torch.as_tensor(X, device=dev).reshape(X.shape[0], *shape),
+            torch.as_tensor(y.astype(np.int64), device=dev))
