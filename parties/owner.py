@@ -15,7 +15,9 @@ docs/architecture.md §2). No CrypTen and no daemon: ``mpc-erm owner join`` runs
    revealed and the audit log charges the job once; the clipped gradient sum of this owner's rows,
    weighted by the public 1/n̂, leaves only as additive shares; the released noisy sum comes back.
 6. **Results** in ``state_dir/jobs/<job_id>/``: the public model, the privacy report; the ledger
-   commits the rounds revealed. A failure before the first round releases the reservation.
+   commits the rounds revealed. A failure before the first round releases the reservation. A
+   run that died (its run lock gone with its process) is settled the same way at the next
+   ``owner join`` (:func:`settle_abandoned`).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from mpc_erm.mpc.pki import Identity
 
 from .config import OwnerConfig
 
-__all__ = ["OwnerRefused", "check_job", "intake_addresses", "run_owner_job"]
+__all__ = ["OwnerRefused", "check_job", "intake_addresses", "run_owner_job", "settle_abandoned"]
 
 ENDPOINT_POLL_S = 1.0
 
@@ -101,6 +103,44 @@ def intake_addresses(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id:
     return out
 
 
+def _job_lock(state_dir: Path, job_id: str, *, wait: bool) -> Any:
+    """The job's run lock (``state_dir/jobs/<id>/.running``, flock) while an ``owner join`` runs
+    it, or None if another holds it and ``wait`` is False. The OS drops it when the process dies."""
+    import fcntl
+
+    d = Path(state_dir) / "jobs" / job_id
+    d.mkdir(parents=True, exist_ok=True)
+    f = open(d / ".running", "a+")  # noqa: SIM115 - held for the job's run
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        f.close()
+        return None
+    return f
+
+
+def settle_abandoned(cfg: OwnerConfig, ledger: Any) -> dict[str, str]:
+    """Settle what an ``owner join`` that died (killed, power lost) left open in this owner's
+    ledger, as a daemon's restart does: a job that revealed a round stays charged the rounds it
+    marked (committed); one that revealed nothing is released. Jobs another live ``owner join``
+    runs (its run lock held) are left alone. Returns {job_id: "committed" | "released"}."""
+    out: dict[str, str] = {}
+    for r in ledger.open_reservations():
+        lock = _job_lock(Path(cfg.state_dir), r.job_id, wait=False)
+        if lock is None:
+            continue  # running now, in another process
+        try:
+            if r.revealed:
+                ledger.commit(r.job_id)
+                out[r.job_id] = "committed"
+            else:
+                ledger.release(r.job_id, "owner join ended before the first round (process died)")
+                out[r.job_id] = "released"
+        finally:
+            lock.close()
+    return out
+
+
 def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float = 600.0,
                   on_round: Any = None) -> dict[str, Any]:
     """Run this owner's side of ``job`` (see the module); returns the summary it writes."""
@@ -133,7 +173,12 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
     ledger = Ledger.in_state_dir(cfg.state_dir, budgets)
     audit = AuditLog.in_state_dir(cfg.state_dir)
     revealed = False
+    running = _job_lock(Path(cfg.state_dir), job_id, wait=False)
+    if running is None:
+        ledger.close()
+        raise OwnerRefused(f"job_id: {job_id} is already running at {cfg.identity.name} (another owner join)")
     try:
+        settled = settle_abandoned(cfg, ledger)
         ledger.reserve(job_id, jt.dataset, spec.privacy.epsilon, spec.privacy.delta, digest, plan.event)
         try:
             client = OwnerClient(identity, job_id, index, intake_addresses(identity, cfg, job, job_id, wait_s))
@@ -165,6 +210,7 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
         ledger.commit(job_id)
     finally:
         ledger.close()
+        running.close()
     trust = (f"{jt.trust} among the compute parties {', '.join(jt.parties)}; this owner's contribution leaves it only "
              "as additive shares, one per compute party")
     report = plan.report(noise_scale=0.0 if real is None else real.spec.scale,
@@ -175,7 +221,8 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
                          notes=(f"rounds this owner missed (late for the deadline): {rounds.missed or 'none'}",
                                 *side.notes))
     summary = {"job_id": job_id, "owner": cfg.identity.name, "epsilon": report.epsilon, "delta": report.delta_total,
-               "rounds": spec.training.iterations, "missed_rounds": rounds.missed, **side.summary()}
+               "rounds": spec.training.iterations, "missed_rounds": rounds.missed, **side.summary(),
+               "settled_abandoned_jobs": settled}
     d = Path(cfg.state_dir) / "jobs" / job_id
     d.mkdir(parents=True, exist_ok=True)
     side.write_model(d, plan, trust, {"job_id": job_id, "spec_digest": digest})
