@@ -110,7 +110,7 @@ def _job_lock(state_dir: Path, job_id: str, *, wait: bool) -> Any:
 
     d = Path(state_dir) / "jobs" / job_id
     d.mkdir(parents=True, exist_ok=True)
-    f = open(d / ".running", "a+")  # noqa: SIM115 - held for the job's run
+    f = open(d / ".running", "a+")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
     except BlockingIOError:
