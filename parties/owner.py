@@ -264,10 +264,10 @@ class _GradientSide:
         return {}
 
     def write_model(self, d: Path, plan: Any, trust: str, job: dict[str, Any]) -> None:
-        from safetensors.torch import save_file
+        from mpc_erm.models.bundle import save_linear_weights
 
-        save_file({"theta": self.theta.detach().to("cpu").contiguous()}, str(d / "model.safetensors"),
-                  metadata={"job_id": job["job_id"], "job_digest": job["spec_digest"], "loss": self.spec.model.name})
+        save_linear_weights(d, self.theta, job_id=job["job_id"], job_digest=job["spec_digest"],
+                            loss=self.spec.model.name)
 
 
 class _FederatedSide:

@@ -667,16 +667,16 @@ def _write_results(ctx: WorkerContext, theta: Any, report: Any, metrics: dict[st
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from safetensors.torch import save_file
+
+    from mpc_erm.models.bundle import save_linear_weights
 
     d = ctx.job_dir
     d.mkdir(parents=True, exist_ok=True)
     if write_model is not None:
         write_model(d)
     else:
-        save_file({"theta": theta.detach().to("cpu").contiguous()}, str(d / "model.safetensors"),
-                  metadata={"job_id": ctx.job_id, "job_digest": ctx.job.spec_digest(),
-                            "loss": ctx.job.spec.model.name})
+        save_linear_weights(d, theta, job_id=ctx.job_id, job_digest=ctx.job.spec_digest(),
+                            loss=ctx.job.spec.model.name)
     (d / "privacy_report.json").write_text(report.to_json(indent=2))
     (d / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float))
     private = d / ".private"

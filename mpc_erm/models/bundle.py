@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from ..data.sets import file_sha256
 from .networks import NETWORKS, NetworkSpec, build_network
 
-__all__ = ["BUNDLE_FORMAT", "BundleError", "LoadedModel", "load_model", "save_network_bundle"]
+__all__ = ["BUNDLE_FORMAT", "BundleError", "LoadedModel", "load_model", "save_linear_weights", "save_network_bundle"]
 
 BUNDLE_FORMAT = "mpc-erm-model/1"
 WEIGHTS, META = "model.safetensors", "model.json"
@@ -80,6 +80,18 @@ def save_network_bundle(directory: str | os.PathLike[str], spec: NetworkSpec, pa
     }
     (d / META).write_text(json.dumps(meta, indent=2, default=float) + "\n")
     return d
+
+
+def save_linear_weights(directory: str | os.PathLike[str], theta: Tensor, *, job_id: str, job_digest: str,
+                        loss: str) -> Path:
+    """A linear model's weights: ``theta`` in ``model.safetensors``, with the job and the loss as
+    safetensors metadata (no ``model.json`` yet: ``load_model`` reads networks only)."""
+    from safetensors.torch import save_file
+
+    path = Path(directory) / WEIGHTS
+    save_file({"theta": theta.detach().to("cpu").contiguous()}, str(path),
+              metadata={"job_id": job_id, "job_digest": job_digest, "loss": loss})
+    return path
 
 
 @dataclass

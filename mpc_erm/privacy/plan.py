@@ -360,6 +360,15 @@ class PrivacyPlan:
             **common,
         )
 
+    def model_statement(self, rounds: int, trust_model: str) -> dict[str, Any]:
+        """What a model bundle's ``privacy`` block says of the model after ``rounds`` releases."""
+        g = self.guarantee(rounds=rounds) if rounds else None
+        return {"mechanism": self.mechanism, "noise_multiplier": self.noise_multiplier, "clip": self.clip,
+                "sampling_rate": self.sampling_rate, "rounds": rounds, "adjacency": self.adjacency,
+                "unit": self.unit, "accountant": self.accountant_statement(),
+                "epsilon": None if g is None else g.epsilon, "delta": None if g is None else g.delta,
+                "public": self.public_statement(), "trust_model": trust_model}
+
     def describe(self) -> dict[str, Any]:
         """Everything needed to recompute the guarantee, for the report's ``plan`` section."""
         out: dict[str, Any] = {

@@ -96,6 +96,16 @@ def network_spec(spec: JobSpec) -> NetworkSpec:
                        init_seed=m.init_seed)
 
 
+def federated_network(spec: JobSpec, features: int) -> NetworkSpec:
+    """A federated job's model (``[federated]``), which every member builds bit for bit from its
+    seed: a built-in network, or ``softmax`` as the ``mlp`` with no hidden layer (multinomial
+    logistic regression with a bias per class, from ``model.init_seed``)."""
+    m = spec.model
+    if m.is_network:
+        return network_spec(spec)
+    return NetworkSpec("mlp", (int(features),), int(m.n_classes or 0), hidden=(), init_seed=int(m.init_seed))
+
+
 def plan_job(spec: JobSpec, *, sampler: Sampler = "ideal", test_no_noise: bool = False,
              sizes: PublicSizes | None = None, n_features: int | None = None, builder: Any = None) -> PrivacyPlan:
     """The job's :class:`PrivacyPlan`: what the daemon reserves at admission (no sizes yet), and,
@@ -104,8 +114,8 @@ def plan_job(spec: JobSpec, *, sampler: Sampler = "ideal", test_no_noise: bool =
     network, from its ``builder``, which only a party that has it can give)."""
     if spec.model.name == "plugin" and builder is None:
         dim: int | None = None
-    elif spec.federated is not None and not spec.model.is_network:  # softmax as nn.Linear: a bias per class
-        dim = None if n_features is None else (n_features + 1) * int(spec.model.n_classes)
+    elif spec.federated is not None and not spec.model.is_network:
+        dim = None if n_features is None else parameter_count(build_network(federated_network(spec, n_features)))
     elif spec.model.is_network:
         dim = parameter_count(build_network(network_spec(spec), builder=builder))
     else:

@@ -195,13 +195,9 @@ class DpSgd:
         with the plan's privacy statement for the rounds run so far."""
         pl = self.plan
         assert pl is not None
-        g = pl.guarantee(rounds=self.round_index) if self.round_index else None
-        privacy = {"mechanism": pl.mechanism, "noise_multiplier": pl.noise_multiplier, "clip": pl.clip,
-                   "sampling_rate": pl.sampling_rate, "rounds": self.round_index, "adjacency": pl.adjacency,
-                   "accountant": pl.accountant_statement(), "epsilon": None if g is None else g.epsilon,
-                   "delta": None if g is None else g.delta, "public": pl.public_statement(), "trust_model": trust_model}
         return save_network_bundle(directory, self.net_spec, self.master, classes=classes, feature_names=feature_names,
-                                   privacy=privacy, job={"spec_digest": self.spec.digest()}, builder=self.builder,
+                                   privacy=pl.model_statement(self.round_index, trust_model),
+                                   job={"spec_digest": self.spec.digest()}, builder=self.builder,
                                    plugin_digest=self.spec.model.plugin_digest)
 
     @torch.no_grad()

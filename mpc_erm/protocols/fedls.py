@@ -42,8 +42,9 @@ from mpc_erm.privacy.events import Composition, GaussianRounds, compose
 from mpc_erm.smoothing import smooth_parameters
 
 from .aggregation import NoiseSpec
+from .common import federated_network
 
-__all__ = ["DpFedLs", "FedLsConfig", "federated_model", "federated_network", "owner_updates", "poisson_owners"]
+__all__ = ["DpFedLs", "FedLsConfig", "owner_updates", "poisson_owners"]
 
 
 @dataclass(frozen=True)
@@ -80,23 +81,6 @@ class FedLsConfig:
                               sampling_rate=self.sampling_rate, adjacency="add_remove", sampler_tv=0.0)
 
 
-def federated_network(spec: Any, features: int) -> NetworkSpec:
-    """The job's model as a :class:`~mpc_erm.models.NetworkSpec`, which every member builds bit
-    for bit from its seed: a built-in network, or ``softmax`` as the ``mlp`` with no hidden layer
-    (multinomial logistic regression with a bias per class, from ``model.init_seed``)."""
-    from .common import network_spec
-
-    m = spec.model
-    if m.is_network:
-        return network_spec(spec)
-    return NetworkSpec("mlp", (int(features),), int(m.n_classes), hidden=(), init_seed=int(m.init_seed))
-
-
-def federated_model(spec: Any, features: int) -> nn.Module:
-    """The job's initial model (:func:`federated_network`)."""
-    return build_network(federated_network(spec, features))
-
-
 def poisson_owners(owners: int, rate: float, generator: torch.Generator) -> list[int]:
     """This round's owners: each independently with probability ``rate``."""
     return torch.nonzero(torch.rand(owners, generator=generator) < rate).reshape(-1).tolist()
@@ -111,8 +95,8 @@ class DpFedLs:
     loss: Callable[[Tensor, Tensor], Tensor] = nn.functional.cross_entropy
     noise: NoiseSpec | None = None  # the engine's realisation of the plan's noise (default: the ideal one)
     device: torch.device | str = "cpu"  # where the local steps run (the public model stays on the CPU)
+    net_spec: NetworkSpec | None = None  # the architecture ``build`` makes, which save records (for_job sets it)
     model: nn.Module = field(init=False)
-    net_spec: NetworkSpec | None = field(init=False, default=None)  # set by for_job: what save records
 
     def __post_init__(self) -> None:
         self.model = self.build().to(self.device)
@@ -141,9 +125,7 @@ class DpFedLs:
                           local_batch=f.local_batch, local_lr=f.local_lr, local_lr_decay=f.local_lr_decay,
                           global_lr=tr.learning_rate, weight_decay=spec.model.lam, ls_sigma=plan.ls_sigma)
         net = federated_network(spec, features)
-        job = cls(cfg, lambda: build_network(net), noise=noise, device=device)
-        job.net_spec = net
-        return job
+        return cls(cfg, lambda: build_network(net), noise=noise, device=device, net_spec=net)
 
     def save(self, directory: Any, plan: Any, *, trust_model: str, job: dict[str, Any] | None = None) -> Any:
         """Write the public model as a bundle ``mpc_erm.load_model`` reads, with the plan's privacy
@@ -152,12 +134,8 @@ class DpFedLs:
 
         if self.net_spec is None:
             raise ValueError("save: only a job's model (DpFedLs.for_job) has an architecture to record")
-        g = plan.guarantee()
-        privacy = {"mechanism": plan.mechanism, "noise_multiplier": plan.noise_multiplier, "clip": plan.clip,
-                   "sampling_rate": plan.sampling_rate, "rounds": plan.rounds, "adjacency": plan.adjacency,
-                   "unit": plan.unit, "accountant": plan.accountant_statement(), "epsilon": g.epsilon,
-                   "delta": g.delta, "public": plan.public_statement(), "trust_model": trust_model}
-        return save_network_bundle(directory, self.net_spec, self.w, privacy=privacy, job=job)
+        return save_network_bundle(directory, self.net_spec, self.w, job=job,
+                                   privacy=plan.model_statement(plan.rounds, trust_model))
 
     def guarantee(self, delta: float, rounds: int | None = None) -> Composition:
         """(ε, δ) at client level after ``rounds`` (default: all T) rounds, RDP accountant."""

@@ -182,12 +182,9 @@ class JobSpec(_Strict):
         if m.is_network:
             if self.method != "gradient":
                 raise ValueError("method: networks are trained by gradient perturbation (DP-SGD); use 'gradient'")
-            if m.input_shape is None or m.n_classes is None:
-                raise ValueError("model.input_shape, model.n_classes: required for a network")
+            self._network_shape()
             if self.privacy.clip is None:
                 raise ValueError("privacy.clip: required for a network (its loss has no known Lipschitz constant)")
-            if m.name == "char_lstm" and m.vocab is None:
-                raise ValueError("model.vocab: required for char_lstm")
             if (m.name == "plugin") != (m.plugin is not None) or (m.plugin is None) != (m.plugin_digest is None):
                 raise ValueError("model.plugin, model.plugin_digest: both required for name = 'plugin' (the id each "
                                  "party maps to its installed entry point, and the sha256 of its source), and only "
@@ -204,16 +201,22 @@ class JobSpec(_Strict):
                                  "full-batch gradient descent")
         return self
 
+    def _network_shape(self) -> None:
+        """A network names what every member needs to build it the same."""
+        m = self.model
+        if m.input_shape is None or m.n_classes is None:
+            raise ValueError("model.input_shape, model.n_classes: required for a network")
+        if m.name == "char_lstm" and m.vocab is None:
+            raise ValueError("model.vocab: required for char_lstm")
+
     def _federated(self) -> JobSpec:
         m, tr, pv = self.model, self.training, self.privacy
         if self.method != "gradient":
             raise ValueError("method: a federated job sends noisy sums of updates each round; use 'gradient'")
         if m.name not in ("softmax", *NETWORK_MODELS) or m.name == "plugin":
             raise ValueError(f"model.name: a federated job trains 'softmax' or a built-in network, not {m.name!r}")
-        if m.is_network and (m.input_shape is None or m.n_classes is None):
-            raise ValueError("model.input_shape, model.n_classes: required for a network")
-        if m.name == "char_lstm" and m.vocab is None:
-            raise ValueError("model.vocab: required for char_lstm")
+        if m.is_network:
+            self._network_shape()
         if pv.clip is None:
             raise ValueError("privacy.clip: required for a federated job (𝓛, the radius every owner's update is "
                              "projected into)")

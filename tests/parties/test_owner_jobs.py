@@ -33,11 +33,11 @@ OWNERS = tuple(f"clinic-{i:02d}" for i in range(30))
 DROPS_AFTER = {7: 2}  # owner index → the rounds it takes part in before it goes away
 ROUNDS = 6
 
-JOB = """\
+JOB_TABLE = """\
 method = "gradient"
 
 [job]
-name = "thirty-clinics"
+name = "clinics"
 dataset = "{dataset}"
 parties = ["alice", "bob", "carol"]
 trust = "replicated"
@@ -45,7 +45,8 @@ features = {d}
 round_deadline_s = 3.0
 owners = [{owners}]
 test_no_noise = {no_noise}
-
+"""
+JOB = JOB_TABLE + """
 [model]
 name = "logistic"
 lam = 1e-3
@@ -303,19 +304,7 @@ def test_a_killed_compute_party_ends_the_job_and_every_owners_reservation_is_set
 
 FED_OWNERS = 20
 FED_ROUNDS = 4
-FED_JOB = """\
-method = "gradient"
-
-[job]
-name = "federated-clinics"
-dataset = "{dataset}"
-parties = ["alice", "bob", "carol"]
-trust = "replicated"
-features = {d}
-round_deadline_s = 3.0
-owners = [{owners}]
-test_no_noise = {no_noise}
-
+FED_JOB = JOB_TABLE + """
 [model]
 name = "softmax"
 n_classes = 2
