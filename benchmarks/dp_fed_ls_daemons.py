@@ -25,9 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import resource
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +37,7 @@ from benchmarks.aggregate import machine_info
 from benchmarks.deep_mnist import _mnist
 from benchmarks.dp_fed_ls_mnist import PAPER_POISSON
 from benchmarks.dp_fed_ls_mnist import run as simulate
+from benchmarks.owners_common import raise_open_files, run_job
 
 DEADLINE_S = 30.0  # a round waits this long for the owners (the first, 10×: for every owner to enrol)
 JOB = """\
@@ -97,90 +96,20 @@ def _owner_files(root: Path, owners: int, rows: int) -> list[Path]:
     return out
 
 
-def _owner_config(root: Path, ca: Any, name: str, data: Path, compute: dict[str, str], pki_dir: Path) -> Path:
-    from mpc_erm.mpc import pki
-
-    d = root / name
-    d.mkdir(parents=True)
-    pki.save_identity(pki.issue_identity(ca, name, "owner", valid_days=2), d)
-    (d / "owner.toml").write_text(f"""\
-state_dir = "state"
-max_epsilon_per_job = 10.0
-
-[identity]
-name = "{name}"
-cert = "{d / (name + '.crt')}"
-key = "{d / (name + '.key')}"
-ca = "{pki_dir / 'ca.crt'}"
-
-[compute]
-{chr(10).join(f'{p} = "{a}"' for p, a in compute.items())}
-
-[datasets.mnist-rows]
-format = "npz"
-path = "{data}"
-epsilon = 1000.0
-delta = 0.5
-adjacency = "add_remove"
-""")
-    return d / "owner.toml"
-
-
-def _run_owners(configs: list[Path], job_path: Path, job_id: str) -> dict[str, Any]:
-    from mpc_erm.jobs.jobfile import load_job_file
-    from parties.config import load_owner_config
-    from parties.owner import run_owner_job
-
-    job = load_job_file(job_path)
-    out: dict[str, Any] = {}
-
-    def one(path: Path) -> None:
-        cfg = load_owner_config(path)
-        try:
-            out[cfg.identity.name] = run_owner_job(cfg, job, job_id, wait_s=900)
-        except Exception as exc:
-            out[cfg.identity.name] = exc
-            print(f"{cfg.identity.name}: {exc!r}", flush=True)
-
-    threads = [threading.Thread(target=one, args=(p,), daemon=True) for p in configs]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(3600)
-    return out
-
-
 def daemons_run(cons: Any, configs: list[Path], root: Path, *, epsilon: float, sigma: float, seed: int, owners: int,
                 rate: float, rounds: int, Xte: torch.Tensor, yte: torch.Tensor) -> dict[str, Any]:
     import mpc_erm
-    from mpc_erm.jobs.status import TERMINAL
 
     delta = 1.0 / owners**1.1
     names = ", ".join(f'"owner-{o:04d}"' for o in range(owners))
     job_path = root / f"job-{epsilon:g}-{sigma:g}-{seed}.toml"
     job_path.write_text(JOB.format(owners=names, seed=seed, epsilon=epsilon, delta=delta, n=owners, rounds=rounds,
                                    rate=rate, sigma=sigma, deadline=DEADLINE_S))
-    tic = time.perf_counter()
-    with cons.client() as client:
-        job_id = client.submit(job_path)["job_id"]
-        box: dict[str, Any] = {}
-        th = threading.Thread(target=lambda: box.update(_run_owners(configs, job_path, job_id)), daemon=True)
-        th.start()
-        ends = {e["member"]: e["phase"] for e in client.watch(job_id) if e["phase"] in TERMINAL}
-        th.join(3600)
-        wall = time.perf_counter() - tic
-        print("owners:", {type(v).__name__ for v in box.values()}, [repr(v) for v in box.values()
-                                                                    if isinstance(v, Exception)][:2], flush=True)
-        if set(ends.values()) != {"succeeded"}:
-            errors = [v for v in box.values() if isinstance(v, Exception)][:3]
-            raise RuntimeError(f"the job ended {ends}; owners: {errors}")
-        out = root / job_id
-        client.result(job_id, out)
-    failed = {k: repr(v) for k, v in box.items() if isinstance(v, Exception)}
+    run = run_job(cons, configs, job_path, root)
+    out, box, wall, failed = run["dir"], run["owners"], run["wall_seconds"], run["owners_failed"]
     model = mpc_erm.load_model(out)
     acc = float((model.predict(Xte.numpy()) == yte.numpy()).mean())
-    metrics = json.loads((out / "metrics.json").read_text())
-    report = json.loads((out / "privacy_report.json").read_text())
+    metrics, report = run["metrics"], run["report"]
     joined = [s["rounds_joined"] for s in box.values() if isinstance(s, dict)]
     return {"test_accuracy": acc, "epsilon": report["epsilon"], "delta": report["delta"] + report["delta_sampler"],
             "noise_multiplier": report["plan"]["noise_multiplier"], "accountant": report["accountant"],
@@ -202,12 +131,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     from coordinator.consortium import LocalConsortium
-    from mpc_erm.mpc import pki
 
     torch.set_num_threads(1)
     logging.getLogger("absl").setLevel(logging.ERROR)
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # 3 TLS channels per owner, in one process
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    raise_open_files()
     Xte, yte = _mnist("t10k")
     Xte = Xte.reshape(len(Xte), -1)
     rows: list[dict[str, Any]] = []
@@ -218,9 +145,8 @@ def main(argv: list[str] | None = None) -> None:
         files = _owner_files(root / "data", a.owners, a.rows)
         with LocalConsortium(root / "cons", parties=3, dealer=False, max_epsilon_per_job=10.0,
                              peer_timeout_s=600.0) as cons:
-            ca = pki.load_ca(cons.pki_dir)
-            compute = {p: cons.members[p].address for p in ("alice", "bob", "carol")}
-            configs = [_owner_config(root / "owners", ca, f"owner-{o:04d}", files[o], compute, cons.pki_dir)
+            configs = [cons.add_owner(f"owner-{o:04d}", {"mnist-rows": {"format": "npz", "path": files[o],
+                                                                         "epsilon": 1000.0, "delta": 0.5}})
                        for o in range(a.owners)]
             for eps, sig in [(float(e), float(s)) for e in a.epsilons.split(",") for s in a.sigmas.split(",")]:
                 for seed in (int(s) for s in a.seeds.split(",")):

@@ -6,14 +6,16 @@ docs/architecture.md §2). No CrypTen and no daemon: ``mpc-erm owner join`` runs
 2. **Plan**: the job's privacy plan (:func:`mpc_erm.protocols.common.plan_job`, the one the
    compute parties make) and its reservation in this owner's own ledger: a budget that would be
    exceeded refuses the job before anything is sent.
-3. **Rows**: loaded and clipped exactly as a party daemon loads its own (``parties.worker``).
+3. **Rows**: loaded and clipped exactly as a party daemon loads its own (``parties.rows``).
 4. **Enrol** at every compute party's owner intake (its address from that party's daemon,
    ``GetEndpoint`` with ``service = "owners"``, over mutual TLS): the frame they state must carry
    this job's digest.
-5. **Rounds**: the gradient protocol's own loop (``GradientPerturbation.train``), whose aggregate
-   is :class:`~mpc_erm.mpc.owner_rounds.OwnerAggregator`: before each round the ledger marks it
-   revealed and the audit log charges the job once; the clipped gradient sum of this owner's rows,
-   weighted by the public 1/n̂, leaves only as additive shares; the released noisy sum comes back.
+5. **Rounds**: the protocol's own loop (``GradientPerturbation.train``, ``DpFedLs.train``, or
+   ``OutputPerturbation.release`` once, after the local solve), whose aggregate is
+   :class:`~mpc_erm.mpc.owner_rounds.OwnerAggregator`: before each round the ledger marks it
+   revealed and the audit log charges the job once; this owner's weighted contribution (clipped
+   gradient sum, update or local minimiser) leaves only as additive shares; the released noisy sum
+   comes back.
 6. **Results** in ``state_dir/jobs/<job_id>/``: the public model, the privacy report; the ledger
    commits the rounds revealed. A failure before the first round releases the reservation. A
    run that died (its run lock gone with its process) is settled the same way at the next
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import numpy as np
 
 from mpc_erm.jobs.jobfile import JobFile
 from mpc_erm.mpc import tls
@@ -166,7 +169,8 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
                            f"{jt.dataset!r} has {rows.d}")
     real = None if jt.test_no_noise else realise(plan, len(jt.parties))
     dev = device_for(view)  # type: ignore[arg-type]
-    side = (_FederatedSide if spec.federated is not None else _GradientSide)(
+    side = (_FederatedSide if spec.federated is not None else _OutputSide if spec.method == "output" else
+            _GradientSide)(
         spec, plan, rows, dev, None if real is None else real.spec, plan_weight=plan.weight(index, int(rows.n)))
     digest = job.spec_digest()
     budgets = {k: (d.epsilon, d.delta, d.adjacency) for k, d in cfg.datasets.items()}
@@ -195,8 +199,7 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
                     revealed = True
 
                 def after_round(t: int) -> None:
-                    audit.release(job_id, what=side.released, value=rounds.last, round=t,
-                                  rounds=spec.training.iterations)
+                    audit.release(job_id, what=side.released, value=rounds.last, round=t, rounds=side.rounds)
 
                 side.train(rounds, before_reveal, after_round)
             finally:
@@ -221,7 +224,7 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
                          notes=(f"rounds this owner missed (late for the deadline): {rounds.missed or 'none'}",
                                 *side.notes))
     summary = {"job_id": job_id, "owner": cfg.identity.name, "epsilon": report.epsilon, "delta": report.delta_total,
-               "rounds": spec.training.iterations, "missed_rounds": rounds.missed, **side.summary(),
+               "rounds": side.rounds, "missed_rounds": rounds.missed, **side.summary(),
                "settled_abandoned_jobs": settled}
     d = Path(cfg.state_dir) / "jobs" / job_id
     d.mkdir(parents=True, exist_ok=True)
@@ -237,6 +240,10 @@ class _GradientSide:
     released = "noisy sum of the data owners' clipped gradients"
     notes: tuple[str, ...] = ()
 
+    @property
+    def rounds(self) -> int:
+        return int(self.spec.training.iterations)
+
     def __init__(self, spec: Any, plan: Any, rows: Any, dev: Any, noise: Any, *, plan_weight: float) -> None:
         import torch
 
@@ -244,8 +251,8 @@ class _GradientSide:
 
         self.spec, self.dev = spec, dev
         self.proto = GradientPerturbation(spec, None, rows.d, plan=plan, noise=noise)
-        self.X = torch.as_tensor(rows.X, dtype=torch.float64, device=dev)
-        self.y = torch.as_tensor(rows.y, device=dev)
+        self.X = torch.as_tensor(np.array(rows.X), dtype=torch.float64, device=dev)
+        self.y = torch.as_tensor(np.array(rows.y), device=dev)
         self.w = torch.tensor([plan_weight], dtype=torch.float64)
 
     def train(self, rounds: Any, before_reveal: Any, after_round: Any) -> None:
@@ -270,12 +277,48 @@ class _GradientSide:
                             loss=self.spec.model.name)
 
 
+class _OutputSide:
+    """The thesis's output perturbation: this owner's certified local minimiser θ̂_j, weighted by
+    n_j/n̂ (its own count, applied here; n̂ public), released once with the in-MPC noise."""
+
+    released = "noisy weighted sum of the data owners' local minimisers"
+    notes: tuple[str, ...] = ()
+    rounds = 1
+
+    def __init__(self, spec: Any, plan: Any, rows: Any, dev: Any, noise: Any, *, plan_weight: float) -> None:
+        import torch
+
+        from mpc_erm.protocols import OutputPerturbation
+
+        self.spec = spec
+        self.proto = OutputPerturbation(spec, None, rows.d, plan=plan, noise=noise)
+        self.w = torch.tensor([plan_weight], dtype=torch.float64)
+        # solved before this owner reserves or enrols: the compute parties' one round does not wait on it
+        self.local = self.proto.local_model(torch.as_tensor(np.array(rows.X), dtype=torch.float64, device=dev),
+                                            torch.as_tensor(np.array(rows.y), device=dev)).to("cpu", torch.float64)
+
+    def train(self, rounds: Any, before_reveal: Any, after_round: Any) -> None:
+        before_reveal(1)
+        self.theta = self.proto.release(rounds, self.local.reshape(1, -1), self.w)
+        after_round(1)
+
+    def parameters(self) -> dict[str, Any]:
+        return {"protocol": "output_perturbation", "loss": self.spec.model.name, "lam": self.spec.model.lam,
+                "solver_tol": self.spec.training.solver_tol}
+
+    def summary(self) -> dict[str, Any]:
+        return {}
+
+    write_model = _GradientSide.write_model
+
+
 class _FederatedSide:
     """DP-Fed-LS: each round this owner joins with probability τ by its own private coin; joined,
     it sends its update from E local epochs (projected into the 𝓛-ball), else a zero update —
     shares either way, so the compute parties cannot tell which (docs/architecture.md §2)."""
 
     released = "noisy mean of the data owners' updates"
+    rounds = _GradientSide.rounds
 
     def __init__(self, spec: Any, plan: Any, rows: Any, dev: Any, noise: Any, *, plan_weight: float) -> None:
         import os

@@ -486,8 +486,9 @@ FIRST_ROUND_FACTOR = 10.0
 
 
 def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: Any, real: Any) -> _Outcome:
-    """A compute party's job with data owners (docs/architecture.md §2): the gradient protocol's
-    own round loop, whose aggregate is this party's owner intake — the agreed owners' shares summed,
+    """A compute party's job with data owners (docs/architecture.md §2): the protocol's own round
+    loop (gradient, DP-Fed-LS, or output perturbation's one release), whose aggregate is this
+    party's owner intake — the agreed owners' shares summed,
     the in-MPC noise added, the sum revealed and published to the owners. No rows here, so no
     ledger spend: each owner charges its own ledger for its data."""
     import torch
@@ -496,18 +497,21 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
     from mpc_erm.mpc.owner_intake import OwnerIntake, RoundFrame
     from mpc_erm.mpc.owner_rounds import IntakeAggregator
     from mpc_erm.mpc.owner_shares import owner_margin_bits
-    from mpc_erm.protocols import GradientPerturbation
+    from mpc_erm.protocols import GradientPerturbation, OutputPerturbation
     from mpc_erm.protocols.fedls import DpFedLs
 
     spec, jt = ctx.job.spec, ctx.job.job
     tr = spec.training
     noise = None if real is None else real.spec
-    fed = spec.federated is not None
-    proto: Any = (DpFedLs.for_job(spec, plan, int(jt.features or 0), noise=noise) if fed else
-                  GradientPerturbation(spec, None, int(jt.features or 0), plan=plan, noise=noise))
+    fed, output = spec.federated is not None, spec.method == "output"
+    d = int(jt.features or 0)
+    proto: Any = (DpFedLs.for_job(spec, plan, d, noise=noise) if fed else
+                  OutputPerturbation(spec, None, d, plan=plan, noise=noise) if output else
+                  GradientPerturbation(spec, None, d, plan=plan, noise=noise))
+    releases = 1 if output else int(tr.iterations)
     grid = PRECISION_BITS if real is None else int(src.precision_bits(real.spec, proto.p))
     if real is not None:
-        src.prepare(real.spec, proto.p, tr.iterations)
+        src.prepare(real.spec, proto.p, releases)
     frame = RoundFrame(ctx.job_id, jt.owners, len(jt.parties), comm.get_rank(), grid,
                        owner_margin_bits(len(jt.owners)), proto.p, ctx.job.spec_digest())
     listen_host, adv_host = _hosts(ctx)
@@ -526,13 +530,18 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
         def after_round(t: int, *_: Any) -> None:
             # no audit record here: this party's audit log pairs every release with a charge on its
             # own data (parties.ledger_check); the owners charge and log the releases of their data
-            if t % PROGRESS_EVERY == 0 or t == tr.iterations:
+            if t % PROGRESS_EVERY == 0 or t == releases:
                 eps_t = plan.guarantee(rounds=t).epsilon
                 curve.append({"round": t, "epsilon_spent": eps_t, "owners": rounds.counted[-1], "own": {}})
-                ctx.emit({"phase": "training", "round": t, "rounds": tr.iterations, "epsilon_spent": eps_t,
+                ctx.emit({"phase": "training", "round": t, "rounds": releases, "epsilon_spent": eps_t,
                           "owners": rounds.counted[-1]})
 
-        if fed:  # no owner here: every round hands in no row; the owners sample themselves
+        if output:  # one release: the owners' weighted local minimisers, summed, plus the noise
+            _check_cancel(ctx)
+            theta = proto.release(rounds, torch.zeros(0, proto.p, dtype=torch.float64),
+                                  torch.zeros(0, dtype=torch.float64))
+            after_round(1)
+        elif fed:  # no owner here: every round hands in no row; the owners sample themselves
             theta = proto.train(rounds, lambda _t, _o: None, lambda _t: [], after_round=after_round,
                                 before_reveal=lambda _t: _check_cancel(ctx))
         else:
@@ -554,6 +563,12 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
                                                          f"parties {', '.join(jt.parties)}",
                                                          job={"job_id": ctx.job_id,
                                                               "spec_digest": ctx.job.spec_digest()}))
+    if output:
+        note = (f"output perturbation with {len(jt.owners)} data owners: each owner solves its λ = {spec.model.lam:g} "
+                f"regularised ERM locally (certified), weights its minimiser by n_j/n̂ with its own count and the "
+                f"public n̂ = {plan.public_n}, and sends additive shares of it to the {len(jt.parties)} compute "
+                f"parties, which add the noise once; {plan.mechanism}, accountant {plan.accountant!r}")
+        return _Outcome(curve, note, theta=theta.cpu(), extra={"owners_per_round": rounds.counted})
     note = (f"gradient perturbation with {len(jt.owners)} data owners: T = {tr.iterations} full-batch rounds, clip "
             f"C = {proto.clip:g}; each owner sends additive shares of its clipped gradient sum to the "
             f"{len(jt.parties)} compute parties; accountant {plan.accountant!r}")

@@ -291,15 +291,14 @@ class JobFile(BaseModel):
 
 
 def _owner_job_problems(spec: JobSpec, owners: int) -> list[str]:
-    """What a job with data owners supports today: the thesis's full-batch gradient rounds on a
-    linear model, or DP-Fed-LS (``[federated]``: local epochs at each owner, the owner the unit of
-    privacy); owners added or removed (the normaliser n̂ is public; an owner's row count and
-    whether it dropped out of a round then move no public weight)."""
+    """What a job with data owners supports: the thesis's full-batch gradient rounds or its output
+    perturbation (one release of the owners' local minimisers, weighted n_j/n̂) on a linear model,
+    or DP-Fed-LS (``[federated]``: local epochs at each owner, the owner the unit of privacy);
+    owners added or removed (the normaliser n̂ is public; an owner's row count and whether it
+    dropped out of a round then move no public weight)."""
     problems = []
-    if spec.method != "gradient":
-        problems.append("method: a job with owners runs gradient rounds (output perturbation with owners: not yet)")
     if spec.model.is_network and spec.federated is None:
-        problems.append(f"model.name: full-batch gradient rounds with owners train a linear model, not "
+        problems.append(f"model.name: {spec.method} rounds with owners train a linear model, not "
                         f"{spec.model.name!r}; a network trains in a federated job ([federated])")
     if spec.privacy.adjacency != "add_remove":
         problems.append('privacy.adjacency: a job with owners needs "add_remove" with a public_n (owners may drop '

@@ -329,6 +329,9 @@ class PrivacyPlan:
                         f"{self.sampling_rate:.6g}, chosen by its own party, and no party's record or batch count "
                         f"leaves it; each round's sum is divided by the public expected batch q·n̂ with "
                         f"n̂ = {self.public_n} (privacy.public_n)")
+            if self.method == "output":
+                return (f"add/remove adjacency: no party's record count leaves it; each party weights its local model "
+                        f"by its own count over the public normaliser n̂ = {self.public_n} (privacy.public_n)")
             return (f"add/remove adjacency: no party's record count leaves it; aggregates are divided by the public "
                     f"normaliser n̂ = {self.public_n} (privacy.public_n)")
         counts = self.sizes.counts if self.sizes is not None else None

@@ -287,7 +287,8 @@ def test_a_job_with_owners_loads_keeps_the_old_digests_and_refuses_what_it_canno
     assert "owners" not in plain.canonical_json() and "owners" not in plain.to_toml()  # digests as before
     text = (EXAMPLES / "gradient-owners.toml").read_text()
     bad = {
-        'method = "gradient"': ('method = "output"', "method: a job with owners runs gradient rounds"),
+        'name = "logistic"': ('name = "mlp"\nhidden = [8]\ninput_shape = [30]\nn_classes = 2',
+                              "model.name: gradient rounds with owners train a linear model"),
         'adjacency = "add_remove"': ('adjacency = "replace"',
                                      'privacy.adjacency: a job with owners needs "add_remove"'),
         "features = 30 ": ("", "features: required with owners"),
@@ -303,6 +304,16 @@ def test_a_job_with_owners_loads_keeps_the_old_digests_and_refuses_what_it_canno
     with pytest.raises(JobFileError, match="features: only with owners"):
         parse_job_file((EXAMPLES / "gradient-adult.toml").read_text().replace('device = "auto"',
                                                                                'device = "auto"\nfeatures = 3'))
+
+
+def test_an_output_job_with_owners_loads_and_keeps_its_digest_on_a_round_trip() -> None:
+    job = load_job_file(EXAMPLES / "output-owners.toml", known_parties={"alice", "bob", "carol"})
+    assert job.spec.method == "output" and len(job.job.owners) == 6 and job.spec.privacy.public_n == 500
+    again = parse_job_file(job.to_toml())
+    assert again == job and again.spec_digest() == job.spec_digest()
+    with pytest.raises(JobFileError, match='privacy.adjacency: a job with owners needs "add_remove"'):
+        parse_job_file(job.to_toml().replace('adjacency = "add_remove"', 'adjacency = "replace"')
+                       .replace("public_n = 500", ""))
 
 
 def test_a_federated_job_needs_owners_and_keeps_other_digests() -> None:

@@ -63,36 +63,12 @@ learning_rate = 1.0
 """
 
 
-def _owner_config(root: Path, ca: Any, name: str, i: int, cons: LocalConsortium, budget: float) -> Path:
-    d = root / name
-    d.mkdir(parents=True)
-    pki.save_identity(pki.issue_identity(ca, name, "owner", valid_days=2), d)
-    compute = "\n".join(f'{p} = "{cons.members[p].address}"' for p in ("alice", "bob", "carol"))
-    (d / "owner.toml").write_text(f"""\
-state_dir = "state"
-max_epsilon_per_job = 2.0
-allow_test_only = true
-
-[identity]
-name = "{name}"
-cert = "{d / (name + '.crt')}"
-key = "{d / (name + '.key')}"
-ca = "{cons.pki_dir / 'ca.crt'}"
-
-[compute]
-{compute}
-
-""" + "".join(f"""
-[datasets.{ds}]
-format = "builtin"
-name = "breast_cancer"
-part = {i}
-of = {len(OWNERS)}
-epsilon = {budget}
-delta = 1e-4
-adjacency = "add_remove"
-""" for ds in ("clinics", "clinics-exact")))
-    return d / "owner.toml"
+def _owner_config(root: Path, name: str, i: int, cons: LocalConsortium, budget: float) -> Path:
+    """Owner ``i``'s config: shard i of 30 of breast_cancer under two data set ids."""
+    shard = {"format": "builtin", "name": "breast_cancer", "part": i, "of": len(OWNERS), "epsilon": budget,
+             "delta": 1e-4}
+    return cons.add_owner(name, {"clinics": shard, "clinics-exact": shard}, max_epsilon_per_job=2.0,
+                          allow_test_only=True, root=root)
 
 
 def _drop_out(i: int, t: int) -> None:
@@ -177,8 +153,7 @@ def test_thirty_owners_train_through_three_compute_daemons(tmp_path: Path) -> No
     names = ", ".join(f'"{o}"' for o in OWNERS)
     with LocalConsortium(tmp_path / "cons", parties=3, dealer=False, allow_test_only=True,
                          max_epsilon_per_job=2.0) as cons:
-        ca = pki.load_ca(cons.pki_dir)
-        configs = [_owner_config(tmp_path / "owners", ca, o, i, cons, budget=2.5) for i, o in enumerate(OWNERS)]
+        configs = [_owner_config(tmp_path / "owners", o, i, cons, budget=2.5) for i, o in enumerate(OWNERS)]
         exact = tmp_path / "exact.toml"
         exact.write_text(JOB.format(dataset="clinics-exact", d=d, owners=names, no_noise="true", eps=1.0, n=400,
                                     rounds=ROUNDS))
@@ -241,7 +216,7 @@ def test_thirty_owners_train_through_three_compute_daemons(tmp_path: Path) -> No
             run_owner_job(load_owner_config(configs[0]), load_job_file(noisy), "a" * 32, wait_s=5)
 
         # an owner the job does not list: the compute party's daemon answers as for an unknown job
-        stranger = pki.issue_identity(ca, "stranger", "owner", valid_days=1)
+        stranger = pki.issue_identity(pki.load_ca(cons.pki_dir), "stranger", "owner", valid_days=1)
         from mpc_erm.mpc import tls
         from mpc_erm.mpc._proto import party_pb2 as pb
         from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
@@ -268,8 +243,7 @@ def test_a_killed_compute_party_ends_the_job_and_every_owners_reservation_is_set
     few = OWNERS[:6]
     with LocalConsortium(tmp_path / "cons", parties=3, dealer=False, max_epsilon_per_job=2.0,
                          peer_timeout_s=10.0) as cons:
-        ca = pki.load_ca(cons.pki_dir)
-        configs = [_owner_config(tmp_path / "owners", ca, o, i, cons, budget=5.0) for i, o in enumerate(few)]
+        configs = [_owner_config(tmp_path / "owners", o, i, cons, budget=5.0) for i, o in enumerate(few)]
         job_path = tmp_path / "job.toml"
         job_path.write_text(JOB.format(dataset="clinics", d=d, owners=", ".join(f'"{o}"' for o in few),
                                        no_noise="false", eps=1.0, n=400, rounds=40))
@@ -378,8 +352,7 @@ def test_dp_fed_ls_through_three_compute_daemons_hides_which_owners_joined(tmp_p
     names = ", ".join(f'"{o}"' for o in owners)
     with LocalConsortium(tmp_path / "cons", parties=3, dealer=False, allow_test_only=True,
                          max_epsilon_per_job=2.0) as cons:
-        ca = pki.load_ca(cons.pki_dir)
-        configs = [_owner_config(tmp_path / "owners", ca, o, i, cons, budget=5.0) for i, o in enumerate(owners)]
+        configs = [_owner_config(tmp_path / "owners", o, i, cons, budget=5.0) for i, o in enumerate(owners)]
 
         def run(job_path: Path) -> tuple[str, dict, dict]:
             with cons.client() as client:
@@ -434,3 +407,140 @@ def test_dp_fed_ls_through_three_compute_daemons_hides_which_owners_joined(tmp_p
         finally:
             led.close()
         assert mpc_erm.load_model(tmp_path / job_id2).meta["privacy"]["unit"] == "owner"
+
+
+OUT_OWNERS = 12  # the last one holds a single row
+OUT_JOB = JOB_TABLE.replace('method = "gradient"', 'method = "output"') + """
+[model]
+name = "logistic"
+lam = 1e-2
+
+[privacy]
+epsilon = {eps}
+delta = 1e-5
+mechanism = "gaussian"
+adjacency = "add_remove"
+public_n = {n}
+"""
+
+
+def _output_owners(root: Path, cons: LocalConsortium) -> tuple[list[Path], int]:
+    """OUT_OWNERS owners of breast_cancer rows as .npz files under the data set ids "full" (also
+    as "gone" and "noisy") and "minus": the same rows except that owner 0 lacks its last row. The
+    last owner holds one row."""
+    from mpc_erm.data import Dataset, load_dataset
+    from mpc_erm.data.loaders import save_numpy
+
+    ds = load_dataset("breast_cancer")[0]
+    cuts = np.linspace(0, ds.n - 1, OUT_OWNERS).astype(int).tolist() + [ds.n]
+    configs = []
+    for i in range(OUT_OWNERS):
+        idx = np.arange(cuts[i], cuts[i + 1])
+        files = {}
+        for which, rows in (("full", idx), ("minus", idx[:-1] if i == 0 else idx)):
+            p = save_numpy(Dataset(ds.X[rows], ds.y[rows], ds.task, f"o{i}"), root / f"o{i}-{which}.npz")
+            files[which] = {"format": "npz", "path": p, "epsilon": 5.0, "delta": 1e-4}
+        # a zero-noise job spends a data set's whole budget (ε = ∞): each run its own id
+        files |= {"gone": files["full"], "noisy": files["full"]}
+        configs.append(cons.add_owner(f"clinic-{i:02d}", files, max_epsilon_per_job=2.0, allow_test_only=True,
+                                      root=root / "owners"))
+    assert cuts[-1] - cuts[-2] == 1
+    return configs, ds.n
+
+
+def _output_replay(job_path: Path, configs: list[Path]) -> torch.Tensor:
+    """Σ_j round((n_j/n̂)·θ̂_j · 2^g)/2^g: each owner's certified local minimiser, weighted and
+    rounded onto the grid as its shares encode it."""
+    from mpc_erm.mpc.aggregator import PRECISION_BITS
+    from mpc_erm.protocols import OutputPerturbation
+    from mpc_erm.protocols.common import plan_job, public_sizes
+    from parties.config import load_owner_config
+    from parties.owner import _OwnerView
+    from parties.rows import load_rows
+
+    job = load_job_file(job_path)
+    plan = plan_job(job.spec, sampler="mpc", test_no_noise=True, sizes=public_sizes(job.spec, None),
+                    n_features=job.job.features)
+    proto = OutputPerturbation(job.spec, None, int(job.job.features or 0), plan=plan)
+    total = torch.zeros(proto.p, dtype=torch.float64)
+    for p in configs:
+        cfg = load_owner_config(p)
+        ds = load_rows(_OwnerView(cfg, job, cfg.identity.load("owner"), "x")).train  # type: ignore[arg-type]
+        theta = proto.local_model(torch.as_tensor(ds.X, dtype=torch.float64), torch.as_tensor(ds.y))
+        total += torch.round(plan.weight(0, ds.n) * theta * 2**PRECISION_BITS)
+    return total / 2**PRECISION_BITS
+
+
+@pytest.mark.timeout(900)
+def test_output_perturbation_with_owners_moves_no_more_than_its_stated_sensitivity(tmp_path: Path) -> None:
+    """The thesis's MPC Out P with 12 data owners through three compute daemons (one release):
+
+    - zero noise: the released model is the owners' weighted local minimisers summed on the grid
+      (a plaintext replay), and every owner holds it;
+    - add/remove, measured on what is released: the zero-noise model moves by no more than the
+      report's Δ₂ when one record is removed — a row from an owner with many (data set "minus"),
+      or the one-row owner gone (it never joins; the compute parties leave it out);
+    - in-MPC Gaussian noise: each owner's report is recomputed alone (``verify_report``), its
+      ledger charged one release; the compute parties charge nothing."""
+    from safetensors.torch import load_file
+
+    from mpc_erm.privacy.report import PrivacyReport
+    from mpc_erm.privacy.verify import verify_report
+    from parties.ledger import Ledger
+
+    with LocalConsortium(tmp_path / "cons", parties=3, dealer=False, allow_test_only=True,
+                         max_epsilon_per_job=2.0) as cons:
+        configs, n = _output_owners(tmp_path, cons)
+        names = ", ".join(f'"clinic-{i:02d}"' for i in range(OUT_OWNERS))
+
+        def run(name: str, dataset: str, no_noise: bool, joining: list[Path]) -> tuple[str, torch.Tensor, dict]:
+            job_path = tmp_path / f"{name}.toml"
+            job_path.write_text(OUT_JOB.format(dataset=dataset, d=30, owners=names, eps=1.0, n=n,
+                                               no_noise="true" if no_noise else "false").replace(
+                                                   "round_deadline_s = 3.0", "round_deadline_s = 1.0"))
+            with cons.client() as client:
+                job_id = client.submit(job_path)["job_id"]
+                box: dict[str, Any] = {}
+                th = threading.Thread(target=lambda: box.update(_run_owners(joining, job_path, job_id,
+                                                                            on_round=lambda i, t: None)))
+                th.start()
+                ends = {e["member"]: e for e in client.watch(job_id) if e["phase"] in TERMINAL or e["phase"] == "error"}
+                th.join(600)
+                client.result(job_id, tmp_path / job_id)
+            assert {m: e["phase"] for m, e in ends.items()} == dict.fromkeys(("alice", "bob", "carol"), "succeeded")
+            assert all(isinstance(s, dict) and s["missed_rounds"] == [] for s in box.values()), box
+            metrics = json.loads((tmp_path / job_id / "metrics.json").read_text())
+            assert metrics["owners_per_round"] == [len(joining)]
+            return job_id, load_file(str(tmp_path / job_id / "model.safetensors"))["theta"], box
+
+        job_id, full, _ = run("full", "full", True, configs)
+        replay = _output_replay(tmp_path / "full.toml", configs)
+        assert torch.allclose(full, replay, atol=1e-9, rtol=0), float((full - replay).abs().max())
+        mine = load_file(str(tmp_path / "owners" / "clinic-03" / "state" / "jobs" / job_id / "model.safetensors"))
+        assert torch.equal(mine["theta"], full)
+        delta2 = json.loads((tmp_path / job_id / "privacy_report.json").read_text())["plan"]["sensitivity_l2"]
+        _, minus_row, _ = run("minus", "minus", True, configs)
+        _, minus_owner, _ = run("gone", "gone", True, configs[:-1])
+        for neighbour in (minus_row, minus_owner):
+            moved = float((full - neighbour).norm())
+            assert 0 < moved <= delta2, (moved, delta2)
+
+        job_id, noisy, summaries = run("noisy", "noisy", False, configs)
+        assert float((noisy - full).norm()) > 0
+        for i in (0, OUT_OWNERS - 1):
+            state = tmp_path / "owners" / f"clinic-{i:02d}" / "state"
+            report = json.loads((state / "jobs" / job_id / "privacy_report.json").read_text())
+            assert verify_report(PrivacyReport.from_json(json.dumps(report))).ok, report
+            assert report["mechanism"] == "gaussian" and 0 < report["epsilon"] <= 1.0
+            led = Ledger.in_state_dir(state)
+            try:
+                r = led.get(job_id)
+                assert r is not None and r.state == "committed" and r.revealed_rounds == 1, r
+            finally:
+                led.close()
+        for p in ("alice", "bob", "carol"):
+            led = Ledger.in_state_dir(cons.root / p / "state")
+            try:
+                assert led.get(job_id) is None
+            finally:
+                led.close()
