@@ -188,7 +188,8 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
             client = OwnerClient(identity, job_id, index, intake_addresses(identity, cfg, job, job_id, wait_s))
             try:
                 client.enroll(spec_digest=digest)
-                rounds = OwnerAggregator(client, round_wait_s=wait_s, on_round=on_round)
+                rounds = OwnerAggregator(client, round_wait_s=wait_s, on_round=on_round,
+                                         send_after_s=spec.federated.send_after_s if spec.federated else None)
 
                 def before_reveal(t: int) -> None:
                     nonlocal revealed
@@ -224,7 +225,7 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
                          notes=(f"rounds this owner missed (late for the deadline): {rounds.missed or 'none'}",
                                 *side.notes))
     summary = {"job_id": job_id, "owner": cfg.identity.name, "epsilon": report.epsilon, "delta": report.delta_total,
-               "rounds": side.rounds, "missed_rounds": rounds.missed, **side.summary(),
+               "rounds": side.rounds, "missed_rounds": rounds.missed, **side.summary(rounds),
                "settled_abandoned_jobs": settled}
     d = Path(cfg.state_dir) / "jobs" / job_id
     d.mkdir(parents=True, exist_ok=True)
@@ -267,7 +268,7 @@ class _GradientSide:
     def parameters(self) -> dict[str, Any]:
         return {"protocol": "gradient_perturbation", "loss": self.spec.model.name}
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, _rounds: Any) -> dict[str, Any]:
         return {}
 
     def write_model(self, d: Path, plan: Any, trust: str, job: dict[str, Any]) -> None:
@@ -306,7 +307,7 @@ class _OutputSide:
         return {"protocol": "output_perturbation", "loss": self.spec.model.name, "lam": self.spec.model.lam,
                 "solver_tol": self.spec.training.solver_tol}
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, _rounds: Any) -> dict[str, Any]:
         return {}
 
     write_model = _GradientSide.write_model
@@ -325,7 +326,7 @@ class _FederatedSide:
 
         import torch
 
-        from mpc_erm.protocols.fedls import DpFedLs
+        from mpc_erm.protocols.fedls import DpFedLs, timing_statement
 
         from .rows import network_rows
 
@@ -335,8 +336,7 @@ class _FederatedSide:
         # private: whether this owner joins a round and its batches are nobody else's to know or replay
         self.coin = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))
         self.joined: list[int] = []
-        self.notes = ("the timing of an owner's shares can tell a compute party that it ran local steps this round "
-                      "(its shares arrive later than a zero update's); the owner's sampling is otherwise hidden",)
+        self.notes = (timing_statement(spec.federated.send_after_s),)
 
     def train(self, rounds: Any, before_reveal: Any, after_round: Any) -> None:
         import torch
@@ -360,8 +360,10 @@ class _FederatedSide:
                 "ls_sigma": self.spec.training.ls_sigma,
                 "smoothing": "post-processing of the revealed noisy mean, per parameter tensor (no privacy cost)"}
 
-    def summary(self) -> dict[str, Any]:
-        return {"rounds_joined": len(self.joined)}  # this owner's own file: the sample never leaves it
+    def summary(self, rounds: Any) -> dict[str, Any]:
+        # this owner's own file: the sample (and the rounds whose local epochs overran the fixed send
+        # time, which the compute parties could then tell apart) never leaves it
+        return {"rounds_joined": len(self.joined), "rounds_sent_late": [t + 1 for t in rounds.overran]}
 
     def write_model(self, d: Path, plan: Any, trust: str, job: dict[str, Any]) -> None:
         self.fed.save(d, plan, trust_model=trust, job=job)

@@ -498,7 +498,7 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
     from mpc_erm.mpc.owner_rounds import IntakeAggregator
     from mpc_erm.mpc.owner_shares import owner_margin_bits
     from mpc_erm.protocols import GradientPerturbation, OutputPerturbation
-    from mpc_erm.protocols.fedls import DpFedLs
+    from mpc_erm.protocols.fedls import DpFedLs, timing_statement
 
     spec, jt = ctx.job.spec, ctx.job.job
     tr = spec.training
@@ -557,7 +557,8 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
                 f"each owner joins w.p. τ = {tr.sampling_rate:g} by its own coin and runs E = {f.local_epochs} local "
                 f"epochs (b = {f.local_batch}, η_l = {f.local_lr:g}·{f.local_lr_decay:g}^t), its update projected "
                 f"into the 𝓛 = {plan.clip:g} ball; each owner sends additive shares of its update (zero when not "
-                f"sampled) to the {len(jt.parties)} compute parties; accountant {plan.accountant!r}")
+                f"sampled) to the {len(jt.parties)} compute parties; accountant {plan.accountant!r}; "
+                + timing_statement(f.send_after_s))
         return _Outcome(curve, note, theta=theta.cpu(), extra={"owners_per_round": rounds.counted},
                         write_model=lambda d: proto.save(d, plan, trust_model=f"{jt.trust} among the compute "
                                                          f"parties {', '.join(jt.parties)}",

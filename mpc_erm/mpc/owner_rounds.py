@@ -69,19 +69,32 @@ class OwnerAggregator:
     trust_model = "data owner of a job run by compute parties"
 
     def __init__(self, client: OwnerClient, *, round_wait_s: float, on_round: Callable[[int, bool, int], None]
-                 | None = None) -> None:
+                 | None = None, send_after_s: float | None = None) -> None:
         """``round_wait_s``: how long to wait for a round to open and for its release;
-        ``on_round(t, counted_me, owners_counted)`` after each release."""
+        ``on_round(t, counted_me, owners_counted)`` after each release; ``send_after_s``: send
+        each round's shares this long after the previous release was read (the first round: after
+        this object was made), whatever the owner computed meanwhile — a fixed send time, so the
+        arrival of the shares says nothing of the work behind them."""
         self.client, self.round_wait_s, self.on_round = client, round_wait_s, on_round
+        self.send_after_s = send_after_s
         self.t = 0
         self.missed: list[int] = []
+        self.overran: list[int] = []  # rounds whose work took longer than send_after_s (sent late)
         self.last: torch.Tensor | None = None  # the latest release
+        self._mark = time.monotonic()
 
     def aggregate(self, contributions: torch.Tensor, weights: torch.Tensor, noise: NoiseSpec) -> torch.Tensor:
         v = (weights.to(torch.float64).reshape(-1, 1) * contributions.to(torch.float64)).sum(0)
         t, self.t = self.t, self.t + 1
+        if self.send_after_s is not None:
+            wait = self._mark + self.send_after_s - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            else:
+                self.overran.append(t)
         sent = self._send(t, v)
         state, counted = self.client.released(t, wait_s=self.round_wait_s)
+        self._mark = time.monotonic()
         if not sent:
             self.missed.append(t)
         self.last = state

@@ -44,7 +44,7 @@ from mpc_erm.smoothing import smooth_parameters
 from .aggregation import NoiseSpec
 from .common import federated_network
 
-__all__ = ["DpFedLs", "FedLsConfig", "owner_updates", "poisson_owners"]
+__all__ = ["DpFedLs", "FedLsConfig", "owner_updates", "poisson_owners", "timing_statement"]
 
 
 @dataclass(frozen=True)
@@ -223,3 +223,15 @@ def owner_updates(job: DpFedLs, data: Sequence[tuple[Tensor, Tensor]],
         return torch.stack([job.local_update(*data[o], t, generators[o]) for o in owners])
 
     return run
+
+
+def timing_statement(send_after_s: float | None) -> str:
+    """What the arrival time of an owner's shares tells the compute parties in a federated job
+    (``federated.send_after_s``): every report of such a job states it."""
+    if send_after_s is None:
+        return ("the timing of an owner's shares can tell a compute party that it ran local epochs this round (its "
+                "shares arrive later than a zero update's; set federated.send_after_s to close this); the owner's "
+                "sampling is otherwise hidden")
+    return (f"every owner sends each round's shares {send_after_s:g} s after it read the previous release, sampled or "
+            "not, so their arrival does not tell the compute parties who ran local epochs, except in a round whose "
+            "local epochs took longer (the owner's own summary lists those: rounds_sent_late)")

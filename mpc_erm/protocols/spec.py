@@ -149,6 +149,9 @@ class FederatedSpec(_Strict):
     local_lr_decay: float = Field(0.99, gt=0.0, le=1.0, description="γ: η_l·γ^t in round t")
     sampling: Literal["poisson"] = Field("poisson", description="poisson: each owner joins a round w.p. τ by its "
                                                                 "own private coin")
+    send_after_s: float | None = Field(None, gt=0.0, le=3600.0, description=(
+        "each owner sends a round's shares this long after it read the previous release (or enrolled), sampled "
+        "or not, so that their arrival does not tell the compute parties who ran local epochs; None: when ready"))
 
 
 # the training fields a federated job sets for itself (the rest of NETWORK_TRAINING_FIELDS stays default)
@@ -238,6 +241,8 @@ class JobSpec(_Strict):
         d = self.model_dump(mode="json")
         if self.federated is None:
             d.pop("federated")
+        elif self.federated.send_after_s is None:
+            d["federated"].pop("send_after_s")  # federated jobs from before the field keep their digests
         return d
 
     def canonical_json(self) -> str:

@@ -321,6 +321,10 @@ def test_a_federated_job_needs_owners_and_keeps_other_digests() -> None:
     f = job.spec.federated
     assert f is not None and (f.local_epochs, f.local_batch, f.local_lr, f.local_lr_decay) == (5, 10, 0.1, 0.99)
     assert parse_job_file(job.to_toml()) == job  # round trip: [federated], sampling_rate, a linear model
+    assert f.send_after_s == 20.0
+    when_ready = parse_job_file(job.to_toml().replace("send_after_s = 20.0\n", ""))
+    assert when_ready.spec.federated.send_after_s is None and "send_after_s" not in when_ready.canonical_json()
+    assert when_ready.spec_digest() != job.spec_digest()  # the send time is part of what every member agrees on
     plain = load_job_file(EXAMPLES / "gradient-owners.toml")
     assert "federated" not in plain.canonical_json() and "federated" not in plain.spec.canonical_json()
     text = (EXAMPLES / "federated-owners.toml").read_text()
@@ -329,6 +333,7 @@ def test_a_federated_job_needs_owners_and_keeps_other_digests() -> None:
         "clip = 0.4 ": ("", "privacy.clip: required for a federated job"),
         'name = "softmax"': ('name = "logistic"', "model.name: a federated job trains 'softmax' or a built-in"),
         "local_epochs = 5 ": ("local_epochs = 0 ", "federated.local_epochs: must be >= 1"),
+        "send_after_s = 20.0": ("send_after_s = 0", "federated.send_after_s: must be > 0"),
         "[federated]": ("[training.x]", "training.x: unknown key"),
     }
     for old, (new, why) in bad.items():

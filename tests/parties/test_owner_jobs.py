@@ -305,6 +305,9 @@ local_lr_decay = 0.9
 """
 
 
+SEND_AFTER_S = 1.5  # the noisy federated job's fixed send time
+
+
 def _fed_replay(job_path: Path, configs: list[Path]) -> torch.Tensor:
     """DP-Fed-LS's rounds in plaintext with every owner joining (τ = 1): each owner's update from
     the same public model, weighted 1/(τN) and rounded onto the grid as its shares encode it."""
@@ -383,10 +386,16 @@ def test_dp_fed_ls_through_three_compute_daemons_hides_which_owners_joined(tmp_p
 
         noisy = tmp_path / "fed-noisy.toml"
         noisy.write_text(FED_JOB.format(dataset="clinics", d=d, owners=names, no_noise="false", eps=2.0,
-                                        n=FED_OWNERS, rounds=FED_ROUNDS, tau=0.5))
+                                        n=FED_OWNERS, rounds=FED_ROUNDS, tau=0.5) + f"send_after_s = {SEND_AFTER_S}\n")
         job_id2, _, summaries = run(noisy)
         metrics = json.loads((tmp_path / job_id2 / "metrics.json").read_text())
         assert metrics["owners_per_round"] == [FED_OWNERS] * FED_ROUNDS  # presence says nothing of the sample
+        # nor timing: every owner sent each round's shares at the fixed time, none late
+        assert metrics["wall_seconds"] >= FED_ROUNDS * SEND_AFTER_S
+        assert all(s["rounds_sent_late"] == [] for s in summaries.values()), summaries
+        for where in (tmp_path / "owners" / owners[0] / "state" / "jobs" / job_id2, tmp_path / job_id2):
+            notes = json.loads((where / "privacy_report.json").read_text())["notes"]
+            assert any(f"shares {SEND_AFTER_S:g} s after it read the previous release" in n for n in notes), notes
         joined = [s["rounds_joined"] for s in summaries.values()]
         assert 0 < sum(joined) < FED_OWNERS * FED_ROUNDS, joined  # 40 expected; P(0 or all 80) ≈ 2e-24
         eps = {round(s["epsilon"], 9) for s in summaries.values()}
