@@ -105,6 +105,21 @@ def _scores(train: Any, test: Any) -> Any:
     return lambda th: (float(objective_value(loss, th, Xtr, ytr, LAM)) - j_star, s_star - loss.score(th, Xte, yte))
 
 
+def _output_without_noise(job_path: Path, train: Any, parts: list[np.ndarray]) -> torch.Tensor:
+    """Σ_j (n_j/n̂)·θ̂_j: what an output job releases before its noise (the daemons' release minus
+    this is the noise they added, to compare with the plan's σ)."""
+    from mpc_erm.jobs.jobfile import load_job_file
+    from mpc_erm.protocols import OutputPerturbation
+    from mpc_erm.protocols.common import plan_job, public_sizes
+
+    job = load_job_file(job_path)
+    plan = plan_job(job.spec, sampler="mpc", sizes=public_sizes(job.spec, None), n_features=int(job.job.features or 0))
+    out = OutputPerturbation(job.spec, None, int(job.job.features or 0), plan=plan)
+    X, y = torch.from_numpy(np.array(train.X)), torch.from_numpy(np.array(train.y))
+    return sum(plan.weight(j, len(idx)) * out.local_model(X[np.sort(idx)], y[np.sort(idx)])
+               for j, idx in enumerate(parts))
+
+
 def _in_process(job_path: Path, train: Any, parts: list[np.ndarray], seed: int) -> tuple[torch.Tensor, float]:
     """The same job through the same protocol code with a plaintext aggregator (the baseline)."""
     from mpc_erm.jobs.jobfile import load_job_file
@@ -166,6 +181,13 @@ def one_setting(cons: Any, root: Path, train: Any, test: Any, metrics: Any, *, m
     gaps, accs = np.array([g for (g, _), _ in base]), np.array([a for (_, a), _ in base])
     b_gap, b_acc, base_s = float(gaps.mean()), float(accs.mean()), float(np.mean([sec for _, sec in base]))
     releases = rounds if method == "gradient" else 1
+    if method == "output":  # the noise the daemons added, against the plan's σ
+        z = theta - _output_without_noise(job_path, train, parts)
+        realised = {"noise_std_per_coordinate": float(z.std()), "noise_norm": float(z.norm()),
+                    "plan_sigma": run["report"].get("noise_scale"),
+                    "std_over_sigma": float(z.std()) / float(run["report"].get("noise_scale") or float("nan"))}
+    else:
+        realised = None
     rep, met = run["report"], run["metrics"]
     sim = _thesis_simulator("mpc_grad_p" if method == "gradient" else "mpc_out_p", m, rounds, seed)
     row = {
@@ -176,7 +198,8 @@ def one_setting(cons: Any, root: Path, train: Any, test: Any, metrics: Any, *, m
                     "owners_per_round_min": min(met["owners_per_round"]), "owners_failed": run["owners_failed"],
                     "epsilon": rep["epsilon"], "delta_total": rep["delta"] + rep["delta_sampler"],
                     "accountant": rep["accountant"], "noise_scale": rep.get("noise_scale"),
-                    "sensitivity_l2": rep["plan"]["sensitivity_l2"], "owner_setup_seconds": setup_s},
+                    "sensitivity_l2": rep["plan"]["sensitivity_l2"], "owner_setup_seconds": setup_s,
+                    "realised_noise": realised},
         "same_job_in_process": {"noise_draws": baseline_seeds, "optimality_gap_mean": b_gap,
                                 "optimality_gap_std": float(gaps.std()), "relative_accuracy_loss_mean": b_acc,
                                 "relative_accuracy_loss_std": float(accs.std()), "seconds": base_s,

@@ -25,6 +25,7 @@ docs/architecture.md §2). No CrypTen and no daemon: ``mpc-erm owner join`` runs
 from __future__ import annotations
 
 import json
+import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +44,7 @@ from .config import OwnerConfig
 
 __all__ = ["OwnerRefused", "check_job", "intake_addresses", "run_owner_job", "settle_abandoned"]
 
-ENDPOINT_POLL_S = 1.0
+ENDPOINT_POLL_S, ENDPOINT_POLL_MAX_S = 1.0, 5.0  # an owner asks a daemon for its intake again, pausing longer
 
 
 class OwnerRefused(ValueError):
@@ -89,6 +90,7 @@ def intake_addresses(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id:
 
     out = []
     end = time.monotonic() + wait_s
+    pause = ENDPOINT_POLL_S
     for name in job.job.parties:
         with tls.secure_channel(cfg.compute[name], identity, f"party/{name}", grpc_options()) as ch:
             stub = pb_grpc.PartyControlStub(ch)
@@ -102,7 +104,8 @@ def intake_addresses(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id:
                 except grpc.RpcError as exc:
                     if exc.code() not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE) or left <= 0:
                         raise RuntimeError(f"compute party {name}: {exc.details()}") from None
-                    time.sleep(ENDPOINT_POLL_S)
+                    time.sleep(pause * random.uniform(0.5, 1.0))  # the daemon answers an owner within 1 s
+                    pause = min(2 * pause, ENDPOINT_POLL_MAX_S)
     return out
 
 

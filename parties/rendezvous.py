@@ -50,6 +50,7 @@ __all__ = ["ADMISSION_GRACE_S", "ADMISSION_KEY", "ADMISSION_POLL_S", "MAX_ENDPOI
 
 MAX_MESSAGE_BYTES = 64 << 20
 MAX_ENDPOINT_WAIT_S = 30.0
+OWNER_ENDPOINT_WAIT_S = 1.0  # the longest a data owner's GetEndpoint holds a control thread
 ADMISSION_KEY = "mpc-erm-admission"  # GetEndpoint trailing metadata: the job waits for a slot here
 ADMISSION_POLL_S = 1.0  # how often a job asks again while a peer has it queued behind a full daemon
 ADMISSION_GRACE_S = 30.0  # a deadlock whose loser runs at the peer: how long to let the peer break it
@@ -129,7 +130,10 @@ class Rendezvous:
             code = code_of(rec.reason)
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"job {rec.id} is {rec.status} at {self.name}"
                           + (f": {code}: see {self.name}'s status" if code else ""))
-        address = self.endpoint(rec.id, request.wait_s, service)
+        # an owner's look-up waits briefly and asks again: hundreds of owners each holding a control
+        # thread for MAX_ENDPOINT_WAIT_S starved the members' own look-ups (their workers never met)
+        wait = request.wait_s if caller.role != "owner" else min(request.wait_s, OWNER_ENDPOINT_WAIT_S)
+        address = self.endpoint(rec.id, wait, service)
         if address is None:
             running = self.queued_behind(rec.id)
             if running is not None:  # queued behind full slots: tell the asker which jobs hold them

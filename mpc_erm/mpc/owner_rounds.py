@@ -13,6 +13,7 @@ compute party and at a data owner (issue 17, docs/architecture.md §2):
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,9 @@ from mpc_erm.protocols.aggregation import NoiseSpec
 from .owner_intake import OwnerClient, OwnerIntake, agree_present, round_state
 
 __all__ = ["IntakeAggregator", "OwnerAggregator"]
+
+#: An owner early for a round asks again after RETRY_FIRST_S, doubling to RETRY_MAX_S.
+RETRY_FIRST_S, RETRY_MAX_S = 0.02, 0.5
 
 class IntakeAggregator:
     """A compute party's side: one :meth:`aggregate` call is one owner round (see the module)."""
@@ -103,8 +107,11 @@ class OwnerAggregator:
         return state
 
     def _send(self, t: int, v: torch.Tensor) -> bool:
-        """Send round ``t``'s shares, waiting for the round to open; False if it closed first."""
+        """Send round ``t``'s shares, waiting for the round to open; False if it closed first.
+        Asks again with a growing pause (to RETRY_MAX_S, jittered): a thousand owners asking every
+        50 ms held the compute parties' intake busy refusing them (benchmarks.many_owners_thesis)."""
         end = time.monotonic() + self.round_wait_s
+        pause = RETRY_FIRST_S
         while True:
             try:
                 self.client.contribute(t, v)
@@ -118,4 +125,5 @@ class OwnerAggregator:
                     return False  # the compute parties closed round t without this owner
                 if time.monotonic() > end:
                     raise TimeoutError(f"round {t} did not open within {self.round_wait_s:g} s") from None
-                time.sleep(0.05)
+                time.sleep(pause * random.uniform(0.5, 1.0))
+                pause = min(2 * pause, RETRY_MAX_S)
