@@ -16,8 +16,11 @@ Baseline in the same run, the same job (its spec, its privacy plan, the same σ)
 protocol code in process (``InProcessAggregator``: plaintext sum + continuous noise of the plan's
 σ) on the same owners' rows; and, for context, the thesis simulator's "exact" MPC Grad P / Out P
 (``run_experiment``: replace-one adjacency, weights n_j/n, the ideal Gaussian) at the same m.
-Reported: optimality gap F(θ) − F(θ*) on the training rows and relative accuracy loss s* − s on
-the test rows (the simulator's metrics), wall time and time per round.
+The Out P baseline adds the plan's σ (RDP of the Gaussian at δ·0.99, ``PrivacyPlan.noise_scale``):
+``OutputPerturbation``'s own default calibration is the analytic Gaussian's, 12 % smaller at this
+setting — the first run of this script used it and so compared the daemons with a less noisy
+baseline (see the issue 17 note). Reported: optimality gap F(θ) − F(θ*) on the training rows and
+relative accuracy loss s* − s on the test rows (the simulator's metrics), wall time and time per round.
 
     .venv/bin/python -m benchmarks.many_owners_thesis --grad-owners 1000 --grad-rounds 1500 \\
         --out-owners 1000 --out benchmarks/results/many_owners_thesis.json
@@ -124,6 +127,7 @@ def _in_process(job_path: Path, train: Any, parts: list[np.ndarray], seed: int) 
     """The same job through the same protocol code with a plaintext aggregator (the baseline)."""
     from mpc_erm.jobs.jobfile import load_job_file
     from mpc_erm.protocols import GradientPerturbation, OutputPerturbation
+    from mpc_erm.protocols.aggregation import NoiseSpec
     from mpc_erm.protocols.common import plan_job, public_sizes
     from mpc_erm.simulate.aggregator import InProcessAggregator
 
@@ -137,8 +141,8 @@ def _in_process(job_path: Path, train: Any, parts: list[np.ndarray], seed: int) 
         proto = GradientPerturbation(spec, None, d, plan=plan)
         w = torch.tensor([plan.weight(0, 1)], dtype=torch.float64)
         theta = proto.train(agg, lambda th: (proto.local_contribution(th, X, y), w))
-    else:
-        out = OutputPerturbation(spec, None, d, plan=plan)
+    else:  # the plan's σ (OutputPerturbation's own default is the analytic Gaussian's: see the module doc)
+        out = OutputPerturbation(spec, None, d, plan=plan, noise=NoiseSpec("gaussian", plan.noise_scale()))
         local = torch.stack([out.local_model(X[idx], y[idx]) for idx in map(np.sort, parts)])
         weights = torch.tensor([plan.weight(j, len(idx)) for j, idx in enumerate(parts)], dtype=torch.float64)
         theta = out.release(agg, local, weights)
