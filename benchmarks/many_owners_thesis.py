@@ -108,45 +108,49 @@ def _scores(train: Any, test: Any) -> Any:
     return lambda th: (float(objective_value(loss, th, Xtr, ytr, LAM)) - j_star, s_star - loss.score(th, Xte, yte))
 
 
-def _output_without_noise(job_path: Path, train: Any, parts: list[np.ndarray]) -> torch.Tensor:
-    """Σ_j (n_j/n̂)·θ̂_j: what an output job releases before its noise (the daemons' release minus
-    this is the noise they added, to compare with the plan's σ)."""
-    from mpc_erm.jobs.jobfile import load_job_file
-    from mpc_erm.protocols import OutputPerturbation
-    from mpc_erm.protocols.common import plan_job, public_sizes
+class _SameJob:
+    """The same job file through the same protocol code in process, with a plaintext aggregator:
+    the baseline. An output job's local minimisers are solved once (every noise draw and the
+    noise-free sum reuse them; their solve time is counted in every draw's seconds)."""
 
-    job = load_job_file(job_path)
-    plan = plan_job(job.spec, sampler="mpc", sizes=public_sizes(job.spec, None), n_features=int(job.job.features or 0))
-    out = OutputPerturbation(job.spec, None, int(job.job.features or 0), plan=plan)
-    X, y = torch.from_numpy(np.array(train.X)), torch.from_numpy(np.array(train.y))
-    return sum(plan.weight(j, len(idx)) * out.local_model(X[np.sort(idx)], y[np.sort(idx)])
-               for j, idx in enumerate(parts))
+    def __init__(self, job_path: Path, train: Any, parts: list[np.ndarray]) -> None:
+        from mpc_erm.jobs.jobfile import load_job_file
+        from mpc_erm.protocols import GradientPerturbation, OutputPerturbation
+        from mpc_erm.protocols.aggregation import NoiseSpec
+        from mpc_erm.protocols.common import plan_job, public_sizes
 
+        job = load_job_file(job_path)
+        self.spec, d = job.spec, int(job.job.features or 0)
+        self.plan = plan = plan_job(self.spec, sampler="mpc", sizes=public_sizes(self.spec, None), n_features=d)
+        self.X, self.y = torch.from_numpy(np.array(train.X)), torch.from_numpy(np.array(train.y))
+        self.solve_s = 0.0
+        if self.spec.method == "gradient":
+            self.proto: Any = GradientPerturbation(self.spec, None, d, plan=plan)
+            return
+        # the plan's σ (OutputPerturbation's own default is the analytic Gaussian's: see the module doc)
+        self.proto = OutputPerturbation(self.spec, None, d, plan=plan, noise=NoiseSpec("gaussian", plan.noise_scale()))
+        tic = time.perf_counter()
+        self.local = torch.stack([self.proto.local_model(self.X[idx], self.y[idx]) for idx in map(np.sort, parts)])
+        self.solve_s = time.perf_counter() - tic
+        self.weights = torch.tensor([plan.weight(j, len(idx)) for j, idx in enumerate(parts)], dtype=torch.float64)
 
-def _in_process(job_path: Path, train: Any, parts: list[np.ndarray], seed: int) -> tuple[torch.Tensor, float]:
-    """The same job through the same protocol code with a plaintext aggregator (the baseline)."""
-    from mpc_erm.jobs.jobfile import load_job_file
-    from mpc_erm.protocols import GradientPerturbation, OutputPerturbation
-    from mpc_erm.protocols.aggregation import NoiseSpec
-    from mpc_erm.protocols.common import plan_job, public_sizes
-    from mpc_erm.simulate.aggregator import InProcessAggregator
+    def without_noise(self) -> torch.Tensor:
+        """Σ_j (n_j/n̂)·θ̂_j: what an output job releases before its noise (the daemons' release
+        minus this is the noise they added, to compare with the plan's σ)."""
+        return self.weights @ self.local
 
-    job = load_job_file(job_path)
-    spec, d = job.spec, int(job.job.features or 0)
-    plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, None), n_features=d)
-    agg = InProcessAggregator(torch.Generator().manual_seed(seed))
-    X, y = torch.from_numpy(np.array(train.X)), torch.from_numpy(np.array(train.y))
-    tic = time.perf_counter()
-    if spec.method == "gradient":
-        proto = GradientPerturbation(spec, None, d, plan=plan)
-        w = torch.tensor([plan.weight(0, 1)], dtype=torch.float64)
-        theta = proto.train(agg, lambda th: (proto.local_contribution(th, X, y), w))
-    else:  # the plan's σ (OutputPerturbation's own default is the analytic Gaussian's: see the module doc)
-        out = OutputPerturbation(spec, None, d, plan=plan, noise=NoiseSpec("gaussian", plan.noise_scale()))
-        local = torch.stack([out.local_model(X[idx], y[idx]) for idx in map(np.sort, parts)])
-        weights = torch.tensor([plan.weight(j, len(idx)) for j, idx in enumerate(parts)], dtype=torch.float64)
-        theta = out.release(agg, local, weights)
-    return theta, time.perf_counter() - tic
+    def draw(self, seed: int) -> tuple[torch.Tensor, float]:
+        """One run with noise seeded by ``seed``: (θ, seconds)."""
+        from mpc_erm.simulate.aggregator import InProcessAggregator
+
+        agg = InProcessAggregator(torch.Generator().manual_seed(seed))
+        tic = time.perf_counter()
+        if self.spec.method == "gradient":
+            w = torch.tensor([self.plan.weight(0, 1)], dtype=torch.float64)
+            theta = self.proto.train(agg, lambda th: (self.proto.local_contribution(th, self.X, self.y), w))
+        else:
+            theta = self.proto.release(agg, self.local, self.weights)
+        return theta, time.perf_counter() - tic + self.solve_s
 
 
 def _thesis_simulator(method: str, m: int, rounds: int, seed: int) -> dict[str, Any]:
@@ -180,13 +184,13 @@ def one_setting(cons: Any, root: Path, train: Any, test: Any, metrics: Any, *, m
 
     theta = load_file(str(run["dir"] / "model.safetensors"))["theta"].double()
     gap, acc = metrics(theta)
-    base = [(metrics(th), sec) for th, sec in (_in_process(job_path, train, parts, 1000 * seed + k)
-                                               for k in range(baseline_seeds))]
+    same = _SameJob(job_path, train, parts)
+    base = [(metrics(th), sec) for th, sec in (same.draw(1000 * seed + k) for k in range(baseline_seeds))]
     gaps, accs = np.array([g for (g, _), _ in base]), np.array([a for (_, a), _ in base])
     b_gap, b_acc, base_s = float(gaps.mean()), float(accs.mean()), float(np.mean([sec for _, sec in base]))
     releases = rounds if method == "gradient" else 1
     if method == "output":  # the noise the daemons added, against the plan's σ
-        z = theta - _output_without_noise(job_path, train, parts)
+        z = theta - same.without_noise()
         realised = {"noise_std_per_coordinate": float(z.std()), "noise_norm": float(z.norm()),
                     "plan_sigma": run["report"].get("noise_scale"),
                     "std_over_sigma": float(z.std()) / float(run["report"].get("noise_scale") or float("nan"))}

@@ -25,7 +25,6 @@ docs/architecture.md §2). No CrypTen and no daemon: ``mpc-erm owner join`` runs
 from __future__ import annotations
 
 import json
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,11 +85,12 @@ def intake_addresses(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id:
                      wait_s: float) -> list[tuple[str, str]]:
     """(name, owner-intake address) of each compute party in rank order, asked of its daemon;
     waits up to ``wait_s`` for each to publish (the job may still be admitted or queued there)."""
+    from mpc_erm.mpc.owner_rounds import pauses
     from parties.rendezvous import grpc_options
 
     out = []
     end = time.monotonic() + wait_s
-    pause = ENDPOINT_POLL_S
+    pause = pauses(ENDPOINT_POLL_S, ENDPOINT_POLL_MAX_S)
     for name in job.job.parties:
         with tls.secure_channel(cfg.compute[name], identity, f"party/{name}", grpc_options()) as ch:
             stub = pb_grpc.PartyControlStub(ch)
@@ -104,8 +104,7 @@ def intake_addresses(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id:
                 except grpc.RpcError as exc:
                     if exc.code() not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE) or left <= 0:
                         raise RuntimeError(f"compute party {name}: {exc.details()}") from None
-                    time.sleep(pause * random.uniform(0.5, 1.0))  # the daemon answers an owner within 1 s
-                    pause = min(2 * pause, ENDPOINT_POLL_MAX_S)
+                    time.sleep(next(pause))  # the daemon answers an owner within 1 s
     return out
 
 
@@ -238,26 +237,53 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
     return summary
 
 
-class _GradientSide:
-    """The thesis's full-batch gradient rounds: this owner's clipped gradient sum each round."""
+class _Side:
+    """What ``run_owner_job`` asks of a kind of job: ``train`` this owner's side through the
+    protocol's own loop, then the report's ``parameters`` and ``notes``, the summary, the model."""
 
-    released = "noisy sum of the data owners' clipped gradients"
+    released: str
     notes: tuple[str, ...] = ()
+
+    def __init__(self, spec: Any) -> None:
+        self.spec = spec
 
     @property
     def rounds(self) -> int:
         return int(self.spec.training.iterations)
 
-    def __init__(self, spec: Any, plan: Any, rows: Any, dev: Any, noise: Any, *, plan_weight: float) -> None:
+    def summary(self, _rounds: Any) -> dict[str, Any]:
+        return {}
+
+
+class _LinearSide(_Side):
+    """A linear model's job: this owner's rows as tensors, its public weight, the weights file."""
+
+    def __init__(self, spec: Any, rows: Any, dev: Any, plan_weight: float) -> None:
         import torch
 
-        from mpc_erm.protocols import GradientPerturbation
-
-        self.spec, self.dev = spec, dev
-        self.proto = GradientPerturbation(spec, None, rows.d, plan=plan, noise=noise)
+        super().__init__(spec)
+        self.dev = dev
         self.X = torch.as_tensor(np.array(rows.X), dtype=torch.float64, device=dev)
         self.y = torch.as_tensor(np.array(rows.y), device=dev)
         self.w = torch.tensor([plan_weight], dtype=torch.float64)
+
+    def write_model(self, d: Path, plan: Any, trust: str, job: dict[str, Any]) -> None:
+        from mpc_erm.models.bundle import save_linear_weights
+
+        save_linear_weights(d, self.theta, job_id=job["job_id"], job_digest=job["spec_digest"],
+                            loss=self.spec.model.name)
+
+
+class _GradientSide(_LinearSide):
+    """The thesis's full-batch gradient rounds: this owner's clipped gradient sum each round."""
+
+    released = "noisy sum of the data owners' clipped gradients"
+
+    def __init__(self, spec: Any, plan: Any, rows: Any, dev: Any, noise: Any, *, plan_weight: float) -> None:
+        from mpc_erm.protocols import GradientPerturbation
+
+        super().__init__(spec, rows, dev, plan_weight)
+        self.proto = GradientPerturbation(spec, None, rows.d, plan=plan, noise=noise)
 
     def train(self, rounds: Any, before_reveal: Any, after_round: Any) -> None:
         import torch
@@ -271,35 +297,23 @@ class _GradientSide:
     def parameters(self) -> dict[str, Any]:
         return {"protocol": "gradient_perturbation", "loss": self.spec.model.name}
 
-    def summary(self, _rounds: Any) -> dict[str, Any]:
-        return {}
 
-    def write_model(self, d: Path, plan: Any, trust: str, job: dict[str, Any]) -> None:
-        from mpc_erm.models.bundle import save_linear_weights
-
-        save_linear_weights(d, self.theta, job_id=job["job_id"], job_digest=job["spec_digest"],
-                            loss=self.spec.model.name)
-
-
-class _OutputSide:
+class _OutputSide(_LinearSide):
     """The thesis's output perturbation: this owner's certified local minimiser θ̂_j, weighted by
     n_j/n̂ (its own count, applied here; n̂ public), released once with the in-MPC noise."""
 
     released = "noisy weighted sum of the data owners' local minimisers"
-    notes: tuple[str, ...] = ()
-    rounds = 1
+    rounds = 1  # type: ignore[assignment]
 
     def __init__(self, spec: Any, plan: Any, rows: Any, dev: Any, noise: Any, *, plan_weight: float) -> None:
         import torch
 
         from mpc_erm.protocols import OutputPerturbation
 
-        self.spec = spec
+        super().__init__(spec, rows, dev, plan_weight)
         self.proto = OutputPerturbation(spec, None, rows.d, plan=plan, noise=noise)
-        self.w = torch.tensor([plan_weight], dtype=torch.float64)
         # solved before this owner reserves or enrols: the compute parties' one round does not wait on it
-        self.local = self.proto.local_model(torch.as_tensor(np.array(rows.X), dtype=torch.float64, device=dev),
-                                            torch.as_tensor(np.array(rows.y), device=dev)).to("cpu", torch.float64)
+        self.local = self.proto.local_model(self.X, self.y).to("cpu", torch.float64)
 
     def train(self, rounds: Any, before_reveal: Any, after_round: Any) -> None:
         before_reveal(1)
@@ -310,19 +324,13 @@ class _OutputSide:
         return {"protocol": "output_perturbation", "loss": self.spec.model.name, "lam": self.spec.model.lam,
                 "solver_tol": self.spec.training.solver_tol}
 
-    def summary(self, _rounds: Any) -> dict[str, Any]:
-        return {}
 
-    write_model = _GradientSide.write_model
-
-
-class _FederatedSide:
+class _FederatedSide(_Side):
     """DP-Fed-LS: each round this owner joins with probability τ by its own private coin; joined,
     it sends its update from E local epochs (projected into the 𝓛-ball), else a zero update —
     shares either way, so the compute parties cannot tell which (docs/architecture.md §2)."""
 
     released = "noisy mean of the data owners' updates"
-    rounds = _GradientSide.rounds
 
     def __init__(self, spec: Any, plan: Any, rows: Any, dev: Any, noise: Any, *, plan_weight: float) -> None:
         import os
@@ -333,7 +341,8 @@ class _FederatedSide:
 
         from .rows import network_rows
 
-        self.spec, self.plan = spec, plan
+        super().__init__(spec)
+        self.plan = plan
         self.fed = DpFedLs.for_job(spec, plan, rows.d, noise=noise, device=dev)
         self.X, self.y = network_rows(rows, spec, dev)
         # private: whether this owner joins a round and its batches are nobody else's to know or replay

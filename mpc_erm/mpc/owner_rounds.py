@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -25,10 +25,20 @@ from mpc_erm.protocols.aggregation import NoiseSpec
 
 from .owner_intake import OwnerClient, OwnerIntake, agree_present, round_state
 
-__all__ = ["IntakeAggregator", "OwnerAggregator"]
+__all__ = ["IntakeAggregator", "OwnerAggregator", "pauses"]
 
 #: An owner early for a round asks again after RETRY_FIRST_S, doubling to RETRY_MAX_S.
 RETRY_FIRST_S, RETRY_MAX_S = 0.02, 0.5
+
+
+def pauses(first: float, cap: float) -> Iterator[float]:
+    """How long an owner sleeps before asking a compute party again: ``first`` doubling to
+    ``cap``, each scaled by a random factor in [0.5, 1] so that many owners do not ask together."""
+    pause = first
+    while True:
+        yield pause * random.uniform(0.5, 1.0)
+        pause = min(2 * pause, cap)
+
 
 class IntakeAggregator:
     """A compute party's side: one :meth:`aggregate` call is one owner round (see the module)."""
@@ -111,7 +121,7 @@ class OwnerAggregator:
         Asks again with a growing pause (to RETRY_MAX_S, jittered): a thousand owners asking every
         50 ms held the compute parties' intake busy refusing them (benchmarks.many_owners_thesis)."""
         end = time.monotonic() + self.round_wait_s
-        pause = RETRY_FIRST_S
+        pause = pauses(RETRY_FIRST_S, RETRY_MAX_S)
         while True:
             try:
                 self.client.contribute(t, v)
@@ -125,5 +135,4 @@ class OwnerAggregator:
                     return False  # the compute parties closed round t without this owner
                 if time.monotonic() > end:
                     raise TimeoutError(f"round {t} did not open within {self.round_wait_s:g} s") from None
-                time.sleep(pause * random.uniform(0.5, 1.0))
-                pause = min(2 * pause, RETRY_MAX_S)
+                time.sleep(next(pause))

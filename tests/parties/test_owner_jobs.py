@@ -103,15 +103,30 @@ def _run_owners(configs: list[Path], job_path: Path, job_id: str, *, on_round: A
     return out
 
 
-def _submit_and_run(cons: LocalConsortium, job_path: Path, configs: list[Path]) -> tuple[str, dict, dict]:
+def _submit_and_run(cons: LocalConsortium, job_path: Path, configs: list[Path], *, on_round: Any = _drop_out
+                    ) -> tuple[str, dict, dict]:
+    """Submit the job, run every owner (``_run_owners``), watch the compute parties to the end:
+    (job id, each compute party's last event, each owner's summary or exception)."""
     with cons.client() as client:
         job_id = client.submit(job_path)["job_id"]
         box: dict[str, Any] = {}
-        th = threading.Thread(target=lambda: box.update(_run_owners(configs, job_path, job_id)))
+        th = threading.Thread(target=lambda: box.update(_run_owners(configs, job_path, job_id, on_round=on_round)))
         th.start()
         ends = {e["member"]: e for e in client.watch(job_id) if e["phase"] in TERMINAL or e["phase"] == "error"}
         th.join(600)
     return job_id, ends, box
+
+
+def _run_to_success(cons: LocalConsortium, job_path: Path, configs: list[Path], results: Path
+                    ) -> tuple[str, dict]:
+    """``_submit_and_run`` with no owner dropping out; asserts every compute party succeeded and no
+    owner missed a round, fetches the results into ``results/<job id>``: (job id, owners' summaries)."""
+    job_id, ends, box = _submit_and_run(cons, job_path, configs, on_round=lambda i, t: None)
+    with cons.client() as client:
+        client.result(job_id, results / job_id)
+    assert {m: e["phase"] for m, e in ends.items()} == dict.fromkeys(("alice", "bob", "carol"), "succeeded")
+    assert all(isinstance(s, dict) and s["missed_rounds"] == [] for s in box.values()), box
+    return job_id, box
 
 
 def _replay(job_path: Path, configs: list[Path], counted: list[int]) -> torch.Tensor:
@@ -357,24 +372,10 @@ def test_dp_fed_ls_through_three_compute_daemons_hides_which_owners_joined(tmp_p
                          max_epsilon_per_job=2.0) as cons:
         configs = [_owner_config(tmp_path / "owners", o, i, cons, budget=5.0) for i, o in enumerate(owners)]
 
-        def run(job_path: Path) -> tuple[str, dict, dict]:
-            with cons.client() as client:
-                job_id = client.submit(job_path)["job_id"]
-                box: dict[str, Any] = {}
-                th = threading.Thread(target=lambda: box.update(_run_owners(configs, job_path, job_id,
-                                                                            on_round=lambda i, t: None)))
-                th.start()
-                ends = {e["member"]: e for e in client.watch(job_id) if e["phase"] in TERMINAL or e["phase"] == "error"}
-                th.join(600)
-                client.result(job_id, tmp_path / job_id)
-            assert {m: e["phase"] for m, e in ends.items()} == dict.fromkeys(("alice", "bob", "carol"), "succeeded")
-            assert all(isinstance(s, dict) and s["missed_rounds"] == [] for s in box.values()), box
-            return job_id, ends, box
-
         exact = tmp_path / "fed-exact.toml"
         exact.write_text(FED_JOB.format(dataset="clinics-exact", d=d, owners=names, no_noise="true", eps=1.0,
                                         n=FED_OWNERS, rounds=FED_ROUNDS, tau=1.0))
-        job_id, _, summaries = run(exact)
+        job_id, summaries = _run_to_success(cons, exact, configs, tmp_path)
         assert all(s["rounds_joined"] == FED_ROUNDS for s in summaries.values())  # τ = 1
         model = mpc_erm.load_model(tmp_path / job_id)
         released = torch.cat([p.detach().reshape(-1) for p in model.module.parameters()]).double()
@@ -387,7 +388,7 @@ def test_dp_fed_ls_through_three_compute_daemons_hides_which_owners_joined(tmp_p
         noisy = tmp_path / "fed-noisy.toml"
         noisy.write_text(FED_JOB.format(dataset="clinics", d=d, owners=names, no_noise="false", eps=2.0,
                                         n=FED_OWNERS, rounds=FED_ROUNDS, tau=0.5) + f"send_after_s = {SEND_AFTER_S}\n")
-        job_id2, _, summaries = run(noisy)
+        job_id2, summaries = _run_to_success(cons, noisy, configs, tmp_path)
         metrics = json.loads((tmp_path / job_id2 / "metrics.json").read_text())
         assert metrics["owners_per_round"] == [FED_OWNERS] * FED_ROUNDS  # presence says nothing of the sample
         # nor timing: every owner sent each round's shares at the fixed time, none late
@@ -507,17 +508,7 @@ def test_output_perturbation_with_owners_moves_no_more_than_its_stated_sensitivi
             job_path.write_text(OUT_JOB.format(dataset=dataset, d=30, owners=names, eps=1.0, n=n,
                                                no_noise="true" if no_noise else "false").replace(
                                                    "round_deadline_s = 3.0", "round_deadline_s = 1.0"))
-            with cons.client() as client:
-                job_id = client.submit(job_path)["job_id"]
-                box: dict[str, Any] = {}
-                th = threading.Thread(target=lambda: box.update(_run_owners(joining, job_path, job_id,
-                                                                            on_round=lambda i, t: None)))
-                th.start()
-                ends = {e["member"]: e for e in client.watch(job_id) if e["phase"] in TERMINAL or e["phase"] == "error"}
-                th.join(600)
-                client.result(job_id, tmp_path / job_id)
-            assert {m: e["phase"] for m, e in ends.items()} == dict.fromkeys(("alice", "bob", "carol"), "succeeded")
-            assert all(isinstance(s, dict) and s["missed_rounds"] == [] for s in box.values()), box
+            job_id, box = _run_to_success(cons, job_path, joining, tmp_path)
             metrics = json.loads((tmp_path / job_id / "metrics.json").read_text())
             assert metrics["owners_per_round"] == [len(joining)]
             return job_id, load_file(str(tmp_path / job_id / "model.safetensors"))["theta"], box
