@@ -16,11 +16,11 @@ Baseline in the same run, the same job (its spec, its privacy plan, the same σ)
 protocol code in process (``InProcessAggregator``: plaintext sum + continuous noise of the plan's
 σ) on the same owners' rows; and, for context, the thesis simulator's "exact" MPC Grad P / Out P
 (``run_experiment``: replace-one adjacency, weights n_j/n, the ideal Gaussian) at the same m.
-The Out P baseline adds the plan's σ (RDP of the Gaussian at δ·0.99, ``PrivacyPlan.noise_scale``):
-``OutputPerturbation``'s own default calibration is the analytic Gaussian's, 12 % smaller at this
-setting — the first run of this script used it and so compared the daemons with a less noisy
-baseline (see the issue 17 note). Reported: optimality gap F(θ) − F(θ*) on the training rows and
-relative accuracy loss s* − s on the test rows (the simulator's metrics), wall time and time per round.
+The Out P baseline adds the plan's σ (RDP of the Gaussian at δ·0.99, ``PrivacyPlan.noise_scale``),
+as ``OutputPerturbation`` does by default since the fix; the first run of this script used its older
+default, the analytic Gaussian's, 12 % smaller at this setting (see the issue 17 note). Reported:
+optimality gap F(θ) − F(θ*) on the training rows and relative accuracy loss s* − s on the test
+rows (the simulator's metrics), wall time and time per round.
 
     .venv/bin/python -m benchmarks.many_owners_thesis --grad-owners 1000 --grad-rounds 1500 \\
         --out-owners 1000 --out benchmarks/results/many_owners_thesis.json
@@ -116,7 +116,6 @@ class _SameJob:
     def __init__(self, job_path: Path, train: Any, parts: list[np.ndarray]) -> None:
         from mpc_erm.jobs.jobfile import load_job_file
         from mpc_erm.protocols import GradientPerturbation, OutputPerturbation
-        from mpc_erm.protocols.aggregation import NoiseSpec
         from mpc_erm.protocols.common import plan_job, public_sizes
 
         job = load_job_file(job_path)
@@ -127,8 +126,7 @@ class _SameJob:
         if self.spec.method == "gradient":
             self.proto: Any = GradientPerturbation(self.spec, None, d, plan=plan)
             return
-        # the plan's σ (OutputPerturbation's own default is the analytic Gaussian's: see the module doc)
-        self.proto = OutputPerturbation(self.spec, None, d, plan=plan, noise=NoiseSpec("gaussian", plan.noise_scale()))
+        self.proto = OutputPerturbation(self.spec, None, d, plan=plan)  # the plan's σ
         tic = time.perf_counter()
         self.local = torch.stack([self.proto.local_model(self.X[idx], self.y[idx]) for idx in map(np.sort, parts)])
         self.solve_s = time.perf_counter() - tic

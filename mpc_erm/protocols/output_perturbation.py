@@ -31,7 +31,8 @@ class LocalSolveError(RuntimeError):
 @dataclass
 class OutputPerturbation:
     """One job's output release. Privacy from ``plan`` (default: the simulator's ideal-noise plan
-    for ``parties``); ``noise``: the plan's noise as the aggregator realises it."""
+    for ``parties``); ``noise``: the plan's noise as the aggregator realises it (default: the
+    plan's ideal noise, ``plan.noise_scale()``)."""
 
     spec: JobSpec
     parties: PartySizes | None
@@ -59,11 +60,13 @@ class OutputPerturbation:
             self.calibration = no_noise_calibration(self.sensitivity, adjacency=pv.adjacency)
             self.noise = NO_NOISE if self.noise is None else self.noise
             return
+        # the report of an ideal-noise run (simulator; for the ideal sampler its scale is the
+        # plan's); the daemon reports from the plan
         self.calibration = calibrate_output_perturbation(
             self.sensitivity, self.p, pv.epsilon, pv.delta, mechanism=pv.mechanism, adjacency=pv.adjacency
         )
-        if self.noise is None:
-            self.noise = NoiseSpec(self.calibration.mechanism, self.calibration.scale)
+        if self.noise is None:  # the plan's noise, whatever sampler it was planned for
+            self.noise = NoiseSpec(pl.mechanism, pl.noise_scale(), sensitivity=pl.sensitivity())  # type: ignore[arg-type]
 
     def local_model(self, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """θ̂_j: the party's exact regularised minimiser, certified to the plan's tolerance for its

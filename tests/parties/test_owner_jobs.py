@@ -544,3 +544,81 @@ def test_output_perturbation_with_owners_moves_no_more_than_its_stated_sensitivi
                 assert led.get(job_id) is None
             finally:
                 led.close()
+
+
+CROWD = 48  # more owners than a daemon's CONTROL_THREADS (32)
+
+
+@pytest.mark.timeout(300)
+def test_owners_asking_early_do_not_starve_the_compute_parties_look_ups(tmp_path: Path) -> None:
+    """Regression (benchmarks.many_owners_thesis at 100 owners): owners asking a compute party for
+    its intake before the job's workers have met each held one of its 32 control threads for the
+    whole long poll (30 s), so the other compute parties' endpoint look-ups waited behind them and
+    the workers never met. Here carol is stopped right after the job is accepted (alice's intake is
+    never published while she is), 48 owners keep asking alice with wait_s = 30, and a member's
+    look-up must still be answered at once; every owner's call is held at most
+    OWNER_ENDPOINT_WAIT_S."""
+    import signal
+    import time
+
+    from mpc_erm.mpc import tls
+    from mpc_erm.mpc._proto import party_pb2 as pb
+    from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
+    from parties.rendezvous import OWNER_ENDPOINT_WAIT_S
+
+    names = [f"early-{i:02d}" for i in range(CROWD)]
+    job_path = tmp_path / "early.toml"
+    job_path.write_text(JOB.format(dataset="early", d=30, owners=", ".join(f'"{o}"' for o in names),
+                                   no_noise="true", eps=1.0, n=400, rounds=2))
+    with LocalConsortium(tmp_path / "cons", parties=3, dealer=False, allow_test_only=True,
+                         max_epsilon_per_job=2.0) as cons:
+        ca = pki.load_ca(cons.pki_dir)
+        owners = [pki.issue_identity(ca, o, "owner", valid_days=1) for o in names]
+        alice = cons.members["alice"].address
+        with cons.client() as client:
+            job_id = client.submit(job_path)["job_id"]
+            cons.kill("carol", signal.SIGSTOP)  # carol's daemon and worker: the workers cannot meet
+            try:
+                calls: list[tuple[float, str]] = []
+                stop = threading.Event()
+
+                def ask(ident: Any) -> None:
+                    with tls.secure_channel(alice, ident, "party/alice") as ch:
+                        stub = pb_grpc.PartyControlStub(ch)
+                        while not stop.is_set():
+                            tic = time.monotonic()
+                            try:
+                                stub.GetEndpoint(pb.EndpointRequest(job_id=job_id, member="alice", service="owners",
+                                                                    wait_s=30.0), timeout=40)
+                                what = "published"
+                            except grpc.RpcError as exc:
+                                what = f"{exc.code().name}: {exc.details()}"  # type: ignore[attr-defined]
+                            calls.append((time.monotonic() - tic, what))
+
+                crowd = [threading.Thread(target=ask, args=(o,)) for o in owners]
+                for th in crowd:
+                    th.start()
+                time.sleep(3.0)  # every control thread would be held by now, as before the fix
+                bob = pki.load_identity(cons.pki_dir, "bob")
+                member: list[float] = []
+                with tls.secure_channel(alice, bob, "party/alice") as ch:
+                    stub = pb_grpc.PartyControlStub(ch)
+                    for _ in range(3):
+                        tic = time.monotonic()
+                        try:  # alice's share transport: published or not, answered within its own wait
+                            stub.GetEndpoint(pb.EndpointRequest(job_id=job_id, member="alice", wait_s=1.0),
+                                             timeout=20)
+                        except grpc.RpcError as exc:
+                            assert exc.code() == grpc.StatusCode.NOT_FOUND, exc  # type: ignore[attr-defined]
+                        member.append(time.monotonic() - tic)
+                stop.set()
+                for th in crowd:
+                    th.join(60)
+            finally:
+                cons.kill("carol", signal.SIGCONT)
+            client.cancel(job_id, "test over")
+        assert max(member) < 4.0, member  # before the fix: queued behind 30 s polls (≥ 20 s, DEADLINE_EXCEEDED)
+        assert len(calls) >= 2 * CROWD, len(calls)
+        assert all(what.startswith("NOT_FOUND") and "not published" in what for _, what in calls), \
+            {w for _, w in calls}  # the intake was never up: the crowd really asked early
+        assert max(sec for sec, _ in calls) < OWNER_ENDPOINT_WAIT_S + 3.0, max(sec for sec, _ in calls)

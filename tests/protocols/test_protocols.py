@@ -145,3 +145,29 @@ def test_in_process_aggregator_noise_matches_the_calibration(cancer) -> None:
     assert float(out.std()) == pytest.approx(proto.calibration.scale, rel=0.03)
     with pytest.raises(ValueError, match="weights"):
         agg.aggregate(zero, torch.ones(2, dtype=torch.float64), NoiseSpec("gaussian", 1.0))
+
+
+@pytest.mark.parametrize("mechanism,delta", [("gaussian", 1e-5), ("l2_laplace", 0.0), ("laplace_thesis", 0.0)])
+def test_output_noise_is_the_plans_noise_for_either_sampler(cancer, mechanism, delta) -> None:
+    """One plan: the noise an output release adds by default is the plan's σ or b. For the ideal
+    sampler it equals the simulator's calibration (same formula reached twice); for a plan made for
+    the in-MPC sampler (RDP of the discrete Gaussian at δ·0.99) it is that plan's, larger σ — not the
+    analytic Gaussian's (the defect that made the KDD Out P baseline 12 % too quiet)."""
+    from mpc_erm.protocols.common import plan_job, public_sizes
+
+    X, _, parts = cancer
+    sizes = PartySizes.of([len(p) for p in parts])
+    spec = _out_spec(mechanism=mechanism, delta=delta if delta else 1e-10)
+    ideal = OutputPerturbation(spec, sizes, X.shape[1])
+    assert ideal.plan.sampler == "ideal"
+    assert ideal.noise.scale == pytest.approx(ideal.calibration.scale, rel=1e-4)
+    assert ideal.noise.scale == ideal.plan.noise_scale()
+    if mechanism == "l2_laplace":
+        return  # not sampled inside the MPC (the plan refuses it)
+    mpc_plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, sizes), n_features=X.shape[1])
+    proto = OutputPerturbation(spec, sizes, X.shape[1], plan=mpc_plan)
+    assert proto.noise.mechanism == mpc_plan.mechanism
+    assert proto.noise.scale == mpc_plan.noise_scale()
+    assert proto.noise.sensitivity == mpc_plan.sensitivity()
+    if mechanism == "gaussian":
+        assert proto.noise.scale > 1.01 * ideal.noise.scale
