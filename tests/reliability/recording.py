@@ -17,10 +17,14 @@ executed and before any job uses them:
 * ``Endpoint._take_seq`` (send side) — which protocol step the sender was in (a label: ``aggregate``,
   ``beaver``, ``beaver_square``, ``beaver_and``, ``and_chain``, ``b2a``, ``wraps``, ``noise``; empty
   for set-up traffic such as CrypTen's seeds or the agreement);
+* ``OwnerIntake.Enroll`` / ``Contribute`` / ``GetRound`` (issue 17) — every request a data owner
+  sent a compute party's owner intake, serialised as received, before the handler can refuse it:
+  one ``owner_in`` record (its kind, the owner, the round, the compute party's rank);
 * test-only plaintext dumps (``plain`` records, written by the party's own worker, never sent):
   each aggregate's contributions, public weights, the local weighted sum v_i, the grid bits g and
   the revealed result; this party's noise shares; its local model (output perturbation); the
-  pairwise mask keys it holds.
+  pairwise mask keys it holds; at an owner intake, the party's share sum of each round and each
+  published state.
 
 Records go to ``$MPC_ERM_TEST_RECORD_DIR/rec-<pid>.bin``, written unbuffered one record at a time
 (the worker leaves with ``os._exit``). Format: u32 meta length, meta JSON, u32 header length,
@@ -63,6 +67,24 @@ def write_sitecustomize(directory: Path) -> Path:
     path = directory / "sitecustomize.py"
     path.write_text(SITECUSTOMIZE)
     return path
+
+
+def start_recorded(cons: Any, site: Path, rec: Path) -> None:
+    """Start ``cons`` (a written ``LocalConsortium``) with the recorder in its daemons and their job
+    workers only: the hook in ``site`` on their PYTHONPATH, records under ``rec``; this process's
+    environment is as before."""
+    write_sitecustomize(site)
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", ENV)}
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [saved["PYTHONPATH"]])])
+    os.environ[ENV] = str(rec)
+    try:
+        cons.start()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 # =============================================================================== process side
@@ -261,6 +283,44 @@ def _patch_sampler(mod: ModuleType) -> None:
             setattr(mod, fn, _labelled(label, getattr(mod, fn)))
 
 
+def _patch_owner_intake(mod: ModuleType) -> None:
+    """A compute party's owner intake (issue 17): every request an owner sent it, as received (one
+    ``owner_in`` record: the serialised request, before the handler can refuse it), and its own
+    plaintext — its input to the MPC (the share sum) and each round's published state."""
+    cls = mod.OwnerIntake
+
+    def received(kind: str, orig: Callable[..., Any]) -> Callable[..., Any]:
+        def handler(self: Any, request: Any, context: Any) -> Any:
+            from mpc_erm.mpc import tls
+
+            assert _writer is not None
+            _writer.write({"dir": "owner_in", "kind": kind, "rank": self.frame.rank, "job": request.job_id,
+                           "owner": tls.peer(context).name, "round": int(getattr(request, "round", -1)),
+                           "pid": os.getpid()}, payload=request.SerializeToString())
+            return orig(self, request, context)
+
+        return handler
+
+    orig_total, orig_publish = cls.total, cls.publish
+
+    def total(self: Any, t: int, agreed: Any, explicit: Any) -> Any:
+        out = orig_total(self, t, agreed, explicit)
+        _plain("owner_share_sum", f"rank{self.frame.rank}", self.frame.job_id, _arr(out), t=t)
+        return out
+
+    def publish(self: Any, t: int, state: Any, owners_counted: int) -> None:
+        import torch
+
+        _plain("owner_release", f"rank{self.frame.rank}", self.frame.job_id, _arr(state.to(torch.float64)), t=t,
+               counted=owners_counted)
+        orig_publish(self, t, state, owners_counted)
+
+    cls.Enroll = received("enroll", cls.Enroll)
+    cls.Contribute = received("contribute", cls.Contribute)
+    cls.GetRound = received("get_round", cls.GetRound)
+    cls.total, cls.publish = total, publish
+
+
 PATCHES: dict[str, Callable[[ModuleType], None]] = {
     "mpc_erm.mpc.transport.client": _patch_client,
     "mpc_erm.mpc.transport.mailbox": _patch_mailbox,
@@ -271,6 +331,7 @@ PATCHES: dict[str, Callable[[ModuleType], None]] = {
     "mpc_erm.mpc.samplers.discrete_laplace": _patch_sampler,
     "mpc_erm.protocols.output_perturbation": _patch_output,
     "crypten.mpc.primitives.beaver": _patch_beaver,
+    "mpc_erm.mpc.owner_intake": _patch_owner_intake,
 }
 
 

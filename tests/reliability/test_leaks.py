@@ -75,7 +75,7 @@ from .failing_data import (
 )
 from .failing_data import job_toml as failing_job_toml
 from .faults import wait_for, worker_pids
-from .recording import ENV, NeedleSet, Record, read_records, runs, uniformity, value_bytes, write_sitecustomize
+from .recording import NeedleSet, Record, read_records, runs, start_recorded, uniformity, value_bytes
 
 pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
 
@@ -133,16 +133,12 @@ def _watch(client: Any, job_id: str, out: list[dict[str, Any]], cancel_on: str |
 def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     root = tmp_path_factory.mktemp("leaks")
     site, rec = root / "site", root / "rec"
-    write_sitecustomize(site)
     r = Run(root=root, cons_root=root / "consortium", rec=rec)
     cons = LocalConsortium(r.cons_root, parties=3, dataset="adult", budget_epsilon=10.0)
     cons.write()
     add_datasets({p: cons.members[p].config for p in PARTIES}, data_root=root / "data")  # outside the scanned dirs
     t0 = time.perf_counter()
-    with pytest.MonkeyPatch.context() as mp:  # only the daemons (and their workers) record
-        mp.setenv("PYTHONPATH", os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])]))
-        mp.setenv(ENV, str(rec))
-        cons.start()
+    start_recorded(cons, site, rec)  # only the daemons (and their workers) record
     coord: list[dict[str, Any]] = []
     try:
         with cons.client() as client:
