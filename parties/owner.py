@@ -189,7 +189,7 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
         try:
             client = OwnerClient(identity, job_id, index, intake_addresses(identity, cfg, job, job_id, wait_s))
             try:
-                client.enroll(spec_digest=digest)
+                client.enroll(timeout_s=wait_s, spec_digest=digest)
                 rounds = OwnerAggregator(client, round_wait_s=wait_s, on_round=on_round,
                                          send_after_s=spec.federated.send_after_s if spec.federated else None)
 

@@ -483,6 +483,7 @@ class _Outcome:
 #: owner to enrol (owners start their clients when they choose).
 OWNER_ROUND_DEADLINE_S = 30.0
 FIRST_ROUND_FACTOR = 10.0
+LAST_READ_WAIT_S = 30.0  # the longest a compute party keeps its intake up for the counted owners' last reads
 
 
 def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: Any, real: Any) -> _Outcome:
@@ -548,7 +549,10 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
             empty = torch.zeros(0, proto.p, dtype=torch.float64), torch.zeros(0, dtype=torch.float64)
             theta = proto.train(rounds, lambda _theta: empty, before_reveal=lambda _t: _check_cancel(ctx),
                                 after_round=after_round)
-        time.sleep(1.0)  # the owners read the last release
+        unread = rounds.wait_last_read(LAST_READ_WAIT_S)  # a fixed 1 s left owners of a loaded 1,000 without it
+        if unread:
+            ctx.emit({"phase": "owners", "message": f"{len(unread)} counted owners did not read the last release "
+                                                    f"from this party within {LAST_READ_WAIT_S:g} s"})
     finally:
         intake.stop()
     if fed:

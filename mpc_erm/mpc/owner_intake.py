@@ -43,6 +43,8 @@ SERVICE = "/mpc_erm.v1.OwnerIntake"
 MAX_WAIT_S = 300.0
 #: How long one owner's read of a release may wait at a compute party (it re-asks until its own deadline).
 RELEASE_POLL_S = 2.0
+#: The longest one enrolment attempt waits for its answer (an owner asks again until its own deadline).
+ENROLL_ATTEMPT_S = 10.0
 #: Releases an intake keeps for owners still reading them (an owner more rounds behind has missed them).
 KEEP_RELEASES = 64
 #: Trailing metadata of a contribution refused because its round is not open: the round open here
@@ -87,6 +89,7 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         self._enrolled: set[int] = set()
         self._round: _Round | None = None
         self._published: dict[int, tuple[torch.Tensor, int]] = {}
+        self._readers: dict[int, set[int]] = {}  # round → owners that read its release here
         self._lock = threading.Condition()
         policy = {f"{SERVICE}/*": [("owner", name) for name in frame.owners]}
         self._server = grpc.server(ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="owner-intake"),
@@ -152,7 +155,18 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         with self._lock:
             self._published[t] = (state.detach().to("cpu", torch.float64).contiguous().clone(), owners_counted)
             self._published.pop(t - KEEP_RELEASES, None)
+            self._readers.pop(t - KEEP_RELEASES, None)
             self._lock.notify_all()
+
+    def wait_read(self, t: int, owners: Sequence[int], deadline_s: float) -> list[int]:
+        """Wait until each of ``owners`` has read round ``t``'s release here, or ``deadline_s``
+        passed: the ones that have not (a worker stops its intake after the last release only then,
+        so that no owner that was counted is left without the model)."""
+        end = time.monotonic() + deadline_s
+        with self._lock:
+            while (left := end - time.monotonic()) > 0 and not set(owners) <= self._readers.get(t, set()):
+                self._lock.wait(min(left, 1.0))
+            return sorted(set(owners) - self._readers.get(t, set()))
 
     # ------------------------------------------------------------------ the service
 
@@ -168,7 +182,12 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         explicit = explicit_party(o, f.compute_parties) == f.rank
         with self._lock:
             if o in self._enrolled:
-                _abort(context, grpc.StatusCode.ALREADY_EXISTS, f"owner {f.owners[o]!r} is already enrolled here")
+                # the same enrolment again (its reply was lost, e.g. a deadline on a loaded machine): the
+                # same answer; another key would change this party's shares mid-job: refused
+                if bytes(request.key) != self.shares.keys.get(o, b""):
+                    _abort(context, grpc.StatusCode.ALREADY_EXISTS, f"owner {f.owners[o]!r} is already enrolled "
+                                                                    "here with another key")
+                return self._enroll_reply(o)
             if explicit and request.key:
                 _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
                        f"key: compute party {f.rank} receives owner {f.owners[o]!r}'s explicit shares, not a key")
@@ -178,6 +197,10 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
                                                                       f"{len(request.key)}")
                 self.shares.add_key(o, bytes(request.key))
             self._enrolled.add(o)
+        return self._enroll_reply(o)
+
+    def _enroll_reply(self, o: int) -> Any:
+        f = self.frame
         return pb.EnrollReply(owner_index=o, compute_parties=f.compute_parties, rank=f.rank, grid_bits=f.grid_bits,
                               margin_bits=f.margin_bits, dim=f.dim, spec_digest=f.spec_digest)
 
@@ -210,12 +233,15 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         return pb.ContributeReply()
 
     def GetRound(self, request: Any, context: grpc.ServicerContext) -> Any:
-        self._caller(context, request.job_id)
+        o = self._caller(context, request.job_id)
         end = time.monotonic() + min(max(request.wait_s, 0.0), MAX_WAIT_S)
         with self._lock:
             while request.round not in self._published and (left := end - time.monotonic()) > 0:
                 self._lock.wait(left)
             got = self._published.get(request.round)
+            if got is not None:
+                self._readers.setdefault(request.round, set()).add(o)
+                self._lock.notify_all()
         if got is None:
             _abort(context, grpc.StatusCode.DEADLINE_EXCEEDED, f"round: {request.round} not released yet")
         state, counted = got
@@ -280,8 +306,7 @@ class OwnerClient:
         """Enrol at every compute party; the public frame they state (grid, margin, dimension,
         job digest), checked to be the same everywhere, to name this owner's index and, given
         ``spec_digest``, to be this owner's job."""
-        replies = [stub.Enroll(pb.EnrollRequest(job_id=self.job_id, key=self.sharer.keys.get(j, b"")),
-                               timeout=timeout_s) for j, stub in enumerate(self._stubs)]
+        replies = [self._enroll_at(j, stub, timeout_s) for j, stub in enumerate(self._stubs)]
         frames = {(r.owner_index, r.compute_parties, r.grid_bits, r.margin_bits, r.dim, r.spec_digest)
                   for r in replies}
         if len(frames) != 1 or replies[0].owner_index != self.owner_index or \
@@ -293,6 +318,23 @@ class OwnerClient:
                              f"{replies[0].spec_digest[:12]}… vs this owner's {spec_digest[:12]}…); nothing sent")
         self.frame = replies[0]
         return self.frame
+
+    def _enroll_at(self, j: int, stub: Any, timeout_s: float) -> Any:
+        """Enrol at compute party ``j``, asking again (the same request: idempotent there) while it
+        is unreachable or slow, until ``timeout_s`` has passed."""
+        end = time.monotonic() + timeout_s
+        pause = 0.2
+        while True:
+            try:
+                return stub.Enroll(pb.EnrollRequest(job_id=self.job_id, key=self.sharer.keys.get(j, b"")),
+                                   timeout=max(1.0, min(ENROLL_ATTEMPT_S, end - time.monotonic())))
+            except grpc.RpcError as exc:
+                code = exc.code()  # type: ignore[attr-defined]
+                if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) or \
+                        time.monotonic() + pause >= end:
+                    raise
+            time.sleep(pause)
+            pause = min(2 * pause, 2.0)
 
     def contribute(self, t: int, v: torch.Tensor, timeout_s: float = 30.0) -> None:
         """Encode ``v`` on the job's grid (refused if out of range: nothing is sent) and send round

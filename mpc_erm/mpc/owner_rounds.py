@@ -55,6 +55,7 @@ class IntakeAggregator:
         self.while_owners_compute, self.check = while_owners_compute, check
         self.trust_model = mpc.trust_model
         self.counted: list[int] = []  # owners summed per round (public to the compute parties and owners)
+        self.agreed: list[int] = []  # the owners summed in the latest round
 
     def aggregate(self, contributions: torch.Tensor, weights: torch.Tensor, noise: NoiseSpec) -> torch.Tensor:
         if contributions.numel():
@@ -74,7 +75,18 @@ class IntakeAggregator:
         out = self.mpc.aggregate_shares(self.intake.total(t, agreed, explicit), f.grid_bits, noise)
         self.intake.publish(t, out, len(agreed))
         self.counted.append(len(agreed))
+        self.agreed = agreed
         return out
+
+    def wait_last_read(self, deadline_s: float) -> list[int]:
+        """After the last release: wait (up to ``deadline_s``) until every owner counted in it that
+        reads from this compute party (owner index mod k = rank, as :class:`OwnerClient` spreads
+        its reads) has read it; the ones that did not."""
+        f = self.intake.frame
+        if not self.counted:
+            return []
+        mine = [o for o in self.agreed if o % f.compute_parties == f.rank]
+        return self.intake.wait_read(len(self.counted) - 1, mine, deadline_s)
 
 
 class OwnerAggregator:

@@ -124,6 +124,16 @@ def test_owners_enrol_contribute_and_read_the_released_round(ca: Any, intakes: l
         assert counted == 5 and torch.equal(state, exact.double() / 2**GRID)
         code, why = _code(lambda: clients[3].released(9, wait_s=0.2))
         assert code == grpc.StatusCode.DEADLINE_EXCEEDED and "round: 9 not released yet" in why
+        # a worker keeps its intake up after the last release until the counted owners that read
+        # from it (index mod k = rank) have read it: owner 3 reads at compute party 0, owner 0 not yet
+        tic = time.monotonic()
+        assert intakes[0].wait_read(0, [0, 3], 0.5) == [0] and time.monotonic() - tic >= 0.5
+        assert intakes[0].wait_read(9, [], 5.0) == []  # nobody to wait for: at once
+        reader = threading.Thread(target=lambda: (time.sleep(0.3), clients[0].released(0, wait_s=5)))
+        reader.start()
+        tic = time.monotonic()
+        assert intakes[0].wait_read(0, [0, 3], 10.0) == [] and time.monotonic() - tic < 5.0
+        reader.join()
     finally:
         for c in clients:
             c.close()
@@ -178,9 +188,11 @@ def test_the_intake_refuses_strangers_and_malformed_requests_naming_the_field(ca
                                                                                intakes: list[OwnerIntake]) -> None:
     c0 = _client(ca, 0, intakes)
     try:
-        c0.enroll()
-        code, why = _code(lambda: c0.enroll())
-        assert code == grpc.StatusCode.ALREADY_EXISTS and "already enrolled" in why
+        first = c0.enroll()
+        assert c0.enroll() == first  # the same enrolment again (a lost reply): the same answer
+        other = pb.EnrollRequest(job_id="job-1", key=bytes(32))  # another key at a party that derives its share
+        code, why = _code(lambda: c0._stubs[1].Enroll(other, timeout=10))
+        assert code == grpc.StatusCode.ALREADY_EXISTS and "already enrolled here with another key" in why
         stub = c0._stubs[0]
         code, why = _code(lambda: stub.Enroll(pb.EnrollRequest(job_id="other-job"), timeout=10))
         assert code == grpc.StatusCode.NOT_FOUND and "job_id: no job 'other-job'" in why
@@ -343,3 +355,30 @@ def test_thirty_owners_through_three_compute_processes(noisy: bool) -> None:
             assert 0 < float((out - exact).abs().max()) < 8 * SIGMA  # the noise, once, at its scale
         else:
             assert torch.equal(out, exact)
+
+
+def test_an_owner_asks_again_while_a_compute_party_is_not_up_yet(ca: Any) -> None:
+    """Enrolment asks again while a compute party is unreachable (or too slow to answer), until the
+    owner's own deadline: on a loaded machine 1,000 owners' first attempts timed out and those owners
+    gave up (benchmarks.many_owners_thesis). Compute party 2 starts listening 1.5 s late here."""
+    from coordinator.consortium import free_port
+
+    margin = owner_margin_bits(len(OWNERS))
+    frame = [RoundFrame("job-1", OWNERS, K, r, GRID, margin, DIM) for r in range(K)]
+    up = [OwnerIntake(pki.issue_identity(ca, f"compute-{r}", "party"), frame[r]).start() for r in range(2)]
+    port = free_port("127.0.0.1")
+    late: list[OwnerIntake] = []
+    starter = threading.Timer(1.5, lambda: late.append(OwnerIntake(
+        pki.issue_identity(ca, "compute-2", "party"), frame[2], bind=f"127.0.0.1:{port}").start()))
+    starter.start()
+    c = OwnerClient(pki.issue_identity(ca, OWNERS[1], "owner"), "job-1", 1,
+                    [("compute-0", up[0].address), ("compute-1", up[1].address), ("compute-2", f"127.0.0.1:{port}")])
+    try:
+        tic = time.monotonic()
+        assert c.enroll(timeout_s=20).owner_index == 1
+        assert time.monotonic() - tic >= 1.4 and late and late[0].enrolled == frozenset({1})
+    finally:
+        c.close()
+        starter.join()
+        for i in up + late:
+            i.stop()
