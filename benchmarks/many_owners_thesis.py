@@ -166,7 +166,7 @@ def _thesis_simulator(method: str, m: int, rounds: int, seed: int) -> dict[str, 
 
 
 def one_setting(cons: Any, root: Path, train: Any, test: Any, metrics: Any, *, method: str, m: int, rounds: int,
-                seed: int, baseline_seeds: int) -> dict[str, Any]:
+                seed: int, baseline_seeds: int, owner_procs: int = 1) -> dict[str, Any]:
     from mpc_erm.jobs.jobfile import load_job_file
 
     dataset = f"{method[:4]}{m}s{seed}"
@@ -177,7 +177,7 @@ def one_setting(cons: Any, root: Path, train: Any, test: Any, metrics: Any, *, m
     extra = GRAD_EXTRA.format(rounds=rounds) if method == "gradient" else OUT_EXTRA
     job_path.write_text(JOB.format(method=method, m=m, dataset=dataset, d=train.d, lam=LAM, eps=EPS, delta=DELTA,
                                    n=train.n, owners=", ".join(f'"{dataset}-{o:05d}"' for o in range(m)), extra=extra))
-    run = run_job(cons, configs, job_path, root)
+    run = run_job(cons, configs, job_path, root, owner_procs=owner_procs)
     from safetensors.torch import load_file
 
     theta = load_file(str(run["dir"] / "model.safetensors"))["theta"].double()
@@ -205,6 +205,7 @@ def one_setting(cons: Any, root: Path, train: Any, test: Any, metrics: Any, *, m
                     "epsilon": rep["epsilon"], "delta_total": rep["delta"] + rep["delta_sampler"],
                     "accountant": rep["accountant"], "noise_scale": rep.get("noise_scale"),
                     "sensitivity_l2": rep["plan"]["sensitivity_l2"], "owner_setup_seconds": setup_s,
+                    "owner_processes": owner_procs, "machine_memory_gib": run["machine_memory_gib"],
                     "realised_noise": realised},
         "same_job_in_process": {"noise_draws": baseline_seeds, "optimality_gap_mean": b_gap,
                                 "optimality_gap_std": float(gaps.std()), "relative_accuracy_loss_mean": b_acc,
@@ -228,6 +229,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--grad-rounds", type=int, default=1500)
     ap.add_argument("--out-owners", default="1000", help="comma list of m for Out P ('' for none)")
     ap.add_argument("--seeds", default="0")
+    ap.add_argument("--owner-procs", type=int, default=1,
+                    help="spread the owners over this many processes (threads in each); 1: all in this process")
     ap.add_argument("--baseline-seeds", type=int, default=20, help="noise draws of the in-process baseline")
     ap.add_argument("--workdir", type=Path, default=None,
                     help="where the daemons' and owners' state go (default: the system's temp dir)")
@@ -251,7 +254,8 @@ def main(argv: list[str] | None = None) -> None:
             for method, m in settings:
                 for seed in (int(s) for s in a.seeds.split(",")):
                     rows.append(one_setting(cons, root, train, test, metrics, method=method, m=m,
-                                            rounds=a.grad_rounds, seed=seed, baseline_seeds=a.baseline_seeds))
+                                            rounds=a.grad_rounds, seed=seed, baseline_seeds=a.baseline_seeds,
+                                            owner_procs=a.owner_procs))
                     if a.out:
                         _write(a, rows, tic)
 
@@ -262,8 +266,9 @@ def _write(a: Any, rows: list[dict[str, Any]], tic: float) -> None:
            "what": "thesis MPC Grad P / Out P on KDD Cup 99 (50,000 train / 20,000 test rows, 122 features), logistic, "
                    "λ = 1e-3, G = C = 1, ε = 0.5, δ = 1e-3, add/remove with public n̂ = 50,000, through 3 compute-party "
                    "daemons (replicated, in-MPC discrete Gaussian); m owners with equal random shares of the rows, "
-                   "real gRPC clients with their own certificates, ledgers and files, all in the benchmark's process "
-                   "(one thread each), on the same cores as the daemons",
+                   "real gRPC clients with their own certificates, ledgers and files, one thread each, in the "
+                   f"benchmark's process or spread over {a.owner_procs} spawned processes (owner_processes per row), "
+                   "on the same cores as the daemons",
            "baseline": "the same job file through the same protocol code in process (plaintext aggregator, continuous "
                        "noise of the plan's σ), same rows and seed; thesis_simulator: mpc_erm.simulate's 'exact' "
                        "convention at the same m (replace-one), for context",
