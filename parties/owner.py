@@ -101,8 +101,9 @@ def intake_addresses(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id:
                                                             service="owners"), timeout=min(max(left, 0), 30) + 10)
                     out.append((name, r.address))
                     break
-                except grpc.RpcError as exc:
-                    if exc.code() not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE) or left <= 0:
+                except grpc.RpcError as exc:  # a deadline too: thousands of owners asking queue at its daemon
+                    if exc.code() not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE,
+                                          grpc.StatusCode.DEADLINE_EXCEEDED) or left <= 0:
                         raise RuntimeError(f"compute party {name}: {exc.details()}") from None
                     time.sleep(next(pause))  # the daemon answers an owner within 1 s
     return out

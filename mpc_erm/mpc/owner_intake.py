@@ -350,9 +350,15 @@ class OwnerClient:
         done = self._accepted.setdefault(t, set())  # a retry skips the parties that took it already
         for j, stub in enumerate(self._stubs):
             if j not in done:
-                stub.Contribute(pb.ContributeRequest(job_id=self.job_id, round=t,
-                                                     share=payload if j == self.sharer.explicit else b""),
-                                timeout=timeout_s)
+                try:
+                    stub.Contribute(pb.ContributeRequest(job_id=self.job_id, round=t,
+                                                         share=payload if j == self.sharer.explicit else b""),
+                                    timeout=timeout_s)
+                except grpc.RpcError as exc:
+                    # a retry after a lost reply: party j took this round's shares (the same bytes: the
+                    # split of round t is deterministic) before the deadline hit
+                    if exc.code() != grpc.StatusCode.ALREADY_EXISTS:  # type: ignore[attr-defined]
+                        raise
                 done.add(j)
         self._accepted.pop(t - 1, None)
 

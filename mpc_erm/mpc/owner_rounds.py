@@ -139,6 +139,10 @@ class OwnerAggregator:
                 self.client.contribute(t, v)
                 return True
             except grpc.RpcError as exc:
+                if exc.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE) and \
+                        time.monotonic() < end:  # a loaded compute party: the same shares again
+                    time.sleep(next(pause))
+                    continue
                 state = round_state(exc)
                 if state is None:
                     raise
