@@ -40,6 +40,7 @@ than was sampled, the rest is sampled online and counted.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -280,6 +281,7 @@ class Realisation:
                 "sampler_tv_per_release": self.tv_per_release, "noise_scale": self.spec.scale}
 
 
+@functools.lru_cache(maxsize=32)  # a pure function of a frozen plan; owners sharing a process (benchmarks) ask once
 def realise(plan: Any, parties: int) -> Realisation:
     """Realise ``plan`` (a bound :class:`~mpc_erm.privacy.plan.PrivacyPlan`) among ``parties``
     parties: pick the grid, set σ_grid = z·s_grid (Gaussian) or t = s_grid/ε (Laplace) with s_grid
