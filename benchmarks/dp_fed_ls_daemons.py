@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import tempfile
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ from benchmarks.aggregate import machine_info
 from benchmarks.deep_mnist import _mnist
 from benchmarks.dp_fed_ls_mnist import PAPER_POISSON
 from benchmarks.dp_fed_ls_mnist import run as simulate
-from benchmarks.owners_common import raise_open_files, run_job
+from benchmarks.owners_common import owners_process_setup, run_job
 
 DEADLINE_S = 30.0  # a round waits this long for the owners (the first, 10×: for every owner to enrol)
 JOB = """\
@@ -132,9 +131,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     from coordinator.consortium import LocalConsortium
 
-    torch.set_num_threads(1)
-    logging.getLogger("absl").setLevel(logging.ERROR)
-    raise_open_files()
+    owners_process_setup()
     Xte, yte = _mnist("t10k")
     Xte = Xte.reshape(len(Xte), -1)
     rows: list[dict[str, Any]] = []

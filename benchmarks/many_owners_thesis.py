@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import tempfile
 import time
 from pathlib import Path
@@ -40,7 +39,7 @@ import numpy as np
 import torch
 
 from benchmarks.aggregate import machine_info
-from benchmarks.owners_common import raise_open_files, run_job
+from benchmarks.owners_common import owners_process_setup, run_job
 
 N_TRAIN, N_TEST, LAM, EPS, DELTA = 50_000, 20_000, 1e-3, 0.5, 1e-3
 JOB = """\
@@ -238,9 +237,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     from coordinator.consortium import LocalConsortium
 
-    torch.set_num_threads(1)
-    logging.getLogger("absl").setLevel(logging.ERROR)
-    raise_open_files()
+    owners_process_setup()
     train, test = _data()
     metrics = _scores(train, test)
     settings = [("output", int(m)) for m in a.out_owners.split(",") if m] + \

@@ -13,8 +13,16 @@ from pathlib import Path
 from typing import Any
 
 
-def raise_open_files() -> None:
-    """Every owner holds a TLS channel to each compute party, all in this one process."""
+def owners_process_setup() -> None:
+    """What a process hosting many owners needs: one torch thread (the cores are shared with the
+    daemons), dp_accounting's per-order notes quiet, and as many open files as allowed (every
+    owner holds a TLS channel to each compute party)."""
+    import logging
+
+    import torch
+
+    torch.set_num_threads(1)
+    logging.getLogger("absl").setLevel(logging.ERROR)
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
@@ -50,13 +58,7 @@ def run_owners(configs: list[Path], job_path: Path, job_id: str, wait_s: float =
 
 
 def _owners_process(configs: list[Path], job_path: Path, job_id: str, wait_s: float, q: Any) -> None:
-    import logging
-
-    import torch
-
-    torch.set_num_threads(1)
-    logging.getLogger("absl").setLevel(logging.ERROR)
-    raise_open_files()
+    owners_process_setup()
     got = run_owners(configs, job_path, job_id, wait_s)
     q.put({k: (v if isinstance(v, dict) else repr(v)) for k, v in got.items()})
 

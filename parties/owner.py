@@ -85,7 +85,7 @@ def intake_addresses(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id:
                      wait_s: float) -> list[tuple[str, str]]:
     """(name, owner-intake address) of each compute party in rank order, asked of its daemon;
     waits up to ``wait_s`` for each to publish (the job may still be admitted or queued there)."""
-    from mpc_erm.mpc.owner_rounds import pauses
+    from mpc_erm.mpc.owner_intake import pauses
     from parties.rendezvous import grpc_options
 
     out = []

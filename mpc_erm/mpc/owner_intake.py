@@ -18,9 +18,10 @@ INVALID_ARGUMENT). Nothing an owner sends is logged. :class:`OwnerClient` is the
 
 from __future__ import annotations
 
+import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -37,7 +38,7 @@ from .owner_shares import OwnerShareSum, explicit_party
 from .pki import Identity
 from .transport.chunking import grpc_message_options
 
-__all__ = ["OwnerClient", "OwnerIntake", "RoundFrame", "agree_present"]
+__all__ = ["OwnerClient", "OwnerIntake", "RoundFrame", "agree_present", "pauses"]
 
 SERVICE = "/mpc_erm.v1.OwnerIntake"
 MAX_WAIT_S = 300.0
@@ -45,6 +46,7 @@ MAX_WAIT_S = 300.0
 RELEASE_POLL_S = 2.0
 #: The longest one enrolment attempt waits for its answer (an owner asks again until its own deadline).
 ENROLL_ATTEMPT_S = 10.0
+ENROLL_RETRY_FIRST_S, ENROLL_RETRY_MAX_S = 0.2, 2.0  # its pauses between attempts (jittered: pauses)
 #: Releases an intake keeps for owners still reading them (an owner more rounds behind has missed them).
 KEEP_RELEASES = 64
 #: Trailing metadata of a contribution refused because its round is not open: the round open here
@@ -266,6 +268,15 @@ def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -
     raise AssertionError("unreachable")  # context.abort raises
 
 
+def pauses(first: float, cap: float) -> Iterator[float]:
+    """How long an owner sleeps before asking a compute party again: ``first`` doubling to
+    ``cap``, each scaled by a random factor in [0.5, 1] so that many owners do not ask together."""
+    pause = first
+    while True:
+        yield pause * random.uniform(0.5, 1.0)
+        pause = min(2 * pause, cap)
+
+
 def agree_present(comm: Any, present: frozenset[int], owners: int) -> list[int]:
     """The owners present at every compute party (sorted): an all-gather of presence bitmaps over
     the compute parties' communicator, ANDed. Every party gets the same list."""
@@ -323,8 +334,7 @@ class OwnerClient:
         """Enrol at compute party ``j``, asking again (the same request: idempotent there) while it
         is unreachable or slow, until ``timeout_s`` has passed."""
         end = time.monotonic() + timeout_s
-        pause = 0.2
-        while True:
+        for pause in pauses(ENROLL_RETRY_FIRST_S, ENROLL_RETRY_MAX_S):
             try:
                 return stub.Enroll(pb.EnrollRequest(job_id=self.job_id, key=self.sharer.keys.get(j, b"")),
                                    timeout=max(1.0, min(ENROLL_ATTEMPT_S, end - time.monotonic())))
@@ -334,7 +344,7 @@ class OwnerClient:
                         time.monotonic() + pause >= end:
                     raise
             time.sleep(pause)
-            pause = min(2 * pause, 2.0)
+        raise AssertionError("unreachable")  # pauses() never ends
 
     def contribute(self, t: int, v: torch.Tensor, timeout_s: float = 30.0) -> None:
         """Encode ``v`` on the job's grid (refused if out of range: nothing is sent) and send round

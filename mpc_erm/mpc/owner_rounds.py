@@ -13,9 +13,8 @@ compute party and at a data owner (issue 17, docs/architecture.md §2):
 
 from __future__ import annotations
 
-import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -23,21 +22,12 @@ import torch
 
 from mpc_erm.protocols.aggregation import NoiseSpec
 
-from .owner_intake import OwnerClient, OwnerIntake, agree_present, round_state
+from .owner_intake import OwnerClient, OwnerIntake, agree_present, pauses, round_state
 
-__all__ = ["IntakeAggregator", "OwnerAggregator", "pauses"]
+__all__ = ["IntakeAggregator", "OwnerAggregator"]
 
 #: An owner early for a round asks again after RETRY_FIRST_S, doubling to RETRY_MAX_S.
 RETRY_FIRST_S, RETRY_MAX_S = 0.02, 0.5
-
-
-def pauses(first: float, cap: float) -> Iterator[float]:
-    """How long an owner sleeps before asking a compute party again: ``first`` doubling to
-    ``cap``, each scaled by a random factor in [0.5, 1] so that many owners do not ask together."""
-    pause = first
-    while True:
-        yield pause * random.uniform(0.5, 1.0)
-        pause = min(2 * pause, cap)
 
 
 class IntakeAggregator:

@@ -129,6 +129,20 @@ def _run_to_success(cons: LocalConsortium, job_path: Path, configs: list[Path], 
     return job_id, box
 
 
+def statuses(cons: LocalConsortium, job_id: str, members: tuple[str, ...], wait_s: float = 120) -> dict[str, str]:
+    """Each of ``members``' status of the job, once all are terminal (or ``wait_s`` passed)."""
+    import time
+
+    end = time.monotonic() + wait_s
+    with cons.client() as client:
+        while True:
+            st = client.status(job_id)
+            got = {m: st.get(m, {}).get("status", "?") for m in members}
+            if all(s in TERMINAL for s in got.values()) or time.monotonic() > end:
+                return got
+            time.sleep(0.5)
+
+
 def _replay(job_path: Path, configs: list[Path], counted: list[int]) -> torch.Tensor:
     """The same rounds in plaintext: each owner's weighted clipped gradient sum, rounded onto the
     grid as its shares encode it, over the owners counted in each round."""
@@ -249,7 +263,6 @@ def test_a_killed_compute_party_ends_the_job_and_every_owners_reservation_is_set
     """Bob's daemon and worker are killed after round 2: alice and carol fail the job (no model
     written), every owner's run ends with an error, and no owner's ledger keeps an open
     reservation — charged the rounds it had marked, or released."""
-    import time
 
     from mpc_erm.data import load_dataset
     from parties.ledger import Ledger
@@ -271,14 +284,8 @@ def test_a_killed_compute_party_ends_the_job_and_every_owners_reservation_is_set
 
         outcome = _run_owners(configs, job_path, job_id, on_round=kill_bob, wait_s=30)
         assert all(isinstance(v, Exception) for v in outcome.values()), outcome
-        end = time.monotonic() + 120
-        with cons.client() as client:
-            while True:
-                st = client.status(job_id)
-                if all(st.get(p, {}).get("status") in TERMINAL for p in ("alice", "carol")) or time.monotonic() > end:
-                    break
-                time.sleep(1.0)
-        assert {p: st[p]["status"] for p in ("alice", "carol")} == {"alice": "failed", "carol": "failed"}, st
+        st = statuses(cons, job_id, ("alice", "carol"))
+        assert st == {"alice": "failed", "carol": "failed"}, st
         for p in ("alice", "carol"):
             assert not (cons.root / p / "state" / "jobs" / job_id / "model.safetensors").exists()
         for name in few:

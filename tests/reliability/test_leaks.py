@@ -590,6 +590,13 @@ def _numbers(blob: bytes) -> list[tuple[float, int]]:
     return out
 
 
+def _is_secret(x: float, secrets: np.ndarray) -> bool:
+    """Is ``x`` (a number printed with 10+ significant digits) one of ``secrets`` (sorted |values|)
+    to 1e-9 relative?"""
+    j = np.searchsorted(secrets, abs(x))
+    return any(0 <= k < secrets.size and abs(secrets[k] - abs(x)) <= 1e-9 * abs(x) for k in (j - 1, j))
+
+
 def _unit(printed: float, digits: int) -> float:
     """One unit in the last printed place of a number written with ``digits`` significant digits."""
     return float(10.0 ** (np.floor(np.log10(abs(printed))) - max(digits, 1) + 1)) if printed else 0.0
@@ -647,10 +654,8 @@ class Scanner:
         for i, (x, digits) in enumerate(nums):
             if digits >= 10:  # noise, exact aggregate or a party's local value printed to ~full precision
                 self.long_numbers += 1
-                j = np.searchsorted(self.secret_floats, abs(x))
-                for k in (j - 1, j):
-                    if 0 <= k < self.secret_floats.size and abs(self.secret_floats[k] - abs(x)) <= 1e-9 * abs(x):
-                        findings.append(f"{where}: noise / exact aggregate / local value {x}")
+                if _is_secret(x, self.secret_floats):
+                    findings.append(f"{where}: noise / exact aggregate / local value {x}")
             if 0 < i < len(nums) - 1 and digits >= 4 and x != 0:  # 3 consecutive values of a row
                 unit = _unit(x, digits)
                 lo, hi = np.searchsorted(self.mids, x - unit, "left"), np.searchsorted(self.mids, x + unit, "right")

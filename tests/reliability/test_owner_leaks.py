@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,11 +42,10 @@ import numpy as np
 import pytest
 
 from coordinator.consortium import LocalConsortium
-from mpc_erm.jobs.status import TERMINAL
-from tests.parties.test_owner_jobs import FED_JOB, JOB, OUT_JOB, _run_owners
+from tests.parties.test_owner_jobs import FED_JOB, JOB, OUT_JOB, _run_owners, statuses
 
 from .recording import NeedleSet, Record, read_records, start_recorded, uniformity
-from .test_leaks import _add_vector, _haystack, _numbers
+from .test_leaks import _add_vector, _haystack, _is_secret, _numbers
 
 pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
 
@@ -106,17 +104,6 @@ def _capture_owners(mp: pytest.MonkeyPatch, r: OwnerRun) -> None:
     mp.setattr(OwnerClient, "enroll", on_enroll)
 
 
-def _statuses(cons: LocalConsortium, job_id: str, members: tuple[str, ...], wait_s: float = 120) -> dict[str, str]:
-    end = time.monotonic() + wait_s
-    with cons.client() as client:
-        while True:
-            st = client.status(job_id)
-            got = {m: st.get(m, {}).get("status", "?") for m in members}
-            if all(s in TERMINAL for s in got.values()) or time.monotonic() > end:
-                return got
-            time.sleep(0.5)
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> OwnerRun:
     root = tmp_path_factory.mktemp("owner-leaks")
@@ -156,7 +143,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> OwnerRun:
                 on_round = {"gradient": leave, "killed": kill_bob}.get(name, lambda i, t: None)
                 r.outcomes[name] = _run_owners(configs, path, job_id, on_round=on_round, wait_s=30)
                 alive = COMPUTE if name != "killed" else ("alice", "carol")
-                r.ends[name] = _statuses(cons, job_id, alive)
+                r.ends[name] = statuses(cons, job_id, alive)
                 if name != "killed":
                     with cons.client() as client:
                         client.result(job_id, root / "results" / name)
@@ -302,11 +289,7 @@ def _secret_floats(run: OwnerRun) -> np.ndarray:
 def _scan(blob: bytes, needles: NeedleSet, secrets: np.ndarray, keys: list[bytes]) -> list[str]:
     found = [f"{label} at byte {s}" for s, label, _ in needles.search(np.frombuffer(blob, dtype=np.uint8))]
     found += ["share key" for k in keys if k in blob or k.hex().encode() in blob]
-    for x, digits in _numbers(blob):
-        if digits >= 10:
-            j = np.searchsorted(secrets, abs(x))
-            found += [f"value {x}" for k in (j - 1, j)
-                      if 0 <= k < secrets.size and abs(secrets[k] - abs(x)) <= 1e-9 * abs(x)]
+    found += [f"value {x}" for x, digits in _numbers(blob) if digits >= 10 and _is_secret(x, secrets)]
     return found
 
 
