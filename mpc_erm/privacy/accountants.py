@@ -27,19 +27,31 @@ the per-record contribution bound C, for ``"replace"`` Δ = 2C.
     (``dp_accounting`` then compares q·N(−C) + (1−q)·N(0) with q·N(+C) + (1−q)·N(0), the
     worst case of replacing a sampled record). The RDP accountant of ``dp_accounting`` does not
     support this pair, and it is refused rather than approximated.
+  * ``population`` N given (q < 1, q·N whole): each round sums exactly s = q·N of N public slots
+    drawn uniformly without replacement, an absent or undrawn slot adding zero (DP-Fed-LS's
+    uniform owner sampling). Here z is relative to the *replace-one* shift of the sum (Δ = 2C,
+    2𝓛 for owner updates) whatever ``adjacency`` says: N is public and an absent owner is a zero
+    slot, so add/remove of one owner is a replacement and the same bound holds under both.
+    Accounted as ``SampledWithoutReplacementDpEvent(N, s, GaussianDpEvent(z))`` under
+    ``REPLACE_ONE`` (Wang–Balle–Kasiviswanathan 2019, Thm 27; fractional orders by their
+    Cor. 10), RDP only; the continuous and the in-MPC discrete Gaussian alike
+    (:func:`wor_gaussian_curve`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Literal
 
 import dp_accounting
+import numpy as np
 from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 
 from . import _checks
+from .events import wor_sample_size
 from .gaussian import gdp_delta, gdp_epsilon, gdp_mu
 from .zcdp import zcdp_epsilon, zcdp_rho_for
 
@@ -54,6 +66,7 @@ __all__ = [
     "epsilon_for",
     "gaussian_rounds_event",
     "noise_multiplier_for",
+    "wor_gaussian_curve",
 ]
 
 _NR = dp_accounting.NeighboringRelation
@@ -77,6 +90,52 @@ def gaussian_rounds_event(
         return dp_accounting.SelfComposedDpEvent(ev, t), _NR.ADD_OR_REMOVE_ONE
     ev = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(2.0 * z))
     return dp_accounting.SelfComposedDpEvent(ev, t), _NR.REPLACE_ONE
+
+
+@functools.lru_cache(maxsize=256)
+def wor_gaussian_curve(noise_multiplier: float, population: int, sample_size: int) -> np.ndarray:
+    """One release's RDP on :data:`~.subsampled.RDP_ORDERS`: the Gaussian (z relative to the
+    replace-one shift) on ``sample_size`` of ``population`` slots drawn without replacement —
+    dp_accounting's ``SampledWithoutReplacementDpEvent`` under ``REPLACE_ONE``. Cached (each
+    costs ~0.15 s; calibration and the ledger ask often). Read-only: callers scale a copy.
+
+    Valid for the in-MPC discrete Gaussian too: the bound (WBK 2019 Thm 27) reads the base
+    mechanism through its RDP curve α/(2z²) and, in its sharper terms, its ternary
+    |χ|^j-divergences at integer j, both made of the moments E_q[(p/q)^a·(r/q)^b] at integer
+    a, b; at integer shifts the discrete Gaussian's moments equal the continuous one's (the
+    shifted lattice sum is the unshifted one; CKS 2020 Prop. 5 is the case b = 0). Fractional
+    orders interpolate the CGF, which is convex for any mechanism (WBK Cor. 10)."""
+    from .subsampled import RDP_ORDERS
+
+    acc = RdpAccountant(orders=RDP_ORDERS, neighboring_relation=_NR.REPLACE_ONE)
+    acc.compose(dp_accounting.SampledWithoutReplacementDpEvent(
+        population, sample_size, dp_accounting.GaussianDpEvent(noise_multiplier)))
+    curve = np.array(acc._rdp, dtype=np.float64)  # dp_accounting keeps the curve there (events._rdp_epsilon)
+    curve.flags.writeable = False
+    return curve
+
+
+def _wor_epsilon(z: float, t: int, delta: float, q: float, population: int) -> float:
+    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+
+    from .subsampled import RDP_ORDERS
+
+    curve = wor_gaussian_curve(z, population, wor_sample_size(population, q))
+    return float(compute_epsilon(RDP_ORDERS, t * curve, delta)[0])
+
+
+def _check_wor(accountant: str, sampling_rate: float, adjacency: str, population: int) -> tuple[str, float, str]:
+    """As :func:`_check_common` for rounds on a sample without replacement: any adjacency, RDP only."""
+    acc = _checks.choice("accountant", accountant, ACCOUNTANTS)
+    q = _checks.sampling_rate("sampling_rate", sampling_rate)
+    adj = _checks.adjacency("adjacency", adjacency)
+    if acc != "rdp":
+        raise ValueError(f"accountant {acc!r}: rounds on a sample without replacement (population) are accounted "
+                         "by 'rdp' only (dp_accounting's SampledWithoutReplacementDpEvent)")
+    if not q < 1.0:
+        raise ValueError("population: needs sampling_rate < 1 (each round draws q·N of the N slots)")
+    wor_sample_size(population, q)
+    return acc, q, adj
 
 
 def _accountant(
@@ -114,14 +173,20 @@ def epsilon_for(
     *,
     pld_discretization: float = DEFAULT_PLD_DISCRETIZATION,
     discrete: bool = False,
+    population: int | None = None,
 ) -> float:
     """ε at ``delta`` after ``rounds`` Gaussian rounds with noise multiplier z = σ/Δ.
     ``discrete``: the in-MPC discrete Gaussian, whose Poisson-subsampled rounds are accounted by
-    the general bound of :mod:`.subsampled` (RDP only)."""
-    acc, q, adj = _check_common(accountant, sampling_rate, adjacency)
+    the general bound of :mod:`.subsampled` (RDP only). ``population`` N: each round draws
+    q·N of N slots without replacement, z relative to the replace-one shift, under either
+    ``adjacency`` and for either noise (module docstring; RDP only)."""
+    acc, q, adj = (_check_common(accountant, sampling_rate, adjacency) if population is None
+                   else _check_wor(accountant, sampling_rate, adjacency, population))
     z = _checks.positive("noise_multiplier", noise_multiplier)
     t = _checks.positive_int("rounds", rounds)
     dl = _checks.probability_open("delta", delta)
+    if population is not None:
+        return _wor_epsilon(z, t, dl, q, population)
     if discrete and q < 1.0:
         if acc != "rdp":
             raise ValueError(f"accountant {acc!r}: subsampled rounds of the discrete Gaussian are accounted by 'rdp'")
@@ -182,16 +247,19 @@ def noise_multiplier_for(
     rel_tol: float = 1e-4,
     pld_discretization: float = DEFAULT_PLD_DISCRETIZATION,
     discrete: bool = False,
+    population: int | None = None,
 ) -> float:
     """Smallest z (within ``rel_tol``, rounded up) such that T rounds are (target_eps, δ)-DP
-    (``discrete``: of the in-MPC discrete Gaussian, as in :func:`epsilon_for`).
+    (``discrete``: of the in-MPC discrete Gaussian; ``population``: on q·N of N slots drawn
+    without replacement, z relative to the replace-one shift — both as in :func:`epsilon_for`).
 
     GDP and zCDP use their closed forms. RDP and PLD search in log z by a bracketed Illinois
     (regula falsi) iteration that keeps the invariant ε(upper end) ≤ target, and return that
     upper end: the result is always feasible (``calibrate_dp_mechanism`` only promises to be
     within ``tol`` of the optimum, on either side).
     """
-    acc, q, adj = _check_common(accountant, sampling_rate, adjacency)
+    acc, q, adj = (_check_common(accountant, sampling_rate, adjacency) if population is None
+                   else _check_wor(accountant, sampling_rate, adjacency, population))
     eps = _checks.positive("target_eps", target_eps)
     dl = _checks.probability_open("delta", delta)
     t = _checks.positive_int("rounds", rounds)
@@ -208,7 +276,8 @@ def noise_multiplier_for(
         return z
 
     def f(x: float) -> float:  # decreasing in x = log z; f ≤ 0 ⇔ feasible
-        e = epsilon_for(acc, math.exp(x), t, dl, q, adj, pld_discretization=pld_discretization, discrete=discrete)
+        e = epsilon_for(acc, math.exp(x), t, dl, q, adj, pld_discretization=pld_discretization, discrete=discrete,
+                        population=population)
         return math.inf if e == math.inf else (math.log(e) - math.log(eps) if e > 0 else -math.inf)
 
     # Start from the full-batch GDP value scaled by q (exact at q = 1, close for q < 1).

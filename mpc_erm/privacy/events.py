@@ -17,6 +17,13 @@ Events:
   Gaussian of DP-SGD, under add/remove only: the continuous Gaussian by dp_accounting's RDP of
   ``PoissonSampledDpEvent`` (Mironov–Talwar–Zhang 2019), the in-MPC discrete Gaussian
   (``discrete``) by the general bound of Zhu–Wang 2019 on its RDP curve (:mod:`.subsampled`).
+  With ``population`` N set, each release instead sums exactly s = q·N of N public slots drawn
+  uniformly without replacement (DP-Fed-LS's uniform owner sampling; an absent or undrawn slot
+  adds zero), and z is relative to the replace-one shift of the sum (2𝓛 for updates of norm
+  ≤ 𝓛): dp_accounting's RDP of ``SampledWithoutReplacementDpEvent`` under ``REPLACE_ONE``
+  (Wang–Balle–Kasiviswanathan 2019, Thm 27; fractional orders by their Cor. 10), for the
+  continuous and the in-MPC discrete Gaussian alike (:func:`~.accountants.wor_gaussian_curve`).
+  Such an event holds unchanged under either adjacency (:meth:`GaussianRounds.under`).
 * :class:`PureDp` — ``rounds`` releases, each ε-DP (per-coordinate discrete Laplace with the ℓ1
   sensitivity). Composed either by summing ε or through the Rényi curve of binary randomized
   response with ε, the worst case of every ε-DP mechanism (Kairouz–Oh–Viswanath 2015).
@@ -31,7 +38,10 @@ Adjacency: an event is stated under ``replace`` (one record replaced) or ``add_r
 or removed). A replace is a removal followed by an addition, so an add/remove event with shift Δ
 has shift ≤ 2Δ under replace: its noise multiplier halves (Gaussian) or its ε doubles (pure).
 Nothing converts the other way: a replace-one job may publish exact counts, which add/remove
-protects. The ledger composes a data set's events under the relation its budget is stated in.
+protects. The exception is a Gaussian event with ``population``: its N slots are public and an
+absent owner is a zero slot, so one owner added or removed is one slot replaced and the event
+holds unchanged under both. The ledger composes a data set's events under the relation its
+budget is stated in.
 """
 
 from __future__ import annotations
@@ -56,6 +66,7 @@ __all__ = [
     "compose",
     "event_from_dict",
     "event_from_json",
+    "wor_sample_size",
 ]
 
 Adjacency = Literal["replace", "add_remove"]
@@ -82,6 +93,20 @@ def _rounds(v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise ValueError(f"rounds must be an integer >= 0, got {v!r}")
     return v
+
+
+def wor_sample_size(population: Any, sampling_rate: float, *, field: str = "population") -> int:
+    """s = q·N, the slots a round draws without replacement from ``population`` N public ones:
+    N an integer ≥ 2, q·N whole (to 1e-9·N) and 1 ≤ s < N. Errors name ``field``."""
+    if isinstance(population, bool) or not isinstance(population, int) or population < 2:
+        raise ValueError(f"{field} must be an integer >= 2 (the public number of slots sampled from), "
+                         f"got {population!r}")
+    exact = sampling_rate * population
+    size = round(exact)
+    if abs(exact - size) > 1e-9 * population or not 1 <= size < population:
+        raise ValueError(f"{field}: sampling_rate·population = {exact:.12g} must be a whole number of slots in "
+                         f"[1, {population}) (exactly s = q·N are drawn each round)")
+    return size
 
 
 def _tv(v: Any) -> float:
@@ -138,6 +163,9 @@ class GaussianRounds(_Event):
     # Zhu–Wang 2019 (.subsampled), not dp_accounting's continuous-Gaussian one; full batches have
     # the continuous Gaussian's RDP at integer orders either way
     discrete: bool = False
+    # N public slots of which each release draws exactly q·N uniformly without replacement (None:
+    # Poisson sampling, or every record); z is then relative to the replace-one shift of the sum
+    population: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -145,13 +173,27 @@ class GaussianRounds(_Event):
         q = self.sampling_rate
         if isinstance(q, bool) or not isinstance(q, int | float) or not 0.0 < q <= 1.0:
             raise ValueError(f"dp_event.sampling_rate must be in (0, 1], got {q!r}")
-        if q < 1.0 and self.adjacency != "add_remove":
+        if self.population is not None:
+            if q >= 1.0:
+                raise ValueError("dp_event.population: needs dp_event.sampling_rate < 1 (a sample of the slots)")
+            wor_sample_size(self.population, q, field="dp_event.population")
+        elif q < 1.0 and self.adjacency != "add_remove":
             raise AdjacencyError("dp_event.sampling_rate < 1: Poisson-subsampled rounds are accounted under "
                                  "add/remove adjacency only")
         if not isinstance(self.discrete, bool):
             raise ValueError(f"dp_event.discrete must be true or false, got {self.discrete!r}")
 
+    @property
+    def sample_size(self) -> int | None:
+        """s: the slots each release draws without replacement (None without ``population``)."""
+        return None if self.population is None else round(self.sampling_rate * self.population)
+
     def under(self, adjacency: Adjacency) -> GaussianRounds:
+        if self.population is not None:
+            # N is public and an absent owner is a zero slot, so adding or removing one owner is
+            # one slot's update replaced (zero ↔ update): the replace-one bound, with z relative to
+            # its shift 2𝓛, holds as it is under both relations, in either direction
+            return self if self.adjacency == adjacency else replace(self, adjacency=_adjacency(adjacency))
         _refuse_replace_to_add_remove(self, adjacency)
         if self.adjacency == adjacency:
             return self
@@ -166,6 +208,8 @@ class GaussianRounds(_Event):
             del out["sampling_rate"]
         if not self.discrete:  # likewise
             del out["discrete"]
+        if self.population is None:  # likewise
+            del out["population"]
         return out
 
 
@@ -235,7 +279,7 @@ def event_from_dict(d: Mapping[str, Any]) -> DpEvent:
     kind = d.get("kind")
     if kind not in _KINDS:
         raise ValueError(f"dp_event.kind must be one of {sorted(_KINDS)}, got {kind!r}")
-    optional = {"sampling_rate", "discrete"} if kind == "gaussian" else set()  # omitted at their defaults
+    optional = {"sampling_rate", "discrete", "population"} if kind == "gaussian" else set()  # omitted at defaults
     if not _FIELDS[kind] <= set(d) <= _FIELDS[kind] | optional:
         raise ValueError(f"dp_event of kind {kind!r} needs exactly the fields {sorted(_FIELDS[kind])}, got {sorted(d)}")
     return _KINDS[kind](**{k: v for k, v in d.items() if k != "kind"})  # type: ignore[return-value]
@@ -266,10 +310,13 @@ def _rr_p(eps: float) -> float:
     return 2.0 * math.exp(-eps) / (1.0 + math.exp(-eps))
 
 
+_Part = tuple[str, float, float, int, int]  # (kind, parameter, sampling rate, population or 0, count)
+
+
 @functools.lru_cache(maxsize=2048)
-def _rdp_epsilon(parts: tuple[tuple[str, float, float, int], ...], delta: float) -> float:
-    """RDP ε at ``delta`` of ((kind, parameter, sampling rate, count), …) — identical events are
-    composed as one SelfComposedDpEvent (RR's RDP costs dp_accounting ~0.1 s an event)."""
+def _rdp_epsilon(parts: tuple[_Part, ...], delta: float) -> float:
+    """RDP ε at ``delta`` of ((kind, parameter, sampling rate, population, count), …) — identical
+    events are composed as one SelfComposedDpEvent (RR's RDP costs dp_accounting ~0.1 s an event)."""
     import dp_accounting
     import numpy as np
     from dp_accounting.rdp import RdpAccountant
@@ -279,9 +326,13 @@ def _rdp_epsilon(parts: tuple[tuple[str, float, float, int], ...], delta: float)
     full: list[Any] = []
     sampled: list[Any] = []
     discrete: list[tuple[float, float, int]] = []
-    for kind, param, q, count in parts:
+    without_replacement: list[tuple[float, int, int, int]] = []
+    for kind, param, q, population, count in parts:
         if kind == "discrete_gaussian":  # the in-MPC noise, Poisson-subsampled: .subsampled's bound
             discrete.append((param, q, count))
+            continue
+        if kind == "gaussian_wor":  # s = q·N of N slots without replacement, either noise (accountants)
+            without_replacement.append((param, population, round(q * population), count))
             continue
         if kind == "gaussian" and q < 1.0:
             sampled.append(dp_accounting.SelfComposedDpEvent(
@@ -301,32 +352,38 @@ def _rdp_epsilon(parts: tuple[tuple[str, float, float, int], ...], delta: float)
             acc = RdpAccountant(neighboring_relation=relation)
             acc.compose(dp_accounting.ComposedDpEvent(evs))
             accs.append(acc)
-    if len(accs) == 1 and not discrete:
+    if len(accs) == 1 and not discrete and not without_replacement:
         return float(accs[0].get_epsilon(delta))
     # dp_accounting has no public sum of two accountants' curves: its RdpAccountant keeps them in
-    # ``_orders``/``_rdp`` (same default orders in every one); tests/privacy pin the sum against a
-    # single accountant where one can hold both parts. Rényi divergences of one pair of data sets
-    # add over adaptively composed mechanisms, whichever bound gave each curve.
+    # ``_orders``/``_rdp`` (its default orders, RDP_ORDERS, in every one); tests/privacy pin the sum
+    # against a single accountant where one can hold both parts. Rényi divergences of one pair of
+    # data sets add over adaptively composed mechanisms, whichever bound gave each curve.
+    from .accountants import wor_gaussian_curve
     from .subsampled import RDP_ORDERS, discrete_gaussian_curve
 
     rdp = sum((a._rdp for a in accs), np.zeros(len(RDP_ORDERS)))
     for z, q, count in discrete:
         rdp = rdp + count * discrete_gaussian_curve(q, z)
+    for z, population, size, count in without_replacement:
+        rdp = rdp + count * wor_gaussian_curve(z, population, size)
     return float(compute_epsilon(RDP_ORDERS, rdp, delta)[0])
 
 
-def _grouped(events: Iterable[DpEvent], kinds: tuple[str, ...]) -> tuple[tuple[str, float, float, int], ...]:
-    counts: dict[tuple[str, float, float], int] = {}
+def _grouped(events: Iterable[DpEvent], kinds: tuple[str, ...]) -> tuple[_Part, ...]:
+    counts: dict[tuple[str, float, float, int], int] = {}
     for ev in events:
         if ev.kind in kinds and ev.rounds > 0:
             if isinstance(ev, GaussianRounds):
-                subsampled_discrete = ev.discrete and ev.sampling_rate < 1.0
-                key = ("discrete_gaussian" if subsampled_discrete else ev.kind, ev.noise_multiplier,
-                       float(ev.sampling_rate))
+                if ev.population is not None:  # one bound for either noise (the event's docstring)
+                    key = ("gaussian_wor", ev.noise_multiplier, float(ev.sampling_rate), ev.population)
+                else:
+                    subsampled_discrete = ev.discrete and ev.sampling_rate < 1.0
+                    key = ("discrete_gaussian" if subsampled_discrete else ev.kind, ev.noise_multiplier,
+                           float(ev.sampling_rate), 0)
             else:
-                key = (ev.kind, ev.epsilon, 1.0)  # type: ignore[union-attr]
+                key = (ev.kind, ev.epsilon, 1.0, 0)  # type: ignore[union-attr]
             counts[key] = counts.get(key, 0) + ev.rounds
-    return tuple(sorted((k, p, q, n) for (k, p, q), n in counts.items()))
+    return tuple(sorted((k, p, q, pop, n) for (k, p, q, pop), n in counts.items()))
 
 
 def _with_sampler(eps_at: Any, tau: float, delta: float) -> tuple[float, float]:

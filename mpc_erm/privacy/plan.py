@@ -25,6 +25,10 @@ verify`` recomputes ε from the report's event alone.
             ≤ τ·n̂/n_j, so the solvers add at most 2τ. The thesis's weights 1/(m·n_j) need every
             n_j and are refused under add/remove.
   A poor n̂ costs accuracy (the step size or the model's scale is off by n/n̂), never privacy.
+* federated, ``sampling = "uniform"``: the N = ``privacy.public_n`` owners the job lists are public
+  slots, exactly s = τN of them drawn each round without replacement, an absent or undrawn owner
+  a zero update; one owner replaced or absent moves the sum by ≤ 2𝓛, so the sensitivity is 2𝓛/s
+  under either adjacency and the event carries ``population`` = N (events module).
 
 **Noise.** ``sampler = "mpc"`` (daemons): the discrete Gaussian or discrete Laplace sampled
 inside the MPC on a fixed-point grid. The Gaussian is accounted by RDP (or the zCDP conversion)
@@ -46,7 +50,7 @@ from typing import Any, Literal
 
 from . import _checks
 from .accountants import noise_multiplier_for
-from .events import Composition, DpEvent, GaussianRounds, NonPrivate, PureDp, compose
+from .events import Composition, DpEvent, GaussianRounds, NonPrivate, PureDp, compose, wor_sample_size
 from .sensitivity import gradient_sensitivity, l1_from_l2, output_perturbation_sensitivity
 
 __all__ = ["SAMPLER_DELTA_SHARE", "PlanError", "PrivacyPlan", "PublicSizes"]
@@ -114,6 +118,9 @@ class PrivacyPlan:
     dim: int | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
     unit: str = "record"  # what one neighbouring data set adds or removes: "record", or "owner" (federated)
+    # federated uniform sampling: N = public_n owner slots, exactly s = q·N drawn a round without
+    # replacement; the noise multiplier is then relative to the replace-one shift 2·clip
+    population: int | None = None
 
     # ------------------------------------------------------------------ construction
 
@@ -131,6 +138,7 @@ class PrivacyPlan:
         eps, delta = float(pv.epsilon), float(pv.delta)
         rounds = tr.iterations if method == "gradient" else 1
         q = float(getattr(tr, "sampling_rate", 1.0))
+        population = cls._population(spec)
         if q < 1.0:
             if adj != "add_remove":
                 raise PlanError("privacy.adjacency", "Poisson-subsampled rounds (training.sampling_rate < 1) are "
@@ -155,7 +163,8 @@ class PrivacyPlan:
         base = dict(method=method, sampler=sampler, adjacency=adj, weighting=weighting, epsilon=eps, delta=delta,
                     rounds=rounds, clip=_checks.positive("clip", clip), lam=float(spec.model.lam),
                     solver_tol=float(tr.solver_tol), ls_sigma=float(tr.ls_sigma), public_n=pv.public_n,
-                    sampling_rate=q, unit="owner" if getattr(spec, "federated", None) is not None else "record")
+                    sampling_rate=q, unit="owner" if getattr(spec, "federated", None) is not None else "record",
+                    population=population)
         if test_no_noise:
             return cls(mechanism="none", accountant="none", noise_multiplier=None, epsilon_per_release=None,
                        sampler_tv_per_release=0.0, notes=("TEST-ONLY ZERO-NOISE RUN: NO PRIVACY",),
@@ -175,7 +184,7 @@ class PrivacyPlan:
             share = SAMPLER_DELTA_SHARE if sampler == "mpc" else 0.0
             tv = share * delta / ((1.0 + math.exp(eps)) * rounds)
             z = noise_multiplier_for(acc, eps, delta * (1.0 - share), rounds, sampling_rate=q, adjacency="add_remove",
-                                     discrete=sampler == "mpc")
+                                     discrete=sampler == "mpc", population=population)
             plan = cls(mechanism=mech, accountant=acc, noise_multiplier=z, epsilon_per_release=None,
                        sampler_tv_per_release=tv, **base)
             if acc in ("rdp",) and plan.guarantee().epsilon > eps * (1 + 1e-9):  # pragma: no cover - guard
@@ -190,6 +199,29 @@ class PrivacyPlan:
         tv = SAMPLER_DELTA_SHARE * delta / (1.0 + math.exp(eps)) if sampler == "mpc" else 0.0
         return cls(mechanism=mech, accountant="pure", noise_multiplier=None, epsilon_per_release=eps,
                    sampler_tv_per_release=tv, **base)._bound(sizes, dim)
+
+    @staticmethod
+    def _population(spec: Any) -> int | None:
+        """N for a federated job that draws exactly τ·N owners a round ("uniform"), else None."""
+        fed = getattr(spec, "federated", None)
+        if fed is None or getattr(fed, "sampling", "poisson") != "uniform":
+            return None
+        pv, q = spec.privacy, float(spec.training.sampling_rate)
+        if pv.public_n is None:
+            raise PlanError("privacy.public_n", "uniform owner sampling draws τ·N of the N owners the job lists: "
+                            "name N")
+        if pv.accountant not in (None, "rdp"):
+            raise PlanError("privacy.accountant", f"{pv.accountant!r}: rounds on a uniform sample of owners without "
+                            "replacement are accounted by 'rdp' only")
+        try:
+            whole = q < 1.0 and wor_sample_size(int(pv.public_n), q) > 0
+        except ValueError:
+            whole = False
+        if not whole:
+            raise PlanError("training.sampling_rate", f"uniform owner sampling: τ·public_n = {q * pv.public_n:.12g} "
+                            f"must be a whole number in [1, N = {pv.public_n}) (exactly s = τN owners a round), "
+                            "so τ < 1")
+        return int(pv.public_n)
 
     def _bound(self, sizes: PublicSizes | None, dim: int | None) -> PrivacyPlan:
         if sizes is None and self.adjacency == "add_remove":
@@ -217,7 +249,8 @@ class PrivacyPlan:
         if self.mechanism == "gaussian":
             return GaussianRounds(rounds=self.rounds, adjacency=self.adjacency,  # type: ignore[arg-type]
                                   sampler_tv=self.sampler_tv_per_release, noise_multiplier=self.noise_multiplier,
-                                  sampling_rate=self.sampling_rate, discrete=self.sampler == "mpc")
+                                  sampling_rate=self.sampling_rate, discrete=self.sampler == "mpc",
+                                  population=self.population)
         return PureDp(rounds=self.rounds, adjacency=self.adjacency,  # type: ignore[arg-type]
                       sampler_tv=self.sampler_tv_per_release, epsilon=self.epsilon_per_release)
 
@@ -235,7 +268,7 @@ class PrivacyPlan:
         tau = ev.total_tv
         d_mech = self.delta * (1.0 - SAMPLER_DELTA_SHARE) if self.sampler == "mpc" else self.delta
         eps = epsilon_for(self.accountant, self.noise_multiplier, ev.rounds, d_mech, self.sampling_rate,
-                          adjacency="add_remove", discrete=self.sampler == "mpc")
+                          adjacency="add_remove", discrete=self.sampler == "mpc", population=self.population)
         d_s = (1.0 + math.exp(eps)) * tau
         return Composition(eps, d_mech + d_s, d_s, self.adjacency, self.accountant)  # type: ignore[arg-type]
 
@@ -243,6 +276,11 @@ class PrivacyPlan:
         if self.sizes is None:
             raise ValueError("the plan has no public sizes yet (bind them with with_sizes after the agreement)")
         return self.sizes
+
+    @property
+    def sample_size(self) -> int | None:
+        """s = τ·N, the owners drawn each round under uniform sampling (None otherwise)."""
+        return None if self.population is None else round(self.sampling_rate * self.population)
 
     @property
     def m(self) -> int | None:
@@ -254,9 +292,13 @@ class PrivacyPlan:
 
         The formulas are :mod:`.sensitivity`'s: with the exact counts (replace), or with the one
         public count n̂ (add/remove gradient: C/n̂). The add/remove output release is this plan's own
-        aggregate Σ_j (n_j/n̂)·θ̂_j, whose bound 3G/(n̂λ) + 2τ the module docstring derives."""
+        aggregate Σ_j (n_j/n̂)·θ̂_j, whose bound 3G/(n̂λ) + 2τ the module docstring derives. Uniform
+        owner sampling (``population``): one owner's update replaced, or absent (a zero update),
+        moves the sum by ≤ 2𝓛, so 2𝓛/s after the public weight 1/s — under either adjacency."""
         s = self._need_sizes()
         if self.adjacency == "add_remove":
+            if self.method == "gradient" and self.population is not None:
+                return 2.0 * self.clip / (self.sampling_rate * s.n)
             if self.method == "gradient":  # a round's sum is divided by q·n̂, the public expected batch
                 return gradient_sensitivity(self.clip, [s.n], "pooled", "add_remove") / self.sampling_rate
             return 3.0 * self.clip / (s.n * self.lam) + 2.0 * self.solver_tol
@@ -307,6 +349,12 @@ class PrivacyPlan:
         """The report's ``accountant`` line: which computation gives ε, for which distribution."""
         what = {"rdp": "RDP (dp_accounting)", "zcdp": "zCDP (Bun–Steinke conversion)", "gdp": "exact GDP",
                 "pld": "PLD (dp_accounting)", "pure": "pure ε, basic composition", "none": "none"}[self.accountant]
+        if self.mechanism == "gaussian" and self.population is not None:
+            discrete = (f"; the in-MPC discrete Gaussian meets its base RDP curve α/(2z²), z = "
+                        f"{self.noise_multiplier:.6g}" if self.sampler == "mpc" else "")
+            return (f"{what} of the Gaussian on a uniform sample of s = {self.sample_size} of N = {self.population} "
+                    "owners without replacement (Wang–Balle–Kasiviswanathan 2019 Thm 27, replace-one shift 2𝓛 = "
+                    f"{2.0 * self.clip:.6g}{discrete})")
         if self.mechanism == "gaussian" and self.sampler == "mpc" and self.sampling_rate < 1.0:
             return (f"{what} of the Poisson-subsampled discrete Gaussian (Zhu–Wang 2019 general bound on its RDP "
                     "α/(2z²) at integer orders)")
@@ -317,6 +365,16 @@ class PrivacyPlan:
         return what
 
     def public_statement(self) -> str:
+        if self.unit == "owner" and self.population is not None:
+            return (f"client-level adjacency: one data owner, with all its rows, replaced by another or absent; each "
+                    f"round exactly s = τN = {self.sample_size} of the N = {self.population} listed owners "
+                    f"(privacy.public_n, τ = {self.sampling_rate:.6g}) are drawn uniformly without replacement by a "
+                    "secret shuffle among the three compute parties (three permutations, each known to one pair of "
+                    "them), so no single compute party learns the sample (two together do: the trust model the job "
+                    "states) and each owner learns only whether it was drawn; every owner sends shares each round "
+                    f"(of a zero update when not drawn); each round's sum is divided by the public s = "
+                    f"{self.sample_size}; replacing one owner's data, or its absence (a zero update), moves the sum "
+                    f"by at most 2𝓛 = {2.0 * self.clip:.6g}; no owner's row count leaves it")
         if self.unit == "owner":
             return (f"client-level add/remove adjacency: one data owner, with all its rows, added or removed; each "
                     f"owner joins a round w.p. τ = {self.sampling_rate:.6g} by its own private coin and sends shares "
@@ -368,7 +426,8 @@ class PrivacyPlan:
         g = self.guarantee(rounds=rounds) if rounds else None
         return {"mechanism": self.mechanism, "noise_multiplier": self.noise_multiplier, "clip": self.clip,
                 "sampling_rate": self.sampling_rate, "rounds": rounds, "adjacency": self.adjacency,
-                "unit": self.unit, "accountant": self.accountant_statement(),
+                "unit": self.unit, "population": self.population, "sample_size": self.sample_size,
+                "accountant": self.accountant_statement(),
                 "epsilon": None if g is None else g.epsilon, "delta": None if g is None else g.delta,
                 "public": self.public_statement(), "trust_model": trust_model}
 
@@ -382,7 +441,8 @@ class PrivacyPlan:
             "sampler_delta_share": SAMPLER_DELTA_SHARE if self.sampler == "mpc" else 0.0,
             "clip" if self.method == "gradient" else "lipschitz_G": self.clip, "lam": self.lam,
             "solver_tol": self.solver_tol, "ls_sigma": self.ls_sigma, "public_n": self.public_n,
-            "sampling_rate": self.sampling_rate, "unit": self.unit,
+            "sampling_rate": self.sampling_rate, "unit": self.unit, "population": self.population,
+            "sample_size": self.sample_size,
             "public_counts": None if self.sizes is None or self.sizes.counts is None else list(self.sizes.counts),
             "what_is_public": self.public_statement(), "dim": self.dim, "event": self.event.as_dict(),
         }

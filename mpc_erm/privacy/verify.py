@@ -58,7 +58,10 @@ def _sensitivity(plan: dict[str, Any]) -> float:
     if adj == "add_remove":
         n_hat = float(plan["public_n"])
         q = float(plan.get("sampling_rate", 1.0))  # gradient: divided by the public expected batch q·n̂
-        return c / (q * n_hat) if method == "gradient" else 3 * c / (n_hat * lam) + 2 * tol
+        # owners drawn uniformly without replacement (N public slots): one owner replaced, or absent
+        # (a zero update), shifts the sum by 2C — the replace-one shift the accountant takes
+        shift = 2 * c if method == "gradient" and plan.get("population") is not None else c
+        return shift / (q * n_hat) if method == "gradient" else 3 * c / (n_hat * lam) + 2 * tol
     counts = plan["public_counts"]
     m, n, n_min, n_max = len(counts), sum(counts), min(counts), max(counts)
     if method == "gradient":

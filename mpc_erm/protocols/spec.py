@@ -147,8 +147,10 @@ class FederatedSpec(_Strict):
     local_batch: int = Field(10, ge=1, le=1_000_000, description="b: local mini-batch size")
     local_lr: float = Field(0.1, gt=0.0, le=1e3, description="η_l: local learning rate")
     local_lr_decay: float = Field(0.99, gt=0.0, le=1.0, description="γ: η_l·γ^t in round t")
-    sampling: Literal["poisson"] = Field("poisson", description="poisson: each owner joins a round w.p. τ by its "
-                                                                "own private coin")
+    sampling: Literal["poisson", "uniform"] = Field("poisson", description=(
+        "poisson: each owner joins a round w.p. τ by its own private coin; accounted add/remove at owner level, "
+        "shift 𝓛. uniform: exactly τ·N owners a round (N = privacy.public_n, τN whole), drawn by a secret shuffle "
+        "among the three compute parties (replicated trust); accounted replace-one at owner level, shift 2𝓛"))
     send_after_s: float | None = Field(None, gt=0.0, le=3600.0, description=(
         "each owner sends a round's shares this long after it read the previous release (or enrolled), sampled "
         "or not, so that their arrival does not tell the compute parties who ran local epochs; None: when ready"))
