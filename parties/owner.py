@@ -327,9 +327,10 @@ class _OutputSide(_LinearSide):
 
 
 class _FederatedSide(_Side):
-    """DP-Fed-LS: each round this owner joins with probability τ by its own private coin; joined,
-    it sends its update from E local epochs (projected into the 𝓛-ball), else a zero update —
-    shares either way, so the compute parties cannot tell which (docs/architecture.md §2)."""
+    """DP-Fed-LS: each round this owner joins with probability τ by its own private coin (Poisson),
+    or when the compute parties' secret shuffle drew it (uniform: its bits, read at enrolment);
+    joined, it sends its update from E local epochs (projected into the 𝓛-ball), else a zero
+    update — shares either way, so the compute parties cannot tell which (docs/architecture.md §2)."""
 
     released = "noisy mean of the data owners' updates"
 
@@ -355,8 +356,11 @@ class _FederatedSide(_Side):
         import torch
 
         tau = self.plan.sampling_rate
+        drawn = rounds.client.drawn(self.rounds) if self.fed.config.uniform else None
 
         def sample(t: int) -> list[int]:
+            if drawn is not None:
+                return [0] if drawn[t] else []
             return [0] if float(torch.rand((), generator=self.coin)) < tau else []
 
         def updates(t: int, _owners: list[int]) -> Any:
@@ -376,7 +380,8 @@ class _FederatedSide(_Side):
     def summary(self, rounds: Any) -> dict[str, Any]:
         # this owner's own file: the sample (and the rounds whose local epochs overran the fixed send
         # time, which the compute parties could then tell apart) never leaves it
-        return {"rounds_joined": len(self.joined), "rounds_sent_late": [t + 1 for t in rounds.overran]}
+        return {"rounds_joined": len(self.joined), "joined_rounds": list(self.joined),
+                "rounds_sent_late": [t + 1 for t in rounds.overran]}
 
     def write_model(self, d: Path, plan: Any, trust: str, job: dict[str, Any]) -> None:
         self.fed.save(d, plan, trust_model=trust, job=job)

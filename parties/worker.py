@@ -513,8 +513,16 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
     grid = PRECISION_BITS if real is None else int(src.precision_bits(real.spec, proto.p))
     if real is not None:
         src.prepare(real.spec, proto.p, releases)
+    drawn: tuple[bytes, ...] = ()
+    if fed and proto.config.uniform:  # each round's owners: a secret shuffle among the compute parties
+        from mpc_erm.mpc.owner_sample import pack_owner_bits, uniform_sample_shares
+
+        ctx.emit({"phase": "owners", "message": f"drawing {proto.config.sample_size} of {len(jt.owners)} owners for "
+                                                f"each of {releases} rounds (secret shuffle)"})
+        share = uniform_sample_shares(comm, len(jt.owners), proto.config.sample_size, releases)
+        drawn = () if share is None else pack_owner_bits(share)
     frame = RoundFrame(ctx.job_id, jt.owners, len(jt.parties), comm.get_rank(), grid,
-                       owner_margin_bits(len(jt.owners)), proto.p, ctx.job.spec_digest())
+                       owner_margin_bits(len(jt.owners)), proto.p, ctx.job.spec_digest(), sample_shares=drawn)
     listen_host, adv_host = _hosts(ctx)
     # a thread per owner waiting for a release, up to a bound (each read waits briefly: owner_intake)
     intake = OwnerIntake(ctx.identity, frame, bind=f"{listen_host}:0",
@@ -542,7 +550,7 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
             theta = proto.release(rounds, torch.zeros(0, proto.p, dtype=torch.float64),
                                   torch.zeros(0, dtype=torch.float64))
             after_round(1)
-        elif fed:  # no owner here: every round hands in no row; the owners sample themselves
+        elif fed:  # no owner here: every round hands in no row; the owners know whether they are drawn
             theta = proto.train(rounds, lambda _t, _o: None, lambda _t: [], after_round=after_round,
                                 before_reveal=lambda _t: _check_cancel(ctx))
         else:
@@ -557,8 +565,12 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
         intake.stop()
     if fed:
         f = spec.federated
+        drawn_how = (f"{proto.config.sample_size} of the {len(jt.owners)} owners are drawn each round without "
+                     "replacement by a secret shuffle among the compute parties (each learns nothing of the sample; "
+                     "each owner only its own bits)" if proto.config.uniform else
+                     f"each owner joins w.p. τ = {tr.sampling_rate:g} by its own coin")
         note = (f"DP-Fed{'-LS' if tr.ls_sigma else ''} with {len(jt.owners)} data owners: T = {tr.iterations} rounds, "
-                f"each owner joins w.p. τ = {tr.sampling_rate:g} by its own coin and runs E = {f.local_epochs} local "
+                f"{drawn_how}; a drawn owner runs E = {f.local_epochs} local "
                 f"epochs (b = {f.local_batch}, η_l = {f.local_lr:g}·{f.local_lr_decay:g}^t), its update projected "
                 f"into the 𝓛 = {plan.clip:g} ball; each owner sends additive shares of its update (zero when not "
                 f"sampled) to the {len(jt.parties)} compute parties; accountant {plan.accountant!r}; "

@@ -210,6 +210,12 @@ class JobFile(BaseModel):
             problems.append(f"model.n_classes: only for softmax and networks, not {m.name}")
         if self.job.owners:
             problems += _owner_job_problems(self.spec, len(self.job.owners))
+            f = self.spec.federated
+            if f is not None and f.sampling == "uniform" and (self.job.trust != "replicated"
+                                                               or len(self.job.parties) != 3):
+                problems.append("federated.sampling: \"uniform\" draws each round's owners by a secret shuffle among "
+                                "exactly three compute parties: set job.trust = \"replicated\" with three parties "
+                                "(or sampling = \"poisson\": each owner tosses its own coin)")
         elif self.spec.federated is not None:
             problems.append("federated: a federated job runs with data owners: list them in job.owners")
         shape = m.input_shape

@@ -66,6 +66,9 @@ class RoundFrame:
     margin_bits: int
     dim: int
     spec_digest: str = ""  # the job's digest (JobFile.spec_digest), stated to every owner at enrolment
+    # uniform owner sampling: this party's XOR share of each owner's sampling bits (.owner_sample),
+    # one bytes per owner in list order; empty where the owners sample themselves or at rank 1
+    sample_shares: tuple[bytes, ...] = ()
 
 
 class _Round:
@@ -87,6 +90,8 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         self._index = {name: i for i, name in enumerate(frame.owners)}
         if len(self._index) != len(frame.owners):
             raise ValueError("owners: the job lists an owner twice")
+        if frame.sample_shares and len(frame.sample_shares) != len(frame.owners):
+            raise ValueError("sample_shares: one per listed owner")
         self.shares = OwnerShareSum(frame.rank, frame.compute_parties)
         self._enrolled: set[int] = set()
         self._round: _Round | None = None
@@ -204,7 +209,8 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
     def _enroll_reply(self, o: int) -> Any:
         f = self.frame
         return pb.EnrollReply(owner_index=o, compute_parties=f.compute_parties, rank=f.rank, grid_bits=f.grid_bits,
-                              margin_bits=f.margin_bits, dim=f.dim, spec_digest=f.spec_digest)
+                              margin_bits=f.margin_bits, dim=f.dim, spec_digest=f.spec_digest,
+                              sample_shares=f.sample_shares[o] if f.sample_shares else b"")
 
     def Contribute(self, request: Any, context: grpc.ServicerContext) -> Any:
         o = self._caller(context, request.job_id)
@@ -308,6 +314,7 @@ class OwnerClient:
         self.sharer = OwnerSharer.new(owner_index, len(compute))  # fresh keys for this job
         self.frame: Any = None
         self._accepted: dict[int, set[int]] = {}
+        self._sample_shares: list[bytes] = []
 
     @property
     def owner_index(self) -> int:
@@ -328,7 +335,22 @@ class OwnerClient:
             raise ValueError(f"job {self.job_id}: the compute parties run another job (digest "
                              f"{replies[0].spec_digest[:12]}… vs this owner's {spec_digest[:12]}…); nothing sent")
         self.frame = replies[0]
+        self._sample_shares = [bytes(r.sample_shares) for r in replies]
         return self.frame
+
+    def drawn(self, rounds: int) -> list[bool]:
+        """Whether this owner is drawn in each of ``rounds`` rounds of a job whose owners are
+        sampled uniformly (:mod:`.owner_sample`): the XOR of the two shares compute parties 0 and 2
+        stated at enrolment; refused if they did not state them where the shuffle puts them."""
+        from .owner_sample import SHARE_RANKS, owner_bits
+
+        if self.frame is None:
+            raise RuntimeError("enrol first")
+        held = [j for j, b in enumerate(self._sample_shares) if b]
+        if tuple(held) != SHARE_RANKS or len(self._sample_shares) != 3:
+            raise ValueError(f"job {self.job_id}: uniform sampling needs sample shares from compute parties "
+                             f"{list(SHARE_RANKS)} of 3; got them from {held} of {len(self._sample_shares)}")
+        return owner_bits(self._sample_shares[0], self._sample_shares[2], rounds)
 
     def _enroll_at(self, j: int, stub: Any, timeout_s: float) -> Any:
         """Enrol at compute party ``j``, asking again (the same request: idempotent there) while it

@@ -4,17 +4,20 @@ client-level differential privacy and Laplacian smoothing of the noisy aggregate
 Round t, for a public model w_t:
 
 1. **Owners sampled** with rate τ: Poisson (each owner independently; add/remove adjacency of
-   owners) — the sampling this module accounts. (Uniform sampling of exactly τN owners needs the
-   replace-one accountant for sampling without replacement; not yet planned here.)
+   owners), or uniform (exactly s = τN of the N owners, without replacement; replace-one
+   adjacency of owners, N public, an absent owner a zero update — so one owner's data replaced,
+   or its absence, moves the sum by at most 2𝓛).
 2. **Local update** at each sampled owner (on its own rows, its own device): E epochs of
    mini-batch SGD of size b from w_t with learning rate η_l·γ^t and weight decay, the model
    projected back into the 𝓛-ball around w_t after *every* step, w ← w_t + clip(w − w_t, 𝓛) over
    all parameters; Δ = w_K − w_t, so ‖Δ‖ ≤ 𝓛 whatever the data.
 3. **Aggregate**: Σ Δ over the sampled owners plus N(0, (z·𝓛)²) per coordinate, added once
    (inside the MPC in the product: mpc_erm.mpc.owner_shares / MpcAggregator.aggregate_shares).
-   Adding or removing one owner moves the sum by at most 𝓛, so the rounds are T Poisson-sampled
-   Gaussian mechanisms with noise multiplier z at rate τ (client level), accounted by
-   :mod:`mpc_erm.privacy` (RDP, PoissonSampledDpEvent).
+   Poisson: adding or removing one owner moves the sum by at most 𝓛, so the rounds are T
+   Poisson-sampled Gaussian mechanisms with noise multiplier z at rate τ (client level),
+   accounted by :mod:`mpc_erm.privacy` (RDP, PoissonSampledDpEvent). Uniform: the shift is 2𝓛
+   and the noise N(0, (z·2𝓛)²); T rounds of the Gaussian on a sample without replacement
+   (RDP, SampledWithoutReplacementDpEvent, Wang–Balle–Kasiviswanathan 2019).
 4. **Public step** (post-processing): w_{t+1} = w_t + η_g · S(Σ̃ / (τN)), S Laplacian smoothing
    per parameter tensor (σ_LS; 0 is DP-Fed). The normaliser is the *expected* count τN, public,
    not the realised one (which is a function of who was sampled: the paper divides by it). Each
@@ -22,8 +25,10 @@ Round t, for a public model w_t:
    value is already the noisy mean and the noise is z·𝓛/(τN) on it.
 
 Through the daemons (:meth:`DpFedLs.for_job`) a job's ``[federated]`` table sets E, b, η_l, γ and
-its privacy plan sets z, τ, 𝓛 and N; every owner samples *itself* with a private coin and sends
-shares of a zero update when it is not sampled, so nobody but the owner learns the sample.
+its privacy plan sets z, τ, 𝓛 and N. Poisson: every owner samples *itself* with a private coin.
+Uniform: the three compute parties draw each round's s owners by a secret shuffle
+(:mod:`mpc_erm.mpc.owner_sample`) and each owner reads only its own bits. Either way an owner not
+drawn sends shares of a zero update, so no compute party learns the sample.
 """
 
 from __future__ import annotations
@@ -44,7 +49,11 @@ from mpc_erm.smoothing import smooth_parameters
 from .aggregation import NoiseSpec
 from .common import federated_network
 
-__all__ = ["DpFedLs", "FedLsConfig", "owner_updates", "poisson_owners", "timing_statement"]
+__all__ = ["SAMPLINGS", "DpFedLs", "FedLsConfig", "owner_updates", "poisson_owners", "timing_statement",
+           "uniform_owners"]
+
+#: How a round's owners are drawn: "poisson" (each w.p. τ) or "uniform" (exactly τN, without replacement).
+SAMPLINGS = ("poisson", "uniform")
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,7 @@ class FedLsConfig:
     global_lr: float = 1.0  # η_g
     weight_decay: float = 4e-5
     ls_sigma: float = 0.0  # σ_LS (0: DP-Fed)
+    sampling: str = "poisson"  # SAMPLINGS
 
     def __post_init__(self) -> None:
         checks = {"rounds": self.rounds >= 1, "owners": self.owners >= 1, "sampling_rate": 0 < self.sampling_rate <= 1,
@@ -70,20 +80,45 @@ class FedLsConfig:
                   "clip": self.clip > 0 and math.isfinite(self.clip), "local_epochs": self.local_epochs >= 1,
                   "local_batch": self.local_batch >= 1, "local_lr": self.local_lr > 0,
                   "local_lr_decay": 0 < self.local_lr_decay <= 1, "global_lr": self.global_lr > 0,
-                  "weight_decay": self.weight_decay >= 0, "ls_sigma": self.ls_sigma >= 0}
+                  "weight_decay": self.weight_decay >= 0, "ls_sigma": self.ls_sigma >= 0,
+                  "sampling": self.sampling in SAMPLINGS and (self.sampling == "poisson" or (
+                      self.sampling_rate < 1 and abs(self.sampling_rate * self.owners - self.sample_size) <= 1e-9
+                      * self.owners and self.sample_size >= 1))}
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
             raise ValueError(f"{bad[0]}: out of range ({getattr(self, bad[0])!r})")
 
-    def event(self) -> GaussianRounds:
-        """The job's privacy event at client level (one owner added or removed)."""
-        return GaussianRounds(noise_multiplier=self.noise_multiplier, rounds=self.rounds,
-                              sampling_rate=self.sampling_rate, adjacency="add_remove", sampler_tv=0.0)
+    @property
+    def uniform(self) -> bool:
+        return self.sampling == "uniform"
+
+    @property
+    def sample_size(self) -> int:
+        """s: the owners drawn a round under uniform sampling (τN, a whole number)."""
+        return round(self.sampling_rate * self.owners)
+
+    @property
+    def shift(self) -> float:
+        """The most one owner moves a round's (unweighted) sum under the sampling's adjacency:
+        𝓛 (Poisson, added or removed), 2𝓛 (uniform, replaced; absent is a zero update)."""
+        return (2.0 if self.uniform else 1.0) * self.clip
+
+    def event(self, rounds: int | None = None) -> GaussianRounds:
+        """The job's privacy event at client level (default: all T rounds)."""
+        return GaussianRounds(noise_multiplier=self.noise_multiplier, rounds=self.rounds if rounds is None else rounds,
+                              sampling_rate=self.sampling_rate, adjacency="add_remove", sampler_tv=0.0,
+                              population=self.owners if self.uniform else None)
 
 
 def poisson_owners(owners: int, rate: float, generator: torch.Generator) -> list[int]:
     """This round's owners: each independently with probability ``rate``."""
     return torch.nonzero(torch.rand(owners, generator=generator) < rate).reshape(-1).tolist()
+
+
+def uniform_owners(owners: int, size: int, generator: torch.Generator) -> list[int]:
+    """This round's owners: ``size`` of them, uniformly without replacement (the simulator's
+    draw; the daemons draw the same distribution by the compute parties' secret shuffle)."""
+    return sorted(torch.randperm(owners, generator=generator)[:size].tolist())
 
 
 @dataclass
@@ -106,7 +141,7 @@ class DpFedLs:
         c = self.config
         self.weight = 1.0 / (c.sampling_rate * c.owners)  # public: the expected count τN
         if self.noise is None and c.noise_multiplier > 0:
-            sens = c.clip * self.weight  # one owner's weighted update
+            sens = c.shift * self.weight  # what one owner moves the weighted sum by
             self.noise = NoiseSpec("gaussian", c.noise_multiplier * sens, sensitivity=sens)
         elif self.noise is None:
             self.noise = NoiseSpec("none", 0.0)
@@ -123,7 +158,8 @@ class DpFedLs:
         cfg = FedLsConfig(rounds=plan.rounds, owners=int(plan.public_n), sampling_rate=plan.sampling_rate,
                           noise_multiplier=plan.noise_multiplier or 0.0, clip=plan.clip, local_epochs=f.local_epochs,
                           local_batch=f.local_batch, local_lr=f.local_lr, local_lr_decay=f.local_lr_decay,
-                          global_lr=tr.learning_rate, weight_decay=spec.model.lam, ls_sigma=plan.ls_sigma)
+                          global_lr=tr.learning_rate, weight_decay=spec.model.lam, ls_sigma=plan.ls_sigma,
+                          sampling=f.sampling)
         net = federated_network(spec, features)
         return cls(cfg, lambda: build_network(net), noise=noise, device=device, net_spec=net)
 
@@ -139,11 +175,7 @@ class DpFedLs:
 
     def guarantee(self, delta: float, rounds: int | None = None) -> Composition:
         """(ε, δ) at client level after ``rounds`` (default: all T) rounds, RDP accountant."""
-        ev = self.config.event()
-        if rounds is not None:
-            ev = GaussianRounds(noise_multiplier=ev.noise_multiplier, rounds=rounds, sampling_rate=ev.sampling_rate,
-                                adjacency="add_remove", sampler_tv=0.0)
-        return compose([ev], delta, "add_remove")
+        return compose([self.config.event(rounds)], delta, "add_remove")
 
     # ------------------------------------------------------------------ an owner's side
 

@@ -330,10 +330,8 @@ local_lr_decay = 0.9
 SEND_AFTER_S = 1.5  # the noisy federated job's fixed send time
 
 
-def _fed_replay(job_path: Path, configs: list[Path]) -> torch.Tensor:
-    """DP-Fed-LS's rounds in plaintext with every owner joining (τ = 1): each owner's update from
-    the same public model, weighted 1/(τN) and rounded onto the grid as its shares encode it."""
-    from mpc_erm.mpc.aggregator import PRECISION_BITS
+def _fed_job(job_path: Path, configs: list[Path]) -> tuple[Any, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """A federated job's zero-noise protocol object as every member builds it, and each owner's rows."""
     from mpc_erm.protocols.common import plan_job, public_sizes
     from mpc_erm.protocols.fedls import DpFedLs
     from parties.config import load_owner_config
@@ -343,12 +341,20 @@ def _fed_replay(job_path: Path, configs: list[Path]) -> torch.Tensor:
     job = load_job_file(job_path)
     plan = plan_job(job.spec, sampler="mpc", test_no_noise=True, sizes=public_sizes(job.spec, None),
                     n_features=job.job.features)
-    fed = DpFedLs.for_job(job.spec, plan, int(job.job.features or 0))
     data = []
     for p in configs:
         cfg = load_owner_config(p)
         ds = load_rows(_OwnerView(cfg, job, cfg.identity.load("owner"), "x")).train  # type: ignore[arg-type]
         data.append(network_rows(ds, job.spec, "cpu"))
+    return DpFedLs.for_job(job.spec, plan, int(job.job.features or 0)), data
+
+
+def _fed_replay(job_path: Path, configs: list[Path]) -> torch.Tensor:
+    """DP-Fed-LS's rounds in plaintext with every owner joining (τ = 1): each owner's update from
+    the same public model, weighted 1/(τN) and rounded onto the grid as its shares encode it."""
+    from mpc_erm.mpc.aggregator import PRECISION_BITS
+
+    fed, data = _fed_job(job_path, configs)
     g = torch.Generator()  # a full batch per step (b ≥ every owner's rows): the order does not matter
     for t in range(FED_ROUNDS):
         total = sum(torch.round(fed.weight * fed.local_update(X, y, t, g) * 2**PRECISION_BITS) for X, y in data)
@@ -629,3 +635,83 @@ def test_owners_asking_early_do_not_starve_the_compute_parties_look_ups(tmp_path
         assert all(what.startswith("NOT_FOUND") and "not published" in what for _, what in calls), \
             {w for _, w in calls}  # the intake was never up: the crowd really asked early
         assert max(sec for sec, _ in calls) < OWNER_ENDPOINT_WAIT_S + 3.0, max(sec for sec, _ in calls)
+
+
+UNI_OWNERS, UNI_TAU = 12, 0.25  # s = 3 owners drawn a round
+
+
+def _uniform_replay(job_path: Path, configs: list[Path], drawn: list[list[int]]) -> tuple[torch.Tensor, float]:
+    """DP-Fed-LS's rounds in plaintext over the owners drawn in each round (``drawn[t]``), weighted
+    1/s and rounded onto the grid as their shares encode them: (the final model, the most that
+    replacing one drawn owner's data — by another owner's, or by nothing — moved a round's sum)."""
+    from mpc_erm.mpc.aggregator import PRECISION_BITS
+
+    fed, data = _fed_job(job_path, configs)
+    g = torch.Generator()  # a full batch per step: the order does not matter
+    moved = 0.0
+    for t, owners in enumerate(drawn):
+        upd = {o: torch.round(fed.weight * fed.local_update(*data[o], t, g) * 2**PRECISION_BITS) / 2**PRECISION_BITS
+               for o in range(len(data))}
+        total = sum(upd[o] for o in owners)
+        for o in owners:  # replace drawn owner o's data by every other owner's, and by none (a zero update)
+            for other in [*(upd[x] for x in range(len(data)) if x != o), torch.zeros_like(upd[o])]:
+                moved = max(moved, float((total - upd[o] + other - total).norm()))
+        fed.public_step(total)
+    return fed.w, moved
+
+
+@pytest.mark.timeout(900)
+def test_uniform_owner_sampling_through_three_compute_daemons(tmp_path: Path) -> None:
+    """DP-Fed-LS with ``sampling = "uniform"`` through the daemons, 12 owners, s = 3 a round:
+
+    - zero noise: every round exactly s owners ran local epochs (each owner's own summary), every
+      compute party counted all 12 (everyone sends shares), and the released model equals a
+      plaintext replay over the drawn owners; replacing one drawn owner's data (by another's, or
+      by nothing) moves a round's released sum by at most the report's sensitivity 2𝓛/s;
+    - in-MPC noise: the owners' report states the shuffle and the replace-one accounting, is
+      recomputed alone, and ε is within the target."""
+    import mpc_erm
+    from mpc_erm.data import load_dataset
+    from mpc_erm.privacy.report import PrivacyReport
+    from mpc_erm.privacy.verify import verify_report
+
+    d = load_dataset("breast_cancer")[0].d
+    owners = OWNERS[:UNI_OWNERS]
+    names = ", ".join(f'"{o}"' for o in owners)
+    size = round(UNI_TAU * UNI_OWNERS)
+    with LocalConsortium(tmp_path / "cons", parties=3, dealer=False, allow_test_only=True,
+                         max_epsilon_per_job=2.0) as cons:
+        configs = [_owner_config(tmp_path / "owners", o, i, cons, budget=20.0) for i, o in enumerate(owners)]
+        exact = tmp_path / "uniform-exact.toml"
+        exact.write_text(FED_JOB.format(dataset="clinics-exact", d=d, owners=names, no_noise="true", eps=1.0,
+                                        n=UNI_OWNERS, rounds=FED_ROUNDS, tau=UNI_TAU) + 'sampling = "uniform"\n')
+        job_id, summaries = _run_to_success(cons, exact, configs, tmp_path)
+        drawn = [[i for i, o in enumerate(owners) if t + 1 in summaries[o]["joined_rounds"]]
+                 for t in range(FED_ROUNDS)]
+        assert [len(s) for s in drawn] == [size] * FED_ROUNDS, drawn
+        assert len({tuple(s) for s in drawn}) > 1  # P(the same 3 of 12 four times) = 220^-3
+        metrics = json.loads((tmp_path / job_id / "metrics.json").read_text())
+        assert metrics["owners_per_round"] == [UNI_OWNERS] * FED_ROUNDS  # presence says nothing of the sample
+        replay, moved = _uniform_replay(exact, configs, drawn)
+        released = torch.cat([p.detach().reshape(-1) for p in
+                              mpc_erm.load_model(tmp_path / job_id).module.parameters()]).double()
+        assert torch.allclose(released, replay, atol=2e-6, rtol=0), float((released - replay).abs().max())
+        report = json.loads((tmp_path / "owners" / owners[0] / "state" / "jobs" / job_id /
+                             "privacy_report.json").read_text())
+        sens = report["plan"]["sensitivity_l2"]
+        assert sens == pytest.approx(2 * 0.5 / size, rel=1e-12)
+        # the bound holds (2𝓛/s is reached only by two opposite updates at the clip; these are
+        # neither: the drawn owners' updates on one task point alike)
+        assert 0 < moved <= sens * (1 + 1e-9), (moved, sens)
+
+        noisy = tmp_path / "uniform-noisy.toml"
+        noisy.write_text(FED_JOB.format(dataset="clinics", d=d, owners=names, no_noise="false", eps=2.0,
+                                        n=UNI_OWNERS, rounds=FED_ROUNDS, tau=UNI_TAU) + 'sampling = "uniform"\n')
+        job_id2, summaries = _run_to_success(cons, noisy, configs, tmp_path)
+        assert sum(s["rounds_joined"] for s in summaries.values()) == size * FED_ROUNDS
+        for where in (tmp_path / "owners" / owners[0] / "state" / "jobs" / job_id2, tmp_path / job_id2):
+            rep = json.loads((where / "privacy_report.json").read_text())
+            assert rep["plan"]["population"] == UNI_OWNERS and rep["plan"]["sample_size"] == size
+            assert any("shuffle" in n for n in rep["notes"]), rep["notes"]
+            assert 0 < rep["epsilon"] <= 2.0
+            assert verify_report(PrivacyReport.from_json(json.dumps(rep))).ok

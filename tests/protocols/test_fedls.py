@@ -19,7 +19,7 @@ import torch
 from scipy import stats
 
 from mpc_erm.protocols.aggregation import NoiseSpec
-from mpc_erm.protocols.fedls import DpFedLs, FedLsConfig, owner_updates, poisson_owners
+from mpc_erm.protocols.fedls import DpFedLs, FedLsConfig, owner_updates, poisson_owners, uniform_owners
 from mpc_erm.simulate.aggregator import InProcessAggregator
 from mpc_erm.smoothing import smooth_parameters
 
@@ -116,3 +116,45 @@ def test_a_federated_problem_is_learnt_with_the_noise_on() -> None:
     test = _problem(owners=1, rows=2000, seed=99)[0]
     acc = float((job.predict(test[0]) == test[1]).double().mean())
     assert len(seen) == 15 and acc > 0.85, acc
+
+
+def test_uniform_owner_sampling_draws_exactly_s_of_n_uniformly() -> None:
+    g = torch.Generator().manual_seed(4)
+    draws = [tuple(uniform_owners(6, 2, g)) for _ in range(3000)]
+    assert all(len(set(d)) == 2 and all(0 <= o < 6 for o in d) for d in draws)
+    counts = [draws.count(c) for c in sorted(set(draws))]
+    assert len(counts) == 15 and stats.chisquare(counts).pvalue > 1e-3
+    with pytest.raises(ValueError, match="sampling"):
+        FedLsConfig(rounds=3, owners=40, sampling_rate=0.33, noise_multiplier=1.0, clip=0.5, sampling="uniform")
+    with pytest.raises(ValueError, match="sampling"):
+        FedLsConfig(rounds=3, owners=40, sampling_rate=1.0, noise_multiplier=1.0, clip=0.5, sampling="uniform")
+
+
+def test_uniform_sampling_replaces_one_owner_moves_the_sum_by_at_most_2clip_and_the_noise_is_sized_for_it() -> None:
+    """Replace-one at owner level: one drawn owner's data replaced by any other owner's (or by
+    nothing: a zero update) moves the released noise-free sum by at most 2𝓛, measured; the noise
+    is z·2𝓛 on the sum, z·2𝓛/s on the released mean."""
+    job = _job(local_lr=50.0, clip=0.3, sampling="uniform", sampling_rate=0.25)  # s = 10 of 40
+    data = _problem()
+    data[3] = (data[3][0] * 1e4, data[3][1])
+    gens = [torch.Generator().manual_seed(o) for o in range(len(data))]
+    deltas = [job.local_update(X, y, 0, gens[o]) for o, (X, y) in enumerate(data)]
+    drawn = uniform_owners(40, 10, torch.Generator().manual_seed(1))
+    total = torch.stack([deltas[o] for o in drawn]).sum(0)
+    moved = max(float((total - deltas[o] + other - total).norm()) for o in drawn
+                for other in [*deltas, torch.zeros_like(deltas[0])])
+    assert 0.3 < moved <= 2 * 0.3 * (1 + 1e-6)  # beyond one 𝓛 (so 𝓛 would understate), within 2𝓛
+    assert job.noise is not None and job.noise.sensitivity == pytest.approx(2 * 0.3 / 10, rel=1e-15)
+    assert job.noise.scale == pytest.approx(job.config.noise_multiplier * 2 * 0.3 / 10, rel=1e-15)
+
+
+def test_the_client_level_epsilon_of_uniform_rounds_is_dp_accountings_without_replacement() -> None:
+    import dp_accounting
+
+    job = _job(rounds=30, sampling_rate=0.05, noise_multiplier=0.8, owners=1000, sampling="uniform")
+    delta = 1 / 1000**1.1
+    acc = dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    acc.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.SampledWithoutReplacementDpEvent(1000, 50, dp_accounting.GaussianDpEvent(0.8)), 30))
+    assert job.guarantee(delta).epsilon == pytest.approx(acc.get_epsilon(delta), rel=1e-9)
+    assert job.guarantee(delta, rounds=10).epsilon < job.guarantee(delta).epsilon
