@@ -186,7 +186,7 @@ class GaussianRounds(_Event):
     @property
     def sample_size(self) -> int | None:
         """s: the slots each release draws without replacement (None without ``population``)."""
-        return None if self.population is None else round(self.sampling_rate * self.population)
+        return None if self.population is None else wor_sample_size(self.population, self.sampling_rate)
 
     def under(self, adjacency: Adjacency) -> GaussianRounds:
         if self.population is not None:
@@ -332,7 +332,7 @@ def _rdp_epsilon(parts: tuple[_Part, ...], delta: float) -> float:
             discrete.append((param, q, count))
             continue
         if kind == "gaussian_wor":  # s = q·N of N slots without replacement, either noise (accountants)
-            without_replacement.append((param, population, round(q * population), count))
+            without_replacement.append((param, population, wor_sample_size(population, q), count))
             continue
         if kind == "gaussian" and q < 1.0:
             sampled.append(dp_accounting.SelfComposedDpEvent(

@@ -280,7 +280,7 @@ class PrivacyPlan:
     @property
     def sample_size(self) -> int | None:
         """s = τ·N, the owners drawn each round under uniform sampling (None otherwise)."""
-        return None if self.population is None else round(self.sampling_rate * self.population)
+        return None if self.population is None else wor_sample_size(self.population, self.sampling_rate)
 
     @property
     def m(self) -> int | None:

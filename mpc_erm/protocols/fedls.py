@@ -43,7 +43,7 @@ from torch import Tensor, nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from mpc_erm.models import NetworkSpec, build_network
-from mpc_erm.privacy.events import Composition, GaussianRounds, compose
+from mpc_erm.privacy.events import Composition, GaussianRounds, compose, wor_sample_size
 from mpc_erm.smoothing import smooth_parameters
 
 from .aggregation import NoiseSpec
@@ -81,9 +81,7 @@ class FedLsConfig:
                   "local_batch": self.local_batch >= 1, "local_lr": self.local_lr > 0,
                   "local_lr_decay": 0 < self.local_lr_decay <= 1, "global_lr": self.global_lr > 0,
                   "weight_decay": self.weight_decay >= 0, "ls_sigma": self.ls_sigma >= 0,
-                  "sampling": self.sampling in SAMPLINGS and (self.sampling == "poisson" or (
-                      self.sampling_rate < 1 and abs(self.sampling_rate * self.owners - self.sample_size) <= 1e-9
-                      * self.owners and self.sample_size >= 1))}
+                  "sampling": self.sampling in SAMPLINGS and (self.sampling == "poisson" or _whole_sample(self))}
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
             raise ValueError(f"{bad[0]}: out of range ({getattr(self, bad[0])!r})")
@@ -95,7 +93,7 @@ class FedLsConfig:
     @property
     def sample_size(self) -> int:
         """s: the owners drawn a round under uniform sampling (τN, a whole number)."""
-        return round(self.sampling_rate * self.owners)
+        return wor_sample_size(self.owners, self.sampling_rate, field="owners")
 
     @property
     def shift(self) -> float:
@@ -108,6 +106,15 @@ class FedLsConfig:
         return GaussianRounds(noise_multiplier=self.noise_multiplier, rounds=self.rounds if rounds is None else rounds,
                               sampling_rate=self.sampling_rate, adjacency="add_remove", sampler_tv=0.0,
                               population=self.owners if self.uniform else None)
+
+
+def _whole_sample(c: FedLsConfig) -> bool:
+    """Whether τN is a whole number of owners in [1, N) (what uniform sampling draws a round)."""
+    try:
+        wor_sample_size(c.owners, c.sampling_rate)
+    except ValueError:
+        return False
+    return True
 
 
 def poisson_owners(owners: int, rate: float, generator: torch.Generator) -> list[int]:
