@@ -21,6 +21,7 @@ import json
 import os
 import queue
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,7 @@ from typing import Any
 
 import grpc
 
+from mpc_erm.jobs.status import TERMINAL, refusal_of
 from mpc_erm.mpc import pki, tls
 from mpc_erm.mpc._proto import party_pb2 as pb
 from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
@@ -37,11 +39,12 @@ from parties.jobs import content_digest
 from .config import CoordinatorConfig
 
 __all__ = ["ClientError", "CoordinatorClient", "SubmitRefused", "info_dict", "load_coordinator_identity",
-           "overall_status"]
+           "overall_status", "refusal"]
 
 MAX_MESSAGE_BYTES = 64 << 20
-_ORDER = {"failed": 0, "cancelled": 1, "running": 2, "queued": 3, "prepared": 4, "succeeded": 5}
+_ORDER = {"refused": 0, "failed": 1, "cancelled": 2, "running": 3, "queued": 4, "prepared": 5, "succeeded": 6}
 _NO_ANSWER = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+_TERMINAL = frozenset(str(s) for s in TERMINAL)
 
 
 class ClientError(ValueError):
@@ -87,10 +90,21 @@ def info_dict(info: pb.JobInfo) -> dict[str, Any]:
 
 
 def overall_status(statuses: list[str]) -> str:
-    """One status for a job from its members': succeeded only if all did; else the worst."""
+    """One status for a job from its members': succeeded only if all did; else the worst (a
+    refusal first: it is why the others ended)."""
     if not statuses:
         return "unknown"
     return min(statuses, key=lambda s: _ORDER.get(s, -1))
+
+
+def refusal(members: dict[str, dict[str, Any]]) -> dict[str, str] | None:
+    """``{"member", "code", "reason"}`` of the refusal the members' reasons relay (the refusing
+    member itself holds no record of the job), or None if no member was refused."""
+    for v in members.values():
+        r = refusal_of(v.get("reason")) if v.get("status") == "refused" else None
+        if r is not None:
+            return {"member": r.member, "code": r.code, "reason": r.reason}
+    return None
 
 
 def _rpc_error(member: str, address: str, exc: grpc.RpcError) -> str:
@@ -297,11 +311,30 @@ class CoordinatorClient:
             for call in calls:
                 call.cancel()
 
-    def cancel(self, job_id: str, reason: str = "") -> dict[str, dict[str, Any]]:
+    def cancel(self, job_id: str, reason: str = "", *, wait_s: float = 0.0,
+               poll_s: float = 0.25) -> dict[str, dict[str, Any]]:
+        """Cancel the job at every member; member -> its state.
+
+        Why wait: a running job's worker gets its daemon's cancel grace to stop, so a member's
+        Cancel reply still says ``running``. With ``wait_s`` > 0 the members' status is polled until
+        each has ended the job (a terminal status) or ``wait_s`` has passed; a member still not
+        ended then keeps its last state with ``"ending": True``."""
         names = self.job_members(job_id)
         got = self._each(names, lambda m: self._call(m, "Cancel", pb.CancelRequest(job_id=job_id, reason=reason)))
-        return {m: ({"status": "unreachable", "reason": str(r)} if isinstance(r, ClientError)
-                    else {"status": r.status, "reason": r.reason or None}) for m, r in got.items()}
+        out = {m: ({"status": "unreachable", "reason": str(r)} if isinstance(r, ClientError)
+                   else {"status": r.status, "reason": r.reason or None}) for m, r in got.items()}
+        deadline = time.monotonic() + wait_s
+        waiting = [m for m, v in out.items() if v["status"] not in _TERMINAL and v["status"] != "unreachable"]
+        while waiting and time.monotonic() < deadline:
+            time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
+            polled = self._each(waiting, lambda m: self._call(m, "GetStatus", pb.JobRef(job_id=job_id)))
+            for m, r in polled.items():
+                if not isinstance(r, ClientError):
+                    out[m] = {"status": r.status, "reason": r.reason or None}
+            waiting = [m for m in waiting if out[m]["status"] not in _TERMINAL]
+        for m in waiting:
+            out[m]["ending"] = True
+        return out
 
     def list(self, limit: int = 0) -> list[dict[str, Any]]:
         """Jobs known to any configured member, newest first, with each member's status."""
@@ -313,16 +346,29 @@ class CoordinatorClient:
             for info in r.jobs:
                 j = jobs.setdefault(info.job_id, {"job_id": info.job_id, "name": info.name, "method": info.method,
                                                   "dataset": info.dataset, "created_at": info.created_at,
-                                                  "members": {}})
+                                                  "members": {}, "reasons": {}})
                 j["members"][m] = info.status
+                j["reasons"][m] = info.reason or None
                 j["created_at"] = min(j["created_at"], info.created_at)
         out = sorted(jobs.values(), key=lambda j: (-j["created_at"], j["job_id"]))
         for j in out:
             j["status"] = overall_status(list(j["members"].values()))
+            j["refused_by"] = refusal({m: {"status": st, "reason": j["reasons"][m]} for m, st in j["members"].items()})
         unreachable = {m: str(r) for m, r in got.items() if isinstance(r, ClientError)}
         if unreachable and len(unreachable) == len(got):
             raise ClientError("no member answered: " + "; ".join(unreachable.values()))
         return out[:limit] if limit else out
+
+    def resolve(self, job_ref: str) -> str:
+        """A job id as given, or the id of the newest job named ``job_ref`` (the job file's
+        ``job.name``), so a user can fetch ``income-model`` without copying its id."""
+        jobs = self.list()
+        if any(j["job_id"] == job_ref for j in jobs):
+            return job_ref
+        named = [j for j in jobs if j["name"] == job_ref]  # newest first
+        if not named:
+            raise ClientError(f"JOB: no job has the id or the name {job_ref!r} (mpc-erm job list shows them)")
+        return str(named[0]["job_id"])
 
     # ---- results
 

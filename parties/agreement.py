@@ -15,8 +15,9 @@ channel; the coordinator takes no part, so it may die or be refused by a member 
 * every other member asks only the first party, and queues the job once it answers ``agreed``;
 * an answer ``refused`` (the member refused the job, or its copy ended failed or cancelled: the
   reason says who and why, ``"<CODE>: refused by <member>: <public reason>"``) ends the job here
-  at once: ``failed`` with that reason, the reservation released; the first party relays it to
-  the others through its own answer, so every member ends within a poll or two of the refusal;
+  at once: ``refused`` with that reason (``failed`` where the reason names no refusing member),
+  the reservation released; the first party relays it to the others through its own answer, so
+  every member ends within a poll or two of the refusal;
 * a member that does not know the job for ``UNKNOWN_GRACE_S`` (the coordinator could not submit it
   there, or died first) counts as refusing it (``PEER_LOST``); a member whose daemon cannot be
   reached, or a job still not agreed after ``peer_timeout_s`` (the config's), likewise.
@@ -60,6 +61,7 @@ from typing import Any
 
 import grpc
 
+from mpc_erm.jobs.status import refusal_of
 from mpc_erm.mpc import tls
 from mpc_erm.mpc._proto import party_pb2 as pb
 from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
@@ -195,6 +197,9 @@ class Agreement:
                 return "agreed", ""
             if remembered is not None:
                 return "refused", remembered.reason
+            refusal = refusal_of(rec.reason) if rec.status == "refused" else None
+            if refusal is not None:  # after a restart: the refusal it recorded, relayed as it heard it
+                return "refused", str(refusal)
             code = code_of(rec.reason) or ("CANCELLED" if rec.status == "cancelled" else "PEER_FAILED")
             never = " (it never started there)" if rec.started_at is None else ""
             return "refused", f"{code}: the job is {rec.status} at {self.name}{never}"

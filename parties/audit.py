@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["AUDIT_FILE", "GENESIS", "AuditError", "AuditLog", "AuditWriteError", "TornTail", "Verification",
-           "repair_tail", "verify"]
+           "normalise_head", "repair_tail", "verify"]
 
 AUDIT_FILE = "audit.jsonl"
 GENESIS = "0" * 64
@@ -300,15 +300,43 @@ class Verification:
     releases: int
     after_expected: int | None = None  # records after the expected head (0: it is the head; None: none given)
 
+    def extension(self) -> str:
+        """How the log stands to the expected head, in words ("" when none was given)."""
+        if self.after_expected is None:
+            return ""
+        if self.after_expected == 0:
+            return "the expected head is the log's head"
+        n = self.after_expected
+        return (f"the log extends the expected head (record {self.records - n}) by {n} record{'s' if n != 1 else ''} "
+                "(later jobs)")
+
+
+_HEX64 = frozenset("0123456789abcdef")
+
+
+def normalise_head(head: str) -> str:
+    """A head as :func:`verify` compares it: 64 lower-case hex digits (blanks, case and a
+    ``sha256:`` prefix dropped); ValueError naming ``--expect-head`` for anything else."""
+    h = head.strip().lower().removeprefix("sha256:")
+    if len(h) != 64 or not _HEX64.issuperset(h):
+        shown = head if len(head) <= 24 else head[:20] + "…"
+        raise ValueError(f"--expect-head: a head is 64 hex digits (a report's parameters.audit_head), got {shown!r} "
+                         f"({len(h)} characters)")
+    return h
+
 
 def verify(path: str | os.PathLike[str], expect_head: str | None = None) -> Verification:
     """Check every record's hash and link; raise :class:`AuditError` naming the first bad line.
 
     ``expect_head`` (a hash kept elsewhere, e.g. a privacy report's ``audit_head``) must be the
-    hash of some record of the chain (or GENESIS): the current head, or an older one followed by
-    later records (``after_expected`` says how many). Not found: records were dropped from the end
-    (or this is another log)."""
+    hash of some record of the chain (or GENESIS): the current head, or an older one that later
+    records (later jobs) extend (``after_expected`` says by how many). Not found: records were
+    dropped from the end (or it is another party's head). Surrounding blanks, upper case and a
+    ``sha256:`` prefix are ignored; anything but 64 hex digits is a ValueError naming the field
+    (a copied, cut-short head must not read as a truncated log)."""
     p = Path(path)
+    if expect_head is not None:
+        expect_head = normalise_head(expect_head)
     if not p.exists():
         raise AuditError(f"{p}: no audit log")
     prev, seq, jobs, releases = GENESIS, 0, set(), 0
@@ -335,6 +363,7 @@ def verify(path: str | os.PathLike[str], expect_head: str | None = None) -> Veri
             releases += rec["event"] == "release"
     if expect_head is not None and found is None:
         raise AuditError(f"{p}: the expected head {expect_head[:16]}… is not in this chain of {seq} records (head "
-                         f"{prev[:16]}…): records were dropped from the end, or this is another log")
+                         f"{prev[:16]}…): records were dropped from the end, or it is another party's head (each "
+                         "party's report states its own: state_dir/jobs/JOB_ID/privacy_report.json)")
     return Verification(records=seq, head=prev, jobs=len(jobs), releases=releases,
                         after_expected=None if found is None else seq - found)

@@ -22,8 +22,9 @@ What happens to a job, in order:
    ``GetAdmission``, without the coordinator): the job's first party asks every other member
    until all have prepared it, then queues it; the others ask the first party and queue it when
    it has. A member that refused (or, after ``UNKNOWN_GRACE_S``, never heard of the job) ends it
-   everywhere within a poll or two: ``failed``, the reason naming that member (``"<CODE>: refused
-   by <member>: <public reason>"``), the reservation released, no worker started anywhere;
+   everywhere within a poll or two: ``refused``, the reason naming that member (``"<CODE>: refused
+   by <member>: <public reason>"``; ``failed`` for a member lost), the reservation released, no
+   worker started anywhere;
 7. ``queued``: up to ``max_concurrent_jobs`` (config, default 4) jobs run at once
    (:mod:`parties.supervision`), each in its own worker process running
    ``parties.worker.run_party_job`` (the dealer: ``run_dealer_job``) with a
@@ -33,8 +34,9 @@ What happens to a job, in order:
 9. the coordinator follows and fetches it (:mod:`parties.servicer`).
 
 A job's states here: ``prepared → queued → running → succeeded | failed | cancelled``; a prepared
-job ends ``failed`` (refused by a member, or not agreed within ``peer_timeout_s``) or
-``cancelled`` (the coordinator's ``Cancel``) without ever running.
+job ends ``refused`` (refused by a member: the reason names it), ``failed`` (a member lost, or not
+agreed within ``peer_timeout_s``) or ``cancelled`` (the coordinator's ``Cancel``) without ever
+running.
 
 Budget: the worker marks the reservation revealed right before its first reveal. A job that
 succeeds, or fails after that mark, keeps its budget spent (committed); one that ends before it
@@ -57,6 +59,7 @@ traceback go only to this party's log.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -65,6 +68,7 @@ from typing import Any
 
 import grpc
 
+from mpc_erm.jobs.status import BUDGET_RELEASED, BUDGET_SPENT, refusal_of
 from mpc_erm.mpc import pki, tls
 from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
 from mpc_erm.privacy.plan import PlanError, PrivacyPlan
@@ -83,12 +87,13 @@ from .ledger import (
     LedgerError,
     UnknownDataset,
 )
-from .logs import LOG_FILE, DaemonLog, log_handlers
+from .logs import LOG_FILE, DaemonLog, log_handlers, one_line
 from .rendezvous import Rendezvous, grpc_options
 from .servicer import Servicer, control_policy
 from .supervision import CANCEL_GRACE_S, Supervisor, WorkerSetup
 
-__all__ = ["RESTART_REASON", "PartyDaemon", "load_daemon_identity", "prestarted_thread_pool"]
+__all__ = ["RESTART_REASON", "PartyDaemon", "check_data_files", "check_listen", "load_daemon_identity",
+           "prestarted_thread_pool"]
 
 RESTART_REASON = "interrupted by a daemon restart"
 CONTROL_THREADS = 32  # control-plane RPCs served at once (Watch streams and endpoint long-polls hold one each)
@@ -108,6 +113,46 @@ def prestarted_thread_pool(workers: int, prefix: str) -> ThreadPoolExecutor:
         pool.submit(barrier.wait)
     barrier.wait()
     return pool
+
+
+def check_listen(listen: str) -> None:
+    """OSError naming ``listen`` when no address it resolves to can be bound (another process
+    listens there, or it is not this host's); port 0 always binds.
+
+    Why here and not only in gRPC's bind: that comes after the daemon has read and settled its
+    state, and its failure is a RuntimeError (and a C-core log line) that says little."""
+    host, port = split_host_port(listen, allow_zero=True)
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise OSError(f"listen: cannot bind {listen}: {exc.strerror}") from None
+    why = ""
+    for family, kind, proto, _, addr in infos:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does
+            try:
+                sock.bind(addr)
+                return  # gRPC serves if any resolved address binds
+            except OSError as exc:
+                why = exc.strerror or str(exc)
+    raise OSError(f"listen: cannot bind {listen}: {why}")
+
+
+def check_data_files(cfg: PartyConfig) -> None:
+    """OSError naming the data set and the file when a data file the config names cannot be opened
+    for reading: found at start, not by the first job (which would fail at every member)."""
+    for ds, d in cfg.datasets.items():
+        for field in ("path", "labels"):
+            f = getattr(d, field, None)
+            if not isinstance(f, Path):
+                continue
+            try:
+                with f.open("rb"):
+                    pass
+            except OSError as exc:
+                raise OSError(f"datasets.{ds}.{field}: cannot read {f}: {exc.strerror or exc}") from None
 
 
 def load_daemon_identity(cfg: DaemonConfig) -> pki.Identity:
@@ -153,6 +198,11 @@ class PartyDaemon:
         self._server: grpc.Server | None = None
         self._authorizer: tls.Authorizer | None = None
         self.started_at = 0.0
+        # start-up work after the server starts (Health answers meanwhile, with what it waits for)
+        self._ready = threading.Event()  # jobs are taken
+        self._warmed = threading.Event()  # the warm-up ended, ready or not
+        self._starting = "the control server"
+        self._start_failure: str | None = None
 
     @property
     def max_jobs(self) -> int:
@@ -167,13 +217,44 @@ class PartyDaemon:
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
+    @property
+    def starting(self) -> str:
+        """What the daemon still does before it takes jobs ("" once it does): Health's ``starting``,
+        and SubmitJob's refusal until then."""
+        return "" if self._ready.is_set() else self._starting
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Wait until the daemon takes jobs (True) or ``timeout`` passes (False); OSError (one
+        line) when its start-up work failed: it will never take one."""
+        self._warmed.wait(timeout)
+        if self._start_failure is not None:
+            raise OSError(self._start_failure)
+        return self._ready.is_set()
+
     # ---- life cycle
 
-    def start(self) -> int:
+    def start(self, *, wait_ready: bool = True) -> int:
+        """Bind, settle the previous run's state, serve, then warm up (see :meth:`_warm_up`): with
+        ``wait_ready`` return once jobs are taken (stopping the daemon if that fails), else at once
+        (:meth:`wait_ready`). The port is returned either way."""
+        port = self._start()
+        if wait_ready:
+            try:
+                self.wait_ready()
+            except OSError:
+                self.stop()
+                raise
+        return port
+
+    def _start(self) -> int:
         cfg = self.config
         self.identity = load_daemon_identity(cfg)  # before touching any file: a bad config changes nothing
         revoked = self._read_crl()
+        # before any state is read or settled: a second daemon started on this config (its port in
+        # use) must not end the first one's jobs as "interrupted by a daemon restart"
+        check_listen(cfg.listen)
         if isinstance(cfg, PartyConfig):
+            check_data_files(cfg)
             # before any file is created: a missing or damaged ledger must not become a fresh
             # budget (parties.ledger_check; LedgerDamaged/AuditDamaged say in one line what to do)
             from .ledger_check import check_ledger
@@ -203,10 +284,13 @@ class PartyDaemon:
             options=[*grpc_options(), ("grpc.so_reuseport", 0)],
         )
         pb_grpc.add_PartyControlServicer_to_server(Servicer(self, rendezvous), self._server)
-        port = self._server.add_secure_port(cfg.listen, tls.server_credentials(self.identity))
+        try:
+            port = self._server.add_secure_port(cfg.listen, tls.server_credentials(self.identity))
+        except RuntimeError:  # grpc: "Failed to bind to address …" (taken since check_listen)
+            port = 0
         if port == 0:
             self._close_state()
-            raise OSError(f"listen: cannot bind {cfg.listen}")
+            raise OSError(f"listen: cannot bind {cfg.listen} (the address is in use or not one of this host's)")
         self.port = port
         host, _ = split_host_port(cfg.listen, allow_zero=True)
         host = f"[{host}]" if ":" in host else host
@@ -219,9 +303,37 @@ class PartyDaemon:
             rendezvous.resolve)
         self._server.start()
         self.supervisor.start()
-        self.log.info(f"{self.role} daemon {self.name} listening on port {port} (advertised {self.address})",
-                      phase="start", address=self.address)
+        self.log.info(f"{self.role} daemon {self.name} listening on port {port} (advertised {self.address}); "
+                      "starting", phase="start", address=self.address)
+        threading.Thread(target=self._warm_up, name=f"warm-up-{self.name}", daemon=True).start()
         return port
+
+    def _warm_up(self) -> None:
+        """The start-up work that follows the server's start; jobs are taken once it is done.
+
+        Why not take jobs at once: the worker pool's fork server imports torch and the job code
+        before it can fork a worker (tens of seconds on a cold disk), and the first SubmitJob would
+        import the job-file parser in this process; a job submitted meanwhile would stall in its
+        worker's start while its peers' workers wait on it. Health says ``starting`` (and what
+        for) until then, so a probe that says ok means a submission is taken."""
+        t0 = time.monotonic()
+        try:
+            self._starting = "the job-file parser (imports in the daemon)"
+            import mpc_erm.jobs.jobfile  # noqa: F401  (SubmitJob parses every job with it)
+
+            self._starting = ("the worker pool (its fork server imports torch and the job code once, "
+                              "before the first worker)")
+            self.supervisor.warm_up()
+        except Exception as exc:
+            self._start_failure = f"{self.role} daemon {self.name} cannot start job workers: {one_line(exc)}"
+            self._starting = f"nothing more: it cannot start job workers ({one_line(exc)}); see its log"
+            self.log.error(self._start_failure, phase="start")
+        else:
+            if not self._stopping.is_set():
+                self._ready.set()
+                self.log.info(f"ready: taking jobs ({time.monotonic() - t0:.1f} s of start-up work)", phase="ready")
+        finally:
+            self._warmed.set()
 
     def _read_crl(self) -> frozenset[int]:
         """Serials revoked by the config's CRL (checked against our CA and its validity dates)."""
@@ -326,6 +438,11 @@ class PartyDaemon:
             refused = check_caller(self.config, caller)
             if refused is not None:
                 raise refused
+            if not self._ready.is_set():  # the job's other members hear it too, and end the job at once
+                waiting = self.starting
+                raise Refused(grpc.StatusCode.UNAVAILABLE, f"{self.name} is starting (waiting for {waiting}); "
+                              "submit again once its health check says ok",
+                              public=f"{self.name} is starting and takes no job yet")
             refusal = check_request(job_id, job_toml)
             if refusal is not None:
                 raise Refused.of(refusal)
@@ -408,8 +525,9 @@ class PartyDaemon:
         self.agreement.notify()
 
     def _abort(self, job_id: str, reason: str) -> None:
-        """A member refused the prepared job (``reason`` names it): it ends failed here, nothing
-        was started, its reservation is released."""
+        """The prepared job ends here before it started: ``refused`` when a member refused it
+        (``reason`` is ``"<CODE>: refused by <member>: …"``, so every member lists who refused and
+        why), else ``failed`` (a member lost, no agreement in time); its reservation is released."""
         assert self.store is not None and self.agreement is not None
         rec = self.store.get(job_id)
         if rec is None or rec.status != "prepared":
@@ -417,8 +535,9 @@ class PartyDaemon:
         # released first: a submission waiting for this budget must never see the job ended but
         # still holding it (only this job's agreement thread could queue it, and it is here)
         note = self._release(job_id, reason)
-        if self.store.finish(job_id, "failed", reason + (f"; {note}" if note else ""), only_from=("prepared",)):
-            self.log.info(f"job ended before it started: {reason}", job_id=job_id, phase="failed", status="failed")
+        status = "refused" if refusal_of(reason) is not None else "failed"
+        if self.store.finish(job_id, status, reason + (f"; {note}" if note else ""), only_from=("prepared",)):
+            self.log.info(f"job ended before it started: {reason}", job_id=job_id, phase=status, status=status)
         self.agreement.notify()
 
     def result_files(self, job_id: str) -> list[tuple[str, Path]]:
@@ -505,11 +624,11 @@ class PartyDaemon:
                 return ""
             if not r.revealed:
                 self.ledger.release(job_id, reason)
-                return "budget released (nothing was revealed)"
+                return BUDGET_RELEASED
         except AlreadyRevealed:
             pass
         except LedgerError as exc:
             self.log.warning(f"ledger: {exc}", job_id=job_id, phase="ledger")
             return ""
         self.ledger.commit(job_id)
-        return "budget spent (the job had revealed)"
+        return BUDGET_SPENT

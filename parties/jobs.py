@@ -5,10 +5,11 @@ know which jobs it left behind. A job's life (:class:`mpc_erm.jobs.JobStatus`)::
 
     prepared ──► queued ──► running ──► succeeded | failed | cancelled
        │            └──────────────────► failed | cancelled
-       └───────────────────────────────► failed | cancelled
+       └───────────────────────────────► refused | failed | cancelled
 
 ``prepared``: admitted and its budget reserved here, waiting for the job's other members
-(:mod:`parties.agreement`); ``queued``: every member prepared it, waiting for a worker slot.
+(:mod:`parties.agreement`); ``queued``: every member prepared it, waiting for a worker slot;
+``refused``: a member refused it (the reason names the member), so it started nowhere.
 Terminal states never change. On start-up the daemon ends every job still prepared, queued or
 running (it died under them) ``failed`` with a reason, after the ledger's ``recover`` released their budget
 unless they had revealed; a job that revealed and whose worker wrote its result manifest
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mpc_erm.jobs.status import LIVE, TERMINAL
+from mpc_erm.jobs.status import LIVE, TERMINAL, JobStatus
 
 from .sqlite_store import SqliteStore, state_file
 
@@ -48,7 +49,7 @@ RESULT_MANIFEST = ".complete.json"  # in the job's directory; a dot file, so nev
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY, name TEXT NOT NULL, status TEXT NOT NULL
-        CHECK (status IN ('prepared', 'queued', 'running', 'succeeded', 'failed', 'cancelled')),
+        CHECK (status IN ('prepared', 'queued', 'running', 'succeeded', 'failed', 'cancelled', 'refused')),
     reason TEXT, job_toml TEXT NOT NULL, digest TEXT NOT NULL, dataset TEXT, method TEXT,
     parties TEXT NOT NULL, dealer TEXT, coordinator TEXT,
     created_at REAL NOT NULL, started_at REAL, ended_at REAL, summary TEXT,
@@ -117,11 +118,11 @@ class JobStore(SqliteStore):
         self._unsaved: dict[str, tuple[frozenset[str], dict[str, Any]]] = {}
 
     def _migrate(self) -> None:
-        """A table written before the ``prepared`` status: rebuilt with the current CHECK (SQLite
-        cannot alter a constraint in place), rows and events kept."""
+        """A table written before a status existed (``prepared``, ``refused``): rebuilt with the
+        current CHECK (SQLite cannot alter a constraint in place), rows and events kept."""
         with self._lock:
             row = self._conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'jobs'").fetchone()
-            if row is None or "'prepared'" in row[0]:
+            if row is None or all(f"'{st}'" in row[0] for st in JobStatus):
                 return
             table = _SCHEMA.split(";")[0].strip().replace("CREATE TABLE IF NOT EXISTS jobs", "CREATE TABLE jobs_new")
             self._conn.execute("PRAGMA foreign_keys = OFF")  # events reference jobs: keep them through the swap

@@ -33,6 +33,7 @@ Rows written before typed events existed are composed by basic composition of th
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sqlite3
@@ -62,7 +63,8 @@ if TYPE_CHECKING:
     from .config import PartyConfig
 
 __all__ = ["LEDGER_FILE", "SLACK", "AdjacencyMismatch", "AlreadyRevealed", "BudgetExceeded", "BudgetRow",
-           "JobConflict", "Ledger", "LedgerError", "Reservation", "UnknownDataset", "UnknownJob", "normalise_dp_event"]
+           "JobConflict", "Ledger", "LedgerError", "Reservation", "UnknownDataset", "UnknownJob", "delta_used",
+           "normalise_dp_event"]
 
 LEDGER_FILE = "ledger.sqlite3"
 SLACK = 1e-9  # relative: absorbs decimal→binary rounding (3 × 0.1 vs 0.3), far below any meaningful ε
@@ -145,11 +147,16 @@ class BudgetRow:
     epsilon_spent: float      # revealed + committed jobs
     epsilon_reserved: float   # what the open, unrevealed reservations add on top
     epsilon_remaining: float
-    delta_spent: float        # δ of the spent composition (0 when nothing is spent)
-    delta_reserved: float
+    # δ, the same compositions seen from the other side: the least δ at which they stay within the
+    # lifetime ε (ε_spent is their ε at the lifetime δ). Why not the composition's own δ: stated at
+    # the lifetime δ, one Gaussian job "uses" all of it, and δ would read as gone after one job while
+    # admission (ε at the lifetime δ) still has room; this δ runs out exactly when ε does.
+    delta_spent: float        # of the revealed + committed jobs (0 when nothing is spent)
+    delta_reserved: float     # what the open reservations add on top
     jobs: int                 # live jobs (not released)
     accountant: str           # the composition route of spent + reserved: rdp | pure | pure+rdp | basic… | none
     adjacency: str = "replace"  # the relation the budget (and every composition) is stated under
+    delta_remaining: float = 0.0  # lifetime δ − δ spent − δ reserved (0 once ε is gone)
 
 
 def _positive(name: str, x: float) -> float:
@@ -187,6 +194,41 @@ def _charged(ev: DpEvent, state: str, revealed_rounds: int | None) -> DpEvent:
     if state == "committed" and revealed_rounds is not None:
         return ev.with_rounds(min(revealed_rounds, ev.rounds))
     return ev
+
+
+_DELTA_RATIO = 1.001  # δ used is found to within 0.1 % (from above: never understated)
+_DELTA_FLOOR = 1e-15  # ... and down to this fraction of the lifetime δ (below: reported as that bound)
+
+
+def delta_used(events: list[DpEvent], epsilon_total: float, delta_total: float, adjacency: str) -> float:
+    """The least δ ≤ ``delta_total`` at which ``events`` compose within ``epsilon_total`` (an upper
+    bound within 0.1 %; exact where ε does not depend on δ: pure or basic composition); 0 for none,
+    or pure ε-DP events without sampler terms; ``delta_total`` when they do not fit even there.
+
+    The composed ε only falls as δ grows, so this is the dual of admission's figure: a job fits
+    the budget iff the live jobs with it use at most the lifetime δ."""
+    if not any(e.rounds for e in events):
+        return 0.0
+    fits = functools.partial(_fits_at, events, epsilon_total * (1 + SLACK), adjacency)
+    if not fits(delta_total):
+        return delta_total
+    if fits(0.0):
+        return 0.0
+    hi = delta_total
+    own = compose(events, delta_total, adjacency).delta  # basic composition's Σδ: where it becomes feasible
+    if 0.0 < own < hi and fits(own):
+        hi = own
+    lo = delta_total * _DELTA_FLOOR
+    if fits(lo):
+        return lo
+    while hi > lo * _DELTA_RATIO:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi
+
+
+def _fits_at(events: list[DpEvent], epsilon: float, adjacency: str, delta: float) -> bool:
+    return compose(events, delta, adjacency).epsilon <= epsilon  # type: ignore[arg-type]
 
 
 def _admits(live: list[DpEvent], ev: DpEvent, total: tuple[float, float, str]) -> tuple[Composition, bool]:
@@ -434,10 +476,11 @@ class Ledger(SqliteStore):
         for ds, eps, dl, adj in budgets:
             live = lives[ds]
             spent, reserved, how = self._split(live, dl, adj)
-            spent_c = compose([e for e, st in live if st != "reserved"], dl, adj)
-            both_c = compose([e for e, _ in live], dl, adj)
-            out.append(BudgetRow(ds, eps, dl, spent, reserved, max(0.0, eps - spent - reserved), spent_c.delta,
-                                 max(0.0, both_c.delta - spent_c.delta), len(live), how, adj))
+            spent_evs = [e for e, st in live if st != "reserved"]
+            d_spent = delta_used(spent_evs, eps, dl, adj)
+            d_both = d_spent if len(spent_evs) == len(live) else delta_used([e for e, _ in live], eps, dl, adj)
+            out.append(BudgetRow(ds, eps, dl, spent, reserved, max(0.0, eps - spent - reserved), d_spent,
+                                 max(0.0, d_both - d_spent), len(live), how, adj, max(0.0, dl - d_both)))
         return out
 
     @staticmethod

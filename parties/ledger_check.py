@@ -186,6 +186,10 @@ def _repair_audit_tail(audit_path: Path) -> TornTail | None:
     naming the file when that cannot be done (the disk still full, say)."""
     try:
         return repair_tail(audit_path)
+    except (PermissionError, NotADirectoryError, IsADirectoryError) as exc:  # not a torn record: no access
+        raise AuditDamaged(audit_path, f"cannot be opened for reading and writing ({exc.strerror or exc})",
+                           "give the daemon's user access to its state directory (state_dir) and start again"
+                           ) from None
     except OSError as exc:
         raise AuditDamaged(audit_path, f"its last line is a torn record that cannot be moved aside "
                            f"({exc.strerror or exc})", "free space in (or repair) the state directory and start "

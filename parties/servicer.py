@@ -172,4 +172,5 @@ class Servicer(pb_grpc.PartyControlServicer):
         running = self.d.supervisor.running()
         queued = len(self.d.store.list(statuses=("queued",)))
         return pb.HealthReply(name=self.d.name, role=self.d.role, version=v,
-                              uptime_s=time.time() - self.d.started_at, queued=queued, running=running)
+                              uptime_s=time.time() - self.d.started_at, queued=queued, running=running,
+                              starting=self.d.starting)

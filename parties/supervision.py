@@ -57,8 +57,8 @@ from .logs import DaemonLog, one_line
 from .public_errors import PublicError, storage_problem
 
 __all__ = ["CANCEL_GRACE_S", "ENDPOINT_SERVICES", "EXIT_GRACE_S", "START_GRACE_S", "STALL_MARGIN_S", "STOP_REASON",
-           "STORAGE_ERRORS", "STORE_RETRY_S", "WORKER_PRELOAD", "WORKER_START_ENV", "Run", "Supervisor", "WorkerSetup",
-           "endpoint_key"]
+           "STORAGE_ERRORS", "STORE_RETRY_S", "WARM_UP_TIMEOUT_S", "WORKER_PRELOAD", "WORKER_START_ENV", "Run",
+           "Supervisor", "WorkerSetup", "endpoint_key"]
 
 _T = TypeVar("_T")
 
@@ -75,9 +75,14 @@ STOP_REASON = "interrupted: the daemon was stopped"
 ENDPOINT_SERVICES = ("", "owners")
 
 
+def _warm_up_probe() -> None:
+    """What :meth:`Supervisor.warm_up` runs in a process from the fork server: nothing."""
+
+
 def endpoint_key(job_id: str, service: str = "") -> str:
     """The key of a published address in :attr:`Supervisor.endpoints`."""
     return job_id if not service else f"{job_id}/{service}"
+WARM_UP_TIMEOUT_S = 600.0  # the fork server's imports, at most (a cold disk, a loaded host)
 STALL_MARGIN_S = 5.0  # a worker silent for peer_timeout_s + this is stalled (heartbeats come every 2 s)
 START_GRACE_S = 60.0  # more silence allowed before a worker's first message (a spawned worker imports first)
 STORE_RETRY_S = (0.2, 5.0)  # a failed ledger or job-store write is retried after 0.2 s, doubling up to 5 s
@@ -172,6 +177,31 @@ class Supervisor:
     def start(self) -> None:
         self._scheduler = threading.Thread(target=self._schedule, name=f"scheduler-{self.name}", daemon=True)
         self._scheduler.start()
+
+    def warm_up(self, timeout_s: float = WARM_UP_TIMEOUT_S) -> None:
+        """Return once a worker process can start without waiting: a no-op process is started the
+        way workers are, and joined. Raises RuntimeError when it cannot start or does not end.
+
+        Why: the fork server imports torch and the job code (``WORKER_PRELOAD``) before it forks
+        anything, tens of seconds on a cold disk; a job admitted meanwhile would wait for that
+        with its peers' workers waiting on it. The daemon takes no job before this returns."""
+        if self.start_method != "forkserver":
+            return  # spawn: every worker imports for itself; nothing is shared to wait for
+        proc = self._mp.Process(target=_warm_up_probe, name="mpc-erm-warm-up", daemon=True)
+        try:
+            proc.start()
+            proc.join(timeout_s)
+        except Exception as exc:
+            raise RuntimeError(f"the fork server could not start a process: {one_line(exc)}") from None
+        if proc.exitcode is None:
+            with contextlib.suppress(Exception):
+                proc.kill()
+            raise RuntimeError(f"the fork server had not started a process after {timeout_s:g} s")
+        if proc.exitcode != 0:
+            raise RuntimeError(f"a process from the fork server exited with {proc.exitcode} (its preload: "
+                               f"{', '.join(['parties.daemon', self.worker_module])} and their imports failed?)")
+        with contextlib.suppress(Exception):
+            proc.close()
 
     def stop(self) -> None:
         """Admit nothing more and interrupt the running jobs (they end failed; 2 s to stop, then the

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import click
@@ -26,12 +27,28 @@ def _num(x: float) -> str:
     return "inf" if math.isinf(x) else f"{x:.6g}"
 
 
+def _eps(x: float) -> str:
+    """ε in a table cell: 4 significant digits (the ledger's figure is in --json)."""
+    return "inf" if math.isinf(x) else f"{x:.4g}"
+
+
+def _delta(x: float) -> str:
+    """δ in a table cell: 3 significant digits, the exponent without padding (1e-5, not 1e-05)."""
+    if x == 0:
+        return "0"
+    return re.sub(r"e([+-])0*(\d)", r"e\1\2", f"{x:.3g}")
+
+
 @budget.command("show")
 @click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="the party's TOML config (its state_dir holds the ledger)")
 @click.option("--json", "as_json", is_flag=True, help="print the rows as JSON")
 def show(config_path: Path, as_json: bool) -> None:
-    """Per data set: total (ε, δ), ε spent (revealed jobs), reserved (queued/running), remaining."""
+    """Per data set: ε and δ spent of its lifetime budget, and what remains (open jobs' reservations
+    counted), under the data set's adjacency.
+
+    ε spent is the live jobs' composition at the lifetime δ; δ spent is the same composition's least
+    δ within the lifetime ε. A job fits while both remain (admission composes it with the others)."""
     from parties.config import load_party_config
     from parties.ledger import Ledger
     from parties.ledger_check import check_ledger
@@ -49,17 +66,29 @@ def show(config_path: Path, as_json: bool) -> None:
                                    "state": r.state} for r in open_jobs],
         }, indent=2))
         return
+    from rich import box
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"privacy budget of {cfg.identity.name}")
-    for col in ("dataset", "ε total", "ε spent", "ε reserved", "ε remaining", "δ total", "δ spent", "jobs",
-                "accountant"):
-        table.add_column(col, justify="left" if col in ("dataset", "accountant") else "right")
+    # two rows per data set (ε, then δ) so that every figure fits 80 columns whole
+    table = Table(title=f"privacy budget of {cfg.identity.name}", title_justify="left", box=box.SIMPLE_HEAD,
+                  pad_edge=False)
+    for col in ("data set", "adjacency", "jobs", "", "spent / lifetime", "remaining"):
+        table.add_column(col, justify="left" if col in ("data set", "adjacency", "") else "right",
+                         overflow="fold")
     for r in rows:
-        table.add_row(r.dataset, _num(r.epsilon_total), _num(r.epsilon_spent), _num(r.epsilon_reserved),
-                      _num(r.epsilon_remaining), _num(r.delta_total), _num(r.delta_spent), str(r.jobs), r.accountant)
-    Console().print(table)
+        table.add_row(escape(r.dataset), r.adjacency, str(r.jobs), "ε",
+                      f"{_eps(r.epsilon_spent)} / {_eps(r.epsilon_total)}", _eps(r.epsilon_remaining))
+        table.add_row("", "", "", "δ", f"{_delta(r.delta_spent)} / {_delta(r.delta_total)}",
+                      _delta(r.delta_remaining), end_section=True)
+    console = Console()
+    console.print(table)
+    held = {r.dataset: r for r in rows if r.epsilon_reserved > 0 or r.delta_reserved > 0}
+    for ds, r in held.items():
+        n = sum(1 for j in open_jobs if j.dataset == ds and not j.revealed)
+        console.print(f"{ds}: ε {_eps(r.epsilon_reserved)}, δ {_delta(r.delta_reserved)} reserved by {n} open "
+                      "job(s), counted in remaining", markup=False, highlight=False)
 
 
 @budget.command("rebuild")

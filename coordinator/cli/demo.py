@@ -73,7 +73,7 @@ def demo(out: Path, parties: int, trust: str, iterations: int, keep_state: bool,
         if phase == "training" and "round" in p:
             line = f"round {p['round']}/{p['rounds']}, ε spent {p.get('epsilon_spent', 0):.3g}"
         elif phase in ("prepared", "queued", "running", "agreed", "offline", "local", "reveal", "succeeded", "failed",
-                       "cancelled", "error"):
+                       "cancelled", "refused", "error"):
             line = phase + (f": {p.get('message') or p.get('reason')}" if p.get("message") or p.get("reason") else "")
         else:
             return

@@ -24,6 +24,9 @@ def run_guarded(cli: click.Group) -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:  # one line, as every other error (the usage is under --help)
+        click.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
@@ -33,3 +36,14 @@ def run_guarded(cli: click.Group) -> None:
     except (ValueError, FileNotFoundError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
+    except OSError as exc:  # a file that cannot be read or written, an address that cannot be bound
+        click.echo(f"error: {os_error_line(exc)}", err=True)
+        sys.exit(EXIT_USAGE)
+
+
+def os_error_line(exc: OSError) -> str:
+    """``<file>: <reason>`` for an OSError about a file (PermissionError, IsADirectoryError, …),
+    its one-line text otherwise."""
+    if exc.filename is not None and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    return " ".join(str(exc).split())

@@ -4,14 +4,16 @@ re-reads the CRL named by ``identity.crl``, e.g. after ``mpc-erm certs revoke``)
 `mpc-erm party progress`: this party's own view of a job's training (metrics on its own rows).
 
 The daemon logs JSON lines to stderr and state_dir/daemon.log; stdout gets one JSON line once it
-listens (``{"event": "listening", "port": …}``), so a script can start it with ``listen = "…:0"``
-and learn the port.
+listens and takes jobs (``{"event": "listening", "port": …}``), so a script can start it with
+``listen = "…:0"``, learn the port and submit.
 
 ``health`` reads the same config as ``serve``, dials the daemon's own address (its listen address;
 ``127.0.0.1`` or ``[::1]`` when listen binds a wildcard; its advertise address when listen has port
 0) over mutual TLS with the daemon's own identity, pinning the server to that identity, and calls
 ``Health`` with a short deadline. It prints one JSON line and exits 0 if the daemon answered as
-itself, else 1 with one ``error:`` line (never 2, which Docker reserves in health checks).
+itself and takes jobs, else 1 with one ``error:`` line (never 2, which Docker reserves in health
+checks): a daemon still at its start-up work (its worker pool importing torch, …) answers
+``starting``, and the JSON line says what it waits for (``"status": "starting"``).
 """
 
 from __future__ import annotations
@@ -50,10 +52,20 @@ def _serve(config: object, worker_module: str) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
+    from coordinator.cli.errors import os_error_line
+
     try:
-        daemon.start()
+        daemon.start(wait_ready=False)
+    except OSError as exc:  # the listen address, a data file, the state directory: one line naming it
+        raise ValueError(os_error_line(exc)) from None
+    try:  # its start-up work (Health answers "starting" meanwhile); a signal still stops it
+        while not daemon.wait_ready(0.5):
+            if stop.is_set():
+                daemon.stop()
+                return
     except OSError as exc:
-        raise ValueError(str(exc)) from None
+        daemon.stop()
+        raise ValueError(os_error_line(exc)) from None
     click.echo(json.dumps({"event": "listening", "name": daemon.name, "role": daemon.role, "port": daemon.port,
                            "address": daemon.address}))
     sys.stdout.flush()
@@ -153,9 +165,13 @@ def _health(config_path: Path, role: str, address: str | None, timeout_s: float)
         channel.close()
     if (reply.role, reply.name) != (role, name):  # pinning makes this unreachable; checked all the same
         fail(f"{target} answered as {reply.role}/{reply.name}, not {role}/{name}")
-    click.echo(json.dumps({"status": "ok", "name": reply.name, "role": reply.role, "address": target,
-                           "version": reply.version, "uptime_s": round(reply.uptime_s, 3),
-                           "queued": reply.queued, "running": reply.running}))
+    state = {"status": "starting" if reply.starting else "ok", "name": reply.name, "role": reply.role,
+             "address": target, "version": reply.version, "uptime_s": round(reply.uptime_s, 3),
+             "queued": reply.queued, "running": reply.running}
+    if reply.starting:  # answering, but not yet taking jobs: not healthy
+        click.echo(json.dumps({**state, "waiting_for": reply.starting}))
+        fail(f"{role} {name} at {target} is starting: it takes no job yet (waiting for {reply.starting})")
+    click.echo(json.dumps(state))
 
 
 @party.command("health")
@@ -163,7 +179,8 @@ def _health(config_path: Path, role: str, address: str | None, timeout_s: float)
 @_ADDRESS
 @_TIMEOUT
 def party_health(config_path: Path, address: str | None, timeout_s: float) -> None:
-    """Exit 0 if the party daemon of this config answers Health over mTLS as itself, else 1."""
+    """Exit 0 if the party daemon of this config answers Health over mTLS as itself and takes
+    jobs, else 1 ("starting": it answers, but its start-up work is not done)."""
     _health(config_path, "party", address, timeout_s)
 
 
@@ -172,7 +189,8 @@ def party_health(config_path: Path, address: str | None, timeout_s: float) -> No
 @_ADDRESS
 @_TIMEOUT
 def dealer_health(config_path: Path, address: str | None, timeout_s: float) -> None:
-    """Exit 0 if the dealer daemon of this config answers Health over mTLS as itself, else 1."""
+    """Exit 0 if the dealer daemon of this config answers Health over mTLS as itself and takes
+    jobs, else 1 ("starting": it answers, but its start-up work is not done)."""
     _health(config_path, "dealer", address, timeout_s)
 
 

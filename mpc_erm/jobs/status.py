@@ -4,11 +4,13 @@
 
     prepared ──► queued ──► running ──► succeeded | failed | cancelled
        │            └──────────────────► failed | cancelled
-       └───────────────────────────────► failed | cancelled
+       └───────────────────────────────► refused | failed | cancelled
 
 ``prepared``: admitted here (budget reserved) but not started until every member of the job has
-prepared it too (the two-phase admission of :mod:`parties.agreement`); a refusal anywhere ends
-it failed, its reservation released.
+prepared it too (the two-phase admission of :mod:`parties.agreement`); a member's refusal ends it
+``refused`` everywhere, its reason ``"<CODE>: refused by <member>: <public reason>"``
+(:func:`refusal_of` reads it), its reservation released. (The refusing member itself stores no
+job: it answers the others from memory.)
 
 The values are the strings stored in every daemon's job table and sent on the wire (``GetStatus``,
 ``Watch`` phases, ``job status --json``): a :class:`JobStatus` *is* that string (``StrEnum``), so
@@ -18,8 +20,10 @@ The values are the strings stored in every daemon's job table and sent on the wi
 from __future__ import annotations
 
 import enum
+import re
+from typing import NamedTuple
 
-__all__ = ["LIVE", "TERMINAL", "JobStatus"]
+__all__ = ["BUDGET_RELEASED", "BUDGET_SPENT", "LIVE", "TERMINAL", "JobStatus", "Refusal", "refusal_of"]
 
 
 class JobStatus(str, enum.Enum):
@@ -29,6 +33,7 @@ class JobStatus(str, enum.Enum):
     SUCCEEDED = "succeeded"  # the result is in the member's job directory
     FAILED = "failed"
     CANCELLED = "cancelled"
+    REFUSED = "refused"  # a member refused it before it started anywhere (the reason names the member)
 
     def __str__(self) -> str:  # the stored/wire value, also in f-strings and %-formatting
         return self.value
@@ -41,6 +46,36 @@ class JobStatus(str, enum.Enum):
 
 
 #: States a job never leaves.
-TERMINAL: frozenset[JobStatus] = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+TERMINAL: frozenset[JobStatus] = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED,
+                                           JobStatus.REFUSED})
 #: States of a job that has not ended (a daemon that restarts ends them).
 LIVE: frozenset[JobStatus] = frozenset({JobStatus.PREPARED, JobStatus.QUEUED, JobStatus.RUNNING})
+
+#: What a member appends (after "; ") to the reason of a job that ended without succeeding: how it
+#: settled its own budget for the job.
+BUDGET_RELEASED = "budget released (nothing was revealed)"
+BUDGET_SPENT = "budget spent (the job had revealed)"
+
+_REFUSAL = re.compile(r"(?P<code>[A-Z_]+): refused by (?P<member>[a-z0-9_-]+)(?:: (?P<reason>.*))?", re.DOTALL)
+
+
+class Refusal(NamedTuple):
+    """A refusal's one-line reason, read."""
+
+    code: str  # a public code (parties.public_errors): POLICY, BUDGET, ...
+    member: str  # who refused
+    reason: str  # its public reason
+
+    def __str__(self) -> str:
+        """The refusal as the refusing member stated it (without another member's budget note)."""
+        return f"{self.code}: refused by {self.member}" + (f": {self.reason}" if self.reason else "")
+
+
+def refusal_of(reason: str | None) -> Refusal | None:
+    """The refusal a job's reason states (``"<CODE>: refused by <member>: <public reason>"``, the
+    form :mod:`parties.agreement` relays between members), or None for any other reason."""
+    text = (reason or "").strip()
+    for note in (BUDGET_RELEASED, BUDGET_SPENT):  # the recording member's own settlement, not the refusal's
+        text = text.removesuffix(f"; {note}")
+    m = _REFUSAL.fullmatch(text)
+    return None if m is None else Refusal(m["code"], m["member"], m["reason"] or "")

@@ -11,9 +11,11 @@ from parties import jobs
 
 
 def test_values_are_the_stored_strings() -> None:
-    # "prepared": admitted here, waiting for every member to prepare it (two-phase admission, issue 14 item 3)
-    assert [s.value for s in JobStatus] == ["prepared", "queued", "running", "succeeded", "failed", "cancelled"]
-    assert TERMINAL == {"succeeded", "failed", "cancelled"} and LIVE == {"prepared", "queued", "running"}
+    # "prepared": admitted here, waiting for every member to prepare it (two-phase admission, issue 14 item 3);
+    # "refused": a member refused it, so it started nowhere (the reason names the member)
+    assert [s.value for s in JobStatus] == ["prepared", "queued", "running", "succeeded", "failed", "cancelled",
+                                            "refused"]
+    assert TERMINAL == {"succeeded", "failed", "cancelled", "refused"} and LIVE == {"prepared", "queued", "running"}
     assert not TERMINAL & LIVE and TERMINAL | LIVE == set(JobStatus)
     # the job table's CHECK constraint allows exactly these
     check = re.search(r"CHECK \(status IN \(([^)]*)\)\)", jobs._SCHEMA)
@@ -65,3 +67,30 @@ def test_a_job_table_from_before_the_prepared_status_is_migrated(tmp_path) -> No
         assert store._conn.execute("PRAGMA foreign_key_check").fetchall() == []
     with jobs.JobStore(path) as store:  # idempotent
         assert {r.id for r in store.list()} == {"old", "new"}
+
+
+def test_a_job_table_from_before_the_refused_status_is_migrated(tmp_path) -> None:
+    import sqlite3
+
+    path = tmp_path / "jobs.sqlite3"
+    con = sqlite3.connect(path)
+    con.executescript(jobs._SCHEMA.replace(", 'refused'", ""))
+    con.execute("INSERT INTO jobs (id, name, status, job_toml, digest, parties, created_at) "
+                "VALUES ('old', 'n', 'prepared', '', 'd', '[]', 1.0)")
+    con.commit()
+    con.close()
+    with jobs.JobStore(path) as store:
+        assert store.finish("old", JobStatus.REFUSED, "POLICY: refused by carol: privacy.epsilon: too large")
+        assert store.get("old").status == "refused" and store.get("old").terminal
+
+
+def test_refusal_of_reads_who_refused_and_why() -> None:
+    from mpc_erm.jobs.status import BUDGET_RELEASED, refusal_of
+
+    r = refusal_of(f"POLICY: refused by carol: privacy.epsilon: 0.8 exceeds carol's limit; {BUDGET_RELEASED}")
+    assert r is not None and (r.code, r.member, r.reason) == ("POLICY", "carol", "privacy.epsilon: 0.8 exceeds "
+                                                                                 "carol's limit")
+    assert str(r) == "POLICY: refused by carol: privacy.epsilon: 0.8 exceeds carol's limit"
+    assert str(refusal_of("PEER_FAILED: refused by bob")) == "PEER_FAILED: refused by bob"
+    for other in (None, "", "PEER_LOST: bob had not heard of the job", "cancelled by coord"):
+        assert refusal_of(other) is None, other

@@ -83,7 +83,7 @@ def test_an_older_head_of_the_same_chain_is_accepted(tmp_path: Path) -> None:
     cfg = _config(tmp_path)
     run = CliRunner().invoke(cli, ["audit", "verify", "--config", str(cfg), "--expect-head", first_job_head])
     assert run.exit_code == 0, run.output
-    assert "chain intact" in run.output and "the expected head is record 3, 2 later record(s) follow it" in run.output
+    assert "chain intact" in run.output and "the log extends the expected head (record 3) by 2 records" in run.output
 
 
 def _writer(path: str, who: int) -> None:
@@ -131,3 +131,36 @@ def test_cli_verify(tmp_path: Path) -> None:
                                                         "jobs": 1, "releases": 2, "after_expected": None}
     run = CliRunner().invoke(cli, ["audit", "verify", "--config", str(cfg), "--expect-head", "f" * 64])
     assert run.exit_code == 1 and "NOT valid" in run.output
+
+
+def test_cli_expect_head_older_heads_pass_cut_logs_and_malformed_heads_fail(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Through the real entry point: a job's report head, after later jobs appended, is accepted and
+    the extension counted (also pasted in upper case, with blanks or a sha256: prefix); a log cut back
+    before it fails (exit 1); a head cut short when copied is a usage error naming --expect-head
+    (exit 2), never a claim that records were dropped."""
+    from tests.parties.test_ledger_check import run_main
+
+    log = AuditLog.in_state_dir(tmp_path / "state")
+    _fill(log, jobs=1, rounds=2)
+    job0 = log.head()
+    _fill(log, jobs=2, rounds=3)  # later jobs: 8 more records
+    cfg = str(_config(tmp_path))
+    for pasted in (job0, f"  {job0.upper()}\n", f"sha256:{job0}"):
+        code, out, err = run_main(monkeypatch, capsys, "audit", "verify", "--config", cfg, "--expect-head", pasted)
+        assert code == 0 and err == "", err
+        assert "chain intact" in out and "the log extends the expected head (record 3) by 8 records" in out, out
+    code, out, _ = run_main(monkeypatch, capsys, "audit", "verify", "--config", cfg, "--expect-head", job0, "--json")
+    assert code == 0 and json.loads(out)["after_expected"] == 8
+    code, out, _ = run_main(monkeypatch, capsys, "audit", "verify", "--config", cfg, "--expect-head", log.head())
+    assert code == 0 and "the expected head is the log's head" in out, out
+    for bad in (job0[:16], job0[:16] + "…", "z" * 64):
+        code, out, err = run_main(monkeypatch, capsys, "audit", "verify", "--config", cfg, "--expect-head", bad)
+        assert code == 2 and out == "" and len(err.splitlines()) == 1, (bad, err)
+        assert err.startswith("error: --expect-head: a head is 64 hex digits") and "dropped" not in err, err
+    lines = log.path.read_text().splitlines()
+    log.path.write_text("\n".join(lines[:2]) + "\n")  # cut back before job0's head
+    code, _, err = run_main(monkeypatch, capsys, "audit", "verify", "--config", cfg, "--expect-head", job0)
+    assert code == 1 and "NOT valid" in err and "records were dropped from the end" in err, err
+    code, _, err = run_main(monkeypatch, capsys, "audit", "verify", "--config", cfg, "--expect-head", "ab" * 32)
+    assert code == 1 and "is not in this chain of 2 records" in err, err  # not a record of this chain at all

@@ -595,8 +595,8 @@ def test_consortium_end_to_end_with_the_coordinator_cli(consortium: dict[str, An
     assert [j["job_id"] for j in json.loads(out.output)] == [job_id]
     out = runner.invoke(_cli(), ["job", "watch", job_id, *cfg])
     assert out.exit_code == 0 and "dealer: succeeded" in out.output, out.output
-    for m in ("alice", "bob", "carol"):  # a progress line per member: rounds, ε spent, time left
-        assert re.search(rf"{m} +succeeded .* 3/3 ε spent [0-9.]+ .* left", out.output), out.output
+    for m in ("alice", "bob", "carol"):  # a progress line per member: rounds, ε spent, the time it took
+        assert re.search(rf"{m} +succeeded .* 3/3 ε spent [0-9.]+ took \d+:\d\d", out.output), out.output
     assert f"next: mpc-erm job result {job_id} --out results/{job_id} --config" in out.output, out.output
 
     # GetEndpoint is for the job's members only; a party that is not one cannot tell the job exists
@@ -621,9 +621,9 @@ def test_consortium_end_to_end_with_the_coordinator_cli(consortium: dict[str, An
     assert err.code() == grpc.StatusCode.PERMISSION_DENIED, err.details()
 
     # one member refuses: the others end the job by themselves (two-phase admission, parties.agreement),
-    # failed with a reason naming carol, no worker started anywhere, their reservations released. (It
+    # refused with a reason naming carol, no worker started anywhere, their reservations released. (It
     # used to be cancelled by the coordinator, after the others had started workers that waited for
-    # carol's endpoint until the cancel.)
+    # carol's endpoint until the cancel; then failed, which did not say a member had refused it.)
     job.write_text(job_toml("peers", trust="dealer", dealer="dealer", epsilon=0.8))
     with CoordinatorClient(load_coordinator_config(consortium["coord"])) as client:
         with pytest.raises(SubmitRefused, match=r"refused by carol: .*privacy.epsilon: 0.8 exceeds carol's") as info:
@@ -635,7 +635,7 @@ def test_consortium_end_to_end_with_the_coordinator_cli(consortium: dict[str, An
         def ended_everywhere() -> dict[str, Any] | None:
             st = client.status(refused_id)
             return st if {m: v["status"] for m, v in st.items()} == dict.fromkeys(("alice", "bob", "dealer"),
-                                                                                  "failed") else None
+                                                                                  "refused") else None
 
         ended = wait_for(ended_everywhere, timeout=30, what="the refused job ended")
     for m, v in ended.items():
@@ -647,7 +647,18 @@ def test_consortium_end_to_end_with_the_coordinator_cli(consortium: dict[str, An
     out = runner.invoke(_cli(), ["job", "list", *cfg])
     assert out.exit_code == 0 and refused_id in out.output, out.output
     line = next(x for x in out.output.splitlines() if refused_id in x)
-    assert " failed " in line and "cancelled" not in line, line
+    assert " refused " in line and "cancelled" not in line, line
+    assert line.endswith(" by carol (POLICY: privacy.epsilon: 0.8 exceeds carol's max_epsilon_per_job (0.6))"), line
+    out = runner.invoke(_cli(), ["job", "status", refused_id, *cfg])
+    first, *members = out.output.splitlines()
+    assert first.endswith(": refused by carol (POLICY: privacy.epsilon: 0.8 exceeds carol's max_epsilon_per_job "
+                          "(0.6))"), out.output
+    assert len(members) == 3 and all(re.match(r"  (alice|bob|dealer) +refused .*POLICY: refused by carol: ", x)
+                                     for x in members), out.output
+    out = runner.invoke(_cli(), ["job", "list", *cfg, "--json"])
+    listed = next(j for j in json.loads(out.output) if j["job_id"] == refused_id)
+    assert listed["status"] == "refused" and listed["refused_by"] == {
+        "member": "carol", "code": "POLICY", "reason": "privacy.epsilon: 0.8 exceeds carol's max_epsilon_per_job (0.6)"}
     out = runner.invoke(_cli(), ["job", "result", refused_id, *cfg, "--out", str(tmp / "nothing")])
     assert out.exit_code != 0 and "has no result" in str(out.exception)
 

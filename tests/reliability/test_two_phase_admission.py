@@ -7,15 +7,16 @@ Real daemons (``coordinator.consortium.LocalConsortium``: ``mpc-erm party serve`
 - item 3 (default suite, no job runs: ~15 s): alice's ``policy.allowed_coordinators`` does not name
   the coordinator, bob's and carol's do. ``mpc-erm job submit`` prints each member's answer (alice
   refused, naming the reason; the others prepared) and exits 1; within a few seconds (measured;
-  ``peer_timeout_s`` is 120 s) bob, carol and the dealer end the job ``failed`` with a reason that
+  ``peer_timeout_s`` is 120 s) bob, carol and the dealer end the job ``refused`` with a reason that
   names alice and its public reason, without any cancel from the coordinator; no member started a
   worker (no ``running`` event, no worker process in any daemon's log); every ledger row of the
-  job is released and every party's budget is as before; ``mpc-erm job list`` says failed, not
-  cancelled. On the code before the change, bob, carol and the dealer started workers, reserved
-  ε, and the job showed as cancelled (the coordinator's clean-up).
+  job is released and every party's budget is as before; ``mpc-erm job list`` says refused by
+  alice (with alice's public reason), not cancelled. On the code before the change, bob, carol
+  and the dealer started workers, reserved ε, and the job showed as cancelled (the coordinator's
+  clean-up).
 - item 4 (``slow``, 4 repetitions of a real output job on Adult): two coordinator clients submit the
   same job (different job ids) at the same instant on a data set whose budget fits one: exactly one
-  succeeds at every member each time, the other is refused (``SubmitRefused``), ends ``failed``
+  succeeds at every member each time, the other is refused (``SubmitRefused``), ends ``refused``
   with a public BUDGET reason wherever it was prepared, runs nowhere, and holds no budget. On the
   code before the change both usually failed (each party reserved a different job first).
 - item 4 with every arrival order forced (default suite, in-process daemons and the stand-in
@@ -138,7 +139,7 @@ def test_a_job_one_member_refuses_ends_everywhere_at_once_and_starts_nowhere(ali
           + ", ".join(f"{n} {h:.3f} s" for n, h in held.items()) + f"; peer_timeout_s = {PEER_TIMEOUT_S:g} s)")
     assert took < REFUSAL_LIMIT_S and max(held.values()) < 2.0, (took, held)
     for name, v in st.items():
-        assert v["status"] == "failed", (name, v)
+        assert v["status"] == "refused", (name, v)
         assert v["reason"].startswith("POLICY: refused by alice: coordinator 'coordinator' is not in alice's "
                                       "policy.allowed_coordinators"), (name, v["reason"])
         assert "cancelled" not in v["reason"], v["reason"]
@@ -150,11 +151,14 @@ def test_a_job_one_member_refuses_ends_everywhere_at_once_and_starts_nowhere(ali
             assert (row is None) if p == "alice" else (row is not None and row.state == "released"), (p, row)
             assert not led.open_reservations()
     assert _budgets(cons) == before
-    # the coordinator's list calls it failed (it used to show cancelled: the client's clean-up)
-    assert listed["status"] == "failed" and set(listed["members"].values()) == {"failed"}, listed
+    # the coordinator's list calls it refused, naming alice (it used to show cancelled: the client's clean-up;
+    # then failed, which did not say that a member had refused it)
+    assert listed["status"] == "refused" and set(listed["members"].values()) == {"refused"}, listed
+    assert listed["refused_by"]["member"] == "alice" and listed["refused_by"]["code"] == "POLICY", listed
     out = CliRunner().invoke(cli, ["job", "list", "--config", str(cons.coordinator_config)])
     line = next(x for x in out.output.splitlines() if job_id in x)
-    assert " failed " in line and "cancelled" not in line, line
+    assert " refused " in line and " by alice (POLICY: coordinator 'coordinator' is not in alice's" in line, line
+    assert "cancelled" not in line, line
 
 
 # --------------------------------------------------------------------------- item 4, real jobs
@@ -223,7 +227,7 @@ def test_two_identical_submissions_at_once_exactly_one_succeeds(tmp_path: Path) 
             for m, why in loss.refusals.items():
                 assert "privacy budget of" in why, (m, why)
             for m, v in st_loser.items():  # where the loser was prepared, it ended failed naming who refused
-                assert v["status"] == "failed" and v["reason"].startswith("BUDGET: refused by "), (m, v)
+                assert v["status"] == "refused" and v["reason"].startswith("BUDGET: refused by "), (m, v)
                 assert re.match(r"BUDGET: refused by (alice|bob|carol): \1's privacy budget for data set", v["reason"])
                 assert not re.search(r"ε=|\d\.\d{3}", v["reason"]), v["reason"]  # no budget figures cross
             _nothing_started(cons, loser)
@@ -331,7 +335,8 @@ def test_competing_admissions_in_every_arrival_order_admit_exactly_one(stand_in_
         for m in MEMBERS:
             rec = daemons[m].store.get(lost)
             if rec is not None:
-                assert rec.status == "failed" and rec.reason.startswith("BUDGET: refused by "), (order, m, rec.reason)
+                assert rec.status == "refused" and rec.reason.startswith("BUDGET: refused by "), (order, m,
+                                                                                                   rec.reason)
                 assert "running" not in [e.phase for e in daemons[m].store.events(lost)], (order, m)
         for p in PARTIES:
             row = daemons[p].ledger.get(lost)

@@ -102,7 +102,7 @@ class PartyControlServicer:
 
     def Watch(self, request, context):
         """The job's events from after_seq on (replayed from the job store), then live ones; the stream
-        ends after the terminal event (succeeded, failed, cancelled), or at once with follow = false.
+        ends after the terminal event (succeeded, failed, cancelled, refused), or at once with follow = false.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
