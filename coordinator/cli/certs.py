@@ -18,6 +18,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
 from mpc_erm.mpc import pki
+from parties.config import _name as _config_name
 
 _DIR = click.option(
     "--dir", "dir_", required=True, type=click.Path(file_okay=False, path_type=Path),
@@ -26,12 +27,23 @@ _DIR = click.option(
 _DAYS = click.option("--days", type=int, default=365, show_default=True, help="validity in days")
 _JSON = click.option("--json", "as_json", is_flag=True, help="print paths and fingerprints as JSON")
 _FORCE = click.option("--force", is_flag=True, help="overwrite existing files")
-_NAME = click.option("--name", required=True, help="identity name: 1-64 of [A-Za-z0-9._-], no leading dot")
+_NAME = click.option("--name", required=True,
+                     help="identity name: lower-case letters, digits, '_' and '-', at most 63 (as configs take it)")
 _ROLE = click.option("--role", required=True, type=click.Choice(list(pki.ROLES)), help="what this identity is")
 _HOSTS = click.option(
     "--host", "hosts", multiple=True,
     help="DNS name or IP the identity's listener is reached at (repeatable; default localhost, 127.0.0.1, ::1)",
 )
+
+
+def _check_name(name: str) -> None:
+    """The name rule of every config (parties.config's ``Name``): a certificate for a name no config
+    accepts would be issued only to be refused when its daemon or coordinator starts."""
+    try:
+        _config_name(name)
+    except ValueError as exc:
+        raise ValueError(f"--name: {exc}") from None
+    pki.validate_name(name, "--name")  # and not a name reserved for the CA's files
 
 
 def _field_error(exc: ValueError) -> ValueError:
@@ -99,7 +111,7 @@ def issue(dir_: Path, name: str, role: str, hosts: tuple[str, ...], days: int, f
     Convenient for one organisation or a demo; across organisations prefer `request` + `sign`,
     so the CA operator never holds another organisation's private key.
     """
-    pki.validate_name(name, "--name")
+    _check_name(name)
     if days < 1:
         raise ValueError(f"--days: must be >= 1, got {days}")
     files = pki.identity_files(dir_, name)
@@ -139,7 +151,7 @@ def request(dir_: Path, name: str, role: str, force: bool, as_json: bool) -> Non
     Send only the .csr to the CA operator (`certs sign`); put the returned <name>.crt and ca.crt
     into DIR. The private key never leaves this organisation.
     """
-    pki.validate_name(name, "--name")
+    _check_name(name)
     files = pki.identity_files(dir_, name)
     if files.key.exists() and not force:
         raise ValueError(f"--name: {files.key} already exists (use --force to replace the key)")
@@ -168,7 +180,7 @@ def request(dir_: Path, name: str, role: str, force: bool, as_json: bool) -> Non
 def sign(dir_: Path, csr_path: Path, name: str, role: str, hosts: tuple[str, ...], days: int,
          out_dir: Path | None, force: bool, as_json: bool) -> None:
     """Sign a request with the CA in DIR; the CA never sees the requester's private key."""
-    pki.validate_name(name, "--name")
+    _check_name(name)
     if days < 1:
         raise ValueError(f"--days: must be >= 1, got {days}")
     out = out_dir or csr_path.parent
