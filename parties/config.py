@@ -58,7 +58,6 @@ __all__ = [
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 _HOST_RE = re.compile(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
                       r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
-_SCHEMA_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,127}")
 _WILDCARD_HOSTS = {"0.0.0.0", "::"}
 #: A config is a few kB; a bigger file is refused before it is read (no /dev/zero, no 1 GB TOML).
 MAX_CONFIG_BYTES = MAX_TOML_BYTES
@@ -142,10 +141,19 @@ def _resolve(v: Path, info: ValidationInfo) -> Path:
     return (Path(base) / v if base is not None and not v.is_absolute() else v).absolute()
 
 
+def _checks_files(info: ValidationInfo) -> bool:
+    """Whether the files a config names must exist here (the default). ``mpc-erm provision``
+    validates data set tables for other machines with ``context={"check_files": False}``: the
+    paths are resolved and checked for form, but the data lives at each member's site."""
+    return bool((info.context or {}).get("check_files", True))
+
+
 def _existing_file(v: Path | None, info: ValidationInfo) -> Path | None:
     if v is None:
         return None
     p = _resolve(v, info)
+    if not _checks_files(info):
+        return p
     try:
         st = p.stat()
     except FileNotFoundError:
@@ -222,7 +230,10 @@ class DatasetConfig(_Model):
     path: Path | None = None
     labels: Path | None = None  # idx: the labels' IDX file
     label: str | None = Field(None, min_length=1)
-    feature_schema: str | None = Field(None, alias="schema")
+    # The public data schema (mpc_erm.data.schema): how raw rows become features and labels —
+    # public bounds, categories, label mapping, intercept, missing values. csv only; its digest
+    # is compared by every member before a share moves.
+    feature_schema: Path | None = Field(None, alias="schema")
     epsilon: float = Field(strict=True, gt=0, le=1e6, allow_inf_nan=False)  # lifetime; a job asks <= 100
     delta: float = Field(strict=True, ge=0, lt=1, allow_inf_nan=False)
     # The relation the lifetime budget is stated under (mpc_erm.privacy.events): "replace" admits
@@ -242,7 +253,7 @@ class DatasetConfig(_Model):
     # validation metrics in the job's .private/ (never sent: no ε covers them).
     validation_fraction: float = Field(0.0, strict=True, ge=0.0, le=0.5, allow_inf_nan=False)
 
-    _path = field_validator("path", "labels")(_existing_file)
+    _path = field_validator("path", "labels", "feature_schema")(_existing_file)
 
     @field_validator("feature_range", mode="before")
     @classmethod
@@ -258,13 +269,27 @@ class DatasetConfig(_Model):
 
     @field_validator("feature_schema")
     @classmethod
-    def _schema(cls, v: str | None) -> str | None:
-        if v is not None and not _SCHEMA_RE.fullmatch(v):
-            raise ValueError(f"{v!r} is not a schema id (letters, digits and _.:/@+-, at most 128)")
+    def _schema(cls, v: Path | None) -> Path | None:
+        if v is not None and v.is_file():  # (a file the skip-existence context left unchecked is not read)
+            from mpc_erm.data.dataset import DataError
+            from mpc_erm.data.schema import load_schema  # lazy: pulls in pandas
+
+            try:
+                load_schema(v)
+            except DataError as exc:
+                raise ValueError(str(exc)) from None
         return v
 
+    def schema(self) -> Any:
+        """The parsed :class:`~mpc_erm.data.schema.DataSchema`, or None without a schema file."""
+        if self.feature_schema is None:
+            return None
+        from mpc_erm.data.schema import load_schema
+
+        return load_schema(self.feature_schema)
+
     @model_validator(mode="after")
-    def _by_format(self) -> DatasetConfig:
+    def _by_format(self, info: ValidationInfo) -> DatasetConfig:
         given = self.model_fields_set
         if self.format == "builtin":
             for f in ("path", "label", "labels", "max_bytes", "feature_range"):
@@ -285,14 +310,25 @@ class DatasetConfig(_Model):
                 raise _field_error(f, f"only allowed for format 'builtin', not {self.format!r}")
         if self.path is None:
             raise _field_error("path", f"required for format {self.format!r}")
-        if self.format == "csv" and self.label is None:
-            raise _field_error("label", "required for format 'csv' (the label column's name)")
+        if self.feature_schema is not None and self.format != "csv":
+            raise _field_error("schema", f"only for format 'csv' (a schema maps a table's columns), "
+                                         f"not {self.format!r}")
+        if self.format == "csv" and self.label is None and self.feature_schema is None:
+            raise _field_error("label", "required for format 'csv' without a schema (the label column's name)")
+        if self.feature_schema is not None and self.feature_range is not None:
+            raise _field_error("feature_range", "not with a schema (its columns carry their own public bounds)")
+        if self.label is not None and self.feature_schema is not None and self.feature_schema.is_file():
+            column = self.schema().label.column
+            if self.label != column:
+                raise _field_error("label", f"{self.label!r} differs from the schema's label column {column!r}")
         if self.format not in ("csv", "png") and self.label is not None:
             raise _field_error("label", f"only allowed for formats 'csv' and 'png', not {self.format!r}")
         if self.format == "idx" and self.labels is None:
             raise _field_error("labels", "required for format 'idx' (the labels' IDX file)")
         if self.format != "idx" and self.labels is not None:
             raise _field_error("labels", f"only allowed for format 'idx', not {self.format!r}")
+        if not _checks_files(info):
+            return self
         try:
             size = self.path.stat().st_size
         except OSError as exc:
@@ -509,16 +545,17 @@ def load_dealer_config(path: str | os.PathLike[str]) -> DealerConfig:
     return load_model(path, DealerConfig)
 
 
-def load_model(path: str | os.PathLike[str], model: type[_C]) -> _C:
+def load_model(path: str | os.PathLike[str], model: type[_C], *, context: dict[str, Any] | None = None) -> _C:
     """Read a TOML file into ``model``; every problem (I/O, TOML, validation) in one ConfigError.
-    Shared by the party, dealer and coordinator configs."""
+    Shared by the party, dealer and coordinator configs (and the consortium file of ``mpc-erm
+    provision``, whose ``context`` adds ``check_files=False``)."""
     p = Path(path)
     try:
         raw = read_toml_file(p, max_bytes=MAX_CONFIG_BYTES)
     except TomlProblem as problem:
         raise ConfigError(p, [(problem.field or "", problem.reason)]) from None
     try:
-        return model.model_validate(raw, context={"base_dir": p.absolute().parent})
+        return model.model_validate(raw, context={**(context or {}), "base_dir": p.absolute().parent})
     except ValidationError as e:
         raise ConfigError(p, _problems(e)) from None
     except RecursionError:  # tomllib nests ~1000 deep; pydantic gives up earlier on some shapes

@@ -272,7 +272,8 @@ class _LinearSide(_Side):
         from mpc_erm.models.bundle import save_linear_weights
 
         save_linear_weights(d, self.theta, job_id=job["job_id"], job_digest=job["spec_digest"],
-                            loss=self.spec.model.name)
+                            loss=self.spec.model.name, n_classes=self.spec.model.n_classes,
+                            privacy=plan.model_statement(plan.rounds, trust))
 
 
 class _GradientSide(_LinearSide):

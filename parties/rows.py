@@ -71,6 +71,12 @@ def _read_rows(ctx: Any) -> tuple[Any, Any | None]:
         mine = Dataset(train.X[idx], train.y[idx], train.task, f"{cfg.name}[{cfg.part}/{cfg.of}]",
                        train.feature_names, train.n_classes)
         return mine, test
+    schema = cfg.schema() if hasattr(cfg, "schema") else None
+    if schema is not None:  # the public schema maps the raw columns; rows end in the unit ball
+        _check_schema(ctx, schema, task)
+        from mpc_erm.data.schema import read_csv_with_schema
+
+        return read_csv_with_schema(cfg.path, schema, max_bytes=cfg.max_bytes), None
     # the loader refuses a file over max_bytes before reading it, and values outside feature_range
     ds = load_file(cfg.format, cfg.path, task=task, label=cfg.label, max_bytes=cfg.max_bytes,
                    feature_range=cfg.feature_range, labels=getattr(cfg, "labels", None))
@@ -80,6 +86,25 @@ def _read_rows(ctx: Any) -> tuple[Any, Any | None]:
     # so the protocols' sensitivity bounds hold whatever the file contains.
     X = clip_to_unit_ball(np.asarray(ds.X))
     return Dataset(X, ds.y, ds.task, ds.name, ds.feature_names, ds.n_classes), None
+
+
+def _check_schema(ctx: Any, schema: Any, task: str) -> None:
+    """The job may pin the schema's digest, and its model must fit the schema's label: a wrong
+    pairing is refused here, before this party joins anyone (both are public facts)."""
+    want = getattr(ctx.job.job, "schema_sha256", None)
+    if want is not None and schema.digest() != want:
+        raise PublicError("DATA_SCHEMA", f"job.schema_sha256: party {ctx.identity.name!r} holds schema "
+                                         f"{schema.digest()[:12]}… for {ctx.job.job.dataset!r}, the job pins "
+                                         f"{want[:12]}…; nothing revealed")
+    m = ctx.job.spec.model
+    fits = schema.task == task or (m.is_network and schema.task in ("binary", "multiclass"))
+    if not fits:
+        raise PublicError("DATA_SCHEMA", f"model.name: {m.name!r} trains a {task} model, but the schema of "
+                                         f"{ctx.job.job.dataset!r} at {ctx.identity.name!r} has a "
+                                         f"{schema.task} label; nothing revealed")
+    if m.is_network and schema.task == "multiclass" and (m.n_classes or 2) != schema.n_classes:
+        raise PublicError("DATA_SCHEMA", f"model.n_classes: {m.n_classes} outputs, the schema of "
+                                         f"{ctx.job.job.dataset!r} lists {schema.n_classes} classes")
 
 
 #: The validation split's permutation: fixed, so every job on a data set holds out the same rows

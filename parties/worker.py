@@ -88,6 +88,32 @@ def _schema_difference(ds: Any, mine: list[str], theirs: list[str]) -> str:
     return out
 
 
+def _schema_of(ctx: WorkerContext) -> Any:
+    cfg = ctx.config.datasets.get(ctx.job.job.dataset)
+    return cfg.schema() if cfg is not None and hasattr(cfg, "schema") else None
+
+
+def _compare_schemas(ctx: WorkerContext, mine: dict[str, Any], everyone: list[dict[str, Any]]) -> None:
+    """Every member must hold the same data schema (by digest). Schemas are public among the
+    members, so the refusal names the member and the columns whose public description differs."""
+    ours = mine.get("data_schema")
+    for e in everyone:
+        theirs = e.get("data_schema")
+        if (ours or {}).get("digest") == (theirs or {}).get("digest"):
+            continue
+        if ours is None or theirs is None:
+            has, lacks = (e["name"], ctx.identity.name) if ours is None else (ctx.identity.name, e["name"])
+            raise AgreementError(f"dataset schema mismatch: party {has!r} has a schema file for "
+                                 f"{ctx.job.job.dataset!r}, party {lacks!r} has none; every member needs the "
+                                 "same schema; nothing revealed")
+        a, b = list(ours["lines"]), list(theirs["lines"])
+        differ = [f"ours {x!r} vs {y!r}" for x, y in zip(a, b, strict=False) if x != y]
+        differ += [f"only ours: {x!r}" for x in a[len(b):]] + [f"only theirs: {y!r}" for y in b[len(a):]]
+        raise AgreementError(f"dataset schema mismatch: party {e['name']!r} holds schema "
+                             f"{theirs['digest'][:12]}… for {ctx.job.job.dataset!r}, {ctx.identity.name!r} holds "
+                             f"{ours['digest'][:12]}…: " + "; ".join(differ[:4]) + "; nothing revealed")
+
+
 # ------------------------------------------------------------------------------------ session
 
 
@@ -156,12 +182,16 @@ def _agree(ctx: WorkerContext, comm: Any, ds: Any) -> list[int] | None:
     mine = {"digest": digest, "schema": None if ds is None else _schema_digest(ds),  # None: compute for owners
             "n": int(ds.n) if public_counts else None, "name": ctx.identity.name,
             "columns": [] if ds is None else _column_digests(ds, digest)}
+    schema = _schema_of(ctx) if ds is not None else None
+    if schema is not None:  # a schema is public among the members: its lines may be compared openly
+        mine["data_schema"] = {"digest": schema.digest(), "lines": schema.describe_columns()}
     everyone = [comm.broadcast_obj(mine if r == comm.get_rank() else None, r) for r in range(comm.get_world_size())]
     names = [e["name"] for e in everyone]
     for e in everyone:
         if e["digest"] != mine["digest"]:
             raise AgreementError(f"job spec mismatch: party {e['name']!r} holds a different job (digest "
                                  f"{e['digest'][:12]}… vs ours {mine['digest'][:12]}…); nothing revealed")
+    _compare_schemas(ctx, mine, everyone)
     other = [e for e in everyone if e["schema"] != mine["schema"]]
     if other:  # the public reason names the parties; which columns differ stays in this party's log
         who = ", ".join(repr(e["name"]) for e in other)
@@ -684,10 +714,28 @@ def _network_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, rows: Rows, 
     note = (f"DP-{'Adam' if tr.optimizer == 'adam' else 'SGD'} of {spec.model.name} ({job.p} parameters): "
             f"T = {tr.iterations} rounds, Poisson rate q = {job.q:g} per party, clip C = {job.clip:g}, "
             f"Laplacian smoothing σ = {tr.ls_sigma:g} per parameter tensor; accountant {plan.accountant!r}")
-    classes = ["negative", "positive"] if ds.task == "binary" else list(range(int(spec.model.n_classes)))
+    schema = _schema_of(ctx)
+    classes = (schema.label.class_names if schema is not None else
+               ["negative", "positive"] if ds.task == "binary" else list(range(int(spec.model.n_classes))))
     return _Outcome(curve, note, extra={"parameters": job.p},
                     write_model=lambda d: job.save(d, classes=classes, feature_names=list(ds.feature_names) or None,
-                                                   trust_model=agg.trust_model))
+                                                   trust_model=agg.trust_model,
+                                                   schema=None if schema is None else schema.to_dict()))
+
+
+def _linear_writer(ctx: WorkerContext, theta: Any, ds: Any, plan: Any, trust_model: str) -> Any:
+    """Writes a linear model's bundle: weights, loss, classes, feature names, the data schema (so
+    ``predict`` takes raw rows) and the plan's privacy statement."""
+    from mpc_erm.models.bundle import save_linear_weights
+
+    schema = _schema_of(ctx)
+    m = ctx.job.spec.model
+    return lambda d: save_linear_weights(
+        d, theta, job_id=ctx.job_id, job_digest=ctx.job.spec_digest(), loss=m.name, n_classes=m.n_classes,
+        feature_names=[str(f) for f in ds.feature_names] or None,
+        schema=None if schema is None else schema.to_dict(),
+        privacy=plan.model_statement(plan.rounds, trust_model), job={"name": ctx.job.job.name,
+                                                                      "dataset": ctx.job.job.dataset})
 
 
 def _write_results(ctx: WorkerContext, theta: Any, report: Any, metrics: dict[str, Any], curve: list,
@@ -776,7 +824,7 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
         else:
             run = _output_job if spec.method == "output" else _gradient_job
             theta, curve, note = run(ctx, agg, src, rows, plan, real, plan.weight(rank, int(ds.n)), dev)
-            out = _Outcome(curve, note, theta=theta)
+            out = _Outcome(curve, note, theta=theta, write_model=_linear_writer(ctx, theta, ds, plan, agg.trust_model))
         report = _report(ctx, plan, real, agg.trust_model, out.note)
         final = out.curve[-1]  # the last round's point: the trained model's metrics
         own = {"train_own_rows": final["own"].get("train"), "validation_rows": final["own"].get("validation"),

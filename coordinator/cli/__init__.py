@@ -11,12 +11,15 @@ import click
 from coordinator.cli.audit import audit
 from coordinator.cli.budget import budget
 from coordinator.cli.certs import certs
+from coordinator.cli.data import data
 from coordinator.cli.demo import demo
 from coordinator.cli.errors import run_guarded
 from coordinator.cli.job import job
+from coordinator.cli.job_plan import plan as job_plan
 from coordinator.cli.model import model
 from coordinator.cli.owner import owner
 from coordinator.cli.party import dealer, party
+from coordinator.cli.provision import provision
 from coordinator.cli.report import report
 from coordinator.cli.simulate import simulate
 
@@ -30,9 +33,12 @@ def cli() -> None:
 cli.add_command(demo)
 cli.add_command(simulate)
 cli.add_command(certs)
+cli.add_command(provision)
+cli.add_command(data)
 cli.add_command(party)
 cli.add_command(dealer)
 cli.add_command(job)
+job.add_command(job_plan)
 cli.add_command(budget)
 cli.add_command(audit)
 cli.add_command(report)

@@ -1,13 +1,79 @@
-"""`mpc-erm model digest`: the source digest a job pins for a party's own network (model plugin)."""
+"""`mpc-erm model predict|digest`: use a released model on new rows; the digest a job pins for a
+party's own network (model plugin)."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import click
 
 
 @click.group()
 def model() -> None:
-    """Networks a party builds with its own installed code (model plugins)."""
+    """Predict with a released model; networks a party builds with its own installed code."""
+
+
+@model.command("predict")
+@click.option("--model", "model_dir", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="the model directory `mpc-erm job result --out` wrote (model.json + model.safetensors)")
+@click.option("--data", "data_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="a CSV file with the schema's columns (by name; other columns are ignored)")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="write the predictions here as CSV (default: print them)")
+@click.option("--json", "as_json", is_flag=True, help="print a summary as JSON")
+def predict(model_dir: Path, data_path: Path, out_path: Path | None, as_json: bool) -> None:
+    """Apply the model to DATA's rows through the schema it was trained with. With the label column
+    in DATA, also print the accuracy (classifiers) or RMSE and R² (regression) on those rows."""
+    import numpy as np
+    import pandas as pd
+
+    from mpc_erm import load_model
+    from mpc_erm.data.schema import read_table
+
+    m = load_model(model_dir)
+    schema = m.meta.get("schema")
+    if schema is None:
+        raise ValueError(f"--model: {model_dir} has no data schema (trained without one): load it in Python with "
+                         "mpc_erm.load_model and pass the scaled feature matrix")
+    frame = read_table(data_path)
+    pred = m.predict(frame)
+    table = pd.DataFrame({"prediction": pred})
+    if m.meta.get("task") in ("binary", "multiclass") and m.meta["architecture"].get("loss") != "huber_svm":
+        proba = np.asarray(m.predict_proba(frame), dtype=float)
+        table["probability"] = proba.max(axis=1).round(6)
+    has = pd.notna(table["prediction"]).to_numpy()
+    summary: dict[str, object] = {"model": str(model_dir), "rows": len(frame), "predicted": int(has.sum()),
+                                  "task": m.meta.get("task"), "epsilon": (m.meta.get("privacy") or {}).get("epsilon")}
+    label = schema["label"]["column"]
+    if label in frame.columns and has.any():
+        truth = frame[label].astype(str).str.strip().to_numpy()[has]
+        if m.meta.get("task") == "regression":
+            y = pd.to_numeric(pd.Series(truth), errors="coerce").to_numpy(dtype=float)
+            err = np.asarray(pred, dtype=float)[has] - y
+            summary["rmse"] = float(np.sqrt(np.nanmean(err**2)))
+            summary["r2"] = float(1.0 - np.nansum(err**2) / np.nansum((y - np.nanmean(y)) ** 2))
+        else:
+            summary["accuracy"] = float(np.mean(np.asarray(pred, dtype=object)[has].astype(str) == truth))
+    if out_path is not None:
+        table.to_csv(out_path, index=False)
+        summary["out"] = str(out_path)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    if out_path is None:
+        click.echo(table.to_csv(index=False), nl=False)
+    else:
+        click.echo(f"{len(table)} predictions written to {out_path}")
+    skipped = len(frame) - int(has.sum())
+    if skipped:
+        click.echo(f"{skipped} rows have an empty cell in a column the schema drops rows for (missing = \"drop\"): "
+                   "no prediction for them")
+    if "accuracy" in summary:
+        click.echo(f"accuracy on the {int(has.sum())} labelled rows of {data_path.name}: {summary['accuracy']:.4f}")
+    if "rmse" in summary:
+        click.echo(f"on the {int(has.sum())} labelled rows of {data_path.name}: RMSE {summary['rmse']:.6g}, "
+                   f"R² {summary['r2']:.4f}")
 
 
 @model.command("digest")

@@ -120,6 +120,16 @@ class JobTable(BaseModel):
     # with owners: how long a round waits for the enrolled owners; one not in by then is left out
     # of that round by every compute party (the first round also waits for owners to enrol: 10×)
     round_deadline_s: float | None = None
+    # The sha256 of the data schema every member must hold for ``dataset`` (`mpc-erm data check`
+    # prints it); a member whose schema differs refuses the job before it joins anyone.
+    schema_sha256: str | None = None
+
+    @field_validator("schema_sha256")
+    @classmethod
+    def _sha256(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[0-9a-f]{64}", v):
+            raise ValueError(f"must be 64 lower-case hex digits (`mpc-erm data check` prints it), got {_short(v)}")
+        return v
 
     @field_validator("owners")
     @classmethod
@@ -274,6 +284,8 @@ class JobFile(BaseModel):
         if not self.job.owners:
             for k in ("owners", "features", "round_deadline_s"):
                 d["job"].pop(k)
+        if self.job.schema_sha256 is None:
+            d["job"].pop("schema_sha256")  # a job without a pinned schema keeps its digest
         return d
 
     def spec_digest(self) -> str:

@@ -30,7 +30,8 @@ from torch import Tensor, nn
 from ..data.sets import file_sha256
 from .networks import NETWORKS, NetworkSpec, build_network
 
-__all__ = ["BUNDLE_FORMAT", "BundleError", "LoadedModel", "load_model", "save_linear_weights", "save_network_bundle"]
+__all__ = ["BUNDLE_FORMAT", "BundleError", "LinearModel", "LoadedModel", "load_model", "save_linear_weights",
+           "save_network_bundle"]
 
 BUNDLE_FORMAT = "mpc-erm-model/1"
 WEIGHTS, META = "model.safetensors", "model.json"
@@ -43,7 +44,8 @@ class BundleError(ValueError):
 def save_network_bundle(directory: str | os.PathLike[str], spec: NetworkSpec, parameters: Tensor, *,
                         classes: list[Any] | None = None, feature_names: list[str] | None = None,
                         privacy: dict[str, Any] | None = None, job: dict[str, Any] | None = None,
-                        builder: Any = None, plugin_digest: str | None = None) -> Path:
+                        builder: Any = None, plugin_digest: str | None = None,
+                        schema: dict[str, Any] | None = None) -> Path:
     """Write a network's bundle: ``parameters`` is the public model as one vector in
     ``named_parameters`` order (what the DP-SGD round loop keeps); ``classes`` the label of each
     output (default 0..K−1); ``privacy`` the job's privacy statement (mechanism, ε, δ, ...); a
@@ -73,7 +75,9 @@ def save_network_bundle(directory: str | os.PathLike[str], spec: NetworkSpec, pa
         "task": "multiclass" if spec.n_outputs > 2 else "binary",
         "classes": list(classes) if classes is not None else list(range(spec.n_outputs)),
         "feature_names": list(feature_names) if feature_names is not None else None,
-        "input": "float32 array of shape (n, *input_shape); for images, pixels scaled to [0, 1]",
+        "schema": schema,
+        "input": ("raw rows (a CSV's columns, by name) mapped by `schema`" if schema else
+                  "float32 array of shape (n, *input_shape); for images, pixels scaled to [0, 1]"),
         "privacy": privacy,
         "job": job,
         "weights_sha256": file_sha256(d / WEIGHTS),
@@ -82,16 +86,166 @@ def save_network_bundle(directory: str | os.PathLike[str], spec: NetworkSpec, pa
     return d
 
 
+LINEAR_LOSSES = ("logistic", "huber_svm", "ridge", "softmax")
+
+
 def save_linear_weights(directory: str | os.PathLike[str], theta: Tensor, *, job_id: str, job_digest: str,
-                        loss: str) -> Path:
-    """A linear model's weights: ``theta`` in ``model.safetensors``, with the job and the loss as
-    safetensors metadata (no ``model.json`` yet: ``load_model`` reads networks only)."""
+                        loss: str, n_classes: int | None = None, feature_names: list[str] | None = None,
+                        schema: dict[str, Any] | None = None, privacy: dict[str, Any] | None = None,
+                        job: dict[str, Any] | None = None) -> Path:
+    """A linear model's bundle: ``theta`` in ``model.safetensors`` and ``model.json`` naming the
+    job, the loss, the classes, the feature
+    names and — when the data set had one — the data schema, so ``predict`` takes raw rows."""
     from safetensors.torch import save_file
 
-    path = Path(directory) / WEIGHTS
-    save_file({"theta": theta.detach().to("cpu").contiguous()}, str(path),
-              metadata={"job_id": job_id, "job_digest": job_digest, "loss": loss})
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / WEIGHTS
+    theta = theta.detach().to("cpu").contiguous()
+    save_file({"theta": theta}, str(path))  # no metadata: the same model is the same bytes at every party
+    k = int(n_classes or 2) if loss == "softmax" else 1
+    label = (schema or {}).get("label") or {}
+    if loss == "ridge":
+        task, classes = "regression", None
+    elif loss == "softmax":
+        task, classes = "multiclass", list(label.get("classes") or range(k))
+    else:
+        task = "binary"
+        classes = ([label.get("negative") or f"not {label['positive']}", label["positive"]] if label.get("positive")
+                   else [-1, 1])
+    meta = {
+        "format": BUNDLE_FORMAT,
+        "kind": "linear",
+        "architecture": {"loss": loss, "n_features": int(theta.numel()) // k, "n_outputs": k,
+                         "layout": "theta.reshape(n_outputs, n_features); score = features @ W.T"},
+        "task": task,
+        "classes": classes,
+        "feature_names": list(feature_names) if feature_names else None,
+        "schema": schema,
+        "input": ("raw rows (a CSV's columns, by name) mapped by `schema`" if schema else
+                  "float64 array (n, n_features), each row scaled as the training rows were (norm <= 1)"),
+        "privacy": privacy,
+        "job": {"job_id": job_id, "job_digest": job_digest, **(job or {})},
+        "weights_sha256": file_sha256(path),
+    }
+    (d / META).write_text(json.dumps(meta, indent=2, default=float) + "\n")
     return path
+
+
+@dataclass
+class LinearModel:
+    """A loaded linear bundle: scores ``X @ W.T`` with ``W = theta.reshape(n_outputs, d)``.
+
+    ``predict``/``predict_proba`` take a feature matrix, or — when the bundle has a schema — a
+    pandas DataFrame of raw rows, which the schema maps exactly as the training rows were."""
+
+    theta: np.ndarray
+    meta: dict[str, Any]
+
+    @property
+    def classes(self) -> list[Any]:
+        return list(self.meta.get("classes") or [])
+
+    @property
+    def schema(self) -> Any:
+        from ..data.schema import schema_from_mapping
+
+        s = self.meta.get("schema")
+        return None if s is None else schema_from_mapping(s, "model.json: schema")
+
+    def features(self, X: Any) -> tuple[np.ndarray, np.ndarray | None]:
+        """The model's input rows and, for a DataFrame, the positions of the rows the schema kept
+        (under ``missing = "drop"`` a row with an empty listed cell gets no prediction)."""
+        import pandas as pd
+
+        if isinstance(X, pd.DataFrame):
+            schema = self.schema
+            if schema is None:
+                raise BundleError("X: this model has no schema; pass the scaled feature matrix")
+            sub, kept = schema.prepare(X.astype(str), "X", with_label=False)
+            return schema.features(sub, "X"), kept
+        x = np.asarray(X, dtype=np.float64)
+        d = int(self.meta["architecture"]["n_features"])
+        if x.ndim != 2 or x.shape[1] != d:
+            raise BundleError(f"X: rows of shape {tuple(x.shape[1:])}, the model takes {d} features")
+        return x, None
+
+    def _scores(self, X: Any) -> tuple[np.ndarray, np.ndarray | None, int]:
+        arch = self.meta["architecture"]
+        W = self.theta.reshape(int(arch["n_outputs"]), int(arch["n_features"]))
+        x, kept = self.features(X)
+        return x @ W.T, kept, len(X)
+
+    @staticmethod
+    def _spread(values: np.ndarray, kept: np.ndarray | None, n: int, fill: Any) -> np.ndarray:
+        """Values of the kept rows back at their positions; ``fill`` where a row was dropped."""
+        if kept is None or len(kept) == n:
+            return values
+        out = np.full((n, *values.shape[1:]), fill, dtype=object if fill is None else values.dtype)
+        out[kept] = values
+        return out
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """(n, K) class probabilities: logistic and softmax only (a Huber SVM has none); NaN for a
+        row the schema dropped."""
+        z, kept, n = self._scores(X)
+        loss = self.meta["architecture"]["loss"]
+        if loss == "logistic":
+            p = 1.0 / (1.0 + np.exp(-z[:, 0]))
+            proba = np.stack([1.0 - p, p], axis=1)
+        elif loss == "softmax":
+            e = np.exp(z - z.max(axis=1, keepdims=True))
+            proba = e / e.sum(axis=1, keepdims=True)
+        else:
+            raise BundleError(f"predict_proba: a {loss} model gives no probabilities (use predict)")
+        return self._spread(proba, kept, n, np.nan)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Class labels (in the user's words when the bundle has a schema), or a regression's value
+        in the label's units (the schema's public bounds undo the scaling onto [-1, 1]); None (NaN
+        for a regression) for a row the schema dropped for a missing value."""
+        z, kept, n = self._scores(X)
+        loss = self.meta["architecture"]["loss"]
+        if loss == "ridge":
+            schema = self.schema
+            return self._spread((schema.decode(z[:, 0]) if schema is not None else z[:, 0]).astype(float),
+                                kept, n, np.nan)
+        if loss == "softmax":
+            labels = np.asarray(self.classes, dtype=object)[z.argmax(axis=1)]
+        else:
+            labels = np.asarray(self.classes, dtype=object)[(z[:, 0] > 0).astype(np.int64)]
+        return self._spread(labels, kept, n, None)
+
+
+def _load_linear(meta: dict[str, Any], meta_path: Path, weights_path: Path) -> LinearModel:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    arch = meta.get("architecture") or {}
+    if arch.get("loss") not in LINEAR_LOSSES:
+        raise BundleError(f"{meta_path}: architecture.loss: {arch.get('loss')!r} is not one of {list(LINEAR_LOSSES)}")
+    try:
+        tensors = load_file(str(weights_path))
+    except (SafetensorError, OSError) as exc:
+        raise BundleError(f"{weights_path}: not a safetensors file ({exc})") from None
+    if set(tensors) != {"theta"}:
+        raise BundleError(f"{weights_path}: holds {sorted(tensors)}, a linear model holds only 'theta'")
+    theta = tensors["theta"].to(torch.float64).numpy().reshape(-1)
+    try:
+        k, d = int(arch["n_outputs"]), int(arch["n_features"])
+    except (KeyError, TypeError, ValueError):
+        raise BundleError(f"{meta_path}: architecture: needs n_outputs and n_features") from None
+    if theta.size != k * d:
+        raise BundleError(f"{weights_path}: theta has {theta.size} values, the architecture says {k} x {d}")
+    model = LinearModel(theta=theta, meta=meta)
+    if meta.get("schema") is not None:
+        try:
+            schema = model.schema
+        except ValueError as exc:
+            raise BundleError(str(exc)) from None
+        if schema.n_features != d:
+            raise BundleError(f"{meta_path}: schema: gives {schema.n_features} features, the model takes {d}")
+    return model
 
 
 @dataclass
@@ -106,6 +260,16 @@ class LoadedModel:
         return list(self.meta["classes"])
 
     def _inputs(self, X: Any) -> Tensor:
+        import pandas as pd
+
+        if isinstance(X, pd.DataFrame):  # raw rows: the bundle's schema maps them as in training
+            if self.meta.get("schema") is None:
+                raise BundleError("X: this model has no schema; pass the input array")
+            n = len(X)
+            X, kept = LinearModel(np.zeros(0), self.meta).features(X)
+            if kept is not None and len(kept) != n:
+                raise BundleError("X: some rows have empty cells the schema drops (missing = \"drop\"); "
+                                  "fill or remove them first")
         x = torch.tensor(np.asarray(X, dtype=np.float32))  # a copy: the caller's array may be read-only
         shape = tuple(self.meta["architecture"]["input_shape"])
         if x.shape[1:] != shape:
@@ -124,7 +288,8 @@ class LoadedModel:
         return np.asarray(self.classes)[self.predict_proba(X).argmax(axis=1)]
 
 
-def load_model(directory: str | os.PathLike[str], plugins: dict[str, str] | None = None) -> LoadedModel:
+def load_model(directory: str | os.PathLike[str], plugins: dict[str, str] | None = None
+               ) -> LoadedModel | LinearModel:
     """Load a bundle written by :func:`save_network_bundle` (module docstring). A party's own
     network (``plugin:<id>``) is rebuilt only from an entry point the caller names in ``plugins``
     ({id: "package.module:function"}) whose source has the digest the bundle records."""
@@ -142,12 +307,14 @@ def load_model(directory: str | os.PathLike[str], plugins: dict[str, str] | None
     if not isinstance(meta, dict) or meta.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"{meta_path}: format: expected {BUNDLE_FORMAT!r}, got {meta.get('format')!r}"
                           if isinstance(meta, dict) else f"{meta_path}: not a JSON object")
-    if meta.get("kind") != "network":
-        raise BundleError(f"{meta_path}: kind: {meta.get('kind')!r} is not loadable here (networks only so far)")
+    if meta.get("kind") not in ("network", "linear"):
+        raise BundleError(f"{meta_path}: kind: {meta.get('kind')!r} is neither 'network' nor 'linear'")
     if not weights_path.is_file():
         raise BundleError(f"{weights_path}: no such file")
     if file_sha256(weights_path) != meta.get("weights_sha256"):
         raise BundleError(f"{meta_path}: weights_sha256 does not match {WEIGHTS} (another model's weights?)")
+    if meta["kind"] == "linear":
+        return _load_linear(meta, meta_path, weights_path)
     arch = meta.get("architecture") or {}
     try:
         spec = NetworkSpec(str(arch["network"]), tuple(int(s) for s in arch["input_shape"]),

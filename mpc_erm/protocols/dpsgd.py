@@ -190,7 +190,7 @@ class DpSgd:
         return self.public_parameters()
 
     def save(self, directory: Any, *, classes: list[Any] | None = None, feature_names: list[str] | None = None,
-             trust_model: str = "simulation (plaintext aggregator)") -> Any:
+             trust_model: str = "simulation (plaintext aggregator)", schema: dict[str, Any] | None = None) -> Any:
         """Write the public model as a bundle that ``mpc_erm.load_model`` reads (mpc_erm.models.bundle),
         with the plan's privacy statement for the rounds run so far."""
         pl = self.plan
@@ -198,7 +198,7 @@ class DpSgd:
         return save_network_bundle(directory, self.net_spec, self.master, classes=classes, feature_names=feature_names,
                                    privacy=pl.model_statement(self.round_index, trust_model),
                                    job={"spec_digest": self.spec.digest()}, builder=self.builder,
-                                   plugin_digest=self.spec.model.plugin_digest)
+                                   plugin_digest=self.spec.model.plugin_digest, schema=schema)
 
     @torch.no_grad()
     def predict(self, X: Tensor, batch: int = 4096) -> Tensor:

@@ -72,7 +72,8 @@ def test_damaged_or_mismatched_bundles_are_refused_naming_the_field(tmp_path: Pa
 
     for bad, fragment in (({**meta, "format": "pickle"}, "format: expected"),
                           ({**meta, "architecture": {**meta["architecture"], "network": "resnet"}}, "architecture:"),
-                          ({**meta, "kind": "linear"}, "kind:")):
+                          ({**meta, "kind": "tree"}, "kind:"),
+                          ({**meta, "kind": "linear"}, "architecture.loss:")):
         meta_path.write_text(json.dumps(bad))
         with pytest.raises(BundleError, match=fragment):
             mpc_erm.load_model(tmp_path)
@@ -81,3 +82,57 @@ def test_damaged_or_mismatched_bundles_are_refused_naming_the_field(tmp_path: Pa
         mpc_erm.load_model(tmp_path)
     with pytest.raises(BundleError, match="no such file"):
         mpc_erm.load_model(tmp_path / "missing")
+
+
+def test_a_linear_bundle_predicts_raw_rows_through_its_schema(tmp_path) -> None:
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from mpc_erm.data.schema import schema_from_mapping
+    from mpc_erm.models.bundle import save_linear_weights
+
+    schema = schema_from_mapping({
+        "intercept": True, "missing": "drop",
+        "label": {"column": "y", "task": "binary", "positive": "sick", "negative": "well"},
+        "columns": [{"name": "age", "type": "numeric", "low": 0, "high": 100},
+                    {"name": "site", "type": "categorical", "categories": ["a", "b"]}]})
+    theta = torch.tensor([2.0, -1.0, 1.0, -0.5], dtype=torch.float64)
+    for d in (tmp_path / "one", tmp_path / "two"):
+        save_linear_weights(d, theta, job_id="j", job_digest="0" * 64, loss="logistic",
+                            feature_names=list(schema.feature_names), schema=schema.to_dict(),
+                            privacy={"epsilon": 1.0})
+    # the same model is the same bytes (what the coordinator compares across parties)
+    one, two = (tmp_path / d / "model.safetensors" for d in ("one", "two"))
+    assert one.read_bytes() == two.read_bytes()
+    m = mpc_erm.load_model(tmp_path / "one")
+    frame = pd.DataFrame({"site": ["a", "b", "", "a"], "age": ["90", "10", "50", "0"], "note": ["x"] * 4})
+    X = schema.features(frame.iloc[[0, 1, 3]].reset_index(drop=True))
+    z = X @ theta.numpy()
+    want = np.where(z > 0, "sick", "well")
+    got = m.predict(frame)
+    assert list(got[[0, 1, 3]]) == list(want) and got[2] is None  # row 2 has an empty cell: dropped
+    proba = m.predict_proba(frame)
+    np.testing.assert_allclose(proba[[0, 1, 3], 1], 1 / (1 + np.exp(-z)))
+    assert np.isnan(proba[2]).all()
+    assert m.meta["classes"] == ["well", "sick"] and m.meta["privacy"] == {"epsilon": 1.0}
+    np.testing.assert_array_equal(m.predict(X), want)  # a feature matrix is taken as is
+
+
+def test_a_ridge_bundle_predicts_in_the_labels_units(tmp_path) -> None:
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from mpc_erm.data.schema import schema_from_mapping
+    from mpc_erm.models.bundle import save_linear_weights
+
+    schema = schema_from_mapping({"row_norm": 1.0, "label": {"column": "price", "task": "regression", "low": 100,
+                                                             "high": 500},
+                                  "columns": [{"name": "x", "type": "numeric", "low": 0, "high": 1}]})
+    save_linear_weights(tmp_path, torch.tensor([0.5], dtype=torch.float64), job_id="j", job_digest="0" * 64,
+                        loss="ridge", schema=schema.to_dict())
+    m = mpc_erm.load_model(tmp_path)
+    np.testing.assert_allclose(m.predict(pd.DataFrame({"x": ["1", "0"]})), [400.0, 300.0])  # 0.5 → 400; 0 → 300
+    with pytest.raises(BundleError, match="no probabilities"):
+        m.predict_proba(pd.DataFrame({"x": ["1"]}))

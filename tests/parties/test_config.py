@@ -15,6 +15,20 @@ from parties.config import ConfigError, PartyConfig, load_party_config, split_ho
 
 EXAMPLE = Path(parties.__file__).parent / "example-party.toml"
 
+CLAIMS_SCHEMA = """
+[label]
+column = "fraud"
+task = "binary"
+positive = "yes"
+negative = "no"
+
+[[columns]]
+name = "amount"
+type = "numeric"
+low = 0
+high = 10000
+"""
+
 BASE = """\
 listen = "127.0.0.1:7001"
 state_dir = "st"
@@ -131,7 +145,8 @@ def test_explicit_values(write, tmp_path) -> None:
     text = BASE.replace('listen = "127.0.0.1:7001"',
                         'listen = "[::1]:7001"\nadvertise = "alice.example.org:443"\ndevice = "cuda"\nthreads = 4')
     text = text.replace('ca = "pki/ca.crt"', f'ca = "pki/ca.crt"\ncrl = "{crl}"')
-    text = text.replace('label = "fraud"', 'label = "fraud"\nschema = "claims-v3"')
+    (tmp_path / "claims.toml").write_text(CLAIMS_SCHEMA)
+    text = text.replace('label = "fraud"', 'label = "fraud"\nschema = "claims.toml"')
     text = text.replace('max_iterations = 100', 'max_iterations = 100\nallowed_methods = ["gradient"]\n'
                         "allow_test_only = true")
     text += '\n[models.tiny]\nentry_point = "acme_models.nets:build_tiny"\n'
@@ -139,7 +154,8 @@ def test_explicit_values(write, tmp_path) -> None:
     assert (cfg.listen, cfg.advertise, cfg.device, cfg.threads) == ("[::1]:7001", "alice.example.org:443", "cuda", 4)
     assert cfg.models["tiny"].entry_point == "acme_models.nets:build_tiny"
     assert cfg.identity.crl == crl and cfg.state_dir == tmp_path / "st"
-    assert cfg.datasets["claims"].feature_schema == "claims-v3"
+    assert cfg.datasets["claims"].feature_schema == tmp_path / "claims.toml"
+    assert cfg.datasets["claims"].schema().label.positive == "yes"
     assert cfg.policy.allowed_methods == ["gradient"] and cfg.policy.allow_test_only is True
     with pytest.raises(ValidationError, match="frozen"):  # a loaded config is not edited in place
         cfg.device = "cpu"  # type: ignore[misc]
@@ -214,8 +230,10 @@ BAD: list[tuple[str, Callable[[str], str], str]] = [
     ("validation fraction as text",
      lambda t: t.replace('label = "fraud"', 'label = "fraud"\nvalidation_fraction = "0.1"'),
      "datasets.claims.validation_fraction: Input should be a valid number"),
-    ("bad schema id", lambda t: t.replace('label = "fraud"', 'label = "fraud"\nschema = "a b"'),
-     "datasets.claims.schema: 'a b' is not a schema id"),
+    ("schema file missing", lambda t: t.replace('label = "fraud"', 'label = "fraud"\nschema = "a b.toml"'),
+     "datasets.claims.schema: file not found: "),
+    ("schema not TOML", lambda t: t.replace('label = "fraud"', 'label = "fraud"\nschema = "pki/ca.crt"'),
+     "datasets.claims.schema: "),
     ("no datasets", lambda t: t[: t.index("[datasets.adult]")] + t[t.index("[policy]"):], "datasets: required"),
     ("no policy", lambda t: t[: t.index("[policy]")], "policy: required"),
     ("no coordinators", lambda t: t.replace('["coord"]', "[]"), "policy.allowed_coordinators: must not be empty"),

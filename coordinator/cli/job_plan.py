@@ -1,0 +1,96 @@
+"""`mpc-erm job plan JOB.toml`: the dry run before ε is spent — no daemon, no reservation.
+
+It prints the privacy plan a daemon would make (mechanism, σ per coordinate next to the signal it
+must carry, ε by each accountant) and, with stand-in rows (a schema and one CSV per party:
+synthetic, public, or the user's own, read here only), the job's own protocol run in process a
+few times, scored on a held-out file next to the non-private model of the same objective.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+
+def load_parts(schema_path: Path, data: tuple[Path, ...]) -> tuple[Any, list[Any]]:
+    from mpc_erm.data.schema import load_schema, read_csv_with_schema
+
+    schema = load_schema(schema_path)
+    return schema, [read_csv_with_schema(p, schema) for p in data]
+
+
+def verdict(fc: Any) -> str:
+    """One line a user acts on."""
+    if fc.noise_to_signal > 3.0:
+        return (f"HOPELESS: the noise is {fc.noise_to_signal:.1f}× the signal; more rows, fewer features, a "
+                "larger ε or λ (output), or fewer rounds would help")
+    if fc.hopeless:
+        return "HOPELESS: the simulated private models do no better than predicting a constant"
+    return "ok: the noise leaves the signal usable"
+
+
+def describe(fc: Any) -> dict[str, Any]:
+    band = fc.band()
+    return {
+        "method": fc.method, "mechanism": fc.mechanism, "rounds": fc.rounds, "dim": fc.dim,
+        "sensitivity": fc.sensitivity, "noise_std_per_coordinate": fc.noise_std,
+        "signal_norm": fc.signal_norm, "noise_to_signal": fc.noise_to_signal, "epsilon": fc.epsilon,
+        "delta": fc.delta, "epsilon_by_accountant": fc.epsilon_by_accountant, "metric": fc.metric,
+        "private_runs": fc.private, "private_mean": None if band is None else band[0],
+        "private_band_10_90": None if band is None else [band[1], band[2]], "nonprivate": fc.nonprivate,
+        "constant_predictor": fc.trivial, "hopeless": fc.hopeless, "verdict": verdict(fc),
+    }
+
+
+@click.command("plan")
+@click.argument("job_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--schema", "schema_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+              help="the data schema the parties hold (maps each CSV's columns to features and labels)")
+@click.option("--data", "data", multiple=True, required=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="one CSV per party, in the job's party order (repeat): stand-in rows with realistic counts")
+@click.option("--eval", "eval_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="a labelled CSV to score the simulated models on (default: the pooled --data rows)")
+@click.option("--runs", default=5, show_default=True, type=click.IntRange(1, 100), help="simulated runs")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def plan(job_file: Path, schema_path: Path, data: tuple[Path, ...], eval_path: Path | None, runs: int,
+         as_json: bool) -> None:
+    """Dry run: JOB_FILE's noise, signal and ε, and a simulated run of the job on --data, before
+    any ε is spent. Exits 3 when the job is hopeless (its noise drowns its signal)."""
+    from mpc_erm.data.schema import read_csv_with_schema
+    from mpc_erm.jobs import load_job_file
+    from mpc_erm.simulate.forecast import forecast_job
+
+    jf = load_job_file(job_file)
+    if len(data) != len(jf.job.parties):
+        raise ValueError(f"--data: the job has {len(jf.job.parties)} parties ({', '.join(jf.job.parties)}); "
+                         f"give one CSV each, got {len(data)}")
+    schema, parts = load_parts(schema_path, data)
+    if jf.job.schema_sha256 is not None and jf.job.schema_sha256 != schema.digest():
+        raise ValueError(f"--schema: {schema_path} has sha256 {schema.digest()[:12]}…, the job pins "
+                         f"job.schema_sha256 = {jf.job.schema_sha256[:12]}…")
+    evaluate = None if eval_path is None else read_csv_with_schema(eval_path, schema)
+    fc = forecast_job(jf.spec, parts, evaluate=evaluate, runs=runs)
+    out = describe(fc)
+    if as_json:
+        click.echo(json.dumps({"job": jf.job.name, **out}, indent=2, default=float))
+    else:
+        sizes = ", ".join(f"{n} {p.n}" for n, p in zip(jf.job.parties, parts, strict=True))
+        click.echo(f"job {jf.job.name}: {fc.method} perturbation, {fc.mechanism} noise, {fc.rounds} release(s) of "
+                   f"{fc.dim} numbers; rows: {sizes}")
+        click.echo(f"  noise per coordinate {fc.noise_std:.4g} (sensitivity {fc.sensitivity:.4g}); "
+                   f"signal norm {fc.signal_norm:.4g}; noise/signal {fc.noise_to_signal:.3g}")
+        accs = ", ".join(f"{k} {'n/a' if v is None else f'{v:.4g}'}" for k, v in fc.epsilon_by_accountant.items())
+        click.echo(f"  ε = {fc.epsilon:.4g} at δ = {fc.delta:.3g} (the job's accountant); by accountant: {accs}")
+        band = fc.band()
+        if band is not None:
+            where = eval_path.name if eval_path else "the pooled rows"
+            click.echo(f"  simulated {fc.metric} on {where} over {runs} runs: {band[0]:.4f} "
+                       f"(10–90 %: {band[1]:.4f}–{band[2]:.4f}); non-private {fc.nonprivate:.4f}; "
+                       f"a constant predictor {fc.trivial:.4f}")
+        click.echo(f"  {verdict(fc)}")
+    if fc.hopeless:
+        raise SystemExit(3)

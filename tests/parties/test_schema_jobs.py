@@ -1,0 +1,145 @@
+"""Jobs on parties' own CSV files through a shared data schema, with real daemons: the schema is
+applied by each daemon (the released model equals the in-process protocol on the schema-mapped
+rows), a member holding a different schema is refused naming it and the column, and a job that
+pins another schema digest is refused naming the field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from coordinator.consortium import LocalConsortium
+from mpc_erm.data.schema import load_schema, read_csv_with_schema
+from mpc_erm.jobs.status import TERMINAL
+
+pytestmark = [pytest.mark.e2e]
+
+SCHEMA = """
+intercept = true
+missing = "drop"
+
+[label]
+column = "outcome"
+task = "binary"
+positive = "sick"
+negative = "well"
+
+[[columns]]
+name = "age"
+type = "numeric"
+low = 0
+high = 100
+
+[[columns]]
+name = "ward"
+type = "categorical"
+categories = ["east", "west"]
+"""
+
+JOB = """
+method = "gradient"
+
+[job]
+name = "schema-job"
+dataset = "visits"
+parties = ["alice", "bob", "carol"]
+trust = "replicated"
+test_no_noise = true
+{pin}
+
+[model]
+name = "logistic"
+lam = 1e-3
+
+[privacy]
+epsilon = 1.0
+delta = 1e-6
+clip = 1.0
+
+[training]
+iterations = 4
+learning_rate = 5.0
+"""
+
+
+def _csv(path: Path, seed: int, n: int = 40) -> Path:
+    rng = np.random.default_rng(seed)
+    age = rng.integers(0, 120, n)  # some above the public bound 100: clipped by the schema
+    ward = rng.choice(["east", "west", "north"], n)  # "north" is not listed: encoded as zeros
+    outcome = np.where(age + rng.normal(0, 20, n) > 60, "sick", "well")
+    rows = [f"{i},{w},{a},{o}" for i, (w, a, o) in enumerate(zip(ward, age, outcome, strict=True))]
+    rows[3] = "3,east,,well"  # an empty cell: the row is dropped
+    path.write_text("id,ward,age,outcome\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def _run(cons: LocalConsortium, job: Path, out: Path) -> tuple[str, dict[str, dict]]:
+    with cons.client() as client:
+        job_id = client.submit(job)["job_id"]
+        ends = {e["member"]: e for e in client.watch(job_id) if e["phase"] in TERMINAL or e["phase"] == "error"}
+        if all(e["phase"] == "succeeded" for e in ends.values()):
+            client.result(job_id, out)
+    return job_id, ends
+
+
+def test_schema_jobs_through_three_daemons(tmp_path: Path) -> None:
+    schema_file = tmp_path / "schema.toml"
+    schema_file.write_text(SCHEMA)
+    other = tmp_path / "other.toml"  # carol's copy differs in one public bound
+    other.write_text(SCHEMA.replace("high = 100", "high = 90"))
+    files = {p: _csv(tmp_path / f"{p}.csv", k) for k, p in enumerate(("alice", "bob", "carol"))}
+    data = {p: {"format": "csv", "path": f, "schema": schema_file} for p, f in files.items()}
+    digest = load_schema(schema_file).digest()
+    job = tmp_path / "job.toml"
+    job.write_text(JOB.format(pin=f'schema_sha256 = "{digest}"'))
+    with LocalConsortium(tmp_path / "cons", dataset="visits", party_data=data, dealer=False,
+                         allow_test_only=True, budget_epsilon=50.0) as cons:
+        # a job pinning another schema: refused before any share moves, naming the field
+        pinned = tmp_path / "pinned.toml"
+        pinned.write_text(JOB.format(pin=f'schema_sha256 = "{"0" * 64}"'))
+        _, ends = _run(cons, pinned, tmp_path / "unused")
+        reasons = json.dumps(ends)
+        assert "job.schema_sha256: party 'alice' holds schema" in reasons, ends
+        # (a zero-noise job exhausts the data set's budget: it runs last)
+        _, ends = _run(cons, job, tmp_path / "result")
+        assert {m: e["phase"] for m, e in ends.items()} == dict.fromkeys(("alice", "bob", "carol"), "succeeded")
+
+    # the release equals the protocol run in process on the schema-mapped rows (zero noise)
+    from mpc_erm import load_model
+    from mpc_erm.jobs import load_job_file
+    from mpc_erm.simulate.forecast import forecast_job
+
+    model = load_model(tmp_path / "result")
+    parts = [read_csv_with_schema(f, load_schema(schema_file)) for f in files.values()]
+    assert [p.n for p in parts] == [39, 39, 39]
+    spec = load_job_file(job).spec
+    from mpc_erm.protocols import GradientPerturbation
+    from mpc_erm.protocols.common import PartySizes, plan_job, public_sizes
+    from mpc_erm.simulate.aggregator import InProcessAggregator
+
+    plan = plan_job(spec, sampler="mpc", test_no_noise=True, sizes=public_sizes(spec, PartySizes.of([39] * 3)),
+                    n_features=parts[0].d)
+    proto = GradientPerturbation(spec, None, parts[0].d, plan=plan)
+    tensors = [(torch.as_tensor(p.X), torch.as_tensor(p.y)) for p in parts]
+    w = torch.tensor([plan.weight(j, p.n) for j, p in enumerate(parts)], dtype=torch.float64)
+    theta = proto.train(InProcessAggregator(torch.Generator().manual_seed(0)),
+                        lambda th: (torch.cat([proto.local_contribution(th, X, y) for X, y in tensors]), w))
+    np.testing.assert_allclose(model.theta, theta.numpy(), atol=1e-4)  # the MPC's fixed-point grid
+    meta = json.loads((tmp_path / "result" / "model.json").read_text())
+    assert meta["schema"] == load_schema(schema_file).to_dict() and meta["classes"] == ["well", "sick"]
+    assert forecast_job is not None
+
+    # carol holds a schema with another bound: every member refuses, naming carol and the column
+    data["carol"]["schema"] = other
+    job.write_text(JOB.format(pin=""))
+    with LocalConsortium(tmp_path / "cons2", dataset="visits", party_data=data, dealer=False,
+                         allow_test_only=True, budget_epsilon=50.0) as cons:
+        _, ends = _run(cons, job, tmp_path / "unused2")
+    assert all(e["phase"] == "failed" for e in ends.values()), ends
+    alice = json.dumps(ends["alice"], ensure_ascii=False)
+    assert "dataset schema mismatch: party 'carol' holds schema" in alice, ends
+    assert "age: numeric [0, 100]" in alice and "age: numeric [0, 90]" in alice, alice
