@@ -89,7 +89,9 @@ def _schema_difference(ds: Any, mine: list[str], theirs: list[str]) -> str:
 
 
 def _schema_of(ctx: WorkerContext) -> Any:
-    cfg = ctx.config.datasets.get(ctx.job.job.dataset)
+    """The data set's parsed schema, or None (no schema file, or a context without a config)."""
+    datasets = getattr(getattr(ctx, "config", None), "datasets", None) or {}
+    cfg = datasets.get(ctx.job.job.dataset)
     return cfg.schema() if cfg is not None and hasattr(cfg, "schema") else None
 
 
