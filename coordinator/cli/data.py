@@ -43,12 +43,11 @@ def check_dataset(ds_id: str, cfg: Any) -> dict[str, Any]:
                        "(docs/data-schema.md) makes the scaling, labels and encoding public and identical")
         return out
     frame = read_table(cfg.path, max_bytes=cfg.max_bytes)
-    sub, kept = schema.prepare(frame, str(cfg.path))
     ds = schema.dataset(frame, str(cfg.path), name=ds_id)
     used = {c.name for c in schema.columns} | {schema.label.column}
     out.update({
         "schema": str(cfg.feature_schema), "schema_sha256": schema.digest(), "rows": int(ds.n),
-        "rows_dropped": int(len(frame) - len(kept)), "features": ds.d, "task": ds.task,
+        "rows_dropped": int(len(frame) - ds.n), "features": ds.d, "task": ds.task,
         "ignored_columns": [c for c in frame.columns if c not in used],
     })
     if ds.task != "regression":

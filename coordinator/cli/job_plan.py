@@ -24,7 +24,9 @@ def load_parts(schema_path: Path, data: tuple[Path, ...]) -> tuple[Any, list[Any
 
 def verdict(fc: Any) -> str:
     """One line a user acts on."""
-    if fc.noise_to_signal > 3.0:
+    from mpc_erm.simulate.forecast import HOPELESS_NOISE_TO_SIGNAL
+
+    if fc.noise_to_signal > HOPELESS_NOISE_TO_SIGNAL:
         return (f"HOPELESS: the noise is {fc.noise_to_signal:.1f}× the signal; more rows, fewer features, a "
                 "larger ε or λ (output), or fewer rounds would help")
     if fc.hopeless:

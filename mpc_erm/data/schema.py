@@ -46,6 +46,7 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -60,6 +61,7 @@ from .preprocess import (
     NumericColumn,
     Preprocessor,
     binary_labels,
+    clip_to_unit_ball,
     encode_classes,
     scale_regression_labels,
 )
@@ -250,7 +252,7 @@ class DataSchema(_Strict):
     def n_classes(self) -> int | None:
         return {"binary": 2, "multiclass": len(self.label.classes or ()), "regression": None}[self.label.task]
 
-    @property
+    @cached_property
     def preprocessor(self) -> Preprocessor:
         """The encoder (one-hot, scaling to public bounds, row norm) of :mod:`.preprocess`."""
         cols = tuple(NumericColumn(c.name, float(c.low), float(c.high)) if c.type == "numeric"  # type: ignore[arg-type]
@@ -325,15 +327,10 @@ class DataSchema(_Strict):
 
         Values outside a column's public bounds are clipped to them; the row is divided by the
         public row norm and clipped to norm 1 (never by a norm computed from the data)."""
-        X = self.preprocessor.transform(frame, source, row_offset=row_offset)
-        if self.intercept:
-            pre = self.preprocessor
-            one = np.full((X.shape[0], 1), 1.0 / pre.norm_bound)
-            X = np.hstack([X, one])
-            norms = np.sqrt(np.einsum("ij,ij->i", X, X))
-            over = norms > 1.0
-            if over.any():  # a row norm rule below the worst case: clip again with the intercept in
-                X[over] /= norms[over, None]
+        pre = self.preprocessor
+        X = pre.transform(frame, source, row_offset=row_offset)
+        if self.intercept:  # (a row norm rule below the worst case: clip again with the intercept in)
+            X = clip_to_unit_ball(np.hstack([X, np.full((X.shape[0], 1), 1.0 / pre.norm_bound)]), copy=False)
         return X
 
     def labels(self, values: Any, source: str = "rows", *, row_offset: int = 1) -> np.ndarray:

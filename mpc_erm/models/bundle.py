@@ -20,6 +20,7 @@ import json
 import math
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +133,22 @@ def save_linear_weights(directory: str | os.PathLike[str], theta: Tensor, *, job
     return path
 
 
+def _schema_of(meta: dict[str, Any]) -> Any:
+    """The bundle's data schema (``model.json``'s ``schema``), parsed, or None."""
+    from ..data.schema import schema_from_mapping
+
+    s = meta.get("schema")
+    return None if s is None else schema_from_mapping(s, "model.json: schema")
+
+
+def _schema_rows(schema: Any, frame: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Raw rows through the bundle's schema: (features, positions of the rows it kept)."""
+    if schema is None:
+        raise BundleError("X: this model has no schema; pass the model's input array")
+    sub, kept = schema.prepare(frame.astype(str), "X", with_label=False)
+    return schema.features(sub, "X"), kept
+
+
 @dataclass
 class LinearModel:
     """A loaded linear bundle: scores ``X @ W.T`` with ``W = theta.reshape(n_outputs, d)``.
@@ -146,12 +163,9 @@ class LinearModel:
     def classes(self) -> list[Any]:
         return list(self.meta.get("classes") or [])
 
-    @property
+    @cached_property
     def schema(self) -> Any:
-        from ..data.schema import schema_from_mapping
-
-        s = self.meta.get("schema")
-        return None if s is None else schema_from_mapping(s, "model.json: schema")
+        return _schema_of(self.meta)
 
     def features(self, X: Any) -> tuple[np.ndarray, np.ndarray | None]:
         """The model's input rows and, for a DataFrame, the positions of the rows the schema kept
@@ -159,11 +173,7 @@ class LinearModel:
         import pandas as pd
 
         if isinstance(X, pd.DataFrame):
-            schema = self.schema
-            if schema is None:
-                raise BundleError("X: this model has no schema; pass the scaled feature matrix")
-            sub, kept = schema.prepare(X.astype(str), "X", with_label=False)
-            return schema.features(sub, "X"), kept
+            return _schema_rows(self.schema, X)
         x = np.asarray(X, dtype=np.float64)
         d = int(self.meta["architecture"]["n_features"])
         if x.ndim != 2 or x.shape[1] != d:
@@ -263,11 +273,9 @@ class LoadedModel:
         import pandas as pd
 
         if isinstance(X, pd.DataFrame):  # raw rows: the bundle's schema maps them as in training
-            if self.meta.get("schema") is None:
-                raise BundleError("X: this model has no schema; pass the input array")
             n = len(X)
-            X, kept = LinearModel(np.zeros(0), self.meta).features(X)
-            if kept is not None and len(kept) != n:
+            X, kept = _schema_rows(_schema_of(self.meta), X)
+            if len(kept) != n:
                 raise BundleError("X: some rows have empty cells the schema drops (missing = \"drop\"); "
                                   "fill or remove them first")
         x = torch.tensor(np.asarray(X, dtype=np.float32))  # a copy: the caller's array may be read-only

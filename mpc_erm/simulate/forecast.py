@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -19,14 +19,12 @@ import torch
 
 from mpc_erm.data import Dataset
 from mpc_erm.models import solve_erm
-from mpc_erm.privacy.accountants import epsilon_for
-from mpc_erm.privacy.plan import SAMPLER_DELTA_SHARE
 from mpc_erm.protocols import GradientPerturbation, OutputPerturbation
 from mpc_erm.protocols.common import PartySizes, plan_job, public_sizes
 from mpc_erm.protocols.spec import JobSpec
 from mpc_erm.simulate.aggregator import InProcessAggregator
 
-__all__ = ["Forecast", "HOPELESS_NOISE_TO_SIGNAL", "forecast_job"]
+__all__ = ["Forecast", "HOPELESS_NOISE_TO_SIGNAL", "InProcessJob", "forecast_job"]
 
 #: Noise norm over signal norm above which a release carries next to nothing (``job submit`` asks).
 HOPELESS_NOISE_TO_SIGNAL = 3.0
@@ -102,19 +100,50 @@ def _trivial(ds: Dataset) -> float:
 
 
 def _accountants(plan: Any) -> dict[str, float | None]:
-    out: dict[str, float | None] = {}
+    """ε of this job had it named each accountant: the plan's own :meth:`guarantee` with that
+    accountant (the sampler's term included); None where it does not cover the event."""
     if plan.mechanism != "gaussian" or plan.noise_multiplier is None:
         return {plan.accountant: plan.guarantee().epsilon}
-    delta = plan.delta * (1.0 - SAMPLER_DELTA_SHARE) if plan.sampler == "mpc" else plan.delta
-    for acc in ACCOUNTANTS:  # the mechanism's ε at its share of δ, as PrivacyPlan.guarantee computes it
+    out: dict[str, float | None] = {}
+    for acc in (*ACCOUNTANTS, plan.accountant):
         try:
-            out[acc] = epsilon_for(acc, plan.noise_multiplier, plan.rounds, delta, plan.sampling_rate,
-                                   adjacency="add_remove", discrete=plan.sampler == "mpc",
-                                   population=plan.population)
+            out[acc] = replace(plan, accountant=acc).guarantee().epsilon
         except ValueError:
             out[acc] = None  # this accountant does not cover the event (say, the discrete Gaussian's PLD)
-    out[plan.accountant] = plan.guarantee().epsilon  # the plan's own figure, sampler term included
     return out
+
+
+class InProcessJob:
+    """A linear job's releases computed in one process: each party's contribution as its worker
+    makes it (its local model, solved once; or its clipped gradient sum each round) with the
+    plan's weight, summed by the in-process aggregator with the plan's noise — the daemons'
+    protocol code and round loop, without the MPC."""
+
+    def __init__(self, spec: JobSpec, plan: Any, parts: Sequence[Dataset]) -> None:
+        d = parts[0].d
+        self.spec, self.tensors = spec, [_tensors(p) for p in parts]
+        self.weights = torch.tensor([plan.weight(j, p.n) for j, p in enumerate(parts)], dtype=torch.float64)
+        if spec.method == "output":
+            self.proto: Any = OutputPerturbation(spec, None, d, plan=plan)
+            self.local = torch.stack([self.proto.local_model(X, y) for X, y in self.tensors])
+        else:
+            self.proto = GradientPerturbation(spec, None, d, plan=plan)
+
+    def _sums(self, theta: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.proto.local_contribution(theta, X, y) for X, y in self.tensors])
+
+    def signal(self) -> float:
+        """The norm of the noise-free release: the averaged model, or the first round's gradient."""
+        if self.spec.method == "output":
+            return float((self.weights @ self.local).norm())
+        return float((self.weights @ self._sums(self.proto.initial_model())).norm())
+
+    def release(self, generator: torch.Generator) -> torch.Tensor:
+        """One run of the job: the released (output) or trained (gradient) model."""
+        agg = InProcessAggregator(generator)
+        if self.spec.method == "output":
+            return self.proto.release(agg, self.local, self.weights)
+        return self.proto.train(agg, lambda th: (self._sums(th), self.weights))
 
 
 def forecast_job(spec: JobSpec, parts: Sequence[Dataset], *, evaluate: Dataset | None = None, runs: int = 5,
@@ -131,37 +160,18 @@ def forecast_job(spec: JobSpec, parts: Sequence[Dataset], *, evaluate: Dataset |
         raise ValueError(f"data: the parties' rows have different widths {[p.d for p in parts]}")
     sizes = PartySizes.of([p.n for p in parts])
     plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, sizes), n_features=d)
-    tensors = [_tensors(p) for p in parts]
-    weights = torch.tensor([plan.weight(j, p.n) for j, p in enumerate(parts)], dtype=torch.float64)
+    job = InProcessJob(spec, plan, parts)
     pooled = Dataset(np.vstack([p.X for p in parts]), np.concatenate([p.y for p in parts]), parts[0].task,
                      "pooled", parts[0].feature_names, parts[0].n_classes)
     target = evaluate if evaluate is not None else pooled
-    if spec.method == "output":
-        proto: Any = OutputPerturbation(spec, None, d, plan=plan)
-        local = torch.stack([proto.local_model(X, y) for X, y in tensors])
-        clean = weights.to(local.dtype) @ local
-        signal = float(clean.norm())
-    else:
-        proto = GradientPerturbation(spec, None, d, plan=plan)
-        theta0 = proto.initial_model()
-        first = torch.cat([proto.local_contribution(theta0, X, y) for X, y in tensors])
-        signal = float((weights @ first).norm())
-    loss = proto.loss
+    loss = job.proto.loss
     Xp, yp = _tensors(pooled)
     optimum = solve_erm(loss, Xp, yp, spec.model.lam, tol=1e-10).theta
     metric, nonprivate = _metric(loss, optimum, target)
-    scores = []
-    for r in range(runs):
-        agg = InProcessAggregator(torch.Generator().manual_seed(seed + r))
-        if spec.method == "output":
-            theta = proto.release(agg, local, weights)
-        else:
-            theta = proto.train(agg, lambda th: (torch.cat([proto.local_contribution(th, X, y)
-                                                             for X, y in tensors]), weights))
-        scores.append(_metric(loss, theta, target)[1])
+    scores = [_metric(loss, job.release(torch.Generator().manual_seed(seed + r)), target)[1] for r in range(runs)]
     noise_std = plan.noise_scale() * (math.sqrt(2.0) if plan.mechanism == "laplace" else 1.0)
     g = plan.guarantee()
     return Forecast(method=spec.method, mechanism=plan.mechanism, rounds=plan.rounds, dim=int(plan.dim or d),
-                    sensitivity=plan.sensitivity(), noise_std=noise_std, signal_norm=signal, epsilon=g.epsilon,
+                    sensitivity=plan.sensitivity(), noise_std=noise_std, signal_norm=job.signal(), epsilon=g.epsilon,
                     delta=g.delta, epsilon_by_accountant=_accountants(plan), metric=metric, private=scores,
                     nonprivate=nonprivate, trivial=_trivial(target))

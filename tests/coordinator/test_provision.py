@@ -23,6 +23,7 @@ from coordinator.config import load_coordinator_config
 from coordinator.provision import load_consortium, provision
 from mpc_erm.mpc import pki
 from parties.config import ConfigError, DatasetConfig, load_dealer_config, load_owner_config, load_party_config
+from tests.cli_main import run_main
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "coordinator" / "examples" / "consortium.toml"
@@ -323,37 +324,23 @@ def test_load_consortium_without_data_or_kits(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the CLI
 
 
-def _run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """In-process `mpc-erm ...` through the real main() (its error mapping, no interpreter start)."""
-    from coordinator.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["mpc-erm", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_cli_provision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     path, out = write_consortium(tmp_path), tmp_path / "kits"
-    code, stdout, err = _run_main(monkeypatch, capsys, "provision", str(path), "--out", str(out), "--days", "10")
+    code, stdout, err = run_main(monkeypatch, capsys, "provision", str(path), "--out", str(out), "--days", "10")
     assert code == 0, err
     assert "alice               party        127.0.0.1:7101" in stdout and "keep it offline" in stdout
     assert f"mpc-erm job submit JOB.toml --config {out / 'coordinator' / 'coordinator.toml'}" in stdout
-    code, _, err = _run_main(monkeypatch, capsys, "provision", str(path), "--out", str(out))
+    code, _, err = run_main(monkeypatch, capsys, "provision", str(path), "--out", str(out))
     assert code == 2 and err.startswith(f"error: --out: {out} is not empty") and err.strip().count("\n") == 0
-    code, stdout, err = _run_main(monkeypatch, capsys, "provision", str(path), "--out", str(out), "--force", "--json")
+    code, stdout, err = run_main(monkeypatch, capsys, "provision", str(path), "--out", str(out), "--force", "--json")
     assert code == 0, err
     info = json.loads(stdout)
     assert [k["name"] for k in info["kits"]] == ["coordinator", "dealer", *PARTIES]
     assert info["ca"]["key"] == str(out / "ca" / "ca.key")
     path.write_text(path.read_text().replace("port = 7102", "port = 7101"))
-    code, _, err = _run_main(monkeypatch, capsys, "provision", str(path), "--out", str(tmp_path / "other"))
+    code, _, err = run_main(monkeypatch, capsys, "provision", str(path), "--out", str(tmp_path / "other"))
     assert code == 2 and err.startswith(f"error: {path}: members.bob.port: "), err
-    code, _, err = _run_main(monkeypatch, capsys, "provision", str(path), "--out", str(tmp_path / "o"), "--days", "0")
+    code, _, err = run_main(monkeypatch, capsys, "provision", str(path), "--out", str(tmp_path / "o"), "--days", "0")
     assert code == 2 and err.startswith("error: --days: must be >= 1"), err
 
 
@@ -361,15 +348,15 @@ def test_cli_provision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: 
 def test_certs_refuse_names_no_config_accepts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str], command: str) -> None:
     d = str(tmp_path)
-    assert _run_main(monkeypatch, capsys, "certs", "init", "--dir", d)[0] == 0
+    assert run_main(monkeypatch, capsys, "certs", "init", "--dir", d)[0] == 0
     for name in ("Alice", "p.1", "_x", "a" * 64):  # each accepted by `certs` before, refused by every config
-        code, _, err = _run_main(monkeypatch, capsys, "certs", command, "--dir", d, "--name", name, "--role", "party")
+        code, _, err = run_main(monkeypatch, capsys, "certs", command, "--dir", d, "--name", name, "--role", "party")
         assert code == 2 and err.startswith("error: --name: ") and err.strip().count("\n") == 0, err
         assert "is not a valid name: lower-case letters, digits, '_' and '-'" in err, err
         assert not list(tmp_path.glob(f"{name}.*"))
-    code, _, err = _run_main(monkeypatch, capsys, "certs", command, "--dir", d, "--name", "ca", "--role", "party")
+    code, _, err = run_main(monkeypatch, capsys, "certs", command, "--dir", d, "--name", "ca", "--role", "party")
     assert code == 2 and "reserved" in err
-    code, _, err = _run_main(monkeypatch, capsys, "certs", command, "--dir", d, "--name", "clinic_0-1", "--role",
+    code, _, err = run_main(monkeypatch, capsys, "certs", command, "--dir", d, "--name", "clinic_0-1", "--role",
                              "owner")
     assert code == 0, err
 

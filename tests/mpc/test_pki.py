@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mpc_erm.mpc import pki
+from tests.cli_main import run_main
 
 REPO = Path(__file__).resolve().parents[2]
 UTC = dt.timezone.utc
@@ -328,17 +329,8 @@ def test_cli_init_and_issue(tmp_path: Path) -> None:
 
 
 def _run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """In-process `mpc-erm certs ...` through the real main(): same error mapping, no 5 s interpreter start."""
-    from coordinator.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["mpc-erm", "certs", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+    """`mpc-erm certs ARGS` in process (tests.cli_main)."""
+    return run_main(monkeypatch, capsys, "certs", *args)
 
 
 def test_cli_errors_are_one_line_naming_the_field(

@@ -111,27 +111,19 @@ def test_schema_jobs_through_three_daemons(tmp_path: Path) -> None:
     # the release equals the protocol run in process on the schema-mapped rows (zero noise)
     from mpc_erm import load_model
     from mpc_erm.jobs import load_job_file
-    from mpc_erm.simulate.forecast import forecast_job
+    from mpc_erm.protocols.common import PartySizes, plan_job, public_sizes
+    from mpc_erm.simulate.forecast import InProcessJob
 
     model = load_model(tmp_path / "result")
     parts = [read_csv_with_schema(f, load_schema(schema_file)) for f in files.values()]
     assert [p.n for p in parts] == [39, 39, 39]
     spec = load_job_file(job).spec
-    from mpc_erm.protocols import GradientPerturbation
-    from mpc_erm.protocols.common import PartySizes, plan_job, public_sizes
-    from mpc_erm.simulate.aggregator import InProcessAggregator
-
     plan = plan_job(spec, sampler="mpc", test_no_noise=True, sizes=public_sizes(spec, PartySizes.of([39] * 3)),
                     n_features=parts[0].d)
-    proto = GradientPerturbation(spec, None, parts[0].d, plan=plan)
-    tensors = [(torch.as_tensor(p.X), torch.as_tensor(p.y)) for p in parts]
-    w = torch.tensor([plan.weight(j, p.n) for j, p in enumerate(parts)], dtype=torch.float64)
-    theta = proto.train(InProcessAggregator(torch.Generator().manual_seed(0)),
-                        lambda th: (torch.cat([proto.local_contribution(th, X, y) for X, y in tensors]), w))
+    theta = InProcessJob(spec, plan, parts).release(torch.Generator().manual_seed(0))
     np.testing.assert_allclose(model.theta, theta.numpy(), atol=1e-4)  # the MPC's fixed-point grid
     meta = json.loads((tmp_path / "result" / "model.json").read_text())
     assert meta["schema"] == load_schema(schema_file).to_dict() and meta["classes"] == ["well", "sick"]
-    assert forecast_job is not None
 
     # carol holds a schema with another bound: every member refuses, naming carol and the column
     data["carol"]["schema"] = other
