@@ -1,5 +1,7 @@
-"""DP-Fed-LS on MNIST through the real daemons (issue 17): paper 002's Table 2 Poisson setting,
-with the in-process simulator's run of the same setting as the baseline in the same script.
+"""DP-Fed-LS on MNIST through the real daemons (issue 17): paper 002's Table 2 settings (Poisson,
+or with ``--sampling uniform`` the uniform half: 1,000 owners of 50 rows, exactly τN drawn a round
+by the compute parties' secret shuffle), with the in-process simulator's run of the same setting
+as the baseline in the same script.
 
 Three compute-party daemons (``LocalConsortium``: separate processes, mutual TLS, 3-party
 replicated sharing, no dealer, in-MPC discrete Gaussian noise) run a federated job
@@ -18,12 +20,15 @@ Poisson-subsampled *discrete* Gaussian at δ·0.99, client level); the simulator
 Gaussian at the same ε through the same accountant.
 
     .venv/bin/python -m benchmarks.dp_fed_ls_daemons --out benchmarks/results/dp_fed_ls_daemons.json
+    # the uniform half, owners' local epochs on a GPU (a lent CUDA machine: benchmarks/gpu_checks.sh)
+    python3 -m benchmarks.dp_fed_ls_daemons --sampling uniform --owner-device cuda --out …
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -34,7 +39,7 @@ import torch
 
 from benchmarks.aggregate import machine_info
 from benchmarks.deep_mnist import _mnist
-from benchmarks.dp_fed_ls_mnist import PAPER_POISSON
+from benchmarks.dp_fed_ls_mnist import SETTINGS
 from benchmarks.dp_fed_ls_mnist import run as simulate
 from benchmarks.owners_common import owners_process_setup, run_job
 
@@ -75,6 +80,7 @@ local_epochs = 5
 local_batch = 10
 local_lr = 0.1
 local_lr_decay = 0.99
+sampling = "{sampling}"
 """
 
 
@@ -96,15 +102,16 @@ def _owner_files(root: Path, owners: int, rows: int) -> list[Path]:
 
 
 def daemons_run(cons: Any, configs: list[Path], root: Path, *, epsilon: float, sigma: float, seed: int, owners: int,
-                rate: float, rounds: int, Xte: torch.Tensor, yte: torch.Tensor) -> dict[str, Any]:
+                rate: float, rounds: int, Xte: torch.Tensor, yte: torch.Tensor, sampling: str = "poisson",
+                owner_procs: int = 1) -> dict[str, Any]:
     import mpc_erm
 
     delta = 1.0 / owners**1.1
     names = ", ".join(f'"owner-{o:04d}"' for o in range(owners))
     job_path = root / f"job-{epsilon:g}-{sigma:g}-{seed}.toml"
     job_path.write_text(JOB.format(owners=names, seed=seed, epsilon=epsilon, delta=delta, n=owners, rounds=rounds,
-                                   rate=rate, sigma=sigma, deadline=DEADLINE_S))
-    run = run_job(cons, configs, job_path, root)
+                                   rate=rate, sigma=sigma, deadline=DEADLINE_S, sampling=sampling))
+    run = run_job(cons, configs, job_path, root, owner_procs=owner_procs)
     out, box, wall, failed = run["dir"], run["owners"], run["wall_seconds"], run["owners_failed"]
     model = mpc_erm.load_model(out)
     acc = float((model.predict(Xte.numpy()) == yte.numpy()).mean())
@@ -115,13 +122,20 @@ def daemons_run(cons: Any, configs: list[Path], root: Path, *, epsilon: float, s
             "wall_seconds": wall, "mpc_wall_seconds": metrics["wall_seconds"],
             "owners_per_round": metrics["owners_per_round"], "owners_failed": failed,
             "owner_rounds_joined_total": sum(joined), "owner_rounds_joined_expected": rate * owners * rounds,
-            "missed_rounds_total": sum(len(s["missed_rounds"]) for s in box.values() if isinstance(s, dict))}
+            "missed_rounds_total": sum(len(s["missed_rounds"]) for s in box.values() if isinstance(s, dict)),
+            "per_round_seconds": metrics["wall_seconds"] / rounds, "machine_memory_gib": run["machine_memory_gib"]}
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--owners", type=int, default=500)
-    ap.add_argument("--rows", type=int, default=100)
+    ap.add_argument("--sampling", choices=("poisson", "uniform"), default="poisson",
+                    help="each owner's own coin (paper 002's N = 500 × 100 rows), or exactly τN owners a round "
+                         "(N = 1,000 × 50 rows)")
+    ap.add_argument("--owners", type=int, help="default: the sampling's setting")
+    ap.add_argument("--rows", type=int, help="default: the sampling's setting")
+    ap.add_argument("--owner-device", choices=("cpu", "cuda", "auto"), default="cpu",
+                    help="where each owner's local epochs run")
+    ap.add_argument("--owner-procs", type=int, default=1, help="OS processes the owners' threads are spread over")
     ap.add_argument("--rate", type=float, default=0.05)
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--epsilons", default="7")
@@ -129,6 +143,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
+    a.owners, a.rows = a.owners or SETTINGS[a.sampling][0], a.rows or SETTINGS[a.sampling][1]
+    if a.owner_device != "cpu":
+        # Hundreds of owner threads share each process here (one owner per process in a deployment):
+        # torch gives every thread its own cuBLAS handle with a 32 MiB workspace by default, which
+        # filled an 80 GiB H100 at 1,000 owners (14 owners failed with CUDA OOM); 128 KiB each is ample
+        # for a 784 × 10 linear model.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":16:8")
     from coordinator.consortium import LocalConsortium
 
     owners_process_setup()
@@ -143,15 +164,19 @@ def main(argv: list[str] | None = None) -> None:
         with LocalConsortium(root / "cons", parties=3, dealer=False, max_epsilon_per_job=10.0,
                              peer_timeout_s=600.0) as cons:
             configs = [cons.add_owner(f"owner-{o:04d}", {"mnist-rows": {"format": "npz", "path": files[o],
-                                                                         "epsilon": 1000.0, "delta": 0.5}})
+                                                                         "epsilon": 1000.0, "delta": 0.5}},
+                                          device=a.owner_device)
                        for o in range(a.owners)]
             for eps, sig in [(float(e), float(s)) for e in a.epsilons.split(",") for s in a.sigmas.split(",")]:
                 for seed in (int(s) for s in a.seeds.split(",")):
                     d = daemons_run(cons, configs, root, epsilon=eps, sigma=sig, seed=seed, owners=a.owners,
-                                    rate=a.rate, rounds=a.rounds, Xte=Xte, yte=yte)
-                    s = simulate(epsilon=eps, ls_sigma=sig, seed=seed, owners=a.owners, rows=a.rows, rate=a.rate,
-                                 rounds=a.rounds)
-                    paper = PAPER_POISSON.get(sig, {}).get(int(eps))
+                                    rate=a.rate, rounds=a.rounds, Xte=Xte, yte=yte, sampling=a.sampling,
+                                    owner_procs=a.owner_procs)
+                    s = simulate(epsilon=eps, ls_sigma=sig, seed=seed, sampling=a.sampling, owners=a.owners,
+                                 rows=a.rows, rate=a.rate, rounds=a.rounds)
+                    paper_setting = (a.owners, a.rows, a.rate, a.rounds) == (*SETTINGS[a.sampling][:2], 0.05, 30)
+                    table = SETTINGS[a.sampling][2] if paper_setting else {}
+                    paper = table.get(sig, {}).get(int(eps))
                     row = {"epsilon_target": eps, "ls_sigma": sig, "seed": seed, "daemons": d,
                            "simulator": {k: s[k] for k in ("test_accuracy", "epsilon", "noise_multiplier", "seconds")},
                            "paper": None if paper is None else {"mean": paper[0] / 100, "std": paper[1] / 100},
@@ -169,13 +194,18 @@ def main(argv: list[str] | None = None) -> None:
 
 def _write(a: Any, rows: list[dict[str, Any]], tic: float) -> None:
     res = {"benchmark": "dp_fed_ls_daemons", "machine": machine_info(),
-           "what": f"DP-Fed-LS, MNIST multinomial logistic regression, {a.owners} owners × {a.rows} rows, Poisson "
-                   f"τ = {a.rate}, T = {a.rounds}, E = 5, b = 10, η_l = 0.1, γ = 0.99, η_g = 1, 𝓛 = 0.4, weight "
-                   f"decay 4e-5, δ = 1/N^1.1; through 3 compute-party daemons (replicated, in-MPC discrete "
-                   "Gaussian); the owners are real gRPC clients with their own certificates, ledgers and files, "
-                   "all in the benchmark's process (one thread each), on the same cores as the daemons",
-           "sampling": "each owner's own private coin; an owner not sampled sends shares of a zero update, so the "
-                       "compute parties count every owner in every round (owners_per_round)",
+           "what": f"DP-Fed-LS, MNIST multinomial logistic regression, {a.owners} owners × {a.rows} rows, "
+                   f"{a.sampling} τ = {a.rate}, T = {a.rounds}, E = 5, b = 10, η_l = 0.1, γ = 0.99, η_g = 1, "
+                   "𝓛 = 0.4, weight decay 4e-5, δ = 1/N^1.1; through 3 compute-party daemons (replicated, "
+                   "in-MPC discrete Gaussian); the owners are real gRPC clients with their own certificates, "
+                   "ledgers and files, "
+                   f"in {a.owner_procs} OS process(es) (one thread each), on the same cores as the daemons; the "
+                   f"owners' local epochs on device {a.owner_device!r}",
+           "sampling": ("each owner's own private coin" if a.sampling == "poisson" else
+                        "exactly τN owners a round, drawn by the compute parties' 3-party secret shuffle; each owner "
+                        "learns only its own bits") +
+                       "; an owner not sampled sends shares of a zero update, so the compute parties count every "
+                       "owner in every round (owners_per_round)",
            "baseline": "benchmarks.dp_fed_ls_mnist.run: the same setting in the in-process simulator (plaintext "
                        "aggregator, continuous Gaussian at the RDP accountant's z), same seed",
            "rows": rows, "wall_seconds": time.perf_counter() - tic}

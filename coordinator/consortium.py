@@ -157,17 +157,19 @@ class LocalConsortium:
         return "\n".join(lines) + "\n"
 
     def add_owner(self, name: str, datasets: Mapping[str, Mapping[str, Any]], *, max_epsilon_per_job: float = 10.0,
-                  allow_test_only: bool = False, root: Path | None = None) -> Path:
+                  allow_test_only: bool = False, root: Path | None = None, device: str | None = None) -> Path:
         """A data owner of this consortium (issue 17): its identity (role ``owner``) from the
         consortium's CA, and an owner config naming every compute party's daemon and ``datasets``
         ({id: the fields of a ``[datasets.<id>]`` entry: format, path or name/part/of, epsilon,
-        delta}; always add/remove). Written under ``root/<name>/`` (default: ``self.root/owners``);
+        delta}; always add/remove), and where its local steps run (``device``: cpu, cuda or auto;
+        default the config's, auto). Written under ``root/<name>/`` (default: ``self.root/owners``);
         returns the config's path, for ``mpc-erm owner join --config``."""
         d = Path(root or self.root / "owners") / name
         d.mkdir(parents=True)
         pki.save_identity(pki.issue_identity(pki.load_ca(self.pki_dir), name, "owner", valid_days=2), d)
         lines = ['state_dir = "state"', f"max_epsilon_per_job = {max_epsilon_per_job!r}",
-                 f"allow_test_only = {'true' if allow_test_only else 'false'}", "", "[identity]", f'name = "{name}"',
+                 f"allow_test_only = {'true' if allow_test_only else 'false'}",
+                 *([f'device = "{device}"'] if device else []), "", "[identity]", f'name = "{name}"',
                  f'cert = "{d / (name + ".crt")}"', f'key = "{d / (name + ".key")}"',
                  f'ca = "{self.pki_dir / "ca.crt"}"', "", "[compute]",
                  *(f'{m.name} = "{m.address}"' for m in self.members.values() if m.role == "party")]
