@@ -59,6 +59,6 @@ if want sampler; then
 fi
 want deep_mnist && step deep_mnist_cuda 200 python3 -m benchmarks.deep_mnist --device cuda --out "$OUT/deep_mnist_cuda.json"
 want fed_uniform && step fed_uniform ${FED_LIMIT:-420} python3 -m benchmarks.dp_fed_ls_daemons --sampling uniform \
-  --owner-device cuda --owner-procs 8 --epsilons 7 --sigmas ${FED_SIGMAS:-0,1} --out "$OUT/dp_fed_ls_uniform_cuda.json"
+  --owner-device cuda --owner-procs 8 --epsilons ${FED_EPSILONS:-7} --sigmas ${FED_SIGMAS:-0,1} --out "$OUT/dp_fed_ls_uniform_cuda.json"
 want per_example && step per_example_cpu 100 python3 -m benchmarks.per_example --device cpu --threads 16 --out "$OUT/per_example_cpu16.json"
 grep -E "^(mlp|mnist_cnn|cifar_cnn|char_lstm) |round .*epoch 10|samples/s|passed|failed|Error|grid steps|σ_LS" "$LOG" | tail -40
