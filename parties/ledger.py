@@ -69,6 +69,8 @@ __all__ = ["LEDGER_FILE", "SLACK", "AdjacencyMismatch", "AlreadyRevealed", "Budg
 LEDGER_FILE = "ledger.sqlite3"
 SLACK = 1e-9  # relative: absorbs decimal→binary rounding (3 × 0.1 vs 0.3), far below any meaningful ε
 _LIVE = ("reserved", "revealed", "committed")
+_COLUMNS = ("job_id, dataset, epsilon, delta, spec_digest, dp_event, state, reserved_at, revealed_at, finished_at, "
+            "reason, revealed_rounds")  # in _row's order
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS budgets (dataset TEXT PRIMARY KEY, epsilon REAL NOT NULL CHECK (epsilon > 0),
     delta REAL NOT NULL CHECK (delta >= 0 AND delta < 1), updated_at REAL NOT NULL,
@@ -429,7 +431,8 @@ class Ledger(SqliteStore):
 
     def open_reservations(self, dataset: str | None = None) -> list[Reservation]:
         """Jobs neither committed nor released (``.revealed`` tells which must stay spent)."""
-        q = "SELECT * FROM jobs WHERE state IN ('reserved', 'revealed')" + (" AND dataset = ?" if dataset else "")
+        q = f"SELECT {_COLUMNS} FROM jobs WHERE state IN ('reserved', 'revealed')"
+        q += " AND dataset = ?" if dataset else ""
         with self._tx("DEFERRED") as c:
             rows = c.execute(q + " ORDER BY reserved_at, job_id", (dataset,) if dataset else ()).fetchall()
         return [_row(r) for r in rows]
@@ -465,6 +468,14 @@ class Ledger(SqliteStore):
         """ε spent on ``dataset`` (revealed + committed jobs; with ``include_reserved`` also the open
         reservations) at δ = ``delta_budget`` (default: the data set's δ). inf if no bound is valid."""
         return self.composition(dataset, include_reserved=include_reserved, delta=delta_budget).epsilon
+
+    def charges(self, dataset: str) -> list[tuple[Reservation, DpEvent]]:
+        """The data set's live jobs, each with the event the ledger composes for it (its revealed
+        rounds once it has ended), oldest first: what ``show`` and admission count, job by job."""
+        with self._tx("DEFERRED") as c:
+            rows = c.execute(f"SELECT {_COLUMNS} FROM jobs WHERE dataset = ? AND state IN (?, ?, ?) ORDER BY "
+                             "reserved_at, job_id", (dataset, *_LIVE)).fetchall()
+        return [(r, _charged(r.dp_event, r.state, r.revealed_rounds)) for r in map(_row, rows)]  # type: ignore[arg-type]
 
     def show(self) -> list[BudgetRow]:
         """One row per dataset: totals, spent, reserved, remaining (all ε at the dataset's δ), by
@@ -502,8 +513,7 @@ class Ledger(SqliteStore):
 
     @staticmethod
     def _get(c: sqlite3.Connection, job_id: str) -> Reservation | None:
-        r = c.execute("SELECT job_id, dataset, epsilon, delta, spec_digest, dp_event, state, reserved_at, revealed_at, "
-                      "finished_at, reason, revealed_rounds FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        r = c.execute(f"SELECT {_COLUMNS} FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
         return None if r is None else _row(r)
 
     def restore_charge(self, job_id: str, dataset: str, epsilon: float, delta: float, spec_digest: str,

@@ -91,6 +91,41 @@ def show(config_path: Path, as_json: bool) -> None:
                       "job(s), counted in remaining", markup=False, highlight=False)
 
 
+@budget.command("explain")
+@click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="the party's TOML config (its state_dir holds the ledger)")
+@click.option("--dataset", "datasets", multiple=True, help="only this data set (repeatable; default: every one)")
+def explain(config_path: Path, datasets: tuple[str, ...]) -> None:
+    """A data set's privacy spend in plain language (Markdown): each live job's own (ε, δ) beside
+    what it costs at the data set's lifetime δ, the composed total, what remains, and why the
+    ledger's figures differ from the jobs' reports."""
+    from mpc_erm.privacy.statement import JobCharge, dataset_statement
+    from parties.config import load_party_config
+    from parties.jobs import JobStore
+    from parties.ledger import Ledger
+    from parties.ledger_check import check_ledger
+
+    cfg = load_party_config(config_path)
+    check_ledger(cfg.state_dir)
+    with Ledger.for_config(cfg) as ledger:
+        rows = {r.dataset: r for r in ledger.show()}
+        unknown = [d for d in datasets if d not in rows]
+        if unknown:
+            raise click.BadParameter(f"no data set {unknown[0]!r} in this party's ledger (it has: "
+                                     f"{', '.join(rows) or 'none'})", param_hint="--dataset")
+        charges = {ds: ledger.charges(ds) for ds in (datasets or tuple(rows))}
+    store = JobStore.in_state_dir(cfg.state_dir)
+    try:
+        names = {r.job_id: getattr(store.get(r.job_id), "name", None) for cs in charges.values() for r, _ in cs}
+    finally:
+        store.close()
+    for ds, cs in charges.items():
+        row = rows[ds]
+        jobs = [JobCharge(r.job_id, r.state, r.epsilon, r.delta, ev, names.get(r.job_id)) for r, ev in cs]
+        click.echo(dataset_statement(ds, party=cfg.identity.name, adjacency=row.adjacency,
+                                     epsilon_total=row.epsilon_total, delta_total=row.delta_total, jobs=jobs))
+
+
 @budget.command("rebuild")
 @click.option("--state-dir", "state_dir", type=click.Path(file_okay=False, path_type=Path),
               help="the party's state directory (ledger.sqlite3 and audit.jsonl)")

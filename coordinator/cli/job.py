@@ -292,16 +292,36 @@ def result(job_id: str, config_path: Path, out_dir: Path, as_json: bool) -> None
     with _client(config_path) as client:
         job_id = client.resolve(job_id)
         res = client.result(job_id, out_dir)
+    statement = _write_statement(Path(res["out_dir"]))
+    if statement is not None:
+        res["privacy_statement"] = str(statement)
     if as_json:
         _echo_json(res)
         return
     click.echo(f"job {job_id}: results from {res['source']} in {res['out_dir']}")
     for f in res["files"]:
         click.echo(f"  {f['name']:<28} {f['size']:>10} B  sha256 {f['sha256'][:16]}…")
+    if statement is not None:
+        click.echo(f"  {statement.name:<28} the privacy report in plain language (mpc-erm report explain)")
     verdict = "identical at every party" if res["models_identical"] else "NOT identical across parties"
     click.echo(f"  model: {verdict} ({', '.join(res['model_sha256'])})")
     if not res["models_identical"]:
         sys.exit(1)
+
+
+def _write_statement(out: Path) -> Path | None:
+    """privacy_statement.md beside a fetched privacy_report.json (made here, from the report alone)."""
+    from mpc_erm.privacy.report import PrivacyReport
+    from mpc_erm.privacy.statement import job_statement
+
+    from .report import job_name_beside
+
+    report = out / "privacy_report.json"
+    if not report.is_file():
+        return None
+    dest = out / "privacy_statement.md"
+    dest.write_text(job_statement(PrivacyReport.from_json(report.read_bytes()), job_name=job_name_beside(report)))
+    return dest
 
 
 @job.command("cancel")

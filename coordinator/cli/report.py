@@ -1,4 +1,5 @@
-"""`mpc-erm report verify`: recompute a job's (ε, δ) from its privacy report alone."""
+"""`mpc-erm report verify`: recompute a job's (ε, δ) from its privacy report alone; `mpc-erm
+report explain`: the report as a statement in plain language."""
 
 from __future__ import annotations
 
@@ -39,3 +40,30 @@ def verify_cmd(report_path: Path, as_json: bool) -> None:
                    f"{(rep.plan or {}).get('adjacency', rep.adjacency)} adjacency")
     if not v.ok:
         sys.exit(1)
+
+
+@report.command("explain")
+@click.argument("report_path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--name", "job_name", help="the job's name, for the title (default: from model.json beside the report)")
+def explain_cmd(report_path: Path, job_name: str | None) -> None:
+    """REPORT_PATH (a privacy_report.json) as a statement a privacy officer can read (Markdown):
+    the unit of privacy, the guarantee and what it means in numbers, what was released, who sees
+    what under the trust model, the noise, and how to check it. `job result` saves it as
+    privacy_statement.md."""
+    from mpc_erm.privacy.report import PrivacyReport
+    from mpc_erm.privacy.statement import job_statement
+
+    try:
+        rep = PrivacyReport.from_json(report_path.read_bytes())
+    except ValueError as exc:
+        raise click.UsageError(f"{report_path}: not a privacy report ({' '.join(str(exc).split())[:300]})") from None
+    click.echo(job_statement(rep, job_name=job_name or job_name_beside(report_path)))
+
+
+def job_name_beside(report_path: Path) -> str | None:
+    """The job's name from the model bundle next to a report, if there is one."""
+    try:
+        meta = json.loads((report_path.parent / "model.json").read_text())
+        return str(meta["job"]["name"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -109,3 +109,21 @@ def test_budget_show_fits_80_columns_with_delta_remaining(party: Path, monkeypat
         assert re.search(want, delta_row), (want, delta_row)
     assert _delta(1e-5) == "1e-5" and _delta(2.02e-10) == "2.02e-10" and _delta(0.0) == "0"
     assert f"adult: ε {_eps(rows['adult'].epsilon_reserved)}" in out.output and "reserved by 1 open job" in out.output
+
+
+def test_budget_explain_states_the_ledgers_figures_in_words(party: Path) -> None:
+    """`budget explain`: the spent ε it prints is the ledger's own (`budget show`), each job is
+    restated at the lifetime δ, the open job is counted apart, and an unknown data set is named."""
+    from coordinator.cli import cli
+
+    out = CliRunner().invoke(cli, ["budget", "explain", "--config", str(party), "--dataset", "adult"])
+    assert out.exit_code == 0, out.output
+    with Ledger.for_config(load_party_config(party)) as led:
+        row = next(r for r in led.show() if r.dataset == "adult")
+    assert f"**Spent: ε = {row.epsilon_spent:.4g} at δ = 0.001**" in out.output
+    one = compose([_gauss(3.0)], 1e-3, "replace").epsilon
+    assert f"| j1 | committed | (1, 1e-05) | {one:.4g} |" in out.output
+    assert f"hold ε {row.epsilon_reserved:.4g} more" in out.output
+    assert LONG not in out.output  # only the data set asked for
+    bad = CliRunner().invoke(cli, ["budget", "explain", "--config", str(party), "--dataset", "nope"])
+    assert bad.exit_code == 2 and "no data set 'nope'" in bad.output and "--dataset" in bad.output

@@ -89,3 +89,17 @@ def test_json_output_and_a_report_without_plan(tmp_path: Path) -> None:
     path.write_text("{not json")
     res = CliRunner().invoke(cli, ["report", "verify", str(path)])
     assert res.exit_code == 2 and "not a privacy report" in res.output
+
+
+def test_report_explain_reads_the_report_and_the_job_name_beside_it(tmp_path: Path) -> None:
+    rep = _report()
+    path = tmp_path / "privacy_report.json"
+    path.write_text(json.dumps(rep))
+    (tmp_path / "model.json").write_text(json.dumps({"job": {"name": "income-model"}}))
+    res = CliRunner().invoke(cli, ["report", "explain", str(path)])
+    assert res.exit_code == 0, res.output
+    assert res.output.startswith("# Privacy statement — job 'income-model'")
+    assert f"(ε, δ) = ({rep['epsilon']:.4g}, " in res.output and "replace-one adjacency" in res.output
+    (tmp_path / "bad.json").write_text("{}")
+    bad = CliRunner().invoke(cli, ["report", "explain", str(tmp_path / "bad.json")])
+    assert bad.exit_code == 2 and "not a privacy report" in bad.output

@@ -74,6 +74,11 @@ def test_the_readme_walkthrough_goes_from_csv_files_to_predictions(tmp_path: Pat
     preds = (tmp_path / "predictions.csv").read_text().splitlines()
     assert preds[0] == "prediction,probability" and len(preds) == 16281 + 1
     assert {line.split(",")[0] for line in preds[1:]} <= {">50K", "<=50K", ""}
+    # the plain-language statements: the job's, saved by job result, and the data set's at alice
+    statement = (tmp_path / "results" / "privacy_statement.md").read_text()
+    assert "job 'income-model'" in statement and "The unit of privacy is one record" in statement
+    spent = re.search(r"\*\*Spent: ε = ([0-9.]+) at δ = 1e-05\*\*", out)
+    assert spent is not None and 0.5 < float(spent.group(1)) < 1.0, out[-3000:]  # ε = 1 at δ = 1e-7, at δ = 1e-5
     # no private key outside its own kit, and the CA key in no kit
     keys = sorted(p.relative_to(tmp_path / "kits").as_posix() for p in (tmp_path / "kits").rglob("*.key"))
     assert keys == ["alice/pki/alice.key", "bob/pki/bob.key", "ca/ca.key", "carol/pki/carol.key",
