@@ -4,15 +4,65 @@ It prints the privacy plan a daemon would make (mechanism, σ per coordinate nex
 must carry, ε by each accountant) and, with stand-in rows (a schema and one CSV per party:
 synthetic, public, or the user's own, read here only), the job's own protocol run in process a
 few times, scored on a held-out file next to the non-private model of the same objective.
+
+It leaves its verdict beside the job file (``JOB.plan.json``: the job's spec digest, the figures,
+no rows), which ``job submit`` reads: a job its dry run found hopeless is sent only with ``--yes``.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
+
+RECEIPT_SUFFIX = ".plan.json"
+
+
+def receipt_path(job_file: Path) -> Path:
+    """Where ``job plan`` leaves its verdict on ``job_file``: beside it, ``<stem>.plan.json``."""
+    return job_file.with_name(job_file.stem + RECEIPT_SUFFIX)
+
+
+def write_receipt(job_file: Path, spec_digest: str, summary: dict[str, Any], data: tuple[Path, ...]) -> Path | None:
+    """Record the dry run's verdict for this exact job (by its spec digest); None if the job's
+    folder cannot be written (the dry run still printed its verdict)."""
+    path = receipt_path(job_file)
+    body = {"spec_digest": spec_digest, "planned_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "stand_in_files": [p.name for p in data], **summary}
+    try:
+        path.write_text(json.dumps(body, indent=2, default=float) + "\n")
+    except OSError:
+        return None
+    return path
+
+
+def check_before_submit(job_file: Path, spec_digest: str, *, yes: bool) -> str | None:
+    """``job submit``'s look at the dry run: raises SystemExit(3) for a job its dry run found
+    hopeless unless ``yes`` (or the user confirms at a terminal); otherwise one line to show."""
+    path = receipt_path(job_file)
+    try:
+        receipt = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return (f"no dry run of this job: `mpc-erm job plan {job_file.name} --schema … --data …` forecasts its "
+                "accuracy before any ε is spent")
+    if receipt.get("spec_digest") != spec_digest:
+        return f"{path.name} is the dry run of another version of this job: run `mpc-erm job plan` again"
+    if not receipt.get("hopeless"):
+        band = receipt.get("private_mean")
+        return (f"dry run ({receipt.get('planned_at', '?')}): {receipt.get('verdict', 'ok')}"
+                + (f"; simulated {receipt.get('metric')} {band:.4f}" if isinstance(band, (int, float)) else ""))
+    warning = (f"the dry run of this job ({path.name}, {receipt.get('planned_at', '?')}) says "
+               f"{receipt.get('verdict')}. Its whole ε would be spent on a model no better than noise.")
+    if yes:
+        return f"warning: {warning} Submitted anyway (--yes)."
+    if sys.stdin.isatty() and click.confirm(f"{warning} Submit anyway?", default=False, err=True):
+        return "submitted despite the dry run's verdict"
+    click.echo(f"error: {warning} Nothing was sent; to submit anyway, pass --yes.", err=True)
+    raise SystemExit(3)
 
 
 def load_parts(schema_path: Path, data: tuple[Path, ...]) -> tuple[Any, list[Any]]:
@@ -61,7 +111,8 @@ def describe(fc: Any) -> dict[str, Any]:
 def plan(job_file: Path, schema_path: Path, data: tuple[Path, ...], eval_path: Path | None, runs: int,
          as_json: bool) -> None:
     """Dry run: JOB_FILE's noise, signal and ε, and a simulated run of the job on --data, before
-    any ε is spent. Exits 3 when the job is hopeless (its noise drowns its signal)."""
+    any ε is spent. Exits 3 when the job is hopeless (its noise drowns its signal); the verdict is
+    kept beside the job file (JOB.plan.json), where `job submit` asks for --yes if it is hopeless."""
     from mpc_erm.data.schema import read_csv_with_schema
     from mpc_erm.jobs import load_job_file
     from mpc_erm.simulate.forecast import forecast_job
@@ -77,6 +128,7 @@ def plan(job_file: Path, schema_path: Path, data: tuple[Path, ...], eval_path: P
     evaluate = None if eval_path is None else read_csv_with_schema(eval_path, schema)
     fc = forecast_job(jf.spec, parts, evaluate=evaluate, runs=runs)
     out = describe(fc)
+    receipt = write_receipt(job_file, jf.spec_digest(), out, data)
     if as_json:
         click.echo(json.dumps({"job": jf.job.name, **out}, indent=2, default=float))
     else:
@@ -94,5 +146,7 @@ def plan(job_file: Path, schema_path: Path, data: tuple[Path, ...], eval_path: P
                        f"(10–90 %: {band[1]:.4f}–{band[2]:.4f}); non-private {fc.nonprivate:.4f}; "
                        f"a constant predictor {fc.trivial:.4f}")
         click.echo(f"  {verdict(fc)}")
+        if receipt is not None:
+            click.echo(f"  (kept in {receipt.name}: `job submit` reads it)")
     if fc.hopeless:
         raise SystemExit(3)

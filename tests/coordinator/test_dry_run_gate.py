@@ -1,0 +1,94 @@
+"""`job plan` leaves its verdict beside the job file and `job submit` reads it: a job its dry run
+found hopeless is not sent without --yes (exit 3, before any daemon is contacted), a job changed
+since its dry run is pointed out, and a usable one goes through with its forecast in one line.
+
+The forecasts are real: breast-cancer rows as three parties' CSV files (`mpc-erm data example`),
+the example consortium's schema, and the job's own protocol run in process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli_main import run_main
+
+SCHEMA = Path(__file__).resolve().parents[2] / "coordinator" / "examples" / "schemas" / "diagnosis.toml"
+JOB = """\
+method = "gradient"
+
+[job]
+name = "diagnosis-model"
+dataset = "diagnosis"
+parties = ["alice", "bob", "carol"]
+trust = "replicated"
+
+[model]
+name = "logistic"
+lam = 1e-3
+
+[privacy]
+epsilon = {eps}
+delta = 1e-7
+clip = 1.0
+
+[training]
+iterations = 30
+learning_rate = 5.0
+"""
+
+
+@pytest.fixture
+def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Path:
+    code, _, err = run_main(monkeypatch, capsys, "data", "example", "breast-cancer", "--out", str(tmp_path / "d"))
+    assert code == 0, err
+    (tmp_path / "coordinator.toml").write_text("# never read: the gate stops the submission first\n")
+    return tmp_path
+
+
+def _plan(tmp: Path, job: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+          ) -> tuple[int, str, str]:
+    return run_main(monkeypatch, capsys, "job", "plan", str(job), "--schema", str(SCHEMA), "--runs", "2",
+                    *(a for p in ("alice", "bob", "carol") for a in ("--data", str(tmp / "d" / f"{p}.csv"))))
+
+
+def _submit(tmp: Path, job: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+            *extra: str) -> tuple[int, str, str]:
+    monkeypatch.setattr("sys.stdin.isatty", lambda: False)
+    return run_main(monkeypatch, capsys, "job", "submit", str(job), "--config", str(tmp / "nowhere.toml"), *extra)
+
+
+def test_a_hopeless_job_is_sent_only_with_yes(files: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    job = files / "job.toml"
+    job.write_text(JOB.format(eps=0.001))  # 455 rows, ε = 0.001: the noise is hundreds of times the signal
+    code, out, _ = _plan(files, job, monkeypatch, capsys)
+    assert code == 3 and "HOPELESS" in out and "job.plan.json" in out, out
+    receipt = json.loads((files / "job.plan.json").read_text())
+    assert receipt["hopeless"] is True and receipt["noise_to_signal"] > 3
+    assert receipt["stand_in_files"] == ["alice.csv", "bob.csv", "carol.csv"]  # names only, no rows
+    assert "malignant" not in (files / "job.plan.json").read_text()
+
+    code, out, err = _submit(files, job, monkeypatch, capsys)
+    assert code == 3 and "HOPELESS" in err and "Nothing was sent" in err and "--yes" in err, (out, err)
+    # with --yes the gate lets it through: the next step is the coordinator's config (absent here)
+    code, out, err = _submit(files, job, monkeypatch, capsys, "--yes")
+    assert code != 3 and "Submitted anyway (--yes)" in err, (code, out, err)
+    assert "nowhere.toml" in out + err
+
+    job.write_text(JOB.format(eps=0.002))  # another version of the job: its old dry run does not count
+    code, out, err = _submit(files, job, monkeypatch, capsys)
+    assert code != 3 and "dry run of another version of this job" in err, (code, err)
+
+
+def test_a_usable_job_shows_its_forecast_and_an_unplanned_one_a_hint(
+        files: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    job = files / "usable.toml"
+    job.write_text(JOB.format(eps=2.0))
+    code, out, err = _submit(files, job, monkeypatch, capsys)
+    assert code != 3 and "no dry run of this job" in err and "mpc-erm job plan usable.toml" in err
+    code, out, _ = _plan(files, job, monkeypatch, capsys)
+    assert code == 0 and "ok: the noise leaves the signal usable" in out, out
+    code, out, err = _submit(files, job, monkeypatch, capsys)
+    assert code != 3 and "dry run (" in err and "simulated accuracy 0." in err, err
