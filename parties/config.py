@@ -252,8 +252,12 @@ class DatasetConfig(_Model):
     # Rows held out of every job on this data set (the same rows each time), for this party's own
     # validation metrics in the job's .private/ (never sent: no ε covers them).
     validation_fraction: float = Field(0.0, strict=True, ge=0.0, le=0.5, allow_inf_nan=False)
+    # A labelled CSV of PUBLIC rows (a published test set, never this party's own data), read
+    # through the schema: each job's curve scores the released model on it, and those figures go
+    # to every member in metrics.json and training_curve.png without any ε covering them.
+    public_test: Path | None = None
 
-    _path = field_validator("path", "labels", "feature_schema")(_existing_file)
+    _path = field_validator("path", "labels", "feature_schema", "public_test")(_existing_file)
 
     @field_validator("feature_range", mode="before")
     @classmethod
@@ -315,6 +319,9 @@ class DatasetConfig(_Model):
                                          f"not {self.format!r}")
         if self.format == "csv" and self.label is None and self.feature_schema is None:
             raise _field_error("label", "required for format 'csv' without a schema (the label column's name)")
+        if self.public_test is not None and self.feature_schema is None:
+            raise _field_error("public_test", "needs a schema (the public rows are read through it, as the "
+                                              "training rows are)")
         if self.feature_schema is not None and self.feature_range is not None:
             raise _field_error("feature_range", "not with a schema (its columns carry their own public bounds)")
         if self.label is not None and self.feature_schema is not None and self.feature_schema.is_file():

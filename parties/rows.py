@@ -76,7 +76,9 @@ def _read_rows(ctx: Any) -> tuple[Any, Any | None]:
         _check_schema(ctx, schema, task)
         from mpc_erm.data.schema import read_csv_with_schema
 
-        return read_csv_with_schema(cfg.path, schema, max_bytes=cfg.max_bytes), None
+        test = None if cfg.public_test is None else read_csv_with_schema(cfg.public_test, schema,
+                                                                         max_bytes=cfg.max_bytes)
+        return read_csv_with_schema(cfg.path, schema, max_bytes=cfg.max_bytes), test
     # the loader refuses a file over max_bytes before reading it, and values outside feature_range
     ds = load_file(cfg.format, cfg.path, task=task, label=cfg.label, max_bytes=cfg.max_bytes,
                    feature_range=cfg.feature_range, labels=getattr(cfg, "labels", None))

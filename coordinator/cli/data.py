@@ -50,6 +50,10 @@ def check_dataset(ds_id: str, cfg: Any) -> dict[str, Any]:
         "rows_dropped": int(len(frame) - ds.n), "features": ds.d, "task": ds.task,
         "ignored_columns": [c for c in frame.columns if c not in used],
     })
+    public_test = getattr(cfg, "public_test", None)
+    if public_test is not None:  # read as a job would: through the schema, its labels required
+        test = schema.dataset(read_table(public_test, max_bytes=cfg.max_bytes), str(public_test), name="public_test")
+        out["public_test"] = {"path": str(public_test), "rows": int(test.n)}
     if ds.task != "regression":
         names = schema.label.class_names or []
         codes = (ds.y > 0).astype(int) if ds.task == "binary" else ds.y.astype(int)
@@ -83,6 +87,9 @@ def check(config_path: Path, only: str | None, as_json: bool) -> None:
         click.echo(f"  schema_sha256 = \"{r['schema_sha256']}\"")
         if r.get("label_counts"):
             click.echo("  labels: " + ", ".join(f"{k} {v}" for k, v in r["label_counts"].items()))
+        if r.get("public_test"):
+            click.echo(f"  public test set {r['public_test']['path']}: {r['public_test']['rows']} rows (its metrics "
+                       "are published in every job's curve: public rows only)")
         if r["ignored_columns"]:
             click.echo("  columns not in the schema (ignored): " + ", ".join(r["ignored_columns"][:20]))
 

@@ -1,7 +1,8 @@
 """Jobs on parties' own CSV files through a shared data schema, with real daemons: the schema is
 applied by each daemon (the released model equals the in-process protocol on the schema-mapped
-rows), a member holding a different schema is refused naming it and the column, and a job that
-pins another schema digest is refused naming the field."""
+rows), a member holding a different schema is refused naming it and the column, a job that
+pins another schema digest is refused naming the field, and a public test file (``public_test``)
+gives the job's published curve the released model's accuracy on it."""
 
 from __future__ import annotations
 
@@ -92,7 +93,8 @@ def test_schema_jobs_through_three_daemons(tmp_path: Path) -> None:
     other = tmp_path / "other.toml"  # carol's copy differs in one public bound
     other.write_text(SCHEMA.replace("high = 100", "high = 90"))
     files = {p: _csv(tmp_path / f"{p}.csv", k) for k, p in enumerate(("alice", "bob", "carol"))}
-    data = {p: {"format": "csv", "path": f, "schema": schema_file} for p, f in files.items()}
+    public = _csv(tmp_path / "public.csv", 99, n=60)  # a published test set every member holds
+    data = {p: {"format": "csv", "path": f, "schema": schema_file, "public_test": public} for p, f in files.items()}
     digest = load_schema(schema_file).digest()
     job = tmp_path / "job.toml"
     job.write_text(JOB.format(pin=f'schema_sha256 = "{digest}"'))
@@ -124,9 +126,19 @@ def test_schema_jobs_through_three_daemons(tmp_path: Path) -> None:
     np.testing.assert_allclose(model.theta, theta.numpy(), atol=1e-4)  # the MPC's fixed-point grid
     meta = json.loads((tmp_path / "result" / "model.json").read_text())
     assert meta["schema"] == load_schema(schema_file).to_dict() and meta["classes"] == ["well", "sick"]
+    # the published curve scores each round's model on the public file: at the end, the released one
+    import pandas as pd
+
+    curve = json.loads((tmp_path / "result" / "metrics.json").read_text())["curve"]
+    assert curve[-1]["round"] == 4 and all("test" in c and "own" not in c for c in curve), curve
+    frame = pd.read_csv(public, dtype=str, keep_default_na=False)
+    kept = frame[frame["age"] != ""]  # the schema drops the row with an empty cell
+    assert curve[-1]["test"]["accuracy"] == pytest.approx(float((model.predict(kept) == kept["outcome"]).mean()))
 
     # carol holds a schema with another bound: every member refuses, naming carol and the column
     data["carol"]["schema"] = other
+    for d in data.values():
+        del d["public_test"]
     job.write_text(JOB.format(pin=""))
     with LocalConsortium(tmp_path / "cons2", dataset="visits", party_data=data, dealer=False,
                          allow_test_only=True, budget_epsilon=50.0) as cons:
