@@ -37,7 +37,7 @@ simulate: install
 	    --epsilon 0.5 --delta 1e-3 --lam 1e-3 --conventions exact,thesis --out simulate-out
 
 test: install
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" --durations=30 $(PYTEST_ARGS)
 
 # Everything, including the slow tests (m = 50,000 parties, full data sets).
 test-all: install
