@@ -232,7 +232,8 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
                "settled_abandoned_jobs": settled}
     d = Path(cfg.state_dir) / "jobs" / job_id
     d.mkdir(parents=True, exist_ok=True)
-    side.write_model(d, plan, trust, {"job_id": job_id, "spec_digest": digest})
+    side.write_model(d, plan, trust, {"job_id": job_id, "spec_digest": digest, "name": jt.name, "dataset": jt.dataset},
+                     schema=cfg.datasets[jt.dataset].schema())
     (d / "privacy_report.json").write_text(report.to_json(indent=2))
     (d / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
     return summary
@@ -267,13 +268,18 @@ class _LinearSide(_Side):
         self.X = torch.as_tensor(np.array(rows.X), dtype=torch.float64, device=dev)
         self.y = torch.as_tensor(np.array(rows.y), device=dev)
         self.w = torch.tensor([plan_weight], dtype=torch.float64)
+        self.feature_names = [str(f) for f in (rows.feature_names or ())] or None
 
-    def write_model(self, d: Path, plan: Any, trust: str, job: dict[str, Any]) -> None:
+    def write_model(self, d: Path, plan: Any, trust: str, job: dict[str, Any], schema: Any = None) -> None:
+        """The owner's bundle: with its data set's schema (if it has one), so that ``predict``
+        takes raw rows as the compute parties' bundle of a schema job does."""
         from mpc_erm.models.bundle import save_linear_weights
 
         save_linear_weights(d, self.theta, job_id=job["job_id"], job_digest=job["spec_digest"],
                             loss=self.spec.model.name, n_classes=self.spec.model.n_classes,
-                            privacy=plan.model_statement(plan.rounds, trust))
+                            feature_names=self.feature_names, schema=None if schema is None else schema.to_dict(),
+                            privacy=plan.model_statement(plan.rounds, trust),
+                            job={"name": job.get("name"), "dataset": job.get("dataset")})
 
 
 class _GradientSide(_LinearSide):
@@ -384,5 +390,5 @@ class _FederatedSide(_Side):
         return {"rounds_joined": len(self.joined), "joined_rounds": list(self.joined),
                 "rounds_sent_late": [t + 1 for t in rounds.overran]}
 
-    def write_model(self, d: Path, plan: Any, trust: str, job: dict[str, Any]) -> None:
-        self.fed.save(d, plan, trust_model=trust, job=job)
+    def write_model(self, d: Path, plan: Any, trust: str, job: dict[str, Any], schema: Any = None) -> None:
+        self.fed.save(d, plan, trust_model=trust, job=job)  # a network on the owner's own feature rows

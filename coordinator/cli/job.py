@@ -301,7 +301,7 @@ def result(job_id: str, config_path: Path, out_dir: Path, as_json: bool) -> None
     with _client(config_path) as client:
         job_id = client.resolve(job_id)
         res = client.result(job_id, out_dir)
-    statement = _write_statement(Path(res["out_dir"]))
+    statement = _write_statement(Path(res["out_dir"]), quiet=as_json)
     if statement is not None:
         res["privacy_statement"] = str(statement)
     if as_json:
@@ -318,7 +318,7 @@ def result(job_id: str, config_path: Path, out_dir: Path, as_json: bool) -> None
         sys.exit(1)
 
 
-def _write_statement(out: Path) -> Path | None:
+def _write_statement(out: Path, *, quiet: bool = False) -> Path | None:
     """privacy_statement.md beside a fetched privacy_report.json (made here, from the report alone)."""
     from mpc_erm.privacy.report import PrivacyReport
     from mpc_erm.privacy.statement import job_statement
@@ -326,10 +326,15 @@ def _write_statement(out: Path) -> Path | None:
     from .report import job_name_beside
 
     report = out / "privacy_report.json"
-    if not report.is_file():
+    try:
+        parsed = PrivacyReport.from_json(report.read_bytes())
+    except (OSError, ValueError) as exc:  # no report, or not one this version reads: the files stand as fetched
+        if report.is_file() and not quiet:
+            click.echo(f"note: {report.name} is not a privacy report this version reads ({type(exc).__name__}); "
+                       "no privacy_statement.md written", err=True)
         return None
     dest = out / "privacy_statement.md"
-    dest.write_text(job_statement(PrivacyReport.from_json(report.read_bytes()), job_name=job_name_beside(report)))
+    dest.write_text(job_statement(parsed, job_name=job_name_beside(report)))
     return dest
 
 

@@ -40,6 +40,10 @@ def write_receipt(job_file: Path, spec_digest: str, summary: dict[str, Any], dat
     return path
 
 
+def stderr_is_terminal() -> bool:
+    return sys.stderr.isatty()
+
+
 def check_before_submit(job_file: Path, spec_digest: str, *, yes: bool) -> str | None:
     """``job submit``'s look at the dry run: raises SystemExit(3) for a job its dry run found
     hopeless unless ``yes`` (or the user confirms at a terminal); otherwise one line to show."""
@@ -47,6 +51,8 @@ def check_before_submit(job_file: Path, spec_digest: str, *, yes: bool) -> str |
     try:
         receipt = json.loads(path.read_text())
     except (OSError, ValueError):
+        if not stderr_is_terminal():  # advice for a person at a terminal, not for scripts
+            return None
         return (f"no dry run of this job: `mpc-erm job plan {job_file.name} --schema … --data …` forecasts its "
                 "accuracy before any ε is spent")
     if receipt.get("spec_digest") != spec_digest:

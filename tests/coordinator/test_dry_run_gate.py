@@ -8,6 +8,7 @@ the example consortium's schema, and the job's own protocol run in process."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,9 @@ def test_a_usable_job_shows_its_forecast_and_an_unplanned_one_a_hint(
         files: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     job = files / "usable.toml"
     job.write_text(JOB.format(eps=2.0))
+    code, out, err = _submit(files, job, monkeypatch, capsys)
+    assert code != 3 and "dry run" not in err  # no advice for a script
+    monkeypatch.setattr(sys.modules["coordinator.cli.job_plan"], "stderr_is_terminal", lambda: True)
     code, out, err = _submit(files, job, monkeypatch, capsys)
     assert code != 3 and "no dry run of this job" in err and "mpc-erm job plan usable.toml" in err
     code, out, _ = _plan(files, job, monkeypatch, capsys)

@@ -147,3 +147,40 @@ def test_schema_jobs_through_three_daemons(tmp_path: Path) -> None:
     alice = json.dumps(ends["alice"], ensure_ascii=False)
     assert "dataset schema mismatch: party 'carol' holds schema" in alice, ends
     assert "age: numeric [0, 100]" in alice and "age: numeric [0, 90]" in alice, alice
+
+
+def test_a_data_owners_bundle_carries_its_schema_and_predicts_raw_rows(tmp_path: Path) -> None:
+    """Three data owners with CSV files and the schema, through three compute-party daemons: each
+    owner's own copy of the released model (state/jobs/<id>) records the schema, the feature names
+    and the job, so `predict` takes raw rows like the compute parties' bundle of a schema job."""
+    import pandas as pd
+
+    from mpc_erm import load_model
+    from tests.parties.test_owner_jobs import JOB as OWNER_JOB
+    from tests.parties.test_owner_jobs import _run_to_success
+
+    schema_file = tmp_path / "schema.toml"
+    schema_file.write_text(SCHEMA)
+    schema = load_schema(schema_file)
+    files = [_csv(tmp_path / f"owner-{i}.csv", 10 + i) for i in range(3)]
+    d = read_csv_with_schema(files[0], schema).d
+    names = ", ".join(f'"owner-{i}"' for i in range(3))
+    job = tmp_path / "owners.toml"
+    job.write_text(OWNER_JOB.format(dataset="visits", d=d, owners=names, no_noise="true", eps=1.0, n=120, rounds=3))
+    with LocalConsortium(tmp_path / "cons", parties=3, dealer=False, allow_test_only=True,
+                         max_epsilon_per_job=2.0) as cons:
+        configs = [cons.add_owner(f"owner-{i}", {"visits": {"format": "csv", "path": f, "schema": schema_file,
+                                                            "epsilon": 5.0, "delta": 1e-4}},
+                                  max_epsilon_per_job=2.0, allow_test_only=True, root=tmp_path / "owners")
+                   for i, f in enumerate(files)]
+        job_id, _ = _run_to_success(cons, job, configs, tmp_path / "results")
+    mine = load_model(tmp_path / "owners" / "owner-0" / "state" / "jobs" / job_id)
+    assert mine.meta["schema"] == schema.to_dict() and mine.meta["classes"] == ["well", "sick"]
+    assert mine.meta["job"]["name"] == "clinics" and mine.meta["job"]["dataset"] == "visits"
+    assert mine.meta["feature_names"] == list(read_csv_with_schema(files[0], schema).feature_names)
+    frame = pd.read_csv(files[1], dtype=str, keep_default_na=False)
+    raw = mine.predict(frame)  # raw rows through the schema: the row with an empty cell gets None
+    mapped = mine.predict(read_csv_with_schema(files[1], schema).X)
+    assert [p for p in raw if p is not None] == list(mapped) and sum(p is None for p in raw) == 1
+    theirs = load_model(tmp_path / "results" / job_id)  # the compute parties': the same weights
+    np.testing.assert_array_equal(mine.theta, theirs.theta)

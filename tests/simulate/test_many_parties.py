@@ -21,13 +21,14 @@ def _unit_ball_data(n: int, d: int, seed: int) -> Dataset:
     return Dataset(X=X, y=y, task="binary", name="synthetic")
 
 
-def test_fifty_thousand_one_row_parties_run_every_method() -> None:
+@pytest.mark.parametrize("m", [5_000, pytest.param(50_000, marks=pytest.mark.slow)])  # 61 s at 50,000 on 2 cores
+def test_one_row_parties_run_every_method(m: int) -> None:
     import torch
 
-    data = _unit_ball_data(50_000, 122, seed=0)
+    data = _unit_ball_data(m, 122, seed=0)
     parts = [np.array([i]) for i in range(data.n)]
     parties = SimulatedParties.from_partition(data, parts)
-    assert parties.m == 50_000 and parties.sizes.n_min == 1
+    assert parties.m == m and parties.sizes.n_min == 1
     setting = Setting(iterations=5, lam=1e-3, epsilon=0.5, delta=1e-3)
     for method in METHODS:
         t0 = time.perf_counter()
