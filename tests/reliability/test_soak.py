@@ -50,6 +50,7 @@ def _check(summary: dict[str, Any], warmup: int) -> None:
 
 
 @pytest.mark.reliability
+@pytest.mark.slow  # 26 s; `make test-reliability` runs it (the default suite keeps under 20 min)
 def test_soak_short(tmp_path: Any) -> None:
     summary = run(tmp_path / "soak_short.json", jobs=12, rounds=5, noisy_every=6, phases=((0, 2),),
                   root=tmp_path / "run")

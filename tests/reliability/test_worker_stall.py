@@ -142,6 +142,7 @@ def _statuses(cons: LocalConsortium, job_id: str) -> dict[str, dict[str, Any]]:
 
 @pytest.mark.reliability
 @pytest.mark.e2e
+@pytest.mark.slow  # 40 s, in `make test-reliability`; the default suite keeps the 20 s one above
 @pytest.mark.timeout(900)
 def test_a_stopped_worker_in_a_real_consortium(tmp_path: Path) -> None:
     from parties.ledger import Ledger
