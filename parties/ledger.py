@@ -473,9 +473,7 @@ class Ledger(SqliteStore):
         """The data set's live jobs, each with the event the ledger composes for it (its revealed
         rounds once it has ended), oldest first: what ``show`` and admission count, job by job."""
         with self._tx("DEFERRED") as c:
-            rows = c.execute(f"SELECT {_COLUMNS} FROM jobs WHERE dataset = ? AND state IN (?, ?, ?) ORDER BY "
-                             "reserved_at, job_id", (dataset, *_LIVE)).fetchall()
-        return [(r, _charged(r.dp_event, r.state, r.revealed_rounds)) for r in map(_row, rows)]  # type: ignore[arg-type]
+            return self._charges(c, dataset)
 
     def show(self) -> list[BudgetRow]:
         """One row per dataset: totals, spent, reserved, remaining (all ε at the dataset's δ), by
@@ -503,13 +501,17 @@ class Ledger(SqliteStore):
         return spent, both.epsilon - spent, both.route
 
     @staticmethod
+    def _charges(c: sqlite3.Connection, dataset: str) -> list[tuple[Reservation, DpEvent]]:
+        """Each live job of ``dataset``, oldest first, with what it counts — see :func:`_charged`."""
+        rows = c.execute(f"SELECT {_COLUMNS} FROM jobs WHERE dataset = ? AND state IN (?, ?, ?) ORDER BY "
+                         "reserved_at, job_id", (dataset, *_LIVE)).fetchall()
+        return [(r, _charged(r.dp_event, r.state, r.revealed_rounds)) for r in map(_row, rows)]  # type: ignore[arg-type]
+
+    @staticmethod
     def _live(c: sqlite3.Connection, dataset: str, excluding: Collection[str] = ()) -> list[tuple[DpEvent, str]]:
-        """(what each live job but ``excluding`` counts, its state) — see :func:`_charged`."""
-        rows = c.execute("SELECT job_id, epsilon, delta, dp_event, state, revealed_rounds FROM jobs WHERE "
-                         "dataset = ? AND state IN (?, ?, ?) ORDER BY reserved_at, job_id",
-                         (dataset, *_LIVE)).fetchall()
+        """(what each live job but ``excluding`` counts, its state)."""
         skip = set(excluding)
-        return [(_charged(_stored_event(ev, e, d), st, rr), st) for j, e, d, ev, st, rr in rows if j not in skip]
+        return [(ev, r.state) for r, ev in Ledger._charges(c, dataset) if r.job_id not in skip]
 
     @staticmethod
     def _get(c: sqlite3.Connection, job_id: str) -> Reservation | None:

@@ -33,7 +33,7 @@ def _config(path: Path) -> Any:
 
 def check_dataset(ds_id: str, cfg: Any) -> dict[str, Any]:
     """Read one data set as a job would and summarise it (for this party's operator only)."""
-    from mpc_erm.data.schema import read_table
+    from mpc_erm.data.schema import read_csv_with_schema, read_table
 
     out: dict[str, Any] = {"dataset": ds_id, "format": cfg.format}
     schema = cfg.schema() if hasattr(cfg, "schema") else None
@@ -51,8 +51,8 @@ def check_dataset(ds_id: str, cfg: Any) -> dict[str, Any]:
         "ignored_columns": [c for c in frame.columns if c not in used],
     })
     public_test = getattr(cfg, "public_test", None)
-    if public_test is not None:  # read as a job would: through the schema, its labels required
-        test = schema.dataset(read_table(public_test, max_bytes=cfg.max_bytes), str(public_test), name="public_test")
+    if public_test is not None:  # read as a job reads it (parties/rows.py)
+        test = read_csv_with_schema(public_test, schema, max_bytes=cfg.max_bytes)
         out["public_test"] = {"path": str(public_test), "rows": int(test.n)}
     if ds.task != "regression":
         names = schema.label.class_names or []
