@@ -346,9 +346,8 @@ class _FederatedSide(_Side):
 
         import torch
 
+        from mpc_erm.protocols.common import network_rows
         from mpc_erm.protocols.fedls import DpFedLs, timing_statement
-
-        from .rows import network_rows
 
         super().__init__(spec)
         self.plan = plan

@@ -17,7 +17,7 @@ import numpy as np
 from .context import JobCancelled
 from .public_errors import PublicError, data_failure
 
-__all__ = ["VALIDATION_SEED", "Rows", "device_for", "load_rows", "network_rows", "split_validation"]
+__all__ = ["VALIDATION_SEED", "Rows", "device_for", "load_rows", "split_validation"]
 
 
 @dataclass(frozen=True)
@@ -147,20 +147,3 @@ def device_for(ctx: Any) -> Any:
     return torch.device(want)
 
 
-def network_rows(ds: Any, spec: Any, dev: Any) -> tuple[Any, Any]:
-    """A data set's rows as the network's inputs (n, *input_shape) and class indices 0..K−1 (a
-    federated softmax: rows of the data set's own width)."""
-    import math
-
-    import torch
-
-    shape = tuple(spec.model.input_shape or (ds.X.shape[1],))
-    X = np.asarray(ds.X, dtype=np.float32)
-    if X.shape[1] != math.prod(shape):
-        raise ValueError(f"model.input_shape: {list(shape)} takes {math.prod(shape)} values per row, the data set "
-                         f"has {X.shape[1]} features")
-    y = np.asarray(ds.y)
-    if ds.task == "binary":
-        y = (y > 0).astype(np.int64)  # {-1, +1} → {0, 1}: output 1 is the positive class
-    return (torch.as_tensor(X, device=dev).reshape(X.shape[0], *shape),
-            torch.as_tensor(y.astype(np.int64), device=dev))

@@ -34,7 +34,7 @@ import numpy as np
 from .context import JobCancelled, WorkerContext
 from .jobs import write_result_manifest
 from .public_errors import PublicError, storage_problem
-from .rows import Rows, device_for, load_rows, network_rows
+from .rows import Rows, device_for, load_rows
 
 log = logging.getLogger(__name__)
 
@@ -658,6 +658,7 @@ def _network_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, rows: Rows, 
     import torch
 
     from mpc_erm.models import model_digest
+    from mpc_erm.protocols.common import network_rows
     from mpc_erm.protocols.dpsgd import DpSgd
 
     spec = ctx.job.spec

@@ -3,7 +3,8 @@
 It prints the privacy plan a daemon would make (mechanism, σ per coordinate next to the signal it
 must carry, ε by each accountant) and, with stand-in rows (a schema and one CSV per party:
 synthetic, public, or the user's own, read here only), the job's own protocol run in process a
-few times, scored on a held-out file next to the non-private model of the same objective.
+few times, scored on a held-out file next to the non-private model of the same objective (for a
+network: the same clipped rounds without noise). Linear models and networks on tabular rows.
 
 It leaves its verdict beside the job file (``JOB.plan.json``: the job's spec digest, the figures,
 no rows), which ``job submit`` reads: a job its dry run found hopeless is sent only with ``--yes``.
@@ -99,6 +100,7 @@ def describe(fc: Any) -> dict[str, Any]:
         "delta": fc.delta, "epsilon_by_accountant": fc.epsilon_by_accountant, "metric": fc.metric,
         "private_runs": fc.private, "private_mean": None if band is None else band[0],
         "private_band_10_90": None if band is None else [band[1], band[2]], "nonprivate": fc.nonprivate,
+        "nonprivate_is": fc.reference,
         "constant_predictor": fc.trivial, "hopeless": fc.hopeless, "verdict": verdict(fc),
     }
 
@@ -149,7 +151,7 @@ def plan(job_file: Path, schema_path: Path, data: tuple[Path, ...], eval_path: P
         if band is not None:
             where = eval_path.name if eval_path else "the pooled rows"
             click.echo(f"  simulated {fc.metric} on {where} over {runs} runs: {band[0]:.4f} "
-                       f"(10–90 %: {band[1]:.4f}–{band[2]:.4f}); non-private {fc.nonprivate:.4f}; "
+                       f"(10–90 %: {band[1]:.4f}–{band[2]:.4f}); {fc.reference} {fc.nonprivate:.4f}; "
                        f"a constant predictor {fc.trivial:.4f}")
         click.echo(f"  {verdict(fc)}")
         if receipt is not None:

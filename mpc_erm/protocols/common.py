@@ -8,8 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
+from mpc_erm.data import Dataset
 from mpc_erm.models import Loss, NetworkSpec, build_network, get_loss, parameter_count
 from mpc_erm.privacy.plan import PrivacyPlan, PublicSizes, Sampler
 from mpc_erm.protocols.spec import JobSpec
@@ -131,3 +133,19 @@ def public_sizes(spec: JobSpec, parties: PartySizes | None) -> PublicSizes:
     if parties is None:
         raise ValueError("sizes: a replace-one job needs the parties' agreed counts")
     return PublicSizes(counts=parties.sizes)
+
+
+def network_rows(ds: Dataset, spec: JobSpec, dev: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """A data set's rows as the network's inputs (n, *input_shape) on ``dev`` and class indices
+    0..K−1 (a federated softmax: rows of the data set's own width). The worker, the owner and
+    the forecast all feed a network through this."""
+    shape = tuple(spec.model.input_shape or (ds.X.shape[1],))
+    X = np.asarray(ds.X, dtype=np.float32)
+    if X.shape[1] != math.prod(shape):
+        raise ValueError(f"model.input_shape: {list(shape)} takes {math.prod(shape)} values per row, the data set "
+                         f"has {X.shape[1]} features")
+    y = np.asarray(ds.y)
+    if ds.task == "binary":
+        y = (y > 0).astype(np.int64)  # {-1, +1} → {0, 1}: output 1 is the positive class
+    return (torch.as_tensor(X, device=dev).reshape(X.shape[0], *shape),
+            torch.as_tensor(y.astype(np.int64), device=dev))

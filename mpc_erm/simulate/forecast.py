@@ -2,9 +2,10 @@
 same protocol run in process on rows the user supplies (``mpc-erm job plan``).
 
 Why: a job whose noise drowns its signal still spends its whole ε. The forecast runs the very
-round loop the daemons run (``GradientPerturbation.train`` / ``OutputPerturbation.release``), with
-the plan a daemon would make for these row counts, on the user's stand-in rows (synthetic, public,
-or their own, which never leave this process), so its accuracy band predicts the daemons' result.
+round loop the daemons run (``GradientPerturbation.train`` / ``OutputPerturbation.release`` for
+linear models, ``DpSgd.train`` for networks), with the plan a daemon would make for these row
+counts, on the user's stand-in rows (synthetic, public, or their own, which never leave this
+process), so its accuracy band predicts the daemons' result.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ import torch
 from mpc_erm.data import Dataset
 from mpc_erm.models import solve_erm
 from mpc_erm.protocols import GradientPerturbation, OutputPerturbation
-from mpc_erm.protocols.common import PartySizes, plan_job, public_sizes
+from mpc_erm.protocols.aggregation import NoiseSpec
+from mpc_erm.protocols.common import PartySizes, network_rows, plan_job, public_sizes
+from mpc_erm.protocols.dpsgd import DpSgd
 from mpc_erm.protocols.spec import JobSpec
 from mpc_erm.simulate.aggregator import InProcessAggregator
 
-__all__ = ["Forecast", "HOPELESS_NOISE_TO_SIGNAL", "InProcessJob", "forecast_job"]
+__all__ = ["Forecast", "HOPELESS_NOISE_TO_SIGNAL", "InProcessJob", "InProcessNetworkJob", "forecast_job"]
 
 #: Noise norm over signal norm above which a release carries next to nothing (``job submit`` asks).
 HOPELESS_NOISE_TO_SIGNAL = 3.0
@@ -42,13 +45,16 @@ class Forecast:
     sensitivity: float  # ℓ2 (Gaussian) or ℓ1 (Laplace) sensitivity of one release
     noise_std: float  # per coordinate of one release
     signal_norm: float  # gradient: ‖first released gradient‖ without noise; output: ‖non-private model‖
+    # (networks: ‖the first round's noise-free mean of clipped gradients‖, its Poisson batch)
     epsilon: float
     delta: float
     epsilon_by_accountant: dict[str, float | None]
     metric: str | None = None  # "accuracy" or "r2"
     private: list[float] = field(default_factory=list)  # the metric of each simulated run
-    nonprivate: float | None = None  # the same objective solved without noise on the pooled rows
+    nonprivate: float | None = None  # linear: the objective's exact minimiser on the pooled rows;
+    # networks: the same clipped rounds without noise
     trivial: float | None = None  # majority class (accuracy) or the mean (R² = 0)
+    reference: str = "non-private"  # what ``nonprivate`` is, in the words ``job plan`` prints
 
     @property
     def noise_to_signal(self) -> float:
@@ -146,24 +152,85 @@ class InProcessJob:
         return self.proto.train(agg, lambda th: (self._sums(th), self.weights))
 
 
+class InProcessNetworkJob:
+    """A network job's DP-SGD / DP-Adam rounds in one process (``DpSgd.train``, the worker's loop):
+    each party's Poisson batch from its own generator, its clipped sum, all summed by the
+    in-process aggregator with the plan's noise."""
+
+    def __init__(self, spec: JobSpec, plan: Any, parts: Sequence[Dataset]) -> None:
+        self.spec, self.plan = spec, plan
+        self.tensors = [network_rows(p, spec, "cpu") for p in parts]
+
+    def _sums(self, job: DpSgd, generators: Sequence[torch.Generator]) -> torch.Tensor:
+        return torch.cat([job.local_contribution(X, y, g)[0] for (X, y), g in zip(self.tensors, generators,
+                                                                                   strict=True)])
+
+    @staticmethod
+    def _generators(generator: torch.Generator, k: int) -> list[torch.Generator]:
+        seeds = torch.randint(0, 2**62, (k,), generator=generator).tolist()
+        return [torch.Generator().manual_seed(int(s)) for s in seeds]
+
+    def signal(self) -> float:
+        """‖the first round's release without noise‖: the weighted clipped sums of one Poisson batch."""
+        job = DpSgd(self.spec, plan=self.plan)
+        sums = self._sums(job, self._generators(torch.Generator().manual_seed(0), len(self.tensors)))
+        return float((job.weight * sums.sum(dim=0)).norm())
+
+    def train(self, generator: torch.Generator, *, noise: bool = True) -> DpSgd:
+        """One run of the job's T rounds; ``noise=False``: the same clipped rounds without noise."""
+        job = DpSgd(self.spec, plan=self.plan, noise=None if noise else NoiseSpec("none", 0.0))
+        gens = self._generators(generator, len(self.tensors))
+        job.train(InProcessAggregator(generator), lambda _m: (self._sums(job, gens), None))
+        return job
+
+
+def _network_accuracy(job: DpSgd, spec: JobSpec, ds: Dataset) -> float:
+    X, y = network_rows(ds, spec, "cpu")
+    return float((job.predict(X) == y).double().mean())
+
+
+def _network_forecast(spec: JobSpec, parts: Sequence[Dataset], target: Dataset, runs: int, seed: int) -> Forecast:
+    plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, None))
+    job = InProcessNetworkJob(spec, plan, parts)
+    scores = [_network_accuracy(job.train(torch.Generator().manual_seed(seed + r)), spec, target)
+              for r in range(runs)]
+    clipped = _network_accuracy(job.train(torch.Generator().manual_seed(seed), noise=False), spec, target)
+    g = plan.guarantee()
+    return Forecast(method=spec.method, mechanism=plan.mechanism, rounds=plan.rounds, dim=int(plan.dim),
+                    sensitivity=plan.sensitivity(), noise_std=plan.noise_scale(), signal_norm=job.signal(),
+                    epsilon=g.epsilon, delta=g.delta, epsilon_by_accountant=_accountants(plan), metric="accuracy",
+                    private=scores, nonprivate=clipped, trivial=_trivial(target),
+                    reference="the same rounds without noise")
+
+
+def _pooled(parts: Sequence[Dataset]) -> Dataset:
+    return Dataset(np.vstack([p.X for p in parts]), np.concatenate([p.y for p in parts]), parts[0].task,
+                   "pooled", parts[0].feature_names, parts[0].n_classes)
+
+
 def forecast_job(spec: JobSpec, parts: Sequence[Dataset], *, evaluate: Dataset | None = None, runs: int = 5,
                  seed: int = 0) -> Forecast:
     """Plan ``spec`` for parties holding ``parts`` (their row counts are what the daemons would
     agree), then run the job's protocol ``runs`` times in process and score each model on
-    ``evaluate`` (default: the pooled rows). Linear output and gradient jobs."""
-    if spec.model.is_network or spec.federated is not None:
-        raise ValueError("model.name: a forecast runs linear output and gradient jobs (networks: mpc-erm simulate)")
+    ``evaluate`` (default: the pooled rows). Linear output and gradient jobs, and networks."""
+    if spec.federated is not None:
+        raise ValueError("federated: a forecast runs the parties' own jobs (linear models and networks), not "
+                         "data owners' federated rounds")
     if not parts:
         raise ValueError("data: at least one party's rows are needed")
     d = parts[0].d
     if any(p.d != d for p in parts):
         raise ValueError(f"data: the parties' rows have different widths {[p.d for p in parts]}")
+    pooled = _pooled(parts)
+    target = evaluate if evaluate is not None else pooled
+    if spec.model.is_network:
+        if spec.model.name == "plugin":
+            raise ValueError("model.name: a plugin network is built only where it is installed (a party); "
+                             "forecast it with a built-in network of the same shape")
+        return _network_forecast(spec, parts, target, runs, seed)
     sizes = PartySizes.of([p.n for p in parts])
     plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, sizes), n_features=d)
     job = InProcessJob(spec, plan, parts)
-    pooled = Dataset(np.vstack([p.X for p in parts]), np.concatenate([p.y for p in parts]), parts[0].task,
-                     "pooled", parts[0].feature_names, parts[0].n_classes)
-    target = evaluate if evaluate is not None else pooled
     loss = job.proto.loss
     Xp, yp = _tensors(pooled)
     optimum = solve_erm(loss, Xp, yp, spec.model.lam, tol=1e-10).theta

@@ -96,3 +96,48 @@ def test_a_usable_job_shows_its_forecast_and_an_unplanned_one_a_hint(
     assert code == 0 and "ok: the noise leaves the signal usable" in out, out
     code, out, err = _submit(files, job, monkeypatch, capsys)
     assert code != 3 and "dry run (" in err and "simulated accuracy 0." in err, err
+
+
+NETWORK_JOB = """\
+method = "gradient"
+
+[job]
+name = "diagnosis-net"
+dataset = "diagnosis"
+parties = ["alice", "bob", "carol"]
+trust = "replicated"
+
+[model]
+name = "mlp"
+input_shape = [8]               # the schema's 7 columns and its intercept
+n_classes = 2
+hidden = [16]
+
+[privacy]
+epsilon = {eps}
+delta = 1e-6
+clip = 1.0
+adjacency = "add_remove"
+public_n = 400
+
+[training]
+iterations = 30
+learning_rate = 0.1
+optimizer = "adam"
+"""
+
+
+def test_a_network_job_is_forecast_by_its_own_dp_sgd_rounds(files: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    job = files / "net.toml"
+    job.write_text(NETWORK_JOB.format(eps=2.0))
+    code, out, err = _plan(files, job, monkeypatch, capsys)
+    assert code == 0 and "ok: the noise leaves the signal usable" in out, (out, err)
+    assert "178 numbers" in out and "the same rounds without noise" in out, out
+    receipt = json.loads((files / "net.plan.json").read_text())
+    assert receipt["private_mean"] > receipt["constant_predictor"] + 0.1, receipt
+    assert receipt["nonprivate_is"] == "the same rounds without noise"
+
+    job.write_text(NETWORK_JOB.format(eps=0.02))
+    code, out, _ = _plan(files, job, monkeypatch, capsys)
+    assert code == 3 and "HOPELESS" in out, out

@@ -332,11 +332,11 @@ SEND_AFTER_S = 1.5  # the noisy federated job's fixed send time
 
 def _fed_job(job_path: Path, configs: list[Path]) -> tuple[Any, list[tuple[torch.Tensor, torch.Tensor]]]:
     """A federated job's zero-noise protocol object as every member builds it, and each owner's rows."""
-    from mpc_erm.protocols.common import plan_job, public_sizes
+    from mpc_erm.protocols.common import network_rows, plan_job, public_sizes
     from mpc_erm.protocols.fedls import DpFedLs
     from parties.config import load_owner_config
     from parties.owner import _OwnerView
-    from parties.rows import load_rows, network_rows
+    from parties.rows import load_rows
 
     job = load_job_file(job_path)
     plan = plan_job(job.spec, sampler="mpc", test_no_noise=True, sizes=public_sizes(job.spec, None),
