@@ -86,8 +86,15 @@ def verdict(fc: Any) -> str:
     if fc.noise_to_signal > HOPELESS_NOISE_TO_SIGNAL:
         return (f"HOPELESS: the noise is {fc.noise_to_signal:.1f}× the signal; more rows, fewer features, a "
                 "larger ε or λ (output), or fewer rounds would help")
+    if fc.untrained:
+        return ("HOPELESS, and not for privacy: without noise the same rounds do no better than a constant "
+                "either; tune training.learning_rate (smaller if it diverges) and training.iterations")
     if fc.hopeless:
         return "HOPELESS: the simulated private models do no better than predicting a constant"
+    if fc.short_of_optimum:
+        return (f"ok: the noise leaves the signal usable; without noise the rounds reach {fc.noise_free:.4f} of the "
+                f"optimum's {fc.nonprivate:.4f}: more training.iterations would help (or a larger learning_rate, "
+                "while the rounds still converge)")
     return "ok: the noise leaves the signal usable"
 
 
@@ -100,7 +107,7 @@ def describe(fc: Any) -> dict[str, Any]:
         "delta": fc.delta, "epsilon_by_accountant": fc.epsilon_by_accountant, "metric": fc.metric,
         "private_runs": fc.private, "private_mean": None if band is None else band[0],
         "private_band_10_90": None if band is None else [band[1], band[2]], "nonprivate": fc.nonprivate,
-        "nonprivate_is": fc.reference,
+        "nonprivate_is": fc.reference, "noise_free": fc.noise_free,
         "constant_predictor": fc.trivial, "hopeless": fc.hopeless, "verdict": verdict(fc),
     }
 
@@ -150,8 +157,10 @@ def plan(job_file: Path, schema_path: Path, data: tuple[Path, ...], eval_path: P
         band = fc.band()
         if band is not None:
             where = eval_path.name if eval_path else "the pooled rows"
+            quiet = ("" if fc.noise_free is None or fc.reference != "non-private"
+                     else f"the same rounds without noise {fc.noise_free:.4f}; ")
             click.echo(f"  simulated {fc.metric} on {where} over {runs} runs: {band[0]:.4f} "
-                       f"(10–90 %: {band[1]:.4f}–{band[2]:.4f}); {fc.reference} {fc.nonprivate:.4f}; "
+                       f"(10–90 %: {band[1]:.4f}–{band[2]:.4f}); {quiet}{fc.reference} {fc.nonprivate:.4f}; "
                        f"a constant predictor {fc.trivial:.4f}")
         click.echo(f"  {verdict(fc)}")
         if receipt is not None:

@@ -55,6 +55,7 @@ class Forecast:
     # networks: the same clipped rounds without noise
     trivial: float | None = None  # majority class (accuracy) or the mean (R² = 0)
     reference: str = "non-private"  # what ``nonprivate`` is, in the words ``job plan`` prints
+    noise_free: float | None = None  # the same rounds without noise (what the optimiser alone reaches)
 
     @property
     def noise_to_signal(self) -> float:
@@ -68,11 +69,23 @@ class Forecast:
     @property
     def hopeless(self) -> bool:
         """The noise is several times the signal, or the runs do no better than a constant."""
-        if self.noise_to_signal > HOPELESS_NOISE_TO_SIGNAL:
+        if self.noise_to_signal > HOPELESS_NOISE_TO_SIGNAL or self.untrained:
             return True
         if self.private and self.trivial is not None:
             return float(np.mean(self.private)) <= self.trivial + 0.01
         return False
+
+    @property
+    def untrained(self) -> bool:
+        """Even without noise the rounds do no better than a constant: the learning rate or the
+        number of rounds is at fault, not the privacy."""
+        return self.noise_free is not None and self.trivial is not None and self.noise_free <= self.trivial + 0.01
+
+    @property
+    def short_of_optimum(self) -> bool:
+        """Without noise the rounds stop well short of the exact minimiser (linear jobs)."""
+        return (self.noise_free is not None and self.nonprivate is not None and self.reference == "non-private"
+                and self.noise_free < self.nonprivate - 0.02)
 
     def band(self) -> tuple[float, float, float] | None:
         """(mean, 10 % quantile, 90 % quantile) of the simulated runs' metric."""
@@ -200,7 +213,7 @@ def _network_forecast(spec: JobSpec, parts: Sequence[Dataset], target: Dataset, 
                     sensitivity=plan.sensitivity(), noise_std=plan.noise_scale(), signal_norm=job.signal(),
                     epsilon=g.epsilon, delta=g.delta, epsilon_by_accountant=_accountants(plan), metric="accuracy",
                     private=scores, nonprivate=clipped, trivial=_trivial(target),
-                    reference="the same rounds without noise")
+                    reference="the same rounds without noise", noise_free=clipped)
 
 
 def _pooled(parts: Sequence[Dataset]) -> Dataset:
@@ -236,9 +249,14 @@ def forecast_job(spec: JobSpec, parts: Sequence[Dataset], *, evaluate: Dataset |
     optimum = solve_erm(loss, Xp, yp, spec.model.lam, tol=1e-10).theta
     metric, nonprivate = _metric(loss, optimum, target)
     scores = [_metric(loss, job.release(torch.Generator().manual_seed(seed + r)), target)[1] for r in range(runs)]
+    noise_free = None
+    if spec.method == "gradient":  # what the rounds reach without noise: the optimiser's share of the gap
+        quiet = plan_job(spec, sampler="mpc", test_no_noise=True, sizes=public_sizes(spec, sizes), n_features=d)
+        noise_free = _metric(loss, InProcessJob(spec, quiet, parts).release(torch.Generator().manual_seed(seed)),
+                             target)[1]
     noise_std = plan.noise_scale() * (math.sqrt(2.0) if plan.mechanism == "laplace" else 1.0)
     g = plan.guarantee()
     return Forecast(method=spec.method, mechanism=plan.mechanism, rounds=plan.rounds, dim=int(plan.dim or d),
                     sensitivity=plan.sensitivity(), noise_std=noise_std, signal_norm=job.signal(), epsilon=g.epsilon,
                     delta=g.delta, epsilon_by_accountant=_accountants(plan), metric=metric, private=scores,
-                    nonprivate=nonprivate, trivial=_trivial(target))
+                    nonprivate=nonprivate, trivial=_trivial(target), noise_free=noise_free)

@@ -7,6 +7,7 @@ noise drowns its signal is found hopeless."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from mpc_erm.data import Dataset
@@ -90,3 +91,45 @@ def test_the_band_lies_between_a_constant_and_the_noise_free_rounds_and_drowned_
     drowned = forecast_job(_spec(eps=0.01, T=20, q=0.5, lr=1.0, n_hat=300, clip=1.0), parts, evaluate=held_out,
                            runs=2)
     assert drowned.hopeless and drowned.noise_to_signal > 3, drowned
+
+
+RIDGE_JOB = """
+method = "gradient"
+[job]
+name = "ridge"
+dataset = "d"
+parties = ["a", "b", "c"]
+trust = "replicated"
+[model]
+name = "ridge"
+lam = 1e-3
+[privacy]
+epsilon = 50.0
+delta = 1e-6
+clip = 1.0
+[training]
+iterations = {T}
+learning_rate = {lr}
+"""
+
+
+def _regression_parts(seed: int, sizes: tuple[int, ...]) -> list[Dataset]:
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=4)
+    out = []
+    for n in sizes:
+        X = rng.uniform(-0.5, 0.5, size=(n, 4))
+        out.append(Dataset(X, np.clip(X @ w / 2 + 0.05 * rng.normal(size=n), -1, 1), "regression", "part"))
+    return out
+
+
+def test_a_linear_forecast_separates_the_optimisers_share_of_the_gap_from_the_noises() -> None:
+    """Without noise the same rounds reach what the optimiser alone can: a learning rate that
+    diverges is found hopeless even at a large ε, and too few rounds stop short of the optimum."""
+    parts = _regression_parts(0, (300, 300, 300))
+    diverges = forecast_job(parse_job_file(RIDGE_JOB.format(T=20, lr=50.0)).spec, parts, runs=1)
+    assert diverges.untrained and diverges.hopeless and diverges.noise_free is not None and diverges.noise_free < 0
+    short = forecast_job(parse_job_file(RIDGE_JOB.format(T=3, lr=0.5)).spec, parts, runs=1)
+    assert short.short_of_optimum and not short.hopeless and short.noise_free < short.nonprivate - 0.02, short
+    enough = forecast_job(parse_job_file(RIDGE_JOB.format(T=400, lr=1.9)).spec, parts, runs=1)
+    assert not enough.short_of_optimum and enough.noise_free == pytest.approx(enough.nonprivate, abs=0.02)
