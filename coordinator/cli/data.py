@@ -104,18 +104,21 @@ def digest(schema_file: Path) -> None:
 
 
 @data.command("example")
-@click.argument("name", type=click.Choice(["adult", "breast-cancer"]))
+@click.argument("name", type=click.Choice(["adult", "breast-cancer", "diabetes"]))
 @click.option("--parties", "names", default="alice,bob,carol", show_default=True,
               help="comma-separated party names: one training file each")
 @click.option("--holdout", default=0.2, show_default=True,
-              help="breast-cancer: fraction of rows kept out as new.csv (adult: its own test file)")
+              help="breast-cancer, diabetes: fraction of rows kept out as new.csv (adult: its own test file)")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
 def example(name: str, names: str, holdout: float, out_dir: Path) -> None:
     """Write a public data set as the CSV files organisations would hold: raw units, text labels, an
-    id column; one file per party (<party>.csv) and held-out rows to predict (new.csv)."""
+    id column; one file per party (<party>.csv) and held-out rows to predict (new.csv).
+
+    adult: UCI Adult (income above $50K, binary); breast-cancer: Wisconsin diagnostic (binary);
+    diabetes: Efron et al.'s 442 patients, disease progression after a year (a regression)."""
     import numpy as np
     import pandas as pd
-    from sklearn.datasets import load_breast_cancer
+    from sklearn.datasets import load_breast_cancer, load_diabetes
 
     parties = [n.strip() for n in names.split(",") if n.strip()]
     if not parties:
@@ -135,9 +138,15 @@ def example(name: str, names: str, holdout: float, out_dir: Path) -> None:
         frame, new = read("adult.data.gz", 0), read("adult.test.gz", 1)
         order = np.arange(len(frame))
     else:
-        b = load_breast_cancer()
-        frame = pd.DataFrame(b.data, columns=[str(c).replace(" ", "_") for c in b.feature_names])
-        frame["diagnosis"] = np.where(b.target == 0, "malignant", "benign")
+        if name == "breast-cancer":
+            b = load_breast_cancer()
+            frame = pd.DataFrame(b.data, columns=[str(c).replace(" ", "_") for c in b.feature_names])
+            frame["diagnosis"] = np.where(b.target == 0, "malignant", "benign")
+        else:  # sklearn's copy in raw units (scaled=False); its serum columns s1..s6 named as in its notes
+            b = load_diabetes(scaled=False)
+            frame = pd.DataFrame(b.data, columns=["age", "sex", "bmi", "bp", "tc", "ldl", "hdl", "tch", "ltg", "glu"])
+            frame["sex"] = frame["sex"].map({1.0: "1", 2.0: "2"})  # coded 1/2 in the source, no names given
+            frame["progression"] = b.target
         shuffled = np.random.default_rng(2026).permutation(len(frame))
         k = round(holdout * len(frame))
         new, order = frame.iloc[shuffled[:k]], shuffled[k:]
