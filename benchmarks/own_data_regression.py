@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import tempfile
 import time
@@ -81,16 +82,11 @@ def _files(root: Path, held_out: int, seed: int) -> dict[str, Path]:
     return out
 
 
-def _r2(pred: Any, truth: Any) -> float:
-    import numpy as np
-
-    pred, truth = np.asarray(pred, dtype=float), np.asarray(truth, dtype=float)
-    return float(1.0 - ((pred - truth) ** 2).sum() / ((truth - truth.mean()) ** 2).sum())
-
-
 def run(iterations: list[int], epsilon: float, held_out: int = 4000, seed: int = 0, runs: int = 5) -> dict[str, Any]:
+    import numpy as np
     import pandas as pd
     from sklearn.linear_model import LinearRegression
+    from sklearn.metrics import r2_score
 
     from coordinator.consortium import LocalConsortium
     from mpc_erm import load_model
@@ -113,11 +109,12 @@ def run(iterations: list[int], epsilon: float, held_out: int = 4000, seed: int =
         raw = pd.concat([pd.read_csv(files[p]) for p in ("alice", "bob", "carol")])
         cols = [c for c, _, _ in COLUMNS]
         ols = LinearRegression().fit(raw[cols], raw["median_house_value"])
-        sklearn_r2 = _r2(ols.predict(pd.read_csv(files["new"])[cols]), truth)
+        sklearn_r2 = float(r2_score(truth, ols.predict(pd.read_csv(files["new"])[cols])))
 
         out_job = root / "output.toml"
         out_job.write_text(JOB.format(method="output", T=1, eps=epsilon).split("[training]")[0])
         fc_out = forecast_job(load_job_file(out_job).spec, parts, evaluate=held, runs=runs, seed=seed)
+        out_band = fc_out.band()
         rows: list[dict[str, Any]] = []
         data = {p: {"format": "csv", "path": files[p], "schema": schema_file} for p in ("alice", "bob", "carol")}
         with LocalConsortium(root / "cons", dataset="prices", party_data=data, dealer=False,
@@ -140,7 +137,8 @@ def run(iterations: list[int], epsilon: float, held_out: int = 4000, seed: int =
                 report = json.loads((root / f"result-{T}" / "privacy_report.json").read_text())
                 band = fc.band()
                 assert band is not None
-                rows.append({"iterations": T, "daemons_r2": _r2(model.predict(frame), truth),
+                pred = np.asarray(model.predict(frame), dtype=float)
+                rows.append({"iterations": T, "daemons_r2": float(r2_score(truth, pred)),
                              "daemons_seconds_submit_to_end": round(seconds, 2),
                              "forecast_r2_mean": band[0], "forecast_r2_10_90": [band[1], band[2]],
                              "forecast_noise_free_r2": fc.noise_free, "noise_std_per_coordinate": fc.noise_std,
@@ -155,9 +153,8 @@ def run(iterations: list[int], epsilon: float, held_out: int = 4000, seed: int =
         "exact_minimiser_r2": fc_out.nonprivate, "sklearn_least_squares_raw_columns_r2": sklearn_r2,
         "gradient": rows,
         "output_forecast": {"noise_std_per_coordinate": fc_out.noise_std, "noise_to_signal": fc_out.noise_to_signal,
-                            "r2_mean": fc_out.band()[0] if fc_out.band() else None, "hopeless": fc_out.hopeless},
-        "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
-        "command": "python -m benchmarks.own_data_regression",
+                            "r2_mean": None if out_band is None else out_band[0], "hopeless": fc_out.hopeless},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
     }
 
 

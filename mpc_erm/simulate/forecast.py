@@ -197,17 +197,16 @@ class InProcessNetworkJob:
         return job
 
 
-def _network_accuracy(job: DpSgd, spec: JobSpec, ds: Dataset) -> float:
-    X, y = network_rows(ds, spec, "cpu")
-    return float((job.predict(X) == y).double().mean())
-
-
 def _network_forecast(spec: JobSpec, parts: Sequence[Dataset], target: Dataset, runs: int, seed: int) -> Forecast:
     plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, None))
     job = InProcessNetworkJob(spec, plan, parts)
-    scores = [_network_accuracy(job.train(torch.Generator().manual_seed(seed + r)), spec, target)
-              for r in range(runs)]
-    clipped = _network_accuracy(job.train(torch.Generator().manual_seed(seed), noise=False), spec, target)
+    X, y = network_rows(target, spec, "cpu")  # once: every run is scored on the same rows
+
+    def accuracy(trained: DpSgd) -> float:
+        return float((trained.predict(X) == y).double().mean())
+
+    scores = [accuracy(job.train(torch.Generator().manual_seed(seed + r))) for r in range(runs)]
+    clipped = accuracy(job.train(torch.Generator().manual_seed(seed), noise=False))
     g = plan.guarantee()
     return Forecast(method=spec.method, mechanism=plan.mechanism, rounds=plan.rounds, dim=int(plan.dim),
                     sensitivity=plan.sensitivity(), noise_std=plan.noise_scale(), signal_norm=job.signal(),
