@@ -80,7 +80,9 @@ def start_parties(
 def join_as_party(rank: int, identity: Any, port_q: Any, table_q: Any, local_seed: int) -> tuple[Any, Any, Any]:
     """The child's half of :func:`start_parties`: one torch thread, a transport server whose port is
     announced, the job's table received, CrypTen initialised over gRPC with a 60 s deadline, and the
-    ``local`` generator seeded with ``local_seed + rank`` (fixed seeds: tests only).
+    ``local`` generator seeded with ``local_seed + rank`` and the ``global`` (public coins) one with
+    ``local_seed`` at every party (fixed seeds: tests only, so a statistical test's p-value is the
+    same on every run and machine; CrypTen would otherwise draw the public seed afresh at init).
     Returns (crypten, communicator, server); the caller uninitialises and stops them."""
     from mpc_erm.mpc.communicator import init_crypten
     from mpc_erm.mpc.crypten_compat import import_crypten
@@ -93,4 +95,5 @@ def join_as_party(rank: int, identity: Any, port_q: Any, table_q: Any, local_see
     table = table_q.get(timeout=60)
     comm = init_crypten(table, identity.name, identity, server=server, options=TransportOptions(deadline_s=60))
     crypten.generators["local"][torch.device("cpu")].manual_seed(local_seed + rank)
+    crypten.generators["global"][torch.device("cpu")].manual_seed(local_seed)
     return crypten, comm, server
