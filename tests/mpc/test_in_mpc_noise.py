@@ -5,6 +5,9 @@ Checks: every party reveals the same vector; revealed − exact sum is noise wit
 (discrete Gaussian) or b (discrete Laplace) — KS p-value and std within stated tolerances; the
 offline pool serves the online rounds (no online sampling); a round without a pool samples
 online and says so; the trust model names the dealer; ℓ2-Laplace is refused.
+
+The noise is NOT seeded (the dealer's triples and CrypTen's generators are seeded from secrets /
+os.urandom inside the product), so KS asks p > P_FRESH and std/mean checks allow 5 standard errors.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from tests.mpc.test_mpc_aggregator import contribution, run_job, weight
 S_DIM, S_RELEASES = 300, 6  # streamed pool: batches of 256 (batch_for: 4 × 64), one release ahead
 G_DIM, G_SIGMA, G_SENS = 2500, 0.5, 0.05  # 2 releases prepared + 1 online: 7,500 Gaussian samples
 L_DIM, L_SCALE, L_SENS = 20_000, 0.2, 0.1
+# fresh randomness each run, so the tolerance is set where a chance failure is about one in a million
+P_FRESH = 1e-6
 
 
 def _member(rank: int, table: Any, identity: Any, server: Any) -> dict[str, Any]:
@@ -111,7 +116,7 @@ def test_gaussian_noise_has_the_planned_distribution(reports: dict[int, dict[str
     n = noise.size
     assert abs(noise.std() / sigma - 1) < 5 / math.sqrt(2 * n)  # 5 standard errors
     assert abs(noise.mean()) < 5 * sigma / math.sqrt(n)
-    assert stats.kstest(noise / sigma, "norm").pvalue > 1e-3
+    assert stats.kstest(noise / sigma, "norm").pvalue > P_FRESH
 
 
 def test_laplace_noise_has_the_planned_distribution(reports: dict[int, dict[str, Any]]) -> None:
@@ -121,7 +126,7 @@ def test_laplace_noise_has_the_planned_distribution(reports: dict[int, dict[str,
     noise = np.asarray(rep["lap"]) - _exact(L_DIM, 9)
     n = noise.size
     assert abs(noise.std() / (math.sqrt(2) * b) - 1) < 5 * math.sqrt(5 / 4 / n)  # kurtosis 6: se of std ≈ √(5/4n)
-    assert stats.kstest(noise / b, "laplace").pvalue > 1e-3
+    assert stats.kstest(noise / b, "laplace").pvalue > P_FRESH
 
 
 def test_offline_pool_serves_online_rounds_and_shortfalls_are_counted(reports: dict[int, dict[str, Any]]) -> None:
@@ -145,7 +150,7 @@ def test_streamed_pool_samples_one_release_ahead_in_whole_batches(reports: dict[
     b = rep["plan_lap_t"] * 2.0 ** -rep["lap_precision"]
     noise = np.concatenate([np.asarray(rep["streamed"][s]) - _exact(S_DIM, 20 + s) for s in range(S_RELEASES)])
     assert np.unique(noise).size > 0.5 * noise.size  # fresh draws every round, none reused
-    assert stats.kstest(noise / b, "laplace").pvalue > 1e-3
+    assert stats.kstest(noise / b, "laplace").pvalue > P_FRESH
     for r in (1, 2):
         assert np.array_equal(reports[r]["streamed"], rep["streamed"])
 

@@ -9,12 +9,16 @@ What must hold, measured on what each party holds:
   control fixes all three keys: the sample is then one subset (so the tests can see dependence);
 * through real processes (three compute parties on gRPC + mTLS) A and C hold the shares, B none,
   and each owner's two packed shares give its bits.
+
+The statistical tests draw their keys from a seeded numpy generator (:func:`_keys`) and the
+functions under test are deterministic in their keys, so their p-values are the same every run.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -36,6 +40,12 @@ N, S = 5, 2
 SUBSETS = [frozenset(c) for c in itertools.combinations(range(N), S)]  # 10
 
 
+def _keys(seed: int) -> Callable[[], bytes]:
+    """A stand-in for new_key: 32-byte keys from a seeded generator (fixed p-values)."""
+    rng = np.random.default_rng(seed)
+    return lambda: rng.bytes(32)
+
+
 def _sample(k_ab: bytes, k_bc: bytes, k_ca: bytes, rounds: int = 1, owners: int = N,
             size: int = S) -> tuple[np.ndarray, np.ndarray]:
     c = b_message(k_ab, k_bc, owners, size, rounds)
@@ -48,21 +58,23 @@ def _uniform_p(draws: list[frozenset[int]]) -> float:
 
 
 def test_every_round_draws_exactly_s_owners_uniformly() -> None:
-    bits, _ = _sample(new_key(), new_key(), new_key(), rounds=3000)
+    key = _keys(1)
+    bits, _ = _sample(key(), key(), key(), rounds=3000)
     assert bits.dtype == np.uint8 and set(np.unique(bits)) <= {0, 1}
     assert (bits.sum(1) == S).all()
     assert _uniform_p([frozenset(np.nonzero(r)[0].tolist()) for r in bits]) > 1e-3
-    big, _ = _sample(new_key(), new_key(), new_key(), rounds=4, owners=1000, size=50)
+    big, _ = _sample(key(), key(), key(), rounds=4, owners=1000, size=50)
     assert (big.sum(1) == 50).all() and len({tuple(np.nonzero(r)[0]) for r in big}) == 4
 
 
 @pytest.mark.parametrize("party", ["A", "B"])
 def test_what_a_or_b_holds_leaves_the_sample_uniform(party: str) -> None:
-    fixed = {"ab": new_key(), "bc": new_key(), "ca": new_key()}
+    key = _keys(2 if party == "A" else 3)
+    fixed = {"ab": key(), "bc": key(), "ca": key()}
     fresh = "bc" if party == "A" else "ca"  # the one permutation the party does not know
     draws = []
     for _ in range(2000):
-        keys = {**fixed, fresh: new_key()}
+        keys = {**fixed, fresh: key()}
         bits, _ = _sample(keys["ab"], keys["bc"], keys["ca"])
         draws.append(frozenset(np.nonzero(bits[0])[0].tolist()))
     assert _uniform_p(draws) > 1e-3
@@ -73,10 +85,11 @@ def test_what_a_or_b_holds_leaves_the_sample_uniform(party: str) -> None:
 
 
 def test_what_c_holds_and_receives_is_independent_of_the_sample() -> None:
-    k_bc, k_ca = new_key(), new_key()
+    key = _keys(4)
+    k_bc, k_ca = key(), key()
     table = np.zeros((2**N, len(SUBSETS)))
     for _ in range(3000):
-        bits, c = _sample(new_key(), k_bc, k_ca)
+        bits, c = _sample(key(), k_bc, k_ca)
         table[int("".join(map(str, c[0])), 2), SUBSETS.index(frozenset(np.nonzero(bits[0])[0].tolist()))] += 1
     assert table.sum(1).min() > 0  # c takes every value (uniform: it is masked)
     assert stats.chi2_contingency(table).pvalue > 1e-3

@@ -6,7 +6,8 @@ Checked: the shares of every owner sum to its encoding exactly, whatever the rou
 party's view of an owner (a key or an explicit share) is uniform and changes every round; a
 dropped owner is left out of the sum by every compute party; through 3 compute-party processes
 and a dealer over gRPC + mTLS, the revealed aggregate is Σ over the agreed owners exactly
-(zero noise) and Σ + the planned discrete Gaussian (in-MPC noise)."""
+(zero noise) and Σ + the planned discrete Gaussian (in-MPC noise). The owners' keys are fixed;
+the in-MPC noise is not (dealer and CrypTen seeds come from secrets / os.urandom in the product)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ from tests.mpc.test_mpc_aggregator import run_job
 
 K, OWNERS, DIM, GRID = 3, 30, 257, 20  # GRID: the unit tests' grid
 DROPPED = {4, 17}  # missed the round's deadline: left out by every compute party
+# fresh randomness each run, so the tolerance is set where a chance failure is about one in a million
+P_FRESH = 1e-6
 
 
 def _owner_value(o: int, round_: int, dim: int = DIM) -> torch.Tensor:
@@ -182,7 +185,7 @@ def test_three_compute_parties_reveal_the_agreed_owners_sum_exactly_without_nois
 
 def test_the_in_mpc_noise_is_added_once_to_the_owners_sum(consortium: dict) -> None:
     """revealed − Σ owners = the discrete Gaussian of the plan (σ = 0.05): same at every compute
-    party, mean 0 and σ within 5 % over 4 × 257 samples, normal by KS."""
+    party, mean 0 and σ within 5 standard errors over 4 × 257 samples, normal by KS."""
     grid = consortium[0]["grid"]
     margin = owner_margin_bits(OWNERS)
     noise = np.stack([(torch.as_tensor(consortium[0]["noisy"][t]) - _exact(t, margin, grid)).numpy()
@@ -190,6 +193,6 @@ def test_the_in_mpc_noise_is_added_once_to_the_owners_sum(consortium: dict) -> N
     for r in range(1, K):
         assert np.array_equal(np.asarray(consortium[r]["noisy"]), np.asarray(consortium[0]["noisy"]))
     z = noise.reshape(-1) / NOISE_SIGMA
-    assert abs(z.mean()) < 5 / np.sqrt(z.size) and abs(z.std() - 1) < 0.1, (z.mean(), z.std())
-    assert stats.kstest(z, "norm").pvalue > 1e-3
+    assert abs(z.mean()) < 5 / np.sqrt(z.size) and abs(z.std() - 1) < 5 / np.sqrt(2 * z.size), (z.mean(), z.std())
+    assert stats.kstest(z, "norm").pvalue > P_FRESH
     assert consortium[0]["online_samples"] == 0 and "dealer 'dealer'" in consortium[0]["trust_model"]
