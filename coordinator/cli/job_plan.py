@@ -4,7 +4,9 @@ It prints the privacy plan a daemon would make (mechanism, σ per coordinate nex
 must carry, ε by each accountant) and, with stand-in rows (a schema and one CSV per party:
 synthetic, public, or the user's own, read here only), the job's own protocol run in process a
 few times, scored on a held-out file next to the non-private model of the same objective (for a
-network: the same clipped rounds without noise). Linear models and networks on tabular rows.
+network: the same clipped rounds without noise). Linear models and networks on tabular rows; for a
+job with data owners (``job.owners``) the stand-in rows are dealt to its owners, and a federated
+job (DP-Fed-LS) is forecast by its own rounds: owners drawn, local epochs, the noisy smoothed mean.
 
 It leaves its verdict beside the job file (``JOB.plan.json``: the job's spec digest, the figures,
 no rows), which ``job submit`` reads: a job its dry run found hopeless is sent only with ``--yes``.
@@ -87,8 +89,11 @@ def verdict(fc: Any) -> str:
         return (f"HOPELESS: the noise is {fc.noise_to_signal:.1f}× the signal; more rows, fewer features, a "
                 "larger ε or λ (output), or fewer rounds would help")
     if fc.untrained:
+        knobs = ("federated.local_lr, federated.local_epochs, training.learning_rate (the global step) and "
+                 "training.iterations" if fc.federated else
+                 "training.learning_rate (smaller if it diverges) and training.iterations")
         return ("HOPELESS, and not for privacy: without noise the same rounds do no better than a constant "
-                "either; tune training.learning_rate (smaller if it diverges) and training.iterations")
+                f"either; tune {knobs}")
     if fc.hopeless:
         return "HOPELESS: the simulated private models do no better than predicting a constant"
     if fc.short_of_optimum:
@@ -118,7 +123,8 @@ def describe(fc: Any) -> dict[str, Any]:
               help="the data schema the parties hold (maps each CSV's columns to features and labels)")
 @click.option("--data", "data", multiple=True, required=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="one CSV per party, in the job's party order (repeat): stand-in rows with realistic counts")
+              help="one CSV per party, in the job's party order (repeat): stand-in rows with realistic counts; "
+                   "for a job with data owners, any number of CSVs whose rows are dealt to its owners")
 @click.option("--eval", "eval_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="a labelled CSV to score the simulated models on (default: the pooled --data rows)")
 @click.option("--runs", default=5, show_default=True, type=click.IntRange(1, 100), help="simulated runs")
@@ -133,21 +139,27 @@ def plan(job_file: Path, schema_path: Path, data: tuple[Path, ...], eval_path: P
     from mpc_erm.simulate.forecast import forecast_job
 
     jf = load_job_file(job_file)
-    if len(data) != len(jf.job.parties):
+    owners = len(jf.job.owners) or None
+    if owners is None and len(data) != len(jf.job.parties):
         raise ValueError(f"--data: the job has {len(jf.job.parties)} parties ({', '.join(jf.job.parties)}); "
                          f"give one CSV each, got {len(data)}")
     schema, parts = load_parts(schema_path, data)
     if jf.job.schema_sha256 is not None and jf.job.schema_sha256 != schema.digest():
         raise ValueError(f"--schema: {schema_path} has sha256 {schema.digest()[:12]}…, the job pins "
                          f"job.schema_sha256 = {jf.job.schema_sha256[:12]}…")
+    if jf.job.features is not None and parts[0].d != jf.job.features:
+        raise ValueError(f"--schema: {schema_path.name} makes {parts[0].d} features per row; the job's owners send "
+                         f"job.features = {jf.job.features}")
     evaluate = None if eval_path is None else read_csv_with_schema(eval_path, schema)
-    fc = forecast_job(jf.spec, parts, evaluate=evaluate, runs=runs)
+    fc = forecast_job(jf.spec, parts, evaluate=evaluate, runs=runs, owners=owners)
     out = describe(fc)
     receipt = write_receipt(job_file, jf.spec_digest(), out, data)
     if as_json:
         click.echo(json.dumps({"job": jf.job.name, **out}, indent=2, default=float))
     else:
-        sizes = ", ".join(f"{n} {p.n}" for n, p in zip(jf.job.parties, parts, strict=True))
+        total = sum(p.n for p in parts)
+        sizes = (f"{total} stand-in rows dealt to {owners} owners (about {total // owners} each)" if owners else
+                 ", ".join(f"{n} {p.n}" for n, p in zip(jf.job.parties, parts, strict=True)))
         click.echo(f"job {jf.job.name}: {fc.method} perturbation, {fc.mechanism} noise, {fc.rounds} release(s) of "
                    f"{fc.dim} numbers; rows: {sizes}")
         click.echo(f"  noise per coordinate {fc.noise_std:.4g} (sensitivity {fc.sensitivity:.4g}); "

@@ -3,9 +3,10 @@ same protocol run in process on rows the user supplies (``mpc-erm job plan``).
 
 Why: a job whose noise drowns its signal still spends its whole ε. The forecast runs the very
 round loop the daemons run (``GradientPerturbation.train`` / ``OutputPerturbation.release`` for
-linear models, ``DpSgd.train`` for networks), with the plan a daemon would make for these row
-counts, on the user's stand-in rows (synthetic, public, or their own, which never leave this
-process), so its accuracy band predicts the daemons' result.
+linear models, ``DpSgd.train`` for networks, ``DpFedLs.train`` for DP-Fed-LS with data owners),
+with the plan a daemon would make for these row counts, on the user's stand-in rows (synthetic,
+public, or their own, which never leave this process), so its accuracy band predicts the daemons'
+result. For a job with data owners the stand-in rows are dealt to the job's owners.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from mpc_erm.protocols import GradientPerturbation, OutputPerturbation
 from mpc_erm.protocols.aggregation import NoiseSpec
 from mpc_erm.protocols.common import PartySizes, network_rows, plan_job, public_sizes
 from mpc_erm.protocols.dpsgd import DpSgd
+from mpc_erm.protocols.fedls import DpFedLs, owner_updates, poisson_owners, uniform_owners
 from mpc_erm.protocols.spec import JobSpec
 from mpc_erm.simulate.aggregator import InProcessAggregator
 
-__all__ = ["Forecast", "HOPELESS_NOISE_TO_SIGNAL", "InProcessJob", "InProcessNetworkJob", "forecast_job"]
+__all__ = ["Forecast", "HOPELESS_NOISE_TO_SIGNAL", "InProcessFederatedJob", "InProcessJob", "InProcessNetworkJob",
+           "deal_to_owners", "forecast_job"]
 
 #: Noise norm over signal norm above which a release carries next to nothing (``job submit`` asks).
 HOPELESS_NOISE_TO_SIGNAL = 3.0
@@ -56,6 +59,7 @@ class Forecast:
     trivial: float | None = None  # majority class (accuracy) or the mean (R² = 0)
     reference: str = "non-private"  # what ``nonprivate`` is, in the words ``job plan`` prints
     noise_free: float | None = None  # the same rounds without noise (what the optimiser alone reaches)
+    federated: bool = False  # DP-Fed-LS: the optimiser is the owners' local epochs and the global step
 
     @property
     def noise_to_signal(self) -> float:
@@ -215,19 +219,89 @@ def _network_forecast(spec: JobSpec, parts: Sequence[Dataset], target: Dataset, 
                     reference="the same rounds without noise", noise_free=clipped)
 
 
+class InProcessFederatedJob:
+    """A DP-Fed-LS job's rounds in one process (``DpFedLs.train``, the loop the compute parties and
+    owners run): each round's owners drawn as the plan says (each by its own coin, or τN by a
+    uniform draw), every drawn owner's E local epochs on its own rows, the updates summed with
+    the plan's noise and smoothed at the public step."""
+
+    def __init__(self, spec: JobSpec, plan: Any, owners: Sequence[Dataset]) -> None:
+        self.spec, self.plan, self.features = spec, plan, owners[0].d
+        self.data = [network_rows(o, spec, "cpu") for o in owners]
+
+    def job(self, *, noise: bool = True) -> DpFedLs:
+        return DpFedLs.for_job(self.spec, self.plan, self.features, noise=None if noise else NoiseSpec("none", 0.0))
+
+    def _draws(self, job: DpFedLs, generator: torch.Generator) -> tuple[list[torch.Generator], Any]:
+        seeds = torch.randint(0, 2**62, (len(self.data),), generator=generator).tolist()
+        c = job.config
+        def sample(_t: int) -> list[int]:
+            if c.uniform:
+                return uniform_owners(c.owners, c.sample_size, generator)
+            return poisson_owners(c.owners, c.sampling_rate, generator)
+        return [torch.Generator().manual_seed(int(s)) for s in seeds], sample
+
+    def signal(self) -> float:
+        """‖the first round's release without noise‖: Σ Δ/(τN) over one draw of owners."""
+        job = self.job(noise=False)
+        gens, sample = self._draws(job, torch.Generator().manual_seed(0))
+        owners = sample(0)
+        if not owners:
+            return 0.0
+        return float((job.weight * owner_updates(job, self.data, gens)(0, owners).sum(dim=0)).norm())
+
+    def train(self, generator: torch.Generator, *, noise: bool = True) -> DpFedLs:
+        """One run of the job's T rounds; ``noise=False``: the same rounds and draws without noise."""
+        job = self.job(noise=noise)
+        gens, sample = self._draws(job, generator)
+        job.train(InProcessAggregator(generator), owner_updates(job, self.data, gens), sample)
+        return job
+
+
+def _federated_forecast(spec: JobSpec, owners: Sequence[Dataset], target: Dataset, runs: int,
+                        seed: int) -> Forecast:
+    plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, None), n_features=owners[0].d)
+    fed = InProcessFederatedJob(spec, plan, owners)
+    X, y = network_rows(target, spec, "cpu")
+
+    def accuracy(trained: DpFedLs) -> float:
+        return float((trained.predict(X) == y).double().mean())
+
+    scores = [accuracy(fed.train(torch.Generator().manual_seed(seed + r))) for r in range(runs)]
+    quiet = accuracy(fed.train(torch.Generator().manual_seed(seed), noise=False))
+    g = plan.guarantee()
+    return Forecast(method=spec.method, mechanism=plan.mechanism, rounds=plan.rounds, dim=fed.job(noise=False).p,
+                    sensitivity=plan.sensitivity(), noise_std=plan.noise_scale(), signal_norm=fed.signal(),
+                    epsilon=g.epsilon, delta=g.delta, epsilon_by_accountant=_accountants(plan), metric="accuracy",
+                    private=scores, nonprivate=quiet, trivial=_trivial(target),
+                    reference="the same rounds without noise", noise_free=quiet, federated=True)
+
+
+def deal_to_owners(rows: Dataset, owners: int, seed: int = 0) -> list[Dataset]:
+    """Stand-in rows dealt to ``owners`` data owners: shuffled once (fixed seed), then as equal
+    shares as the count allows (the first n mod N owners hold one row more)."""
+    if rows.n < owners:
+        raise ValueError(f"data: {owners} owners need at least {owners} stand-in rows (one each), got {rows.n}")
+    order = np.random.default_rng(seed).permutation(rows.n)
+    return [Dataset(rows.X[idx], rows.y[idx], rows.task, f"owner-{o}", rows.feature_names, rows.n_classes)
+            for o, idx in enumerate(np.array_split(order, owners))]
+
+
 def _pooled(parts: Sequence[Dataset]) -> Dataset:
     return Dataset(np.vstack([p.X for p in parts]), np.concatenate([p.y for p in parts]), parts[0].task,
                    "pooled", parts[0].feature_names, parts[0].n_classes)
 
 
 def forecast_job(spec: JobSpec, parts: Sequence[Dataset], *, evaluate: Dataset | None = None, runs: int = 5,
-                 seed: int = 0) -> Forecast:
+                 seed: int = 0, owners: int | None = None) -> Forecast:
     """Plan ``spec`` for parties holding ``parts`` (their row counts are what the daemons would
     agree), then run the job's protocol ``runs`` times in process and score each model on
-    ``evaluate`` (default: the pooled rows). Linear output and gradient jobs, and networks."""
-    if spec.federated is not None:
-        raise ValueError("federated: a forecast runs the parties' own jobs (linear models and networks), not "
-                         "data owners' federated rounds")
+    ``evaluate`` (default: the pooled rows). Linear output and gradient jobs, and networks.
+
+    ``owners``: the job has that many data owners (its ``parties`` compute); ``parts`` are then
+    pooled and dealt to them (:func:`deal_to_owners`), and the plan uses the public n̂. A
+    federated job (DP-Fed-LS) needs them; a gradient job's rounds sum the owners' clipped
+    gradients, so they run on the pooled rows, which is the same sum."""
     if not parts:
         raise ValueError("data: at least one party's rows are needed")
     d = parts[0].d
@@ -235,12 +309,18 @@ def forecast_job(spec: JobSpec, parts: Sequence[Dataset], *, evaluate: Dataset |
         raise ValueError(f"data: the parties' rows have different widths {[p.d for p in parts]}")
     pooled = _pooled(parts)
     target = evaluate if evaluate is not None else pooled
+    if spec.federated is not None:
+        if owners is None:
+            raise ValueError("federated: a federated job runs with data owners: give their number (job.owners)")
+        return _federated_forecast(spec, deal_to_owners(pooled, owners, seed), target, runs, seed)
+    if owners is not None:
+        parts = [pooled] if spec.method == "gradient" else deal_to_owners(pooled, owners, seed)
     if spec.model.is_network:
         if spec.model.name == "plugin":
             raise ValueError("model.name: a plugin network is built only where it is installed (a party); "
                              "forecast it with a built-in network of the same shape")
         return _network_forecast(spec, parts, target, runs, seed)
-    sizes = PartySizes.of([p.n for p in parts])
+    sizes = None if owners is not None else PartySizes.of([p.n for p in parts])
     plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, sizes), n_features=d)
     job = InProcessJob(spec, plan, parts)
     loss = job.proto.loss

@@ -141,3 +141,75 @@ def test_a_network_job_is_forecast_by_its_own_dp_sgd_rounds(files: Path, monkeyp
     job.write_text(NETWORK_JOB.format(eps=0.02))
     code, out, _ = _plan(files, job, monkeypatch, capsys)
     assert code == 3 and "HOPELESS" in out, out
+
+
+OWNER_JOB = """\
+method = "{method}"
+
+[job]
+name = "clinics"
+dataset = "diagnosis"
+parties = ["alice", "bob", "carol"]
+trust = "replicated"
+owners = [{owners}]
+features = {features}
+
+[model]
+name = "{model}"
+lam = 1e-3
+{extra}
+[privacy]
+epsilon = 2.0
+delta = 1e-6
+clip = {clip}
+adjacency = "add_remove"
+public_n = {n}
+
+[training]
+iterations = {T}
+learning_rate = {lr}
+"""
+FEDERATED = """
+[federated]
+local_epochs = 1
+local_batch = 10
+local_lr = 0.5
+local_lr_decay = 0.99
+"""
+
+
+def _owner_job(n: int, *, method: str = "gradient", features: int = 8, federated: bool = False) -> str:
+    owners = ", ".join(f'"clinic-{i:03d}"' for i in range(n))
+    if federated:
+        job = OWNER_JOB.format(method=method, owners=owners, features=features, model="softmax",
+                               extra="n_classes = 2\n", clip=0.4, n=n, T=6, lr=1.0)
+        return job + "sampling_rate = 0.5\n" + FEDERATED
+    return OWNER_JOB.format(method=method, owners=owners, features=features, model="logistic", extra="", clip=1.0,
+                            n=455, T=30, lr=5.0)
+
+
+def test_a_job_with_data_owners_is_forecast_on_rows_dealt_to_its_owners(
+        files: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Any number of stand-in files: their rows are pooled and dealt to the job's owners; a
+    gradient job's rounds (the public n̂) and a federated job's own DP-Fed-LS rounds, its verdict
+    naming the federated knobs when the rounds do not train; a schema of another width than the
+    job's `features` is named."""
+    job = files / "owners.toml"
+    job.write_text(_owner_job(6))
+    code, out, err = _plan(files, job, monkeypatch, capsys)
+    assert code == 0 and "455 stand-in rows dealt to 6 owners (about 75 each)" in out, (out, err)
+    receipt = json.loads((files / "owners.plan.json").read_text())
+    assert receipt["nonprivate_is"] == "non-private" and receipt["private_mean"] > receipt["constant_predictor"] + 0.1
+
+    # 60 owners of about 7 rows, one local epoch of one step each for 6 rounds: not enough training
+    job.write_text(_owner_job(60, federated=True).replace("epsilon = 2.0", "epsilon = 8.0"))
+    code, out, err = _plan(files, job, monkeypatch, capsys)
+    receipt = json.loads((files / "owners.plan.json").read_text())
+    assert "dealt to 60 owners" in out and receipt["nonprivate_is"] == "the same rounds without noise", (out, err)
+    assert receipt["rounds"] == 6 and receipt["dim"] == 18  # softmax: 2 × 8 weights + 2 biases
+    assert receipt["noise_to_signal"] < 1  # not the noise's fault:
+    assert code == 3 and "not for privacy" in out and "tune federated.local_lr" in out, out
+
+    job.write_text(_owner_job(6, features=30))
+    code, _, err = _plan(files, job, monkeypatch, capsys)
+    assert code != 0 and "job.features = 30" in err and "8 features" in err, err

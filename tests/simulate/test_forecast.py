@@ -133,3 +133,99 @@ def test_a_linear_forecast_separates_the_optimisers_share_of_the_gap_from_the_no
     assert short.short_of_optimum and not short.hopeless and short.noise_free < short.nonprivate - 0.02, short
     enough = forecast_job(parse_job_file(RIDGE_JOB.format(T=400, lr=1.9)).spec, parts, runs=1)
     assert not enough.short_of_optimum and enough.noise_free == pytest.approx(enough.nonprivate, abs=0.02)
+
+
+FED_JOB = """
+method = "gradient"
+[job]
+name = "fed"
+dataset = "d"
+parties = ["a", "b", "c"]
+trust = "replicated"
+owners = [{owners}]
+features = 5
+[model]
+name = "softmax"
+n_classes = 2
+lam = {lam}
+[privacy]
+epsilon = {eps}
+delta = 1e-6
+clip = {clip}
+adjacency = "add_remove"
+public_n = {n}
+[training]
+iterations = {T}
+sampling_rate = {tau}
+learning_rate = 1.0
+ls_sigma = {ls}
+[federated]
+local_epochs = 1
+local_batch = 1000
+local_lr = 0.5
+local_lr_decay = 0.9
+"""
+
+
+def _fed_spec(n: int, **kw: object):
+    owners = ", ".join(f'"o{i:03d}"' for i in range(n))
+    values = {"eps": 1.0, "clip": 100.0, "T": 5, "tau": 1.0, "lam": 1e-3, "ls": 0.0, "owners": owners, "n": n, **kw}
+    return parse_job_file(FED_JOB.format(**values)).spec
+
+
+def test_noise_free_federated_rounds_with_every_owner_are_gradient_descent_on_the_owners_mean_loss() -> None:
+    """DP-Fed-LS with τ = 1, one full-batch local step, a ball too large to bind and η_g = 1: the
+    mean of the owners' updates is −η_l γ^t times the mean over owners of their own mean loss's
+    gradient (weight decay included), so the rounds are gradient descent on that loss. Computed
+    here independently: a weight matrix and a bias in float64, autograd, no torch.nn."""
+    from mpc_erm.simulate.forecast import InProcessFederatedJob, deal_to_owners
+
+    n_owners, T = 6, 5
+    spec = _fed_spec(n_owners, T=T)
+    owners = deal_to_owners(_pooled(_parts(1)), n_owners)
+    assert sorted(o.n for o in owners) == [11, 11, 12, 12, 12, 12]  # 70 rows, as equal as they go
+    plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, None), n_features=5)
+    fed = InProcessFederatedJob(spec, plan, owners)
+    start = fed.job(noise=False).w.clone()
+    got = fed.train(torch.Generator().manual_seed(0), noise=False).w
+
+    W = start[:10].reshape(2, 5).clone().requires_grad_(True)
+    b = start[10:].clone().requires_grad_(True)
+    for t in range(T):
+        loss = torch.stack([torch.nn.functional.cross_entropy(
+            torch.as_tensor(np.array(o.X), dtype=torch.float64) @ W.T + b, torch.as_tensor((o.y > 0).astype(np.int64)))
+            for o in owners]).mean()
+        gW, gb = torch.autograd.grad(loss, (W, b))
+        with torch.no_grad():
+            lr = 0.5 * 0.9**t
+            W -= lr * (gW + 1e-3 * W)
+            b -= lr * (gb + 1e-3 * b)
+    want = torch.cat([W.detach().reshape(-1), b.detach()])
+    assert float((want - start).norm()) > 0.05  # the rounds moved the model
+    assert torch.allclose(got, want, atol=1e-5), float((got - want).abs().max())  # local steps run in float32
+
+
+def test_a_federated_forecast_deals_the_rows_and_finds_too_few_owners_hopeless() -> None:
+    """The stand-in rows are dealt to the job's owners; with many owners the noisy mean of their
+    updates trains (its band above a constant, below the same rounds without noise), with six
+    the noise on the mean (z·𝓛/(τN)) drowns it."""
+    pooled = _parts(2, sizes=(800, 800, 800))
+    many = forecast_job(_fed_spec(200, eps=4.0, clip=0.5, T=8, tau=0.5, ls=1.0), pooled, runs=3, owners=200)
+    band = many.band()
+    assert band is not None and many.reference == "the same rounds without noise"
+    assert many.trivial is not None and many.noise_free is not None
+    assert many.trivial + 0.05 < band[0] <= many.noise_free + 0.02 and not many.hopeless
+    assert many.noise_std == pytest.approx(many.sensitivity * plan_job(
+        _fed_spec(200, eps=4.0, clip=0.5, T=8, tau=0.5, ls=1.0), sampler="mpc",
+        sizes=public_sizes(_fed_spec(200, eps=4.0, clip=0.5, T=8, tau=0.5, ls=1.0), None),
+        n_features=5).noise_multiplier)
+    few = forecast_job(_fed_spec(6, eps=0.5, clip=0.5, T=8, tau=0.5, ls=1.0), pooled, runs=3, owners=6)
+    assert few.hopeless and few.noise_to_signal > many.noise_to_signal * 10
+    with pytest.raises(ValueError, match="federated: .*owners"):
+        forecast_job(_fed_spec(6), pooled)
+    with pytest.raises(ValueError, match="data: 6 owners need at least 6"):
+        forecast_job(_fed_spec(6), _parts(3, sizes=(2, 2, 1)), owners=6)
+
+
+def _pooled(parts: list[Dataset]) -> Dataset:
+    return Dataset(np.vstack([p.X for p in parts]), np.concatenate([p.y for p in parts]), "binary", "pooled")
