@@ -166,7 +166,8 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
     plan = plan_job(spec, sampler="mpc", test_no_noise=jt.test_no_noise, sizes=public_sizes(spec, None),
                     n_features=jt.features)
     view = _OwnerView(cfg, job, identity, job_id)
-    rows = load_rows(view).train  # type: ignore[arg-type]
+    loaded = load_rows(view)  # type: ignore[arg-type]
+    rows = loaded.train
     if rows.d != jt.features:
         raise OwnerRefused(f"job.features: the job says {jt.features}, {cfg.identity.name}'s data set "
                            f"{jt.dataset!r} has {rows.d}")
@@ -233,7 +234,7 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
     d = Path(cfg.state_dir) / "jobs" / job_id
     d.mkdir(parents=True, exist_ok=True)
     side.write_model(d, plan, trust, {"job_id": job_id, "spec_digest": digest, "name": jt.name, "dataset": jt.dataset},
-                     schema=cfg.datasets[jt.dataset].schema())
+                     schema=loaded.schema)
     (d / "privacy_report.json").write_text(report.to_json(indent=2))
     (d / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
     return summary

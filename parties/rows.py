@@ -23,11 +23,13 @@ __all__ = ["VALIDATION_SEED", "Rows", "device_for", "load_rows", "split_validati
 @dataclass(frozen=True)
 class Rows:
     """This party's rows for one job: ``train`` (what its gradients see), a public ``test`` set
-    (metrics on it are public), its held-out ``validation`` rows (metrics on them stay here)."""
+    (metrics on it are public), its held-out ``validation`` rows (metrics on them stay here), and
+    the schema they were read through, which the job's agreement and model bundle then use."""
 
     train: Any
     test: Any | None = None
     validation: Any | None = None
+    schema: Any | None = None  # the data set's public schema, parsed once for the whole job (or None)
 
 
 def load_rows(ctx: Any) -> Rows:
@@ -38,10 +40,10 @@ def load_rows(ctx: Any) -> Rows:
     the data set and this party: the loader's message (the file's path, the column, the row and
     its value) is the error's detail, for this party's log only."""
     try:
-        train, test = _read_rows(ctx)
+        train, test, schema = _read_rows(ctx)
         cfg = ctx.config.datasets[ctx.job.job.dataset]
         train, val = split_validation(train, getattr(cfg, "validation_fraction", 0.0))
-        return Rows(train, test, val)
+        return Rows(train, test, val, schema)
     except (PublicError, JobCancelled):
         raise
     except Exception as exc:
@@ -50,7 +52,7 @@ def load_rows(ctx: Any) -> Rows:
         raise data_failure(exc, ctx.job.job.dataset, ctx.identity.name) from exc
 
 
-def _read_rows(ctx: Any) -> tuple[Any, Any | None]:
+def _read_rows(ctx: Any) -> tuple[Any, Any | None, Any | None]:
     from mpc_erm.data import Dataset, clip_to_unit_ball, load_dataset
     from mpc_erm.data.loaders import load_file
     from mpc_erm.data.partition import partition_equal
@@ -70,7 +72,7 @@ def _read_rows(ctx: Any) -> tuple[Any, Any | None]:
         idx = np.sort(parts[cfg.part])
         mine = Dataset(train.X[idx], train.y[idx], train.task, f"{cfg.name}[{cfg.part}/{cfg.of}]",
                        train.feature_names, train.n_classes)
-        return mine, test
+        return mine, test, None
     schema = cfg.schema() if hasattr(cfg, "schema") else None
     if schema is not None:  # the public schema maps the raw columns; rows end in the unit ball
         _check_schema(ctx, schema, task)
@@ -78,16 +80,16 @@ def _read_rows(ctx: Any) -> tuple[Any, Any | None]:
 
         test = None if cfg.public_test is None else read_csv_with_schema(cfg.public_test, schema,
                                                                          max_bytes=cfg.max_bytes)
-        return read_csv_with_schema(cfg.path, schema, max_bytes=cfg.max_bytes), test
+        return read_csv_with_schema(cfg.path, schema, max_bytes=cfg.max_bytes), test, schema
     # the loader refuses a file over max_bytes before reading it, and values outside feature_range
     ds = load_file(cfg.format, cfg.path, task=task, label=cfg.label, max_bytes=cfg.max_bytes,
                    feature_range=cfg.feature_range, labels=getattr(cfg, "labels", None))
     if m.is_network or ctx.job.spec.federated is not None:
-        return ds, None  # their privacy rests on clipping each gradient or update, not the rows
+        return ds, None, None  # their privacy rests on clipping each gradient or update, not the rows
     # A user's file is expected to be scaled by a public schema; rows are clipped into the unit ball
     # so the protocols' sensitivity bounds hold whatever the file contains.
     X = clip_to_unit_ball(np.asarray(ds.X))
-    return Dataset(X, ds.y, ds.task, ds.name, ds.feature_names, ds.n_classes), None
+    return Dataset(X, ds.y, ds.task, ds.name, ds.feature_names, ds.n_classes), None, None
 
 
 def _check_schema(ctx: Any, schema: Any, task: str) -> None:

@@ -68,6 +68,31 @@ def _schema_digest(ds: Any) -> str:
     return hashlib.sha256(json.dumps([list(ds.feature_names), ds.task, ds.n_classes]).encode()).hexdigest()
 
 
+def _rows_digest(ds: Any) -> str | None:
+    """A public test set's digest (its rows, labels and column names): members that hold one must
+    hold the same, so the curve every member publishes is one curve. None: no public test set."""
+    if ds is None:
+        return None
+    import numpy as np
+
+    h = hashlib.sha256(json.dumps([list(map(str, ds.feature_names)), ds.task, ds.n_classes]).encode())
+    h.update(np.ascontiguousarray(ds.X, dtype=np.float64).tobytes())
+    h.update(np.ascontiguousarray(ds.y, dtype=np.float64).tobytes())
+    return h.hexdigest()
+
+
+def _compare_public_tests(ctx: WorkerContext, everyone: list[dict[str, Any]]) -> None:
+    """The public test sets are public among the members: two members holding different ones would
+    publish two curves for one model, so the job is refused naming them (a member with none
+    publishes no curve)."""
+    held = [(e["name"], e.get("public_test")) for e in everyone if e.get("public_test")]
+    if len({d for _, d in held}) > 1:
+        shown = ", ".join(f"{n!r} {d[:12]}…" for n, d in held)
+        raise AgreementError(f"public test set mismatch for {ctx.job.job.dataset!r}: {shown}; members that set "
+                             "public_test must hold the same file (its rows, read through the schema); "
+                             "nothing revealed")
+
+
 def _column_digests(ds: Any, salt: str) -> list[str]:
     """One short digest per (position, feature name), salted with the job digest: enough for each
     party to find *which positions* differ, without any party sending its column names."""
@@ -86,13 +111,6 @@ def _schema_difference(ds: Any, mine: list[str], theirs: list[str]) -> str:
     else:
         out += f"; every column is the same: the task or class count differs (ours: {ds.task!r}, {ds.n_classes})"
     return out
-
-
-def _schema_of(ctx: WorkerContext) -> Any:
-    """The data set's parsed schema, or None (no schema file, or a context without a config)."""
-    datasets = getattr(getattr(ctx, "config", None), "datasets", None) or {}
-    cfg = datasets.get(ctx.job.job.dataset)
-    return cfg.schema() if cfg is not None and hasattr(cfg, "schema") else None
 
 
 def _compare_schemas(ctx: WorkerContext, mine: dict[str, Any], everyone: list[dict[str, Any]]) -> None:
@@ -175,16 +193,16 @@ def _trust_setup(ctx: WorkerContext, comm: Any) -> None:
     start_dealer_client(comm)
 
 
-def _agree(ctx: WorkerContext, comm: Any, ds: Any) -> list[int] | None:
-    """All-gather (digest, schema, n) and refuse any mismatch; returns every party's row count
-    (replace-one adjacency) or None (add/remove: counts stay private, n is not sent)."""
+def _agree(ctx: WorkerContext, comm: Any, ds: Any, test: Any = None, schema: Any = None) -> list[int] | None:
+    """All-gather (digest, schema, public test set's digest, n) and refuse any mismatch; returns
+    every party's row count (replace-one adjacency) or None (add/remove: counts stay private, n is
+    not sent)."""
     digest = ctx.job.spec_digest()
     # under add/remove a count is a private statistic: it never leaves the party (privacy.plan)
     public_counts = ctx.job.spec.privacy.adjacency == "replace"
     mine = {"digest": digest, "schema": None if ds is None else _schema_digest(ds),  # None: compute for owners
             "n": int(ds.n) if public_counts else None, "name": ctx.identity.name,
-            "columns": [] if ds is None else _column_digests(ds, digest)}
-    schema = _schema_of(ctx) if ds is not None else None
+            "columns": [] if ds is None else _column_digests(ds, digest), "public_test": _rows_digest(test)}
     if schema is not None:  # a schema is public among the members: its lines may be compared openly
         mine["data_schema"] = {"digest": schema.digest(), "lines": schema.describe_columns()}
     everyone = [comm.broadcast_obj(mine if r == comm.get_rank() else None, r) for r in range(comm.get_world_size())]
@@ -194,6 +212,7 @@ def _agree(ctx: WorkerContext, comm: Any, ds: Any) -> list[int] | None:
             raise AgreementError(f"job spec mismatch: party {e['name']!r} holds a different job (digest "
                                  f"{e['digest'][:12]}… vs ours {mine['digest'][:12]}…); nothing revealed")
     _compare_schemas(ctx, mine, everyone)
+    _compare_public_tests(ctx, everyone)
     other = [e for e in everyone if e["schema"] != mine["schema"]]
     if other:  # the public reason names the parties; which columns differ stays in this party's log
         who = ", ".join(repr(e["name"]) for e in other)
@@ -717,7 +736,7 @@ def _network_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, rows: Rows, 
     note = (f"DP-{'Adam' if tr.optimizer == 'adam' else 'SGD'} of {spec.model.name} ({job.p} parameters): "
             f"T = {tr.iterations} rounds, Poisson rate q = {job.q:g} per party, clip C = {job.clip:g}, "
             f"Laplacian smoothing σ = {tr.ls_sigma:g} per parameter tensor; accountant {plan.accountant!r}")
-    schema = _schema_of(ctx)
+    schema = rows.schema
     classes = (schema.label.class_names if schema is not None else
                ["negative", "positive"] if ds.task == "binary" else list(range(int(spec.model.n_classes))))
     return _Outcome(curve, note, extra={"parameters": job.p},
@@ -726,12 +745,12 @@ def _network_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, rows: Rows, 
                                                    schema=None if schema is None else schema.to_dict()))
 
 
-def _linear_writer(ctx: WorkerContext, theta: Any, ds: Any, plan: Any, trust_model: str) -> Any:
+def _linear_writer(ctx: WorkerContext, theta: Any, rows: Rows, plan: Any, trust_model: str) -> Any:
     """Writes a linear model's bundle: weights, loss, classes, feature names, the data schema (so
     ``predict`` takes raw rows) and the plan's privacy statement."""
     from mpc_erm.models.bundle import save_linear_weights
 
-    schema = _schema_of(ctx)
+    ds, schema = rows.train, rows.schema
     m = ctx.job.spec.model
     return lambda d: save_linear_weights(
         d, theta, job_id=ctx.job_id, job_digest=ctx.job.spec_digest(), loss=m.name, n_classes=m.n_classes,
@@ -802,7 +821,7 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
     ok = False
     try:
         _trust_setup(ctx, comm)
-        counts = _agree(ctx, comm, ds)
+        counts = _agree(ctx, comm, ds, *((None, None) if rows is None else (rows.test, rows.schema)))
         rank = comm.get_rank()
         no_noise = _test_no_noise(ctx)
         spec = ctx.job.spec
@@ -827,7 +846,8 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
         else:
             run = _output_job if spec.method == "output" else _gradient_job
             theta, curve, note = run(ctx, agg, src, rows, plan, real, plan.weight(rank, int(ds.n)), dev)
-            out = _Outcome(curve, note, theta=theta, write_model=_linear_writer(ctx, theta, ds, plan, agg.trust_model))
+            writer = _linear_writer(ctx, theta, rows, plan, agg.trust_model)
+            out = _Outcome(curve, note, theta=theta, write_model=writer)
         report = _report(ctx, plan, real, agg.trust_model, out.note)
         final = out.curve[-1]  # the last round's point: the trained model's metrics
         own = {"train_own_rows": final["own"].get("train"), "validation_rows": final["own"].get("validation"),

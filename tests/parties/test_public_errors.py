@@ -228,3 +228,35 @@ def test_a_validation_split_holds_out_the_same_rows_every_job_and_trains_on_none
     one = Dataset(X[:1], np.ones(1), "binary", "one", ["a", "b"], 2)
     with pytest.raises(ValueError, match="validation_fraction: 0.5 of 1 rows leaves none"):
         split_validation(one, 0.5)
+
+
+def test_members_holding_different_public_test_sets_are_refused_naming_them() -> None:
+    """A public test set is public among the members, and each member publishes its curve on its
+    own: two different files would give one model two curves, so the agreement refuses them;
+    a member without one is fine (it publishes no curve)."""
+    import numpy as np
+
+    from mpc_erm.data import Dataset
+    from parties.worker import AgreementError, _agree, _column_digests, _rows_digest, _schema_digest
+
+    train = SimpleNamespace(feature_names=("age", "bmi"), task="binary", n_classes=None, n=10)
+    X = np.array([[0.1, 0.2], [0.3, -0.4]])
+    test = Dataset(X, np.array([1.0, -1.0]), "binary", "t", ["age", "bmi"], 2)
+    other = Dataset(X, np.array([1.0, 1.0]), "binary", "t", ["age", "bmi"], 2)  # one label differs
+    assert _rows_digest(test) == _rows_digest(Dataset(X.copy(), np.array([1.0, -1.0]), "binary", "u", ["age", "bmi"],
+                                                      2))
+    assert _rows_digest(test) != _rows_digest(other) and _rows_digest(None) is None
+    job = SimpleNamespace(job=SimpleNamespace(dataset="survey", parties=("alice", "bob", "carol")),
+                          spec=SimpleNamespace(privacy=SimpleNamespace(adjacency="add_remove")),
+                          spec_digest=lambda: "d" * 64)
+    ctx = SimpleNamespace(job=job, identity=SimpleNamespace(name="alice"))
+
+    def obj(name: str, t: Any) -> dict[str, Any]:
+        return {"digest": "d" * 64, "schema": _schema_digest(train), "n": None, "name": name,
+                "columns": _column_digests(train, "d" * 64), "public_test": _rows_digest(t)}
+
+    with pytest.raises(AgreementError) as info:
+        _agree(ctx, _Comm([obj("alice", test), obj("bob", None), obj("carol", other)]), train, test)
+    assert "public test set mismatch for 'survey'" in info.value.reason and "'carol'" in info.value.reason
+    assert "'bob'" not in info.value.reason  # bob holds none: he publishes no curve, and is not at fault
+    assert _agree(ctx, _Comm([obj("alice", test), obj("bob", None), obj("carol", test)]), train, test) is None
