@@ -5,6 +5,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+# two workers on the 2-core CI machine (a test file stays on one worker: module fixtures run once)
+PYTEST_WORKERS ?= 2
 
 .PHONY: install demo simulate test test-all test-reliability test-soak lint clean
 
@@ -37,7 +39,7 @@ simulate: install
 	    --epsilon 0.5 --delta 1e-3 --lam 1e-3 --conventions exact,thesis --out simulate-out
 
 test: install
-	$(BIN)/python -m pytest -m "not slow" --durations=30 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile --durations=30 $(PYTEST_ARGS)
 
 # Everything, including the slow tests (m = 50,000 parties, full data sets).
 test-all: install

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from click.testing import CliRunner
 
 from benchmarks.__main__ import cli
@@ -46,6 +47,7 @@ def test_bad_input_is_one_line() -> None:
     assert proc.stderr.strip() == "error: trust 'replicated' needs exactly 3 parties"
 
 
+@pytest.mark.slow  # `make test-all`; default suite: the bench CLI's input checks: the tests below
 def test_tiny_sampler_run(tmp_path) -> None:
     out = tmp_path / "s.json"
     r = _run("sampler", "--mechanism", "laplace", "--samples", "2000", "--randn-samples", "200", "--parties", "2",
@@ -66,6 +68,7 @@ def test_tiny_sampler_run(tmp_path) -> None:
     assert r["crypten_randn"]["stats"]["n"] == 200
 
 
+@pytest.mark.slow  # `make test-all`; default suite: the bench CLI's input checks: the tests below
 def test_tiny_aggregate_run() -> None:
     r = _run("aggregate", "--parties", "2", "--dim", "10", "--rounds", "3", "--noise", "none",
              "--crypten-rounds", "2", "--trust", "tfp", "--json")

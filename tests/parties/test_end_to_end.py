@@ -32,6 +32,7 @@ def _report(result_dir: str) -> dict:
     return json.loads((Path(result_dir) / "privacy_report.json").read_text())
 
 
+@pytest.mark.slow  # `make test-all`; default suite: Adult's accuracy in test_walkthrough.py
 def test_gradient_perturbation_on_adult_is_within_two_points_of_non_private(tmp_path: Path) -> None:
     job = next(j for j in default_jobs() if j.method == "gradient")
     summary = run_jobs(tmp_path / "out", jobs=[job], keep_state=True)

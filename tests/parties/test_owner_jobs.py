@@ -259,6 +259,7 @@ def test_thirty_owners_train_through_three_compute_daemons(tmp_path: Path) -> No
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.slow  # `make test-all`; default suite: killed members: tests/reliability/test_faults.py
 def test_a_killed_compute_party_ends_the_job_and_every_owners_reservation_is_settled(tmp_path: Path) -> None:
     """Bob's daemon and worker are killed after round 2: alice and carol fail the job (no model
     written), every owner's run ends with an error, and no owner's ledger keeps an open
@@ -334,19 +335,25 @@ def _fed_job(job_path: Path, configs: list[Path]) -> tuple[Any, list[tuple[torch
     """A federated job's zero-noise protocol object as every member builds it, and each owner's rows."""
     from mpc_erm.protocols.common import network_rows, plan_job, public_sizes
     from mpc_erm.protocols.fedls import DpFedLs
-    from parties.config import load_owner_config
-    from parties.owner import _OwnerView
-    from parties.rows import load_rows
 
     job = load_job_file(job_path)
     plan = plan_job(job.spec, sampler="mpc", test_no_noise=True, sizes=public_sizes(job.spec, None),
                     n_features=job.job.features)
-    data = []
+    data = [network_rows(ds, job.spec, "cpu") for ds in _owner_rows(job, configs)]
+    return DpFedLs.for_job(job.spec, plan, int(job.job.features or 0)), data
+
+
+def _owner_rows(job: Any, configs: list[Path]) -> list[Any]:
+    """Each owner's rows as its own process reads them."""
+    from parties.config import load_owner_config
+    from parties.owner import _OwnerView
+    from parties.rows import load_rows
+
+    out = []
     for p in configs:
         cfg = load_owner_config(p)
-        ds = load_rows(_OwnerView(cfg, job, cfg.identity.load("owner"), "x")).train  # type: ignore[arg-type]
-        data.append(network_rows(ds, job.spec, "cpu"))
-    return DpFedLs.for_job(job.spec, plan, int(job.job.features or 0)), data
+        out.append(load_rows(_OwnerView(cfg, job, cfg.identity.load("owner"), "x")).train)  # type: ignore[arg-type]
+    return out
 
 
 def _fed_replay(job_path: Path, configs: list[Path]) -> torch.Tensor:
@@ -394,6 +401,17 @@ def test_dp_fed_ls_through_three_compute_daemons_hides_which_owners_joined(tmp_p
         released = torch.cat([p.detach().reshape(-1) for p in model.module.parameters()]).double()
         replay = _fed_replay(exact, configs)
         assert torch.allclose(released, replay, atol=2e-6, rtol=0), float((released - replay).abs().max())
+        # `job plan`'s forecast runs the same rounds: without noise, on these owners' rows, it
+        # predicts the release up to the grid (each owner's share rounded: ≤ N·2^-17 a round)
+        from mpc_erm.protocols.common import plan_job, public_sizes
+        from mpc_erm.simulate.forecast import InProcessFederatedJob
+
+        jf = load_job_file(exact)
+        plan = plan_job(jf.spec, sampler="mpc", sizes=public_sizes(jf.spec, None), n_features=d)
+        forecast = InProcessFederatedJob(jf.spec, plan, _owner_rows(jf, configs)).train(
+            torch.Generator().manual_seed(0), noise=False).w
+        assert torch.allclose(released, forecast, atol=FED_ROUNDS * FED_OWNERS * 2.0**-17, rtol=0), \
+            float((released - forecast).abs().max())
         mine = load_file(str(tmp_path / "owners" / owners[0] / "state" / "jobs" / job_id / "model.safetensors"))
         theirs = load_file(str(tmp_path / job_id / "model.safetensors"))
         assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
@@ -563,6 +581,7 @@ CROWD = 48  # more owners than a daemon's CONTROL_THREADS (32)
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow  # `make test-all`; default suite: test_thirty_owners_train_through_…
 def test_owners_asking_early_do_not_starve_the_compute_parties_look_ups(tmp_path: Path) -> None:
     """Regression (benchmarks.many_owners_thesis at 100 owners): owners asking a compute party for
     its intake before the job's workers have met each held one of its 32 control threads for the
@@ -661,6 +680,7 @@ def _uniform_replay(job_path: Path, configs: list[Path], drawn: list[list[int]])
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.slow  # `make test-all`; default suite: tests/mpc/test_owner_sample.py
 def test_uniform_owner_sampling_through_three_compute_daemons(tmp_path: Path) -> None:
     """DP-Fed-LS with ``sampling = "uniform"`` through the daemons, 12 owners, s = 3 a round:
 

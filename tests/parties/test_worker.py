@@ -393,6 +393,7 @@ def test_a_partys_own_network_runs_through_the_workers_pinned_by_its_source(tmp_
     assert acc > majority + 0.1
 
 
+@pytest.mark.slow  # `make test-all`; default suite: a network's bundle: test_network_daemons.py and test_schema_jobs.py
 def test_a_network_job_runs_through_the_workers_and_releases_a_loadable_model(tmp_path: Path) -> None:
     """Issue 16: an MLP trained by DP-Adam (full batch, q = 1) across 3 worker processes + dealer
     with in-MPC discrete Gaussian noise: the same public network at every party, a bundle
@@ -415,6 +416,7 @@ def test_a_network_job_runs_through_the_workers_and_releases_a_loadable_model(tm
 SUBSAMPLED_JOB = NETWORK_JOB.replace("iterations = 12", "iterations = 30\nsampling_rate = 0.25")
 
 
+@pytest.mark.slow  # `make test-all`; default suite: test_network_daemons.py's subsampled CNN
 def test_poisson_subsampled_dp_adam_runs_through_the_workers_with_in_mpc_noise(tmp_path: Path) -> None:
     """Issue 16: DP-SGD's rounds proper — each party draws its own Poisson batch (q = 0.25) — with
     the in-MPC discrete Gaussian, accounted by the general Zhu–Wang bound (the plan's event is
@@ -447,6 +449,7 @@ def _images(n: int, seed: int) -> tuple:
     return img.astype(np.uint8), y.astype(np.uint8)
 
 
+@pytest.mark.slow  # `make test-all`; default suite: a CNN on image files: tests/parties/test_network_daemons.py
 def test_a_cnn_job_on_idx_images_runs_through_the_workers(tmp_path: Path) -> None:
     """Issue 16: the MNIST CNN on each party's own IDX image files (a party config's format
     'idx'), through 3 workers + dealer with in-MPC noise; every party ends with the same model."""

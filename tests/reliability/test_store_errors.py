@@ -295,6 +295,7 @@ VICTIM = "alice"
 @pytest.mark.reliability
 @pytest.mark.e2e
 @pytest.mark.timeout(1200)
+@pytest.mark.slow  # `make test-all`; default suite: a full disk mid-job: tests/reliability/test_disk_full.py
 def test_a_full_state_dir_mid_job_in_a_real_consortium(tmp_path: Path) -> None:
     cons = LocalConsortium(tmp_path / "c", parties=3, dataset="adult", dealer=False, budget_epsilon=3.0,
                            max_epsilon_per_job=1.0, peer_timeout_s=30.0, start_timeout_s=120.0)
