@@ -75,7 +75,7 @@ def _rows_digest(ds: Any) -> str | None:
         return None
     import numpy as np
 
-    h = hashlib.sha256(json.dumps([list(map(str, ds.feature_names)), ds.task, ds.n_classes]).encode())
+    h = hashlib.sha256(_schema_digest(ds).encode())
     h.update(np.ascontiguousarray(ds.X, dtype=np.float64).tobytes())
     h.update(np.ascontiguousarray(ds.y, dtype=np.float64).tobytes())
     return h.hexdigest()
@@ -193,10 +193,11 @@ def _trust_setup(ctx: WorkerContext, comm: Any) -> None:
     start_dealer_client(comm)
 
 
-def _agree(ctx: WorkerContext, comm: Any, ds: Any, test: Any = None, schema: Any = None) -> list[int] | None:
+def _agree(ctx: WorkerContext, comm: Any, rows: Rows | None) -> list[int] | None:
     """All-gather (digest, schema, public test set's digest, n) and refuse any mismatch; returns
     every party's row count (replace-one adjacency) or None (add/remove: counts stay private, n is
-    not sent)."""
+    not sent). ``rows``: None at a compute party for data owners (it holds none)."""
+    ds, test, schema = (None, None, None) if rows is None else (rows.train, rows.test, rows.schema)
     digest = ctx.job.spec_digest()
     # under add/remove a count is a private statistic: it never leaves the party (privacy.plan)
     public_counts = ctx.job.spec.privacy.adjacency == "replace"
@@ -821,7 +822,7 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
     ok = False
     try:
         _trust_setup(ctx, comm)
-        counts = _agree(ctx, comm, ds, *((None, None) if rows is None else (rows.test, rows.schema)))
+        counts = _agree(ctx, comm, rows)
         rank = comm.get_rank()
         no_noise = _test_no_noise(ctx)
         spec = ctx.job.spec

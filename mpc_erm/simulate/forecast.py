@@ -201,22 +201,23 @@ class InProcessNetworkJob:
         return job
 
 
-def _network_forecast(spec: JobSpec, parts: Sequence[Dataset], target: Dataset, runs: int, seed: int) -> Forecast:
-    plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, None))
-    job = InProcessNetworkJob(spec, plan, parts)
+def _rounds_forecast(spec: JobSpec, plan: Any, job: Any, target: Dataset, runs: int, seed: int, *,
+                     federated: bool = False) -> Forecast:
+    """A network's or a federated job's forecast: ``job`` (an in-process job with ``train`` and
+    ``signal``) run ``runs`` times with noise and once without, each scored on ``target``."""
     X, y = network_rows(target, spec, "cpu")  # once: every run is scored on the same rows
 
-    def accuracy(trained: DpSgd) -> float:
+    def accuracy(trained: Any) -> float:
         return float((trained.predict(X) == y).double().mean())
 
     scores = [accuracy(job.train(torch.Generator().manual_seed(seed + r))) for r in range(runs)]
-    clipped = accuracy(job.train(torch.Generator().manual_seed(seed), noise=False))
+    quiet = accuracy(job.train(torch.Generator().manual_seed(seed), noise=False))
     g = plan.guarantee()
     return Forecast(method=spec.method, mechanism=plan.mechanism, rounds=plan.rounds, dim=int(plan.dim),
                     sensitivity=plan.sensitivity(), noise_std=plan.noise_scale(), signal_norm=job.signal(),
                     epsilon=g.epsilon, delta=g.delta, epsilon_by_accountant=_accountants(plan), metric="accuracy",
-                    private=scores, nonprivate=clipped, trivial=_trivial(target),
-                    reference="the same rounds without noise", noise_free=clipped)
+                    private=scores, nonprivate=quiet, trivial=_trivial(target),
+                    reference="the same rounds without noise", noise_free=quiet, federated=federated)
 
 
 class InProcessFederatedJob:
@@ -258,25 +259,6 @@ class InProcessFederatedJob:
         return job
 
 
-def _federated_forecast(spec: JobSpec, owners: Sequence[Dataset], target: Dataset, runs: int,
-                        seed: int) -> Forecast:
-    plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, None), n_features=owners[0].d)
-    fed = InProcessFederatedJob(spec, plan, owners)
-    X, y = network_rows(target, spec, "cpu")
-
-    def accuracy(trained: DpFedLs) -> float:
-        return float((trained.predict(X) == y).double().mean())
-
-    scores = [accuracy(fed.train(torch.Generator().manual_seed(seed + r))) for r in range(runs)]
-    quiet = accuracy(fed.train(torch.Generator().manual_seed(seed), noise=False))
-    g = plan.guarantee()
-    return Forecast(method=spec.method, mechanism=plan.mechanism, rounds=plan.rounds, dim=fed.job(noise=False).p,
-                    sensitivity=plan.sensitivity(), noise_std=plan.noise_scale(), signal_norm=fed.signal(),
-                    epsilon=g.epsilon, delta=g.delta, epsilon_by_accountant=_accountants(plan), metric="accuracy",
-                    private=scores, nonprivate=quiet, trivial=_trivial(target),
-                    reference="the same rounds without noise", noise_free=quiet, federated=True)
-
-
 def deal_to_owners(rows: Dataset, owners: int, seed: int = 0) -> list[Dataset]:
     """Stand-in rows dealt to ``owners`` data owners: shuffled once (fixed seed), then as equal
     shares as the count allows (the first n mod N owners hold one row more)."""
@@ -312,14 +294,17 @@ def forecast_job(spec: JobSpec, parts: Sequence[Dataset], *, evaluate: Dataset |
     if spec.federated is not None:
         if owners is None:
             raise ValueError("federated: a federated job runs with data owners: give their number (job.owners)")
-        return _federated_forecast(spec, deal_to_owners(pooled, owners, seed), target, runs, seed)
+        plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, None), n_features=d)
+        fed = InProcessFederatedJob(spec, plan, deal_to_owners(pooled, owners, seed))
+        return _rounds_forecast(spec, plan, fed, target, runs, seed, federated=True)
     if owners is not None:
         parts = [pooled] if spec.method == "gradient" else deal_to_owners(pooled, owners, seed)
     if spec.model.is_network:
         if spec.model.name == "plugin":
             raise ValueError("model.name: a plugin network is built only where it is installed (a party); "
                              "forecast it with a built-in network of the same shape")
-        return _network_forecast(spec, parts, target, runs, seed)
+        plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, None))
+        return _rounds_forecast(spec, plan, InProcessNetworkJob(spec, plan, parts), target, runs, seed)
     sizes = None if owners is not None else PartySizes.of([p.n for p in parts])
     plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, sizes), n_features=d)
     job = InProcessJob(spec, plan, parts)

@@ -184,6 +184,7 @@ class _Comm:
 
 
 def test_a_schema_mismatch_names_the_party_publicly_and_the_columns_only_in_the_detail() -> None:
+    from parties.rows import Rows
     from parties.worker import AgreementError, _agree, _column_digests, _schema_digest
 
     def ds(cols: tuple[str, ...]) -> Any:
@@ -200,14 +201,14 @@ def test_a_schema_mismatch_names_the_party_publicly_and_the_columns_only_in_the_
                 "columns": _column_digests(d, "d" * 64)}
 
     with pytest.raises(AgreementError) as info:
-        _agree(ctx, _Comm([obj("alice", mine), obj("bob", mine), obj("carol", theirs)]), mine)
+        _agree(ctx, _Comm([obj("alice", mine), obj("bob", mine), obj("carol", theirs)]), Rows(mine))
     err = info.value
     assert err.code == "AGREEMENT" and err.reason == (
         "AGREEMENT: dataset schema mismatch: party 'carol' has different features for 'survey' than 'alice'; "
         "nothing revealed; each party's log names its own differing columns")
     assert "our columns that differ: 'income_band'" in str(err)  # ours, for our log
     assert "carol_secret_col" not in str(err) and "carol_secret_col" not in err.reason  # theirs never reached us
-    assert _agree(ctx, _Comm([obj("alice", mine), obj("bob", mine), obj("carol", mine)]), mine) == [10, 10, 10]
+    assert _agree(ctx, _Comm([obj("alice", mine), obj("bob", mine), obj("carol", mine)]), Rows(mine)) == [10, 10, 10]
 
 
 def test_a_validation_split_holds_out_the_same_rows_every_job_and_trains_on_none_of_them() -> None:
@@ -237,6 +238,7 @@ def test_members_holding_different_public_test_sets_are_refused_naming_them() ->
     import numpy as np
 
     from mpc_erm.data import Dataset
+    from parties.rows import Rows
     from parties.worker import AgreementError, _agree, _column_digests, _rows_digest, _schema_digest
 
     train = SimpleNamespace(feature_names=("age", "bmi"), task="binary", n_classes=None, n=10)
@@ -256,7 +258,7 @@ def test_members_holding_different_public_test_sets_are_refused_naming_them() ->
                 "columns": _column_digests(train, "d" * 64), "public_test": _rows_digest(t)}
 
     with pytest.raises(AgreementError) as info:
-        _agree(ctx, _Comm([obj("alice", test), obj("bob", None), obj("carol", other)]), train, test)
+        _agree(ctx, _Comm([obj("alice", test), obj("bob", None), obj("carol", other)]), Rows(train, test))
     assert "public test set mismatch for 'survey'" in info.value.reason and "'carol'" in info.value.reason
     assert "'bob'" not in info.value.reason  # bob holds none: he publishes no curve, and is not at fault
-    assert _agree(ctx, _Comm([obj("alice", test), obj("bob", None), obj("carol", test)]), train, test) is None
+    assert _agree(ctx, _Comm([obj("alice", test), obj("bob", None), obj("carol", test)]), Rows(train, test)) is None
