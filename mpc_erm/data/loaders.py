@@ -22,6 +22,7 @@ import gzip
 import io
 import math
 import os
+import threading
 import zipfile
 from array import array
 from collections.abc import Sequence
@@ -645,6 +646,14 @@ def _relabel_rows_as_lines(e: DataError, lines_of_row: Sequence[int]) -> DataErr
     return DataError(re.sub(r"\brow (\d+)", sub, str(e)))
 
 
+#: Held while numpy reads .npy headers. Why: numpy parses each header with ``ast.literal_eval``,
+#: and CPython 3.11 (seen on 3.11.7) keeps the AST constructor's recursion depth in state shared by
+#: all threads (python/cpython#106905): two threads parsing at once can fail with "SystemError: AST
+#: constructor recursion depth mismatch". Seen with owners loading their .npz files as threads of
+#: one process; loads are short, so serialising them costs nothing that matters.
+_NPY_HEADER_LOCK = threading.Lock()
+
+
 def _npy_nbytes(f: Any, where: str) -> int:
     """Bytes of the array an .npy stream declares, read from its header alone (nothing allocated)."""
     try:
@@ -737,35 +746,37 @@ def load_numpy(
     p = _check_file(path) if not Path(path).is_dir() else Path(path)
     source = str(p)
     meta: dict[str, Any] = {}
-    if p.is_dir():
-        xp, yp = p / "X.npy", p / "y.npy"
-        for q in (xp, yp):
-            if not q.exists():
-                raise DataError(f"{q}: file not found (a directory must hold X.npy and y.npy)")
-        X, y = _np_load(xp, max_bytes), _np_load(yp, max_bytes)
-    else:
-        obj = _np_load(p, max_bytes)
-        if isinstance(obj, np.lib.npyio.NpzFile):
-            with obj:
-                keys = list(obj.files)
-                for k in ("X", "y"):
-                    if k not in keys:
-                        raise DataError(f"{source}: array {k!r} not in the .npz; found {[_cell(k) for k in keys[:20]]}")
-                try:
-                    X, y = obj["X"], obj["y"]
-                    for k in ("task", "feature_names", "n_classes", "name"):
-                        if k in keys:
-                            meta[k] = obj[k]
-                except (ValueError, OSError, EOFError, zipfile.BadZipFile, MemoryError) as e:
-                    raise DataError(f"{source}: cannot load an array of the .npz ({e})") from None
+    with _NPY_HEADER_LOCK:  # numpy parses each array's header with ast.literal_eval (see the lock)
+        if p.is_dir():
+            xp, yp = p / "X.npy", p / "y.npy"
+            for q in (xp, yp):
+                if not q.exists():
+                    raise DataError(f"{q}: file not found (a directory must hold X.npy and y.npy)")
+            X, y = _np_load(xp, max_bytes), _np_load(yp, max_bytes)
         else:
-            if y_path is None:
-                sib = p.with_name(p.name.replace("X", "y", 1)) if "X" in p.name else None
-                if sib is None or not sib.exists():
-                    raise DataError(f"{source}: a bare .npy holds only X; pass y_path= (or use "
-                                    f"an .npz with X and y)")
-                y_path = sib
-            X, y = obj, _np_load(_check_file(y_path), max_bytes)
+            obj = _np_load(p, max_bytes)
+            if isinstance(obj, np.lib.npyio.NpzFile):
+                with obj:
+                    keys = list(obj.files)
+                    for k in ("X", "y"):
+                        if k not in keys:
+                            raise DataError(f"{source}: array {k!r} not in the .npz; found "
+                                            f"{[_cell(k) for k in keys[:20]]}")
+                    try:
+                        X, y = obj["X"], obj["y"]
+                        for k in ("task", "feature_names", "n_classes", "name"):
+                            if k in keys:
+                                meta[k] = obj[k]
+                    except (ValueError, OSError, EOFError, zipfile.BadZipFile, MemoryError) as e:
+                        raise DataError(f"{source}: cannot load an array of the .npz ({e})") from None
+            else:
+                if y_path is None:
+                    sib = p.with_name(p.name.replace("X", "y", 1)) if "X" in p.name else None
+                    if sib is None or not sib.exists():
+                        raise DataError(f"{source}: a bare .npy holds only X; pass y_path= (or use "
+                                        f"an .npz with X and y)")
+                    y_path = sib
+                X, y = obj, _np_load(_check_file(y_path), max_bytes)
     if not isinstance(X, np.ndarray) or not isinstance(y, np.ndarray):
         raise DataError(f"{source}: expected arrays X and y")
     if X.ndim in (3, 4):  # images (n, H, W) or (n, C, H, W): one flat row each, row-major
