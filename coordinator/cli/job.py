@@ -63,13 +63,16 @@ def job() -> None:
 @click.argument("job_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @_CONFIG
 @click.option("--watch", "follow", is_flag=True, help="then follow the job until it ends")
-@click.option("--yes", is_flag=True, help="submit even if the job's dry run (`job plan`) found it hopeless")
+@click.option("--yes", is_flag=True, help="submit even if the job's dry run (`job plan`) or its noise floor finds "
+                                          "it hopeless")
 @_JSON
 def submit(job_file: Path, config_path: Path, follow: bool, yes: bool, as_json: bool) -> None:
     """Send JOB_FILE to every party (and the dealer); each checks its policy and reserves budget.
 
     First it reads the job's dry run (JOB.plan.json from `mpc-erm job plan`): a job whose noise
-    would drown its signal is sent only with --yes (exit 3 otherwise). The job starts once every
+    would drown its signal is sent only with --yes (exit 3 otherwise). A job never planned is
+    checked against its noise floor, the least noise/signal it can have on any data, from the job
+    file alone (add/remove jobs, whose noise is fixed by the public n̂). The job starts once every
     member has prepared it; if one refuses, the others end it by themselves (each member's answer
     is printed, and the exit status is 1)."""
     from coordinator.client import SubmitRefused
@@ -77,7 +80,7 @@ def submit(job_file: Path, config_path: Path, follow: bool, yes: bool, as_json: 
 
     from .job_plan import check_before_submit
 
-    note = check_before_submit(job_file, load_job_file(job_file).spec_digest(), yes=yes)
+    note = check_before_submit(job_file, load_job_file(job_file), yes=yes)
     if note and not as_json:
         click.echo(note, err=True)
     with _client(config_path) as client:

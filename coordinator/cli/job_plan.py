@@ -47,29 +47,58 @@ def stderr_is_terminal() -> bool:
     return sys.stderr.isatty()
 
 
-def check_before_submit(job_file: Path, spec_digest: str, *, yes: bool) -> str | None:
-    """``job submit``'s look at the dry run: raises SystemExit(3) for a job its dry run found
-    hopeless unless ``yes`` (or the user confirms at a terminal); otherwise one line to show."""
+def check_before_submit(job_file: Path, jf: Any, *, yes: bool) -> str | None:
+    """``job submit``'s look before anything is sent: raises SystemExit(3) for a job that is
+    hopeless unless ``yes`` (or the user confirms at a terminal); otherwise one line to show.
+
+    Hopeless by the job's dry run (``JOB.plan.json`` for this exact spec), or, for a job never
+    planned, by its noise floor: the least noise/signal it can have on any data, from the job
+    file alone (:func:`~mpc_erm.simulate.forecast.noise_floor`)."""
     path = receipt_path(job_file)
     try:
         receipt = json.loads(path.read_text())
     except (OSError, ValueError):
-        if not stderr_is_terminal():  # advice for a person at a terminal, not for scripts
-            return None
-        return (f"no dry run of this job: `mpc-erm job plan {job_file.name} --schema … --data …` forecasts its "
-                "accuracy before any ε is spent")
-    if receipt.get("spec_digest") != spec_digest:
-        return f"{path.name} is the dry run of another version of this job: run `mpc-erm job plan` again"
-    if not receipt.get("hopeless"):
-        band = receipt.get("private_mean")
-        return (f"dry run ({receipt.get('planned_at', '?')}): {receipt.get('verdict', 'ok')}"
-                + (f"; simulated {receipt.get('metric')} {band:.4f}" if isinstance(band, (int, float)) else ""))
-    warning = (f"the dry run of this job ({path.name}, {receipt.get('planned_at', '?')}) says "
-               f"{receipt.get('verdict')}. Its whole ε would be spent on a model no better than noise.")
+        receipt = None
+    if receipt is not None and receipt.get("spec_digest") == jf.spec_digest():
+        if not receipt.get("hopeless"):
+            band = receipt.get("private_mean")
+            return (f"dry run ({receipt.get('planned_at', '?')}): {receipt.get('verdict', 'ok')}"
+                    + (f"; simulated {receipt.get('metric')} {band:.4f}" if isinstance(band, (int, float)) else ""))
+        return _gate(f"the dry run of this job ({path.name}, {receipt.get('planned_at', '?')}) says "
+                     f"{receipt.get('verdict')}. Its whole ε would be spent on a model no better than noise.", yes)
+    floor = _floor(jf)
+    if floor is not None and floor.hopeless:
+        return _gate(f"this job is hopeless on any data: {floor.describe()} (more than "
+                     f"{_hopeless_ratio():g}). A larger ε, more records (privacy.public_n), fewer parameters or "
+                     "fewer rounds would help.", yes)
+    stale = receipt is not None
+    if not stale and not stderr_is_terminal():  # advice for a person at a terminal, not for scripts
+        return None
+    first = (f"{path.name} is the dry run of another version of this job: run `mpc-erm job plan` again" if stale else
+             f"no dry run of this job: `mpc-erm job plan {job_file.name} --schema … --data …` forecasts its "
+             "accuracy before any ε is spent")
+    return first + ("" if floor is None else f"; from the job file alone: {floor.describe()}")
+
+
+def _hopeless_ratio() -> float:
+    from mpc_erm.simulate.forecast import HOPELESS_NOISE_TO_SIGNAL
+
+    return HOPELESS_NOISE_TO_SIGNAL
+
+
+def _floor(jf: Any) -> Any:
+    """The job's noise floor, or None where its noise depends on counts only the agreement fixes."""
+    from mpc_erm.simulate.forecast import noise_floor
+
+    return noise_floor(jf.spec, features=jf.job.features)
+
+
+def _gate(warning: str, yes: bool) -> str:
+    """Let a hopeless job through with --yes or a confirmation at a terminal; else exit 3."""
     if yes:
         return f"warning: {warning} Submitted anyway (--yes)."
     if sys.stdin.isatty() and click.confirm(f"{warning} Submit anyway?", default=False, err=True):
-        return "submitted despite the dry run's verdict"
+        return "submitted despite the warning"
     click.echo(f"error: {warning} Nothing was sent; to submit anyway, pass --yes.", err=True)
     raise SystemExit(3)
 
@@ -136,7 +165,7 @@ def plan(job_file: Path, schema_path: Path, data: tuple[Path, ...], eval_path: P
     kept beside the job file (JOB.plan.json), where `job submit` asks for --yes if it is hopeless."""
     from mpc_erm.data.schema import read_csv_with_schema
     from mpc_erm.jobs import load_job_file
-    from mpc_erm.simulate.forecast import forecast_job
+    from mpc_erm.simulate.forecast import REFERENCE_WORDS, forecast_job
 
     jf = load_job_file(job_file)
     owners = len(jf.job.owners) or None
@@ -169,10 +198,11 @@ def plan(job_file: Path, schema_path: Path, data: tuple[Path, ...], eval_path: P
         band = fc.band()
         if band is not None:
             where = eval_path.name if eval_path else "the pooled rows"
-            quiet = ("" if fc.noise_free is None or fc.reference != "non-private"
+            quiet = ("" if fc.noise_free is None or fc.reference != "exact_minimiser"
                      else f"the same rounds without noise {fc.noise_free:.4f}; ")
             click.echo(f"  simulated {fc.metric} on {where} over {runs} runs: {band[0]:.4f} "
-                       f"(10–90 %: {band[1]:.4f}–{band[2]:.4f}); {quiet}{fc.reference} {fc.nonprivate:.4f}; "
+                       f"(10–90 %: {band[1]:.4f}–{band[2]:.4f}); {quiet}{REFERENCE_WORDS[fc.reference]} "
+                       f"{fc.nonprivate:.4f}; "
                        f"a constant predictor {fc.trivial:.4f}")
         click.echo(f"  {verdict(fc)}")
         if receipt is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -29,12 +29,29 @@ from mpc_erm.protocols.fedls import DpFedLs, owner_updates, poisson_owners, unif
 from mpc_erm.protocols.spec import JobSpec
 from mpc_erm.simulate.aggregator import InProcessAggregator
 
-__all__ = ["Forecast", "HOPELESS_NOISE_TO_SIGNAL", "InProcessFederatedJob", "InProcessJob", "InProcessNetworkJob",
-           "deal_to_owners", "forecast_job"]
+__all__ = ["Forecast", "HOPELESS_NOISE_TO_SIGNAL", "REFERENCE_WORDS", "InProcessFederatedJob", "InProcessJob",
+           "InProcessNetworkJob", "NoiseFloor", "Reference", "deal_to_owners", "forecast_job", "noise_floor",
+           "noise_to_signal"]
+
+#: What a forecast's ``nonprivate`` figure is: the objective's exact minimiser on the pooled rows
+#: (linear jobs), or the job's own rounds run without noise (networks, federated jobs).
+Reference = Literal["exact_minimiser", "noise_free_rounds"]
+#: How ``job plan`` names each reference in its text.
+REFERENCE_WORDS: dict[str, str] = {"exact_minimiser": "non-private",
+                                   "noise_free_rounds": "the same rounds without noise"}
 
 #: Noise norm over signal norm above which a release carries next to nothing (``job submit`` asks).
 HOPELESS_NOISE_TO_SIGNAL = 3.0
 ACCOUNTANTS = ("rdp", "pld", "gdp", "zcdp")
+
+
+def noise_to_signal(method: str, noise_std: float, dim: int, signal: float, rounds: int) -> float:
+    """Expected noise norm (σ·√p) over a release's norm; for T gradient rounds, over √T times it
+    (the model moves by the sum of T steps, whose noise grows as √T)."""
+    if signal <= 0:
+        return math.inf
+    ratio = noise_std * math.sqrt(dim) / signal
+    return ratio / math.sqrt(rounds) if method == "gradient" else ratio
 
 
 @dataclass(frozen=True)
@@ -57,18 +74,14 @@ class Forecast:
     nonprivate: float | None = None  # linear: the objective's exact minimiser on the pooled rows;
     # networks: the same clipped rounds without noise
     trivial: float | None = None  # majority class (accuracy) or the mean (R² = 0)
-    reference: str = "non-private"  # what ``nonprivate`` is, in the words ``job plan`` prints
+    reference: Reference = "exact_minimiser"  # what ``nonprivate`` is (REFERENCE_WORDS: how it is printed)
     noise_free: float | None = None  # the same rounds without noise (what the optimiser alone reaches)
     federated: bool = False  # DP-Fed-LS: the optimiser is the owners' local epochs and the global step
 
     @property
     def noise_to_signal(self) -> float:
-        """Expected noise norm (σ·√p) over the noise-free release's norm; for T gradient rounds,
-        over √T times it (the model moves by the sum of T steps, whose noise grows as √T)."""
-        if self.signal_norm <= 0:
-            return math.inf
-        ratio = self.noise_std * math.sqrt(self.dim) / self.signal_norm
-        return ratio / math.sqrt(self.rounds) if self.method == "gradient" else ratio
+        """:func:`noise_to_signal` of the noise-free release's norm."""
+        return noise_to_signal(self.method, self.noise_std, self.dim, self.signal_norm, self.rounds)
 
     @property
     def hopeless(self) -> bool:
@@ -88,7 +101,7 @@ class Forecast:
     @property
     def short_of_optimum(self) -> bool:
         """Without noise the rounds stop well short of the exact minimiser (linear jobs)."""
-        return (self.noise_free is not None and self.nonprivate is not None and self.reference == "non-private"
+        return (self.noise_free is not None and self.nonprivate is not None and self.reference == "exact_minimiser"
                 and self.noise_free < self.nonprivate - 0.02)
 
     def band(self) -> tuple[float, float, float] | None:
@@ -217,7 +230,7 @@ def _rounds_forecast(spec: JobSpec, plan: Any, job: Any, target: Dataset, runs: 
                     sensitivity=plan.sensitivity(), noise_std=plan.noise_scale(), signal_norm=job.signal(),
                     epsilon=g.epsilon, delta=g.delta, epsilon_by_accountant=_accountants(plan), metric="accuracy",
                     private=scores, nonprivate=quiet, trivial=_trivial(target),
-                    reference="the same rounds without noise", noise_free=quiet, federated=federated)
+                    reference="noise_free_rounds", noise_free=quiet, federated=federated)
 
 
 class InProcessFederatedJob:
@@ -324,3 +337,60 @@ def forecast_job(spec: JobSpec, parts: Sequence[Dataset], *, evaluate: Dataset |
                     sensitivity=plan.sensitivity(), noise_std=noise_std, signal_norm=job.signal(), epsilon=g.epsilon,
                     delta=g.delta, epsilon_by_accountant=_accountants(plan), metric=metric, private=scores,
                     nonprivate=nonprivate, trivial=_trivial(target), noise_free=noise_free)
+
+
+@dataclass(frozen=True)
+class NoiseFloor:
+    """The least noise/signal a job can have on any data, from public facts alone (``job submit``
+    checks a job never planned with this): the σ per coordinate of the plan a daemon would make,
+    against the largest release the job's bounds allow.
+
+    Why it bounds every forecast from below: a release is a weighted sum of clipped
+    contributions. A gradient round sums at most ~q·n̂ per-example gradients of norm ≤ C (an
+    owner's update ≤ 𝓛) and divides by q·n̂ (exactly s = τN owners under uniform sampling), so
+    its norm is ≤ C; an output release averages local minimisers of a λ-strongly convex objective
+    with a G-Lipschitz loss, each of norm ≤ G/λ. Both assume the true count is near the public n̂
+    the job names (add/remove adjacency divides by it). The dimension is the model's when public
+    (networks; ``job.features`` with owners), else the least a model of this kind can have."""
+
+    method: str
+    mechanism: str
+    noise_std: float  # per coordinate of one release
+    dim: int
+    dim_known: bool  # False: ``dim`` is the least possible (the features are not public before the agreement)
+    rounds: int
+    signal_ceiling: float  # the largest norm a noise-free release can have
+
+    @property
+    def noise_to_signal(self) -> float:
+        """At least this, whatever the data: :func:`noise_to_signal` of the largest release."""
+        return noise_to_signal(self.method, self.noise_std, self.dim, self.signal_ceiling, self.rounds)
+
+    @property
+    def hopeless(self) -> bool:
+        return self.noise_to_signal > HOPELESS_NOISE_TO_SIGNAL
+
+    def describe(self) -> str:
+        """One line: the figures and where each comes from."""
+        what = "the largest clipped release" if self.method == "gradient" else "the largest model (G/λ)"
+        dim = f"{self.dim}" if self.dim_known else f"at least {self.dim}"
+        per = f" over {self.rounds} rounds" if self.method == "gradient" else ""
+        return (f"{self.mechanism} noise σ = {self.noise_std:.4g} per coordinate on {dim} numbers, {what} has norm "
+                f"≤ {self.signal_ceiling:.4g}: noise/signal ≥ {self.noise_to_signal:.3g}{per} on any data")
+
+
+def noise_floor(spec: JobSpec, *, features: int | None = None) -> NoiseFloor | None:
+    """:class:`NoiseFloor` of ``spec`` before any data is seen; None under replace-one adjacency,
+    whose noise is scaled to the parties' exact counts, known only at the agreement.
+    ``features``: each row's public width (``job.features`` of a job with owners), if known."""
+    if spec.privacy.adjacency != "add_remove":
+        return None
+    plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, None), n_features=features or 1)
+    if plan.mechanism == "none":
+        return None
+    known = plan.dim is not None and (features is not None or spec.model.is_network)  # a plugin's: only at a party
+    dim = int(plan.dim or 1)
+    noise_std = plan.noise_scale() * (math.sqrt(2.0) if plan.mechanism == "laplace" else 1.0)
+    ceiling = plan.clip if spec.method == "gradient" else plan.clip / plan.lam
+    return NoiseFloor(method=spec.method, mechanism=plan.mechanism, noise_std=noise_std, dim=dim, dim_known=known,
+                      rounds=plan.rounds, signal_ceiling=ceiling)

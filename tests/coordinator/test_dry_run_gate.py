@@ -136,7 +136,7 @@ def test_a_network_job_is_forecast_by_its_own_dp_sgd_rounds(files: Path, monkeyp
     assert "178 numbers" in out and "the same rounds without noise" in out, out
     receipt = json.loads((files / "net.plan.json").read_text())
     assert receipt["private_mean"] > receipt["constant_predictor"] + 0.1, receipt
-    assert receipt["nonprivate_is"] == "the same rounds without noise"
+    assert receipt["nonprivate_is"] == "noise_free_rounds"
 
     job.write_text(NETWORK_JOB.format(eps=0.02))
     code, out, _ = _plan(files, job, monkeypatch, capsys)
@@ -178,6 +178,33 @@ local_lr_decay = 0.99
 """
 
 
+def test_a_job_never_planned_is_checked_against_its_noise_floor(files: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Without a dry run, `job submit` still stops a job that is hopeless on any data: its noise
+    floor, from the job file alone (the network's σ with the public n̂, on its 178 parameters,
+    against the clip), exit 3 before any daemon is contacted; a usable job's floor is shown at a
+    terminal; a replace-one job has none (its σ is scaled to counts only the agreement fixes)."""
+    job = files / "net.toml"
+    job.write_text(NETWORK_JOB.format(eps=0.005))
+    code, out, err = _submit(files, job, monkeypatch, capsys)
+    assert code == 3 and "hopeless on any data" in err and "on 178 numbers" in err, (code, out, err)
+    assert "Nothing was sent" in err and not (files / "net.plan.json").exists()
+    code, out, err = _submit(files, job, monkeypatch, capsys, "--yes")
+    assert code != 3 and "Submitted anyway (--yes)" in err and "nowhere.toml" in out + err, (code, out, err)
+
+    job.write_text(NETWORK_JOB.format(eps=2.0))
+    code, out, err = _submit(files, job, monkeypatch, capsys)
+    assert code != 3 and "job file alone" not in err  # nothing for a script
+    monkeypatch.setattr(sys.modules["coordinator.cli.job_plan"], "stderr_is_terminal", lambda: True)
+    code, out, err = _submit(files, job, monkeypatch, capsys)
+    assert code != 3 and "no dry run of this job" in err, err
+    assert "from the job file alone: gaussian noise σ = " in err and "noise/signal ≥ 0.0" in err, err
+
+    job.write_text(JOB.format(eps=0.001))  # hopeless in its dry run (above), but replace-one: no floor
+    code, out, err = _submit(files, job, monkeypatch, capsys)
+    assert code != 3 and "no dry run of this job" in err and "job file alone" not in err, err
+
+
 def _owner_job(n: int, *, method: str = "gradient", features: int = 8, federated: bool = False) -> str:
     owners = ", ".join(f'"clinic-{i:03d}"' for i in range(n))
     if federated:
@@ -199,13 +226,14 @@ def test_a_job_with_data_owners_is_forecast_on_rows_dealt_to_its_owners(
     code, out, err = _plan(files, job, monkeypatch, capsys)
     assert code == 0 and "455 stand-in rows dealt to 6 owners (about 75 each)" in out, (out, err)
     receipt = json.loads((files / "owners.plan.json").read_text())
-    assert receipt["nonprivate_is"] == "non-private" and receipt["private_mean"] > receipt["constant_predictor"] + 0.1
+    assert receipt["nonprivate_is"] == "exact_minimiser"
+    assert receipt["private_mean"] > receipt["constant_predictor"] + 0.1
 
     # 60 owners of about 7 rows, one local epoch of one step each for 6 rounds: not enough training
     job.write_text(_owner_job(60, federated=True).replace("epsilon = 2.0", "epsilon = 8.0"))
     code, out, err = _plan(files, job, monkeypatch, capsys)
     receipt = json.loads((files / "owners.plan.json").read_text())
-    assert "dealt to 60 owners" in out and receipt["nonprivate_is"] == "the same rounds without noise", (out, err)
+    assert "dealt to 60 owners" in out and receipt["nonprivate_is"] == "noise_free_rounds", (out, err)
     assert receipt["rounds"] == 6 and receipt["dim"] == 18  # softmax: 2 × 8 weights + 2 biases
     assert receipt["noise_to_signal"] < 1  # not the noise's fault:
     assert code == 3 and "not for privacy" in out and "tune federated.local_lr" in out, out

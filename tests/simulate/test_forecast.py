@@ -84,7 +84,7 @@ def test_the_band_lies_between_a_constant_and_the_noise_free_rounds_and_drowned_
     parts, held_out = _parts(0, (100, 100, 100)), _parts(0, (400,))[0]
     fc = forecast_job(_spec(eps=4.0, T=20, q=0.5, lr=1.0, n_hat=300, clip=1.0), parts, evaluate=held_out, runs=3)
     band = fc.band()
-    assert band is not None and fc.reference == "the same rounds without noise" and fc.dim == 5 * 6 + 6 + 6 * 2 + 2
+    assert band is not None and fc.reference == "noise_free_rounds" and fc.dim == 5 * 6 + 6 + 6 * 2 + 2
     assert fc.trivial + 0.1 < band[0] <= fc.nonprivate + 0.05 and not fc.hopeless, (band, fc)
     assert fc.epsilon <= 4.0 + 1e-9 and fc.noise_std > 0
 
@@ -212,7 +212,7 @@ def test_a_federated_forecast_deals_the_rows_and_finds_too_few_owners_hopeless()
     pooled = _parts(2, sizes=(800, 800, 800))
     many = forecast_job(_fed_spec(200, eps=4.0, clip=0.5, T=8, tau=0.5, ls=1.0), pooled, runs=3, owners=200)
     band = many.band()
-    assert band is not None and many.reference == "the same rounds without noise"
+    assert band is not None and many.reference == "noise_free_rounds"
     assert many.trivial is not None and many.noise_free is not None
     assert many.trivial + 0.05 < band[0] <= many.noise_free + 0.02 and not many.hopeless
     assert many.noise_std == pytest.approx(many.sensitivity * plan_job(
@@ -229,3 +229,58 @@ def test_a_federated_forecast_deals_the_rows_and_finds_too_few_owners_hopeless()
 
 def _pooled(parts: list[Dataset]) -> Dataset:
     return Dataset(np.vstack([p.X for p in parts]), np.concatenate([p.y for p in parts]), "binary", "pooled")
+
+
+LINEAR_OUTPUT_JOB = """
+method = "output"
+[job]
+name = "lin"
+dataset = "d"
+parties = ["a", "b", "c"]
+trust = "replicated"
+[model]
+name = "logistic"
+lam = 0.05
+[privacy]
+epsilon = {eps}
+delta = 1e-6
+mechanism = "gaussian"
+adjacency = "{adjacency}"
+{public_n}
+"""
+
+
+def test_the_noise_floor_from_the_job_file_alone_lies_below_every_forecast() -> None:
+    """``job submit``'s check of a job never planned: the floor's σ is the forecast's (the same
+    plan, with the public n̂), and its noise/signal — against the largest release the bounds
+    allow — is at most what the forecast measures on real rows (n̂ = the rows held, as the job
+    asserts), for a network, a federated job and a linear output job; a job whose floor is
+    hopeless is hopeless in its forecast too; a replace-one job has no floor (its σ needs the
+    agreed counts)."""
+    from mpc_erm.simulate.forecast import noise_floor
+
+    parts = _parts(4)  # 70 rows
+    cases = [(_spec(eps=1.0, n_hat=70, T=10, q=0.5, lr=1.0), parts, {}, None),
+             (_spec(eps=0.01, n_hat=70, T=10, q=0.5, lr=1.0), parts, {}, None),
+             (parse_job_file(LINEAR_OUTPUT_JOB.format(eps=1.0, adjacency="add_remove", public_n="public_n = 70")).spec,
+              parts, {}, None)]
+    fed = _fed_spec(60, eps=4.0, clip=0.5, T=4, tau=0.5)
+    cases.append((fed, _parts(5, sizes=(200, 200, 200)), {"owners": 60}, 5))
+    seen_hopeless = 0
+    for spec, rows, kw, features in cases:
+        fc = forecast_job(spec, rows, runs=1, **kw)
+        floor = noise_floor(spec, features=features)
+        assert floor is not None and floor.noise_std == pytest.approx(fc.noise_std, rel=1e-9)
+        assert floor.rounds == fc.rounds and floor.method == fc.method
+        if floor.dim_known:
+            assert floor.dim == fc.dim
+        else:  # a linear model's features are known only at the agreement: the least a model can have
+            assert spec.method == "output" and floor.dim == 1 < fc.dim
+        assert fc.signal_norm <= floor.signal_ceiling * (1 + 1e-9)
+        assert floor.noise_to_signal <= fc.noise_to_signal * (1 + 1e-9), (floor, fc.noise_to_signal)
+        if floor.hopeless:
+            seen_hopeless += 1
+            assert fc.hopeless and "on any data" in floor.describe()
+    assert seen_hopeless == 1  # the ε = 0.01 network
+    replace_one = parse_job_file(LINEAR_OUTPUT_JOB.format(eps=1.0, adjacency="replace", public_n="")).spec
+    assert noise_floor(replace_one) is None
