@@ -1,19 +1,19 @@
 """Run one MPC function in every party of a throw-away job on this machine: real processes,
 real gRPC + mutual TLS on loopback, the same set-up a deployment does.
 
-:func:`run_local` is what benchmarks, examples and integration tests use instead of
-copying the set-up: it spawns (``multiprocessing`` *spawn* context: CrypTen keeps global state,
-one MPC session per process) one process per party, plus a dealer process where the trust model
-needs one, creates a fresh in-memory CA and one certificate per member, starts a
-``TransportServer`` per member on ``127.0.0.1:0``, builds the :class:`PartyTable` from the ports
-the members announce, runs ``init_crypten`` and the dealer client, and then calls the picklable
-module-level function ``fn(ctx, *args)`` in every party (SPMD, as all CrypTen code is).
-``ctx`` is a :class:`LocalContext` (rank, world size, the GrpcCommunicator, the trust model).
-The parties' return values (plain picklable data: numbers, strings, numpy arrays, small
-tensors) come back as a list in rank order. Teardown is the ordinary one (barrier,
-``stop_dealer_client``, ``uninit_crypten``, ``server.stop``); on an error or the overall
-timeout every process is killed and :class:`LocalRunError` carries the failing member's
-traceback.
+:func:`run_local` is what benchmarks, examples and integration tests use instead of copying the
+set-up: it starts (a ``multiprocessing`` *forkserver* whose server has only imported torch and
+CrypTen: CrypTen keeps global state, one MPC session per process) one process per party, plus a
+dealer process where the trust model needs one, creates a fresh in-memory CA and one certificate
+per member, starts a ``TransportServer`` per member on ``127.0.0.1:0``, builds the
+:class:`PartyTable` from the ports the members announce, runs ``init_crypten`` and the dealer
+client, and then calls the picklable module-level function ``fn(ctx, *args)`` in every party
+(SPMD, as all CrypTen code is). ``ctx`` is a :class:`LocalContext` (rank, world size, the
+GrpcCommunicator, the trust model). The parties' return values (plain picklable data: numbers,
+strings, numpy arrays, small tensors) come back as a list in rank order. Teardown is the
+ordinary one (barrier, ``stop_dealer_client``, ``uninit_crypten``, ``server.stop``); on an error
+or the overall timeout every process is killed and :class:`LocalRunError` carries the failing
+member's traceback.
 
 Trust models (``trust=``):
 
@@ -27,7 +27,7 @@ Trust models (``trust=``):
 * ``"tfp"``: CrypTen's default provider, party 0 generates every triple and could unmask every
   product. TESTS AND BENCHMARKS ONLY; its trust model says so.
 
-:func:`run_processes` is the bare supervisor underneath (spawn, collect, kill, tracebacks) for
+:func:`run_processes` is the bare supervisor underneath (start, collect, kill, tracebacks) for
 code that sets its own communicator up, e.g. the CrypTen-over-gloo baseline of
 ``benchmarks/aggregate.py``.
 """
@@ -99,7 +99,7 @@ class LocalRun:
 
     results: list[Any]  # fn's return value per party, rank order
     dealer: dict[str, Any] | None  # what the dealer served (requests per function), if one ran
-    seconds: float  # wall time from spawn to the last result
+    seconds: float  # wall time from start to the last result
     job_id: str
 
 
@@ -111,11 +111,26 @@ def _last_line(tb: str) -> str:
     return lines[-1].strip() if lines else "(no traceback)"
 
 
+#: What the fork server of :func:`run_local`'s children imports once, so that each party does not
+#: import torch and CrypTen again (5–6 s of CPU a process).
+PRELOAD = ("torch", "numpy", "mpc_erm.mpc.communicator", "mpc_erm.mpc.dealer", "mpc_erm.mpc.rss_provider",
+           "mpc_erm.mpc.local")
+
+
+def _context() -> Any:
+    """Children forked from a fork server that has imported :data:`PRELOAD` and nothing else: each
+    starts from pristine module state (CrypTen never initialised there), as with *spawn*, without
+    paying the imports. The server is this process's (Python's, process-wide): started by the
+    first run, with the environment of that moment."""
+    mp.set_forkserver_preload(list(PRELOAD))
+    return mp.get_context("forkserver")
+
+
 class _Supervisor:
-    """Spawned children that post (kind, index, payload) on one queue; see :func:`_post`."""
+    """Forked children that post (kind, index, payload) on one queue; see :func:`_post`."""
 
     def __init__(self, names: Sequence[str]) -> None:
-        self.ctx = mp.get_context("spawn")
+        self.ctx = _context()
         self.out_q = self.ctx.Queue()
         self.names = list(names)
         self.procs: list[Any] = []
@@ -424,12 +439,12 @@ def run_local(
 ) -> list[Any]:
     """Run ``fn(ctx, *args)`` in ``parties`` CrypTen parties over gRPC + mTLS on loopback.
 
-    ``fn`` must be a module-level function (it is pickled by reference into spawned processes)
+    ``fn`` must be a module-level function (it is pickled by reference into the child processes)
     and return plain picklable data. ``trust``: ``"dealer"`` (default; M + 1 processes),
     ``"replicated"`` (3 parties, hardened RSS for products, no dealer: comparisons' binary triples
     and B2A bits from :class:`~mpc_erm.mpc.rss_provider.ReplicatedProvider`)
     or ``"tfp"`` (party 0 makes the triples: tests and benchmarks only, and labelled so in
-    ``ctx.trust_model``). ``timeout_s`` bounds the whole run (spawn to last result);
+    ``ctx.trust_model``). ``timeout_s`` bounds the whole run (start to last result);
     ``deadline_s`` bounds every communicator operation inside it.
 
     Returns fn's results in rank order. Raises :class:`LocalRunError` (child traceback included)

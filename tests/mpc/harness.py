@@ -3,7 +3,6 @@ processes whatever happened, and surface any child's traceback as the test failu
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import queue
 import time
 from collections.abc import Callable, Sequence
@@ -12,6 +11,8 @@ from typing import Any
 
 import pytest
 import torch
+
+from tests.procs import preloaded_context
 
 
 def tensors_from_numpy(report: dict[str, Any]) -> dict[str, Any]:
@@ -56,7 +57,7 @@ def start_parties(
 
     ca = pki.create_ca(ca_name)
     identities = [pki.issue_identity(ca, name, "party") for name in names]
-    ctx = mp.get_context("spawn")
+    ctx = preloaded_context()
     port_q, out_q = ctx.Queue(), ctx.Queue()
     table_qs = [ctx.Queue() for _ in names]
     procs = [

@@ -12,7 +12,6 @@ Inputs are positive and negative (CrypTen's decode is off by one for negatives; 
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import queue
 import statistics
@@ -27,6 +26,7 @@ import torch
 
 from mpc_erm.mpc import pki
 from tests.mpc.harness import collect_reports
+from tests.procs import preloaded_context
 
 NAMES = ("alice", "bob", "carol", "dave", "erin")
 SIZES = (1, 100_000)
@@ -116,7 +116,7 @@ def run_job(
     identities = [pki.issue_identity(ca, n, "dealer" if n == "dealer" else "party") for n in names]
     members = len(names)
     hosts = hosts or [[r] for r in range(members)]
-    ctx = mp.get_context("spawn")
+    ctx = preloaded_context()
     port_q, out_q = ctx.Queue(), ctx.Queue()
     table_qs = [ctx.Queue() for _ in hosts]
     procs = [

@@ -27,6 +27,7 @@ from mpc_erm.mpc.owner_intake import OwnerClient, OwnerIntake, RoundFrame, round
 from mpc_erm.mpc.owner_shares import encode_on_grid, owner_margin_bits
 from mpc_erm.mpc.tls import secure_channel
 from tests.mpc.test_mpc_aggregator import NAMES
+from tests.procs import preloaded_context
 
 K, DIM, GRID = 3, 40, 16
 OWNERS = tuple(f"clinic-{i:02d}" for i in range(6))
@@ -327,12 +328,11 @@ def _many_value(o: int, t: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("noisy", [False, True], ids=["no-noise", "in-mpc-noise"])
 def test_thirty_owners_through_three_compute_processes(noisy: bool) -> None:
-    import multiprocessing as mp
 
     from tests.mpc.test_mpc_aggregator import run_job
 
     ca = pki.create_ca("owners CA")
-    addr_q = mp.get_context("spawn").Queue()
+    addr_q = preloaded_context().Queue()
     box: dict[str, Any] = {}
     grid_of: dict[str, int] = {}
     th = threading.Thread(target=lambda: box.update(seen=_owners_run(ca, addr_q, grid_of)))

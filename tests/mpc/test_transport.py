@@ -6,7 +6,6 @@ round-trip and the killed-peer tests run the peer in a second process.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import re
 import signal
@@ -38,6 +37,7 @@ from mpc_erm.mpc.transport import (
 )
 from mpc_erm.mpc.transport.chunking import Assembler, iter_chunks
 from mpc_erm.mpc.transport.client import PeerClient
+from tests.procs import preloaded_context
 
 TENSOR, OBJECT = pb.PAYLOAD_KIND_TENSOR, pb.PAYLOAD_KIND_OBJECT
 NAMES = ("alice", "bob", "carol")
@@ -340,7 +340,7 @@ def _peer(identity: pki.Identity, port_q: Any, table_q: Any, done_q: Any) -> Non
 
 @pytest.fixture
 def two_processes(cluster: Cluster) -> Iterator[tuple[Endpoint, Any, Any]]:
-    ctx = mp.get_context("spawn")
+    ctx = preloaded_context()
     port_q, table_q, done_q = ctx.Queue(), ctx.Queue(), ctx.Queue()
     proc = ctx.Process(target=_peer, args=(cluster.ids["bob"], port_q, table_q, done_q), daemon=True)
     proc.start()

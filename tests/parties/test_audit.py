@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from parties.audit import GENESIS, AuditError, AuditLog, verify
+from tests.procs import preloaded_context
 
 
 def _fill(log: AuditLog, jobs: int = 3, rounds: int = 4) -> None:
@@ -94,7 +94,7 @@ def _writer(path: str, who: int) -> None:
 
 def test_concurrent_writers_keep_one_chain(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
-    ctx = mp.get_context("spawn")
+    ctx = preloaded_context()
     procs = [ctx.Process(target=_writer, args=(str(path), i)) for i in range(4)]
     for p in procs:
         p.start()

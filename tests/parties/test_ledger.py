@@ -4,7 +4,6 @@ RDP composition against an independent dp_accounting computation, and a property
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 import os
 import shutil
 import sqlite3
@@ -31,6 +30,7 @@ from parties.ledger import (
     normalise_dp_event,
 )
 from tests.parties.dp_reference import gaussian_under_replace, rdp_curve, rdp_epsilon, with_sampler
+from tests.procs import preloaded_context
 
 # Spawned workers import this module: dp_accounting and pydantic are imported inside the tests that need
 # them (parties.ledger itself imports mpc_erm.privacy.events, and with it mpc_erm.privacy).
@@ -186,7 +186,7 @@ def _crash_mid_job(path: str) -> None:
 def test_crash_recovery(tmp_path: Path) -> None:
     path = tmp_path / "state" / LEDGER_FILE
     Ledger.in_state_dir(tmp_path / "state", BUDGETS).close()
-    proc = mp.get_context("spawn").Process(target=_crash_mid_job, args=(str(path),))
+    proc = preloaded_context().Process(target=_crash_mid_job, args=(str(path),))
     proc.start()
     proc.join(60)
     assert proc.exitcode == 3
@@ -232,7 +232,7 @@ def _reserve_many(path: str, worker: int, jobs: int, barrier, results) -> None:
 def test_concurrent_processes_take_exactly_the_affordable_number(tmp_path: Path) -> None:
     path = str(tmp_path / LEDGER_FILE)
     Ledger(path, {"adult": (1.0, 0.0)}).close()
-    ctx = mp.get_context("spawn")
+    ctx = preloaded_context()
     workers, per_worker = 6, 4
     barrier, results = ctx.Barrier(workers), ctx.Queue()
     procs = [ctx.Process(target=_reserve_many, args=(path, w, per_worker, barrier, results))

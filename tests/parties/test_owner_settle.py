@@ -8,7 +8,6 @@ another live process is running is left alone.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
 from pathlib import Path
@@ -17,6 +16,7 @@ from types import SimpleNamespace
 from mpc_erm.privacy.events import GaussianRounds
 from parties.ledger import Ledger
 from parties.owner import settle_abandoned
+from tests.procs import preloaded_context
 
 BUDGETS = {"clinics": (50.0, 1e-4, "add_remove")}
 EVENT = GaussianRounds(rounds=10, adjacency="add_remove", sampler_tv=0.0, noise_multiplier=2.0)
@@ -39,7 +39,7 @@ def _hold_job(state: str, job_id: str, reveal_rounds: int, ready: object) -> Non
 
 def test_a_killed_owner_join_is_settled_at_the_next_and_a_live_one_is_left_alone(tmp_path: Path) -> None:
     state = str(tmp_path / "state")
-    ctx = mp.get_context("spawn")
+    ctx = preloaded_context()
     procs = {}
     for job_id, rounds in (("revealed", 3), ("never", 0), ("alive", 2)):
         ready = ctx.Event()

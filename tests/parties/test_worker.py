@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing as mp
 import time
 import traceback
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 
 from mpc_erm.mpc import pki
+from tests.procs import preloaded_context
 
 PARTIES = ("alice", "bob", "carol")
 
@@ -106,7 +106,7 @@ def run_members(tmp_path: Path, job_texts: dict[str, str], timeout: float = 300,
                 idxs: dict[str, tuple[Path, Path]] | None = None,
                 devices: dict[str, str] | None = None, models: dict[str, str] | None = None) -> dict[str, Any]:
     ca = pki.create_ca("worker test CA")
-    ctx_mp = mp.get_context("spawn")
+    ctx_mp = preloaded_context()
     manager = ctx_mp.Manager()
     registry, events, out_q = manager.dict(), ctx_mp.Queue(), ctx_mp.Queue()
     procs = []
