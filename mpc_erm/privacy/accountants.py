@@ -110,7 +110,7 @@ def wor_gaussian_curve(noise_multiplier: float, population: int, sample_size: in
     acc = RdpAccountant(orders=RDP_ORDERS, neighboring_relation=_NR.REPLACE_ONE)
     acc.compose(dp_accounting.SampledWithoutReplacementDpEvent(
         population, sample_size, dp_accounting.GaussianDpEvent(noise_multiplier)))
-    curve = np.array(acc._rdp, dtype=np.float64)  # dp_accounting keeps the curve there (events._rdp_epsilon)
+    curve = np.array(acc._rdp, dtype=np.float64)  # dp_accounting keeps the curve there (events._rdp_curve)
     curve.flags.writeable = False
     return curve
 

@@ -315,12 +315,26 @@ _Part = tuple[str, float, float, int, int]  # (kind, parameter, sampling rate, p
 
 @functools.lru_cache(maxsize=2048)
 def _rdp_epsilon(parts: tuple[_Part, ...], delta: float) -> float:
-    """RDP ε at ``delta`` of ((kind, parameter, sampling rate, population, count), …) — identical
-    events are composed as one SelfComposedDpEvent (RR's RDP costs dp_accounting ~0.1 s an event)."""
+    """RDP ε at ``delta`` of ((kind, parameter, sampling rate, population, count), …): the
+    conversion of :func:`_rdp_curve` (cheap; the sampler's fixed point asks at many δ)."""
+    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+
+    from .subsampled import RDP_ORDERS
+
+    return float(compute_epsilon(RDP_ORDERS, _rdp_curve(parts), delta)[0])
+
+
+@functools.lru_cache(maxsize=512)
+def _rdp_curve(parts: tuple[_Part, ...]) -> Any:
+    """The RDP curve on :data:`~.subsampled.RDP_ORDERS` of ((kind, parameter, sampling rate,
+    population, count), …) — identical events are composed as one SelfComposedDpEvent (RR's RDP
+    costs dp_accounting ~0.1 s an event). Read-only: callers convert it, never change it."""
     import dp_accounting
     import numpy as np
     from dp_accounting.rdp import RdpAccountant
-    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+
+    from .accountants import wor_gaussian_curve
+    from .subsampled import RDP_ORDERS, discrete_gaussian_curve
 
     rel = dp_accounting.NeighboringRelation
     full: list[Any] = []
@@ -352,21 +366,18 @@ def _rdp_epsilon(parts: tuple[_Part, ...], delta: float) -> float:
             acc = RdpAccountant(neighboring_relation=relation)
             acc.compose(dp_accounting.ComposedDpEvent(evs))
             accs.append(acc)
-    if len(accs) == 1 and not discrete and not without_replacement:
-        return float(accs[0].get_epsilon(delta))
     # dp_accounting has no public sum of two accountants' curves: its RdpAccountant keeps them in
-    # ``_orders``/``_rdp`` (its default orders, RDP_ORDERS, in every one); tests/privacy pin the sum
-    # against a single accountant where one can hold both parts. Rényi divergences of one pair of
-    # data sets add over adaptively composed mechanisms, whichever bound gave each curve.
-    from .accountants import wor_gaussian_curve
-    from .subsampled import RDP_ORDERS, discrete_gaussian_curve
-
-    rdp = sum((a._rdp for a in accs), np.zeros(len(RDP_ORDERS)))
+    # ``_orders``/``_rdp`` (its default orders, RDP_ORDERS, in every one; get_epsilon is
+    # compute_epsilon of the two); tests/privacy pin the sum against a single accountant where one
+    # can hold both parts. Rényi divergences of one pair of data sets add over adaptively composed
+    # mechanisms, whichever bound gave each curve.
+    rdp = sum((np.asarray(a._rdp, dtype=np.float64) for a in accs), np.zeros(len(RDP_ORDERS)))
     for z, q, count in discrete:
         rdp = rdp + count * discrete_gaussian_curve(q, z)
     for z, population, size, count in without_replacement:
         rdp = rdp + count * wor_gaussian_curve(z, population, size)
-    return float(compute_epsilon(RDP_ORDERS, rdp, delta)[0])
+    rdp.flags.writeable = False
+    return rdp
 
 
 def _grouped(events: Iterable[DpEvent], kinds: tuple[str, ...]) -> tuple[_Part, ...]:
