@@ -49,6 +49,7 @@ __all__ = [
     "PartyConfig",
     "PeerConfig",
     "PolicyConfig",
+    "load_daemon_identity",
     "load_dealer_config",
     "load_owner_config",
     "load_party_config",
@@ -497,6 +498,12 @@ class DealerConfig(_DaemonConfig):
 
 
 DaemonConfig = PartyConfig | DealerConfig  # what a daemon (and each of its job's workers) is configured by
+
+
+def load_daemon_identity(cfg: DaemonConfig) -> Any:
+    """The daemon's TLS identity (a :class:`mpc_erm.mpc.pki.Identity`) from ``[identity]``
+    (``IdentityConfig.load``) in the daemon's role."""
+    return cfg.identity.load("dealer" if isinstance(cfg, DealerConfig) else "party")
 
 
 _C = TypeVar("_C", bound=_DaemonConfig)

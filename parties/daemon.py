@@ -76,7 +76,7 @@ from mpc_erm.protocols.common import plan_job
 
 from .admission import JOB_ID_RE, MAX_JOB_TOML_BYTES, Admitted, Refused, admit, check_caller, check_request
 from .agreement import ASK_TIMEOUT_S, Agreement
-from .config import DaemonConfig, DealerConfig, PartyConfig, split_host_port
+from .config import DaemonConfig, DealerConfig, PartyConfig, load_daemon_identity, split_host_port
 from .jobs import LIVE, JobExists, JobRecord, JobStore, read_result_manifest, result_files
 from .ledger import (
     AdjacencyMismatch,
@@ -153,11 +153,6 @@ def check_data_files(cfg: PartyConfig) -> None:
                     pass
             except OSError as exc:
                 raise OSError(f"datasets.{ds}.{field}: cannot read {f}: {exc.strerror or exc}") from None
-
-
-def load_daemon_identity(cfg: DaemonConfig) -> pki.Identity:
-    """The daemon's TLS identity from ``[identity]`` (``IdentityConfig.load``) in the daemon's role."""
-    return cfg.identity.load("dealer" if isinstance(cfg, DealerConfig) else "party")  # type: ignore[no-any-return]
 
 
 class PartyDaemon:

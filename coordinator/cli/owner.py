@@ -13,8 +13,6 @@ from pathlib import Path
 
 import click
 
-from parties.admission import JOB_ID_RE
-
 _PATH = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
@@ -33,6 +31,7 @@ def owner() -> None:
 def join(config_path: Path, job_path: Path, job_id: str, wait_s: float, as_json: bool) -> None:
     """Contribute this owner's data to job JOB-ID: shares to the compute parties, the model back."""
     from mpc_erm.jobs.jobfile import load_job_file
+    from parties.admission import JOB_ID_RE
     from parties.config import load_owner_config
     from parties.owner import run_owner_job
 

@@ -139,8 +139,7 @@ def _health(config_path: Path, role: str, address: str | None, timeout_s: float)
     from mpc_erm.mpc import tls
     from mpc_erm.mpc._proto import party_pb2 as pb
     from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
-    from parties.config import ConfigError, load_dealer_config, load_party_config, split_host_port
-    from parties.daemon import load_daemon_identity
+    from parties.config import ConfigError, load_daemon_identity, load_dealer_config, load_party_config, split_host_port
 
     def fail(msg: str) -> NoReturn:
         click.echo(f"error: {' '.join(msg.split())}", err=True)
