@@ -382,9 +382,13 @@ def test_a_partys_own_network_runs_through_the_workers_pinned_by_its_source(tmp_
     sys.path.insert(0, str(src))  # the spawned workers inherit it (multiprocessing sends sys.path)
     try:
         entry = "acme_nets_wk:build"
+        # ε = 8: the test is about the plugin's pinning, not its accuracy under noise; at ε = 2 this
+        # 12-unit ReLU net trains to 0.85-0.93 (8 runs) but once in the default suite came out at
+        # the majority class's 0.655 (a noisy step that kills every unit, we believe)
         job = NETWORK_JOB.replace('name = "mlp"\ninput_shape = [30]\nn_classes = 2\nhidden = [16]',
                                   'name = "plugin"\nplugin = "acme-small"\n'
-                                  f'plugin_digest = "{source_digest(entry)}"\ninput_shape = [30]\nn_classes = 2')
+                                  f'plugin_digest = "{source_digest(entry)}"\ninput_shape = [30]\nn_classes = 2'
+                                  ).replace("epsilon = 2.0", "epsilon = 8.0")
         models, acc, majority = _breast_cancer_network_job(tmp_path / "run", job, {"acme-small": entry})
     finally:
         sys.path.remove(str(src))
