@@ -373,9 +373,10 @@ class NoiseFloor:
     def describe(self) -> str:
         """One line: the figures and where each comes from."""
         what = "the largest clipped release" if self.method == "gradient" else "the largest model (G/λ)"
-        dim = f"{self.dim}" if self.dim_known else f"at least {self.dim}"
+        dim = f"{self.dim} number{'s' if self.dim != 1 else ''}"
+        dim = dim if self.dim_known else f"at least {dim}"
         per = f" over {self.rounds} rounds" if self.method == "gradient" else ""
-        return (f"{self.mechanism} noise σ = {self.noise_std:.4g} per coordinate on {dim} numbers, {what} has norm "
+        return (f"{self.mechanism} noise σ = {self.noise_std:.4g} per coordinate on {dim}, {what} has norm "
                 f"≤ {self.signal_ceiling:.4g}: noise/signal ≥ {self.noise_to_signal:.3g}{per} on any data")
 
 
