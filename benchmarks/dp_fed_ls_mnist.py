@@ -41,7 +41,7 @@ import torch
 from benchmarks.aggregate import machine_info
 from benchmarks.deep_mnist import _mnist
 from mpc_erm.privacy import noise_multiplier_for
-from mpc_erm.protocols.fedls import DpFedLs, FedLsConfig, owner_updates, poisson_owners, uniform_owners
+from mpc_erm.protocols.fedls import DpFedLs, FedLsConfig, owner_updates
 from mpc_erm.simulate.aggregator import InProcessAggregator
 
 PAPER_POISSON = {  # paper 002, Table 2 (Poisson, N = 500): mean ± std over 5 runs, %
@@ -88,8 +88,7 @@ def run(*, epsilon: float, ls_sigma: float, seed: int, sampling: str = "poisson"
     counts: list[int] = []
     tic = time.perf_counter()
     job.train(InProcessAggregator(torch.Generator().manual_seed(seed)), owner_updates(job, data, gens),
-              (lambda _t: uniform_owners(owners, cfg.sample_size, sampler)) if uniform else
-              (lambda _t: poisson_owners(owners, rate, sampler)), lambda _t, o: counts.append(len(o)))
+              lambda _t: cfg.draw_owners(sampler), lambda _t, o: counts.append(len(o)))
     acc = float((job.predict(Xte) == yte).double().mean())
     g = job.guarantee(delta)
     return {"epsilon_target": epsilon, "epsilon": g.epsilon, "delta": delta, "noise_multiplier": z,

@@ -14,9 +14,9 @@ it explicitly.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from typing import Any
 
+from mpc_erm.mpc.local import forkserver_context
 from parties.supervision import WORKER_PRELOAD
 
 #: What the fork server imports: the daemon's own list (a daemon run in this process asks for the
@@ -26,5 +26,4 @@ PRELOAD = ("parties.daemon", "parties.worker", *WORKER_PRELOAD)
 
 def preloaded_context() -> Any:
     """A multiprocessing context whose children fork from the preloaded fork server."""
-    mp.set_forkserver_preload(list(PRELOAD))
-    return mp.get_context("forkserver")
+    return forkserver_context(PRELOAD)

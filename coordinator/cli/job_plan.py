@@ -66,10 +66,12 @@ def check_before_submit(job_file: Path, jf: Any, *, yes: bool) -> str | None:
                     + (f"; simulated {receipt.get('metric')} {band:.4f}" if isinstance(band, (int, float)) else ""))
         return _gate(f"the dry run of this job ({path.name}, {receipt.get('planned_at', '?')}) says "
                      f"{receipt.get('verdict')}. Its whole ε would be spent on a model no better than noise.", yes)
-    floor = _floor(jf)
+    from mpc_erm.simulate.forecast import HOPELESS_NOISE_TO_SIGNAL, noise_floor
+
+    floor = noise_floor(jf.spec, features=jf.job.features)  # None where only the agreement's counts fix σ
     if floor is not None and floor.hopeless:
         return _gate(f"this job is hopeless on any data: {floor.describe()} (more than "
-                     f"{_hopeless_ratio():g}). A larger ε, more records (privacy.public_n), fewer parameters or "
+                     f"{HOPELESS_NOISE_TO_SIGNAL:g}). A larger ε, more records (privacy.public_n), fewer parameters or "
                      "fewer rounds would help.", yes)
     stale = receipt is not None
     if not stale and not stderr_is_terminal():  # advice for a person at a terminal, not for scripts
@@ -78,19 +80,6 @@ def check_before_submit(job_file: Path, jf: Any, *, yes: bool) -> str | None:
              f"no dry run of this job: `mpc-erm job plan {job_file.name} --schema … --data …` forecasts its "
              "accuracy before any ε is spent")
     return first + ("" if floor is None else f"; from the job file alone: {floor.describe()}")
-
-
-def _hopeless_ratio() -> float:
-    from mpc_erm.simulate.forecast import HOPELESS_NOISE_TO_SIGNAL
-
-    return HOPELESS_NOISE_TO_SIGNAL
-
-
-def _floor(jf: Any) -> Any:
-    """The job's noise floor, or None where its noise depends on counts only the agreement fixes."""
-    from mpc_erm.simulate.forecast import noise_floor
-
-    return noise_floor(jf.spec, features=jf.job.features)
 
 
 def _gate(warning: str, yes: bool) -> str:

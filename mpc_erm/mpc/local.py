@@ -51,6 +51,7 @@ __all__ = [
     "LocalContext",
     "LocalRun",
     "LocalRunError",
+    "forkserver_context",
     "run_local",
     "run_local_full",
     "run_processes",
@@ -117,12 +118,13 @@ PRELOAD = ("torch", "numpy", "mpc_erm.mpc.communicator", "mpc_erm.mpc.dealer", "
            "mpc_erm.mpc.local")
 
 
-def _context() -> Any:
-    """Children forked from a fork server that has imported :data:`PRELOAD` and nothing else: each
-    starts from pristine module state (CrypTen never initialised there), as with *spawn*, without
-    paying the imports. The server is this process's (Python's, process-wide): started by the
-    first run, with the environment of that moment."""
-    mp.set_forkserver_preload(list(PRELOAD))
+def forkserver_context(preload: Sequence[str] = PRELOAD) -> Any:
+    """A multiprocessing context whose children fork from a fork server that has imported
+    ``preload`` and nothing else: each starts from pristine module state (CrypTen never
+    initialised there), as with *spawn*, without paying the imports. The server is this
+    process's (Python's, process-wide): the first call starts it, with its list and the
+    environment of that moment; a later list only matters if the server must start again."""
+    mp.set_forkserver_preload(list(preload))
     return mp.get_context("forkserver")
 
 
@@ -130,7 +132,7 @@ class _Supervisor:
     """Forked children that post (kind, index, payload) on one queue; see :func:`_post`."""
 
     def __init__(self, names: Sequence[str]) -> None:
-        self.ctx = _context()
+        self.ctx = forkserver_context()
         self.out_q = self.ctx.Queue()
         self.names = list(names)
         self.procs: list[Any] = []

@@ -101,6 +101,14 @@ class FedLsConfig:
         𝓛 (Poisson, added or removed), 2𝓛 (uniform, replaced; absent is a zero update)."""
         return (2.0 if self.uniform else 1.0) * self.clip
 
+    def draw_owners(self, generator: torch.Generator) -> list[int]:
+        """One round's owners as the simulator draws them: τN uniformly without replacement, or
+        each by its own coin of rate τ (the daemons draw the same distributions among the compute
+        parties and at the owners)."""
+        if self.uniform:
+            return uniform_owners(self.owners, self.sample_size, generator)
+        return poisson_owners(self.owners, self.sampling_rate, generator)
+
     def event(self, rounds: int | None = None) -> GaussianRounds:
         """The job's privacy event at client level (default: all T rounds)."""
         return GaussianRounds(noise_multiplier=self.noise_multiplier, rounds=self.rounds if rounds is None else rounds,

@@ -25,7 +25,7 @@ from mpc_erm.protocols import GradientPerturbation, OutputPerturbation
 from mpc_erm.protocols.aggregation import NoiseSpec
 from mpc_erm.protocols.common import PartySizes, network_rows, plan_job, public_sizes
 from mpc_erm.protocols.dpsgd import DpSgd
-from mpc_erm.protocols.fedls import DpFedLs, owner_updates, poisson_owners, uniform_owners
+from mpc_erm.protocols.fedls import DpFedLs, owner_updates
 from mpc_erm.protocols.spec import JobSpec
 from mpc_erm.simulate.aggregator import InProcessAggregator
 
@@ -43,6 +43,11 @@ REFERENCE_WORDS: dict[str, str] = {"exact_minimiser": "non-private",
 #: Noise norm over signal norm above which a release carries next to nothing (``job submit`` asks).
 HOPELESS_NOISE_TO_SIGNAL = 3.0
 ACCOUNTANTS = ("rdp", "pld", "gdp", "zcdp")
+
+
+def _noise_std(plan: Any) -> float:
+    """The standard deviation per coordinate of one release's noise (a Laplace scale b is √2·b)."""
+    return plan.noise_scale() * (math.sqrt(2.0) if plan.mechanism == "laplace" else 1.0)
 
 
 def noise_to_signal(method: str, noise_std: float, dim: int, signal: float, rounds: int) -> float:
@@ -227,7 +232,7 @@ def _rounds_forecast(spec: JobSpec, plan: Any, job: Any, target: Dataset, runs: 
     quiet = accuracy(job.train(torch.Generator().manual_seed(seed), noise=False))
     g = plan.guarantee()
     return Forecast(method=spec.method, mechanism=plan.mechanism, rounds=plan.rounds, dim=int(plan.dim),
-                    sensitivity=plan.sensitivity(), noise_std=plan.noise_scale(), signal_norm=job.signal(),
+                    sensitivity=plan.sensitivity(), noise_std=_noise_std(plan), signal_norm=job.signal(),
                     epsilon=g.epsilon, delta=g.delta, epsilon_by_accountant=_accountants(plan), metric="accuracy",
                     private=scores, nonprivate=quiet, trivial=_trivial(target),
                     reference="noise_free_rounds", noise_free=quiet, federated=federated)
@@ -248,12 +253,7 @@ class InProcessFederatedJob:
 
     def _draws(self, job: DpFedLs, generator: torch.Generator) -> tuple[list[torch.Generator], Any]:
         seeds = torch.randint(0, 2**62, (len(self.data),), generator=generator).tolist()
-        c = job.config
-        def sample(_t: int) -> list[int]:
-            if c.uniform:
-                return uniform_owners(c.owners, c.sample_size, generator)
-            return poisson_owners(c.owners, c.sampling_rate, generator)
-        return [torch.Generator().manual_seed(int(s)) for s in seeds], sample
+        return [torch.Generator().manual_seed(int(s)) for s in seeds], lambda _t: job.config.draw_owners(generator)
 
     def signal(self) -> float:
         """‖the first round's release without noise‖: Σ Δ/(τN) over one draw of owners."""
@@ -331,12 +331,11 @@ def forecast_job(spec: JobSpec, parts: Sequence[Dataset], *, evaluate: Dataset |
         quiet = plan_job(spec, sampler="mpc", test_no_noise=True, sizes=public_sizes(spec, sizes), n_features=d)
         noise_free = _metric(loss, InProcessJob(spec, quiet, parts).release(torch.Generator().manual_seed(seed)),
                              target)[1]
-    noise_std = plan.noise_scale() * (math.sqrt(2.0) if plan.mechanism == "laplace" else 1.0)
     g = plan.guarantee()
     return Forecast(method=spec.method, mechanism=plan.mechanism, rounds=plan.rounds, dim=int(plan.dim or d),
-                    sensitivity=plan.sensitivity(), noise_std=noise_std, signal_norm=job.signal(), epsilon=g.epsilon,
-                    delta=g.delta, epsilon_by_accountant=_accountants(plan), metric=metric, private=scores,
-                    nonprivate=nonprivate, trivial=_trivial(target), noise_free=noise_free)
+                    sensitivity=plan.sensitivity(), noise_std=_noise_std(plan), signal_norm=job.signal(),
+                    epsilon=g.epsilon, delta=g.delta, epsilon_by_accountant=_accountants(plan), metric=metric,
+                    private=scores, nonprivate=nonprivate, trivial=_trivial(target), noise_free=noise_free)
 
 
 @dataclass(frozen=True)
@@ -387,11 +386,7 @@ def noise_floor(spec: JobSpec, *, features: int | None = None) -> NoiseFloor | N
     if spec.privacy.adjacency != "add_remove":
         return None
     plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, None), n_features=features or 1)
-    if plan.mechanism == "none":
-        return None
     known = plan.dim is not None and (features is not None or spec.model.is_network)  # a plugin's: only at a party
-    dim = int(plan.dim or 1)
-    noise_std = plan.noise_scale() * (math.sqrt(2.0) if plan.mechanism == "laplace" else 1.0)
     ceiling = plan.clip if spec.method == "gradient" else plan.clip / plan.lam
-    return NoiseFloor(method=spec.method, mechanism=plan.mechanism, noise_std=noise_std, dim=dim, dim_known=known,
-                      rounds=plan.rounds, signal_ceiling=ceiling)
+    return NoiseFloor(method=spec.method, mechanism=plan.mechanism, noise_std=_noise_std(plan), dim=int(plan.dim or 1),
+                      dim_known=known, rounds=plan.rounds, signal_ceiling=ceiling)

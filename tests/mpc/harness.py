@@ -16,7 +16,7 @@ from tests.procs import preloaded_context
 
 
 def tensors_from_numpy(report: dict[str, Any]) -> dict[str, Any]:
-    """Children send numpy arrays through the queue (no torch pickling across spawn)."""
+    """Children send numpy arrays through the queue (no torch pickling across processes)."""
     return {k: torch.from_numpy(v) if hasattr(v, "dtype") else v for k, v in report.items()}
 
 

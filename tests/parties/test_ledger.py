@@ -32,7 +32,7 @@ from parties.ledger import (
 from tests.parties.dp_reference import gaussian_under_replace, rdp_curve, rdp_epsilon, with_sampler
 from tests.procs import preloaded_context
 
-# Spawned workers import this module: dp_accounting and pydantic are imported inside the tests that need
+# Child processes import this module: dp_accounting and pydantic are imported inside the tests that need
 # them (parties.ledger itself imports mpc_erm.privacy.events, and with it mpc_erm.privacy).
 BUDGETS = {"adult": (1.0, 1e-5), "pure": (2.0, 0.0)}
 

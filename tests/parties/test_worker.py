@@ -379,7 +379,7 @@ def test_a_partys_own_network_runs_through_the_workers_pinned_by_its_source(tmp_
     src = tmp_path / "site"
     src.mkdir()
     (src / "acme_nets_wk.py").write_text(PLUGIN_SOURCE)
-    sys.path.insert(0, str(src))  # the spawned workers inherit it (multiprocessing sends sys.path)
+    sys.path.insert(0, str(src))  # the workers inherit it (multiprocessing sends sys.path)
     try:
         entry = "acme_nets_wk:build"
         # ε = 8: the test is about the plugin's pinning, not its accuracy under noise; at ε = 2 this
