@@ -104,13 +104,20 @@ def wor_gaussian_curve(noise_multiplier: float, population: int, sample_size: in
     |χ|^j-divergences at integer j, both made of the moments E_q[(p/q)^a·(r/q)^b] at integer
     a, b; at integer shifts the discrete Gaussian's moments equal the continuous one's (the
     shifted lattice sum is the unshifted one; CKS 2020 Prop. 5 is the case b = 0). Fractional
-    orders interpolate the CGF, which is convex for any mechanism (WBK Cor. 10)."""
-    from .subsampled import RDP_ORDERS
+    orders interpolate the CGF, which is convex for any mechanism (WBK Cor. 10).
 
-    acc = RdpAccountant(orders=RDP_ORDERS, neighboring_relation=_NR.REPLACE_ONE)
+    On :data:`~.subsampled.LARGE_ORDERS` (dp_accounting's sum costs ~26 s a curve there) the curve
+    is the unsampled Gaussian's α/(2z²): sampling never increases a Rényi divergence (each side
+    is a mixture over the same draws, and Rényi divergence is jointly quasi-convex: van Erven &
+    Harremoës 2014, Thm 13), so it bounds the sampled one, crediting no amplification at orders
+    that matter only for ε ≲ log(1/δ)/1,000."""
+    from .subsampled import DP_ACCOUNTING_ORDERS, LARGE_ORDERS
+
+    acc = RdpAccountant(orders=DP_ACCOUNTING_ORDERS, neighboring_relation=_NR.REPLACE_ONE)
     acc.compose(dp_accounting.SampledWithoutReplacementDpEvent(
         population, sample_size, dp_accounting.GaussianDpEvent(noise_multiplier)))
-    curve = np.array(acc._rdp, dtype=np.float64)  # dp_accounting keeps the curve there (events._rdp_curve)
+    large = [a / (2.0 * noise_multiplier**2) for a in LARGE_ORDERS]
+    curve = np.concatenate([np.asarray(acc._rdp, dtype=np.float64), large])  # dp_accounting keeps the curve in _rdp
     curve.flags.writeable = False
     return curve
 
@@ -136,14 +143,6 @@ def _check_wor(accountant: str, sampling_rate: float, adjacency: str, population
         raise ValueError("population: needs sampling_rate < 1 (each round draws q·N of the N slots)")
     wor_sample_size(population, q)
     return acc, q, adj
-
-
-def _accountant(
-    name: str, relation: dp_accounting.NeighboringRelation, pld_discretization: float
-) -> dp_accounting.PrivacyAccountant:
-    if name == "rdp":
-        return RdpAccountant(neighboring_relation=relation)
-    return PLDAccountant(relation, value_discretization_interval=pld_discretization)
 
 
 def _check_common(accountant: str, sampling_rate: float, adjacency: str) -> tuple[str, float, str]:
@@ -199,7 +198,13 @@ def epsilon_for(
         return gdp_epsilon(math.sqrt(t) / z, dl)
     if acc == "zcdp":
         return zcdp_epsilon(t / (2.0 * z * z), dl)
-    return float(_composed(acc, z, t, q, adj, pld_discretization).get_epsilon(dl))
+    if acc == "rdp":
+        from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+
+        from .subsampled import RDP_ORDERS, poisson_gaussian_curve
+
+        return float(compute_epsilon(RDP_ORDERS, t * poisson_gaussian_curve(q, z), dl)[0])
+    return float(_pld(z, t, q, adj, pld_discretization).get_epsilon(dl))
 
 
 def delta_for(
@@ -224,14 +229,21 @@ def delta_for(
         if eps <= rho:
             return 1.0
         return min(1.0, math.exp(-((eps - rho) ** 2) / (4.0 * rho)))
-    return float(_composed(acc, z, t, q, adj, pld_discretization).get_delta(eps))
+    if acc == "rdp":
+        from dp_accounting.rdp.rdp_privacy_accountant import compute_delta
+
+        from .subsampled import RDP_ORDERS, poisson_gaussian_curve
+
+        return float(compute_delta(RDP_ORDERS, t * poisson_gaussian_curve(q, z), eps)[0])
+    return float(_pld(z, t, q, adj, pld_discretization).get_delta(eps))
 
 
-def _composed(acc: str, z: float, t: int, q: float, adj: str, pld_discretization: float):
-    """A dp_accounting accountant ("rdp" | "pld") that has composed ``t`` Gaussian rounds."""
+def _pld(z: float, t: int, q: float, adj: str, pld_discretization: float) -> PLDAccountant:
+    """dp_accounting's PLD accountant having composed ``t`` Gaussian rounds (the RDP route is the
+    curve of :func:`~.subsampled.poisson_gaussian_curve`, on the product's orders)."""
     _checks.positive("pld_discretization", pld_discretization)
     event, rel = gaussian_rounds_event(z, t, q, adj)
-    a = _accountant(acc, rel, pld_discretization)
+    a = PLDAccountant(rel, value_discretization_interval=pld_discretization)
     a.compose(event)
     return a
 

@@ -334,48 +334,30 @@ def _rdp_curve(parts: tuple[_Part, ...]) -> Any:
     from dp_accounting.rdp import RdpAccountant
 
     from .accountants import wor_gaussian_curve
-    from .subsampled import RDP_ORDERS, discrete_gaussian_curve
+    from .subsampled import RDP_ORDERS, discrete_gaussian_curve, poisson_gaussian_curve
 
-    rel = dp_accounting.NeighboringRelation
     full: list[Any] = []
-    sampled: list[Any] = []
-    discrete: list[tuple[float, float, int]] = []
-    without_replacement: list[tuple[float, int, int, int]] = []
+    rdp = np.zeros(len(RDP_ORDERS))
     for kind, param, q, population, count in parts:
         if kind == "discrete_gaussian":  # the in-MPC noise, Poisson-subsampled: .subsampled's bound
-            discrete.append((param, q, count))
-            continue
-        if kind == "gaussian_wor":  # s = q·N of N slots without replacement, either noise (accountants)
-            without_replacement.append((param, population, wor_sample_size(population, q), count))
-            continue
-        if kind == "gaussian" and q < 1.0:
-            sampled.append(dp_accounting.SelfComposedDpEvent(
-                dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(param)), count))
-            continue
-        one = (dp_accounting.GaussianDpEvent(param) if kind == "gaussian"
-               else dp_accounting.RandomizedResponseDpEvent(_rr_p(param), 2))
-        full.append(dp_accounting.SelfComposedDpEvent(one, count))
+            rdp = rdp + count * discrete_gaussian_curve(q, param)
+        elif kind == "gaussian_wor":  # s = q·N of N slots without replacement, either noise (accountants)
+            rdp = rdp + count * wor_gaussian_curve(param, population, wor_sample_size(population, q))
+        elif kind == "gaussian" and q < 1.0:  # add/remove by construction (the event's docstring)
+            rdp = rdp + count * poisson_gaussian_curve(q, param)
+        else:
+            one = (dp_accounting.GaussianDpEvent(param) if kind == "gaussian"
+                   else dp_accounting.RandomizedResponseDpEvent(_rr_p(param), 2))
+            full.append(dp_accounting.SelfComposedDpEvent(one, count))
     # REPLACE_ONE is what dp_accounting needs for RR; its RDP of GaussianDpEvent is the same under
-    # either relation. The relation itself was applied by converting every event (`under`). The
-    # subsampled Gaussian needs ADD_OR_REMOVE_ONE (the events are add/remove by construction), so
-    # it gets its own accountant; Rényi divergences of one pair of data sets add over mechanisms,
-    # whatever each accountant's relation was named (RR's curve bounds every ε-DP release).
-    accs = []
-    for evs, relation in ((full, rel.REPLACE_ONE), (sampled, rel.ADD_OR_REMOVE_ONE)):
-        if evs:
-            acc = RdpAccountant(neighboring_relation=relation)
-            acc.compose(dp_accounting.ComposedDpEvent(evs))
-            accs.append(acc)
-    # dp_accounting has no public sum of two accountants' curves: its RdpAccountant keeps them in
-    # ``_orders``/``_rdp`` (its default orders, RDP_ORDERS, in every one; get_epsilon is
-    # compute_epsilon of the two); tests/privacy pin the sum against a single accountant where one
-    # can hold both parts. Rényi divergences of one pair of data sets add over adaptively composed
-    # mechanisms, whichever bound gave each curve.
-    rdp = sum((np.asarray(a._rdp, dtype=np.float64) for a in accs), np.zeros(len(RDP_ORDERS)))
-    for z, q, count in discrete:
-        rdp = rdp + count * discrete_gaussian_curve(q, z)
-    for z, population, size, count in without_replacement:
-        rdp = rdp + count * wor_gaussian_curve(z, population, size)
+    # either relation. The relation itself was applied by converting every event (`under`). Rényi
+    # divergences of one pair of data sets add over adaptively composed mechanisms, whichever
+    # bound gave each curve (RR's curve bounds every ε-DP release); tests/privacy pin the sum
+    # against a single accountant where one can hold both parts.
+    if full:
+        acc = RdpAccountant(orders=RDP_ORDERS, neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+        acc.compose(dp_accounting.ComposedDpEvent(full))
+        rdp = rdp + np.asarray(acc._rdp, dtype=np.float64)  # dp_accounting keeps the curve in _rdp
     rdp.flags.writeable = False
     return rdp
 

@@ -37,8 +37,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from scipy.special import gammaln, logsumexp
 
-__all__ = ["RDP_ORDERS", "discrete_gaussian_curve", "discrete_gaussian_rdp", "poisson_subsampled_rdp",
-           "subsampled_discrete_gaussian_rdp"]
+__all__ = ["DP_ACCOUNTING_ORDERS", "LARGE_ORDERS", "RDP_ORDERS", "discrete_gaussian_curve", "discrete_gaussian_rdp",
+           "poisson_gaussian_curve", "poisson_subsampled_rdp", "subsampled_discrete_gaussian_rdp"]
 
 
 def discrete_gaussian_rdp(order: float, noise_multiplier: float) -> float:
@@ -51,30 +51,38 @@ def _log_binom(a: int, ls: np.ndarray) -> np.ndarray:
     return gammaln(a + 1.0) - gammaln(ls + 1.0) - gammaln(a - ls + 1.0)
 
 
-def poisson_subsampled_rdp(orders: Sequence[float], q: float, base_rdp: Callable[[int], float]) -> np.ndarray:
-    """ε'(α) at each of ``orders`` of the base mechanism (RDP curve ``base_rdp``) run on a Poisson
-    sample at rate ``q`` (module docstring); +∞ at non-integer orders and where the base is."""
+def poisson_subsampled_rdp(orders: Sequence[float], q: float,
+                           base_rdp: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """ε'(α) at each of ``orders`` of the base mechanism run on a Poisson sample at rate ``q``
+    (module docstring); +∞ at non-integer orders and where the base is. ``base_rdp`` is the base
+    mechanism's RDP curve, vectorised: it takes an array of integer orders (the sum at order α has
+    α terms, and :data:`LARGE_ORDERS` reach 131,072)."""
     if not 0.0 < q <= 1.0:
         raise ValueError(f"sampling rate must be in (0, 1], got {q!r}")
     out = np.full(len(orders), math.inf)
+    whole = [int(a) for a in map(float, orders) if a.is_integer() and a >= 2]
+    if not whole:
+        return out
+    ks = np.arange(2, max(whole) + 1, dtype=np.float64)
+    base = np.asarray(base_rdp(ks), dtype=np.float64)  # base[k - 2] = ε(k)
+    lq, l1q = (math.log(q), math.log1p(-q)) if q < 1.0 else (0.0, -math.inf)
     for i, order in enumerate(orders):
         a = float(order)
         if not a.is_integer() or a < 2:
             continue
         n = int(a)
         if q == 1.0:
-            out[i] = base_rdp(n)
+            out[i] = base[n - 2]
             continue
-        ls = np.arange(3, n + 1, dtype=np.float64)
-        eps_l = np.array([base_rdp(int(k)) for k in ls])
-        if not (math.isfinite(base_rdp(2)) and np.all(np.isfinite(eps_l))):
+        eps_l = base[: n - 1]  # ε(2) … ε(n)
+        if not np.all(np.isfinite(eps_l)):
             continue
-        lq, l1q = math.log(q), math.log1p(-q)
-        terms = [(n - 1) * l1q + math.log1p((n - 1) * q),
-                 float(_log_binom(n, np.array([2.0]))[0]) + 2 * lq + (n - 2) * l1q + base_rdp(2)]
+        ls = ks[1 : n - 1]  # 3 … n
+        terms = [np.array([(n - 1) * l1q + math.log1p((n - 1) * q),
+                           float(_log_binom(n, np.array([2.0]))[0]) + 2 * lq + (n - 2) * l1q + eps_l[0]])]
         if n >= 3:
-            terms.extend(math.log(3.0) + _log_binom(n, ls) + ls * lq + (n - ls) * l1q + (ls - 1.0) * eps_l)
-        out[i] = float(logsumexp(terms)) / (n - 1)
+            terms.append(math.log(3.0) + _log_binom(n, ls) + ls * lq + (n - ls) * l1q + (ls - 1.0) * eps_l[1:])
+        out[i] = float(logsumexp(np.concatenate(terms))) / (n - 1)
     return out
 
 
@@ -83,13 +91,52 @@ def subsampled_discrete_gaussian_rdp(orders: Sequence[float], q: float, noise_mu
     return poisson_subsampled_rdp(orders, q, lambda a: discrete_gaussian_rdp(a, noise_multiplier))
 
 
-def _default_orders() -> tuple[float, ...]:
+def _dp_accounting_orders() -> tuple[float, ...]:
     from dp_accounting.rdp import RdpAccountant
 
-    return tuple(RdpAccountant()._orders)  # dp_accounting keeps its default orders there
+    return tuple(float(a) for a in RdpAccountant()._orders)  # dp_accounting keeps its default orders there
 
 
-RDP_ORDERS: tuple[float, ...] = _default_orders()  # the orders every RdpAccountant of the product uses
+DP_ACCOUNTING_ORDERS: tuple[float, ...] = _dp_accounting_orders()  # 1.1 … 1,024
+LARGE_ORDERS: tuple[float, ...] = tuple(float(2**k) for k in range(11, 18))  # 2,048 … 131,072
+# The orders every RDP curve of the product is computed on (plan, ledger, reports). An RDP → (ε, δ)
+# conversion at order α costs about log(1/δ)/(α − 1), so dp_accounting's orders alone cannot state
+# ε below ≈ log(1/δ)/1,023 (0.0135 at δ = 1e-6) except through its KL fallback, and calibrating a
+# smaller ε there asked for ~1,000× the noise needed (z = 4.06e6 where the PLD accountant needs
+# 3,158 at ε = 0.005, δ = 1e-6, T = 30). The larger orders reach ε ≈ 1e-4 at δ = 1e-6.
+RDP_ORDERS: tuple[float, ...] = DP_ACCOUNTING_ORDERS + LARGE_ORDERS
+
+
+def _log_moment_poisson_gaussian(q: float, noise_multiplier: float, order: int) -> float:
+    """log A_α of the Poisson-subsampled Gaussian at integer α (Mironov, Talwar & Zhang 2019,
+    §3.3): A_α = Σ_{i=0..α} C(α, i)·q^i·(1−q)^(α−i)·exp((i² − i)/(2z²)), the sum dp_accounting's
+    ``_compute_log_a_int`` evaluates one term at a time (20 s a curve at these orders), here as
+    one array."""
+    i = np.arange(order + 1, dtype=np.float64)
+    terms = (_log_binom(order, i) + i * math.log(q) + (order - i) * math.log1p(-q)
+             + (i * i - i) / (2.0 * noise_multiplier**2))
+    return float(logsumexp(terms))
+
+
+@functools.lru_cache(maxsize=256)
+def poisson_gaussian_curve(q: float, noise_multiplier: float) -> np.ndarray:
+    """One release of the (continuous) Gaussian, Poisson-subsampled at rate ``q`` under add/remove
+    (z = σ/Δ₂; q = 1: no sampling), on :data:`RDP_ORDERS`: dp_accounting's
+    ``PoissonSampledDpEvent`` curve on its own orders, the same exact sum on :data:`LARGE_ORDERS`
+    (:func:`_log_moment_poisson_gaussian`). Cached; read-only: callers scale a copy."""
+    import dp_accounting
+    from dp_accounting.rdp import RdpAccountant
+
+    event = dp_accounting.GaussianDpEvent(noise_multiplier)
+    acc = RdpAccountant(orders=DP_ACCOUNTING_ORDERS)
+    acc.compose(event if q == 1.0 else dp_accounting.PoissonSampledDpEvent(q, event))
+    if q == 1.0:
+        large = [a / (2.0 * noise_multiplier**2) for a in LARGE_ORDERS]
+    else:
+        large = [_log_moment_poisson_gaussian(q, noise_multiplier, int(a)) / (a - 1) for a in LARGE_ORDERS]
+    curve = np.concatenate([np.asarray(acc._rdp, dtype=np.float64), large])
+    curve.flags.writeable = False
+    return curve
 
 
 @functools.lru_cache(maxsize=256)
