@@ -79,7 +79,17 @@ def check_before_submit(job_file: Path, jf: Any, *, yes: bool) -> str | None:
     first = (f"{path.name} is the dry run of another version of this job: run `mpc-erm job plan` again" if stale else
              f"no dry run of this job: `mpc-erm job plan {job_file.name} --schema … --data …` forecasts its "
              "accuracy before any ε is spent")
-    return first + ("" if floor is None else f"; from the job file alone: {floor.describe()}")
+    if floor is not None:
+        return first + f"; from the job file alone: {floor.describe()}"
+    if jf.job.owners:
+        return first
+    from mpc_erm.simulate.forecast import least_rows
+
+    # replace-one: σ follows the agreed counts, so the floor is stated as the rows it needs
+    need = least_rows(jf.spec, parties=len(jf.job.parties), features=jf.job.features)
+    return first + ("" if need is None else f"; from the job file alone: hopeless on any data unless the parties "
+                                            f"hold at least {need:,} rows in all (noise/signal ≤ "
+                                            f"{HOPELESS_NOISE_TO_SIGNAL:g} at best)")
 
 
 def _gate(warning: str, yes: bool) -> str:

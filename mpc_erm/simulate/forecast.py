@@ -30,8 +30,8 @@ from mpc_erm.protocols.spec import JobSpec
 from mpc_erm.simulate.aggregator import InProcessAggregator
 
 __all__ = ["Forecast", "HOPELESS_NOISE_TO_SIGNAL", "REFERENCE_WORDS", "InProcessFederatedJob", "InProcessJob",
-           "InProcessNetworkJob", "NoiseFloor", "Reference", "deal_to_owners", "forecast_job", "noise_floor",
-           "noise_to_signal"]
+           "InProcessNetworkJob", "NoiseFloor", "Reference", "deal_to_owners", "forecast_job", "least_rows",
+           "noise_floor", "noise_to_signal"]
 
 #: What a forecast's ``nonprivate`` figure is: the objective's exact minimiser on the pooled rows
 #: (linear jobs), or the job's own rounds run without noise (networks, federated jobs).
@@ -379,14 +379,42 @@ class NoiseFloor:
                 f"≤ {self.signal_ceiling:.4g}: noise/signal ≥ {self.noise_to_signal:.3g}{per} on any data")
 
 
-def noise_floor(spec: JobSpec, *, features: int | None = None) -> NoiseFloor | None:
-    """:class:`NoiseFloor` of ``spec`` before any data is seen; None under replace-one adjacency,
-    whose noise is scaled to the parties' exact counts, known only at the agreement.
+def noise_floor(spec: JobSpec, *, features: int | None = None,
+                counts: Sequence[int] | None = None) -> NoiseFloor | None:
+    """:class:`NoiseFloor` of ``spec`` before any data is seen; under replace-one adjacency, whose
+    noise is scaled to the parties' exact counts, only given ``counts`` (else None: the agreement
+    fixes them; :func:`least_rows` asks the question the other way round).
     ``features``: each row's public width (``job.features`` of a job with owners), if known."""
-    if spec.privacy.adjacency != "add_remove":
+    if spec.privacy.adjacency != "add_remove" and counts is None:
         return None
-    plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, None), n_features=features or 1)
+    sizes = public_sizes(spec, None if counts is None else PartySizes.of(counts))
+    plan = plan_job(spec, sampler="mpc", sizes=sizes, n_features=features or 1)
     known = plan.dim is not None and (features is not None or spec.model.is_network)  # a plugin's: only at a party
     ceiling = plan.clip if spec.method == "gradient" else plan.clip / plan.lam
     return NoiseFloor(method=spec.method, mechanism=plan.mechanism, noise_std=_noise_std(plan), dim=int(plan.dim or 1),
                       dim_known=known, rounds=plan.rounds, signal_ceiling=ceiling)
+
+
+def least_rows(spec: JobSpec, *, parties: int, features: int | None = None) -> int | None:
+    """A replace-one job's check from the job file alone: the least total row count, split evenly
+    over its ``parties``, at which its :func:`noise_floor` is not hopeless. With fewer rows in all
+    the job is hopeless on any data: its σ scales as 1/n (Δ = 2C/n for gradient rounds, 2G/(λn)
+    for an output release), and an even split is the least noise a total can have (equal weights
+    divide by m·min n_j ≤ n). None for add/remove jobs, whose floor needs no counts."""
+    if spec.privacy.adjacency == "add_remove":
+        return None
+
+    def ratio(total: int) -> float:
+        floor = noise_floor(spec, features=features, counts=[math.ceil(total / parties)] * parties)
+        return math.inf if floor is None else floor.noise_to_signal
+
+    total = 1000 * parties
+    for _ in range(8):  # σ·n is constant up to the sampler's small term: a fixed point in a step or two
+        wanted = max(parties, math.ceil(total * ratio(total) / HOPELESS_NOISE_TO_SIGNAL))
+        if wanted == total:
+            break
+        total = wanted
+    while ratio(total) > HOPELESS_NOISE_TO_SIGNAL:
+        total += max(parties, total // 100)
+    return parties * math.ceil(total / parties)
+

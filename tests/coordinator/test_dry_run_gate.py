@@ -8,6 +8,7 @@ the example consortium's schema, and the job's own protocol run in process."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -183,7 +184,7 @@ def test_a_job_never_planned_is_checked_against_its_noise_floor(files: Path, mon
     """Without a dry run, `job submit` still stops a job that is hopeless on any data: its noise
     floor, from the job file alone (the network's σ with the public n̂, on its 178 parameters,
     against the clip), exit 3 before any daemon is contacted; a usable job's floor is shown at a
-    terminal; a replace-one job has none (its σ is scaled to counts only the agreement fixes)."""
+    terminal; a replace-one job's floor is the rows it needs (its σ follows the agreed counts)."""
     job = files / "net.toml"
     job.write_text(NETWORK_JOB.format(eps=0.005))
     code, out, err = _submit(files, job, monkeypatch, capsys)
@@ -200,9 +201,11 @@ def test_a_job_never_planned_is_checked_against_its_noise_floor(files: Path, mon
     assert code != 3 and "no dry run of this job" in err, err
     assert "from the job file alone: gaussian noise σ = " in err and "noise/signal ≥ 0.0" in err, err
 
-    job.write_text(JOB.format(eps=0.001))  # hopeless in its dry run (above), but replace-one: no floor
+    job.write_text(JOB.format(eps=0.001))  # hopeless in its dry run (above); replace-one: the rows it needs
     code, out, err = _submit(files, job, monkeypatch, capsys)
-    assert code != 3 and "no dry run of this job" in err and "job file alone" not in err, err
+    assert code != 3 and "no dry run of this job" in err, err
+    need = int(re.search(r"unless the parties hold at least ([\d,]+) rows in all", err)[1].replace(",", ""))
+    assert need > 455, err  # more than the 455 breast-cancer rows its dry run above found hopeless (2,334)
 
 
 def _owner_job(n: int, *, method: str = "gradient", features: int = 8, federated: bool = False) -> str:

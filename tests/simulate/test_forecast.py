@@ -255,9 +255,8 @@ def test_the_noise_floor_from_the_job_file_alone_lies_below_every_forecast() -> 
     plan, with the public n̂), and its noise/signal — against the largest release the bounds
     allow — is at most what the forecast measures on real rows (n̂ = the rows held, as the job
     asserts), for a network, a federated job and a linear output job; a job whose floor is
-    hopeless is hopeless in its forecast too; a replace-one job has no floor (its σ needs the
-    agreed counts)."""
-    from mpc_erm.simulate.forecast import noise_floor
+    hopeless is hopeless in its forecast too."""
+    from mpc_erm.simulate.forecast import least_rows, noise_floor
 
     parts = _parts(4)  # 70 rows
     cases = [(_spec(eps=1.0, n_hat=70, T=10, q=0.5, lr=1.0), parts, {}, None),
@@ -282,5 +281,30 @@ def test_the_noise_floor_from_the_job_file_alone_lies_below_every_forecast() -> 
             seen_hopeless += 1
             assert fc.hopeless and "on any data" in floor.describe()
     assert seen_hopeless == 1  # the ε = 0.01 network
-    replace_one = parse_job_file(LINEAR_OUTPUT_JOB.format(eps=1.0, adjacency="replace", public_n="")).spec
-    assert noise_floor(replace_one) is None
+    assert least_rows(cases[0][0], parties=3) is None  # add/remove: the floor needs no counts
+
+
+@pytest.mark.parametrize(("eps", "hopeless_here"), [(1.0, False), (0.01, True)])
+def test_a_replace_one_jobs_floor_is_the_rows_it_needs(eps: float, hopeless_here: bool) -> None:
+    """Replace-one σ follows the agreed counts, so before the agreement the floor is stated the
+    other way round: the least total (split evenly) at which it is not hopeless. At that total
+    the floor is ≤ 3 and one row less per party it is > 3; at the real counts (70 rows, uneven)
+    the floor has the forecast's σ, lies below its noise/signal, and is hopeless exactly when the
+    rows fall short of the total needed (ε = 0.01 needs 234)."""
+    from mpc_erm.simulate.forecast import HOPELESS_NOISE_TO_SIGNAL, least_rows, noise_floor
+
+    spec = parse_job_file(LINEAR_OUTPUT_JOB.format(eps=eps, adjacency="replace", public_n="")).spec
+    assert noise_floor(spec) is None
+    need = least_rows(spec, parties=3)
+    assert need is not None and need % 3 == 0
+    at = noise_floor(spec, counts=[need // 3] * 3)
+    assert at is not None and at.noise_to_signal <= HOPELESS_NOISE_TO_SIGNAL
+    below = noise_floor(spec, counts=[need // 3 - 1] * 3)
+    assert below is not None and below.hopeless
+    parts = _parts(4)
+    counts = [p.n for p in parts]
+    floor = noise_floor(spec, counts=counts)
+    fc = forecast_job(spec, parts, runs=1)
+    assert floor is not None and floor.noise_std == pytest.approx(fc.noise_std, rel=1e-9)
+    assert floor.noise_to_signal <= fc.noise_to_signal
+    assert (sum(counts) < need) == floor.hopeless == hopeless_here
