@@ -98,6 +98,9 @@ __all__ = ["RESTART_REASON", "PartyDaemon", "check_data_files", "check_listen", 
 RESTART_REASON = "interrupted by a daemon restart"
 CONTROL_THREADS = 32  # control-plane RPCs served at once (Watch streams and endpoint long-polls hold one each)
 MAX_BUDGET_WAITS = CONTROL_THREADS // 4  # submissions held at once waiting for budget a larger prepared job holds
+# what a starting daemon waits for, in order (Health's ``waiting_for``; SubmitJob's refusal)
+_PARSER_PHASE = "the job-file parser (imports in the daemon)"
+_POOL_PHASE = "the worker pool (its fork server imports torch and the job code once, before the first worker)"
 
 
 def prestarted_thread_pool(workers: int, prefix: str) -> ThreadPoolExecutor:
@@ -155,6 +158,7 @@ def check_data_files(cfg: PartyConfig) -> None:
                 raise OSError(f"datasets.{ds}.{field}: cannot read {f}: {exc.strerror or exc}") from None
 
 
+
 class PartyDaemon:
     """A party daemon (``PartyConfig``) or the dealer daemon (``DealerConfig``).
 
@@ -196,7 +200,7 @@ class PartyDaemon:
         # start-up work after the server starts (Health answers meanwhile, with what it waits for)
         self._ready = threading.Event()  # jobs are taken
         self._warmed = threading.Event()  # the warm-up ended, ready or not
-        self._starting = "the control server"
+        self._starting = _PARSER_PHASE
         self._start_failure: str | None = None
 
     @property
@@ -313,11 +317,10 @@ class PartyDaemon:
         for) until then, so a probe that says ok means a submission is taken."""
         t0 = time.monotonic()
         try:
-            self._starting = "the job-file parser (imports in the daemon)"
+            self._starting = _PARSER_PHASE
             import mpc_erm.jobs.jobfile  # noqa: F401  (SubmitJob parses every job with it)
 
-            self._starting = ("the worker pool (its fork server imports torch and the job code once, "
-                              "before the first worker)")
+            self._starting = _POOL_PHASE
             self.supervisor.warm_up()
         except Exception as exc:
             self._start_failure = f"{self.role} daemon {self.name} cannot start job workers: {one_line(exc)}"

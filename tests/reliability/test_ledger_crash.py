@@ -126,6 +126,7 @@ ORDER = {"reserved": 0, "revealed": 1, "committed": 2}
 
 
 def _check(path: Path, schedule: list, acks: dict[str, list[str]]) -> None:
+    fates = {f"w{wid}-{i}": job[3] for wid, (jobs, _) in enumerate(schedule) for i, job in enumerate(jobs)}
     with Ledger(path) as led:
         # Durability of everything acknowledged before the crashes.
         for job, seen in acks.items():
@@ -137,6 +138,8 @@ def _check(path: Path, schedule: list, acks: dict[str, list[str]]) -> None:
             last = seen[-1]
             if last == "released":
                 assert rec.state == "released", (job, seen, rec.state)
+            elif rec.state == "released":  # a writer killed after release() returned, before its ack
+                assert fates[job] == "release" and last == "reserved", (job, seen, rec.state)
             else:
                 assert rec.state in ORDER and ORDER[rec.state] >= ORDER[last], (job, seen, rec.state)
         # Every job any writer may have reserved (a writer killed between a call's commit and its
