@@ -12,6 +12,8 @@ with in-MPC noise:
 * a 3-round gradient job in which one owner leaves after its first round (a dropout),
 * an output-perturbation job (one release of the owners' weighted local minimisers),
 * a 2-round DP-Fed-LS job at τ = 0.5 (an owner not sampled sends shares of a zero update),
+* the same with uniform sampling (exactly 6 of the 12 owners a round, drawn by the compute
+  parties' secret shuffle, whose pair keys and masked messages now cross between them),
 * a gradient job during which bob's daemon and worker are SIGKILLed after round 2 (an abort).
 
 Checked on that one run (module fixture):
@@ -54,6 +56,7 @@ COMPUTE = ("alice", "bob", "carol")
 LEAVES = 4  # leaves the gradient job after its first round
 KILL_AFTER = 2  # rounds released in the killed job before bob is SIGKILLed
 N_ROWS = 569  # breast_cancer rows over all owners (the public n̂ of the record-level jobs)
+FINISHED = ("gradient", "output", "fed", "fed_uniform")  # the jobs that run to their end
 
 
 @dataclass
@@ -112,7 +115,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> OwnerRun:
     cons = LocalConsortium(r.cons_root, parties=3, dealer=False, max_epsilon_per_job=2.0, peer_timeout_s=10.0)
     cons.write()
     shard = {"format": "builtin", "name": "breast_cancer", "of": len(OWNERS), "epsilon": 5.0, "delta": 1e-4}
-    configs = [cons.add_owner(o, {ds: {**shard, "part": i} for ds in ("grad", "out", "fed", "killed")},
+    configs = [cons.add_owner(o, {ds: {**shard, "part": i} for ds in ("grad", "out", "fed", "fedu", "killed")},
                               max_epsilon_per_job=2.0, root=root / "owners") for i, o in enumerate(OWNERS)]
     names = ", ".join(f'"{o}"' for o in OWNERS)
     jobs = {
@@ -120,6 +123,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> OwnerRun:
         "output": OUT_JOB.format(dataset="out", d=30, owners=names, no_noise="false", eps=1.0, n=N_ROWS),
         "fed": FED_JOB.format(dataset="fed", d=30, owners=names, no_noise="false", eps=2.0, n=len(OWNERS), rounds=2,
                               tau=0.5),
+        "fed_uniform": FED_JOB.format(dataset="fedu", d=30, owners=names, no_noise="false", eps=2.0, n=len(OWNERS),
+                                      rounds=2, tau=0.5) + 'sampling = "uniform"\n',
         "killed": JOB.format(dataset="killed", d=30, owners=names, no_noise="false", eps=1.0, n=N_ROWS, rounds=10),
     }
 
@@ -204,21 +209,23 @@ def _explicit_shares(seen: Seen, keep: Any = lambda meta: True) -> np.ndarray:
 
 
 def test_the_jobs_ran_as_planned(run: OwnerRun, seen: Seen) -> None:
-    for name in ("gradient", "output", "fed"):
+    for name in FINISHED:
         assert run.ends[name] == dict.fromkeys(COMPUTE, "succeeded"), (name, run.ends[name])
     left = run.outcomes["gradient"].pop(OWNERS[LEAVES])
     assert isinstance(left, ConnectionAbortedError), left
-    for name in ("gradient", "output", "fed"):
+    for name in FINISHED:
         bad = {o: v for o, v in run.outcomes[name].items() if not isinstance(v, dict)}
         assert not bad, (name, bad)
     fed = run.jobs["fed"]
     zero = [s for s in run.sent if s.job == fed and not np.any(s.v)]
     assert zero and len(zero) < len(OWNERS) * 2, len(zero)  # some owners were not sampled, some were
+    uniform = [s for s in run.sent if s.job == run.jobs["fed_uniform"]]  # everyone sends, exactly 6 ran epochs
+    assert len(uniform) == len(OWNERS) * 2 and sum(1 for s in uniform if np.any(s.v)) == 6 * 2, len(uniform)
     kinds = {(x.meta["job"], x.meta["kind"]) for x in seen.owner_in}
     for job_id in run.jobs.values():
         assert {(job_id, "enroll"), (job_id, "contribute")} <= kinds
     # every contribution of a job that ran to its end reached its explicit compute party, in full
-    done = {run.jobs[n] for n in ("gradient", "output", "fed")}
+    done = {run.jobs[n] for n in FINISHED}
     assert _explicit_shares(seen, lambda m: m["job"] in done).size == sum(s.v.size for s in run.sent if s.job in done)
 
 
@@ -261,9 +268,9 @@ def test_explicit_shares_are_uniform_and_the_test_rejects_the_plaintext(run: Own
     plain = np.concatenate([np.round(s.v * 2.0**s.grid).astype(np.int64) for s in run.sent])
     p = uniformity(plain)
     assert min(p["bits_p_bonferroni"], p["bytes_chi2_p"], p["top32_ks_p"]) < 1e-6, p
-    fed = run.jobs["fed"]  # zero updates too: a share of 0 looks like any other
-    zero_owners = {(s.owner, s.t) for s in run.sent if s.job == fed and not np.any(s.v)}
-    z = _explicit_shares(seen, lambda m: m["job"] == fed and (m["owner"], m["round"]) in zero_owners)
+    feds = {run.jobs["fed"], run.jobs["fed_uniform"]}  # zero updates too: a share of 0 looks like any other
+    zero_owners = {(s.job, s.owner, s.t) for s in run.sent if s.job in feds and not np.any(s.v)}
+    z = _explicit_shares(seen, lambda m: (m["job"], m["owner"], m["round"]) in zero_owners)
     assert z.size > 0 and np.count_nonzero(z) == z.size  # no zero word: 2^-64 each
     uz = uniformity(z)
     assert min(uz["bits_p_bonferroni"], uz["bytes_chi2_p"]) > 1e-4, uz
