@@ -396,8 +396,8 @@ def noise_floor(spec: JobSpec, *, features: int | None = None,
 
 
 def least_rows(spec: JobSpec, *, parties: int, features: int | None = None) -> int | None:
-    """A replace-one job's check from the job file alone: the least total row count, split evenly
-    over its ``parties``, at which its :func:`noise_floor` is not hopeless. With fewer rows in all
+    """A replace-one job's check from the job file alone: the least total row count (a multiple of
+    ``parties``, split evenly over them) at which its :func:`noise_floor` is not hopeless. With fewer rows in all
     the job is hopeless on any data: its σ scales as 1/n (Δ = 2C/n for gradient rounds, 2G/(λn)
     for an output release), and an even split is the least noise a total can have (equal weights
     divide by m·min n_j ≤ n). None for add/remove jobs, whose floor needs no counts."""
