@@ -605,8 +605,9 @@ class PartyDaemon:
         return out
 
     def _commit(self, job_id: str) -> None:
-        """Keep a succeeded job's budget spent."""
-        if self.ledger is not None:
+        """Keep a succeeded job's budget spent (none was reserved where the job read no data set of
+        this member: a compute party of a job with owners)."""
+        if self.ledger is not None and self.ledger.get(job_id) is not None:
             try:
                 self.ledger.commit(job_id)
             except LedgerError as exc:  # released meanwhile: the worker revealed without a reservation

@@ -224,6 +224,10 @@ def test_the_jobs_ran_as_planned(run: OwnerRun, seen: Seen) -> None:
     kinds = {(x.meta["job"], x.meta["kind"]) for x in seen.owner_in}
     for job_id in run.jobs.values():
         assert {(job_id, "enroll"), (job_id, "contribute")} <= kinds
+    # a compute party reads no data set of its own in these jobs: nothing reserved, nothing to settle
+    for name in COMPUTE:
+        log = (run.cons_root / name / "state" / "daemon.log").read_text()
+        assert "job succeeded" in log and "ledger: " not in log, [x for x in log.splitlines() if "ledger: " in x][:2]
     # every contribution of a job that ran to its end reached its explicit compute party, in full
     done = {run.jobs[n] for n in FINISHED}
     assert _explicit_shares(seen, lambda m: m["job"] in done).size == sum(s.v.size for s in run.sent if s.job in done)
