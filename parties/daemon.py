@@ -158,7 +158,6 @@ def check_data_files(cfg: PartyConfig) -> None:
                 raise OSError(f"datasets.{ds}.{field}: cannot read {f}: {exc.strerror or exc}") from None
 
 
-
 class PartyDaemon:
     """A party daemon (``PartyConfig``) or the dealer daemon (``DealerConfig``).
 
@@ -316,8 +315,7 @@ class PartyDaemon:
         worker's start while its peers' workers wait on it. Health says ``starting`` (and what
         for) until then, so a probe that says ok means a submission is taken."""
         t0 = time.monotonic()
-        try:
-            self._starting = _PARSER_PHASE
+        try:  # self._starting is _PARSER_PHASE from the start
             import mpc_erm.jobs.jobfile  # noqa: F401  (SubmitJob parses every job with it)
 
             self._starting = _POOL_PHASE

@@ -111,13 +111,13 @@ def wor_gaussian_curve(noise_multiplier: float, population: int, sample_size: in
     is a mixture over the same draws, and Rényi divergence is jointly quasi-convex: van Erven &
     Harremoës 2014, Thm 13), so it bounds the sampled one, crediting no amplification at orders
     that matter only for ε ≲ log(1/δ)/1,000."""
-    from .subsampled import DP_ACCOUNTING_ORDERS, LARGE_ORDERS
+    from .subsampled import DP_ACCOUNTING_ORDERS, unsampled_large_orders
 
     acc = RdpAccountant(orders=DP_ACCOUNTING_ORDERS, neighboring_relation=_NR.REPLACE_ONE)
     acc.compose(dp_accounting.SampledWithoutReplacementDpEvent(
         population, sample_size, dp_accounting.GaussianDpEvent(noise_multiplier)))
-    large = [a / (2.0 * noise_multiplier**2) for a in LARGE_ORDERS]
-    curve = np.concatenate([np.asarray(acc._rdp, dtype=np.float64), large])  # dp_accounting keeps the curve in _rdp
+    ours = np.asarray(acc._rdp, dtype=np.float64)  # dp_accounting keeps the curve in _rdp
+    curve = np.concatenate([ours, unsampled_large_orders(noise_multiplier)])
     curve.flags.writeable = False
     return curve
 

@@ -38,7 +38,8 @@ import numpy as np
 from scipy.special import gammaln, logsumexp
 
 __all__ = ["DP_ACCOUNTING_ORDERS", "LARGE_ORDERS", "RDP_ORDERS", "discrete_gaussian_curve", "discrete_gaussian_rdp",
-           "poisson_gaussian_curve", "poisson_subsampled_rdp", "subsampled_discrete_gaussian_rdp"]
+           "poisson_gaussian_curve", "poisson_subsampled_rdp", "subsampled_discrete_gaussian_rdp",
+           "unsampled_large_orders"]
 
 
 def discrete_gaussian_rdp(order: float, noise_multiplier: float) -> float:
@@ -118,6 +119,12 @@ def _log_moment_poisson_gaussian(q: float, noise_multiplier: float, order: int) 
     return float(logsumexp(terms))
 
 
+def unsampled_large_orders(noise_multiplier: float) -> np.ndarray:
+    """The unsampled Gaussian's α/(2z²) on :data:`LARGE_ORDERS`: exact at q = 1, and an upper
+    bound on any sampled version of it (sampling never increases a Rényi divergence)."""
+    return np.asarray(LARGE_ORDERS) / (2.0 * noise_multiplier**2)
+
+
 @functools.lru_cache(maxsize=256)
 def poisson_gaussian_curve(q: float, noise_multiplier: float) -> np.ndarray:
     """One release of the (continuous) Gaussian, Poisson-subsampled at rate ``q`` under add/remove
@@ -130,10 +137,8 @@ def poisson_gaussian_curve(q: float, noise_multiplier: float) -> np.ndarray:
     event = dp_accounting.GaussianDpEvent(noise_multiplier)
     acc = RdpAccountant(orders=DP_ACCOUNTING_ORDERS)
     acc.compose(event if q == 1.0 else dp_accounting.PoissonSampledDpEvent(q, event))
-    if q == 1.0:
-        large = [a / (2.0 * noise_multiplier**2) for a in LARGE_ORDERS]
-    else:
-        large = [_log_moment_poisson_gaussian(q, noise_multiplier, int(a)) / (a - 1) for a in LARGE_ORDERS]
+    large = (unsampled_large_orders(noise_multiplier) if q == 1.0 else
+             [_log_moment_poisson_gaussian(q, noise_multiplier, int(a)) / (a - 1) for a in LARGE_ORDERS])
     curve = np.concatenate([np.asarray(acc._rdp, dtype=np.float64), large])
     curve.flags.writeable = False
     return curve
