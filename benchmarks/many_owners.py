@@ -1,19 +1,20 @@
 """Per-round cost of a round with many data owners against their number (issue 17).
 
 Three compute parties (real processes, CrypTen over gRPC + mTLS, 3-party replicated sharing, no
-dealer) each host an :class:`~mpc_erm.mpc.owner_intake.OwnerIntake`; N owners are real gRPC
-clients with their own certificates, channels and keys — **all in this one process** (threads),
-so the owners' CPU competes with the compute parties' on the same cores. Each round: every owner
-encodes a d-dimensional contribution (‖v‖ ≤ 1) on the noise's grid and sends its shares; the
-compute parties wait for all of them, agree on the set, add in-MPC discrete Gaussian noise and
-reveal; every owner reads the release. Measured per N: the round's wall time at a compute party
-(open → published) split into *intake* (open → everyone in) and *online* (agree + reveal +
-publish), the compute parties' CPU seconds per round, bytes per owner per round, and, as the
-baseline in the same run, the simulator's round (the same N vectors summed in plaintext + noise,
-one process).
+dealer) each host an :class:`~mpc_erm.mpc.owner_intake.OwnerIntake`; N owners are real gRPC clients
+with their own certificates, channels and keys — **all in this one process** (threads), or dealt to
+``--owner-procs`` spawned processes (threads there) — so the owners' CPU competes with the compute
+parties' on the same cores. Each round: every owner encodes a d-dimensional contribution (‖v‖ ≤ 1)
+on the noise's grid and sends its shares; the compute parties wait for all of them, agree on the
+set, add in-MPC discrete Gaussian noise and reveal; every owner reads the release. Measured per N:
+the round's wall time at a compute party (open → published) split into *intake* (open → everyone
+in) and *online* (agree + reveal + publish), the compute parties' CPU seconds per round, bytes per
+owner per round, and, as the baseline in the same run, the simulator's round (the same N vectors
+summed in plaintext + noise, one process).
 
     python -m benchmarks.many_owners --owners 10,100,1000 --dim 7850 --rounds 3 \\
         --out benchmarks/results/many_owners_round_cost.json
+    python -m benchmarks.many_owners --owners 10000 --owner-procs 4 --rounds 3 --out …
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import argparse
 import json
 import multiprocessing as mp
 import resource
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -67,7 +69,8 @@ def _compute(ctx: Any, owners: tuple[str, ...], dim: int, rounds: int, addr_q: A
                          "cpu_s": _cpu() - cpu0, "agreed": len(agreed),
                          "mpc_bytes": stats1.get("bytes", 0) - stats0.get("bytes", 0),
                          "explicit_shares": len(explicit)})
-        time.sleep(1.0)  # the owners read the last release
+        # each owner reads the release from compute party (its index mod 3): the intake stays up until they have
+        intake.wait_read(rounds - 1, [o for o in range(len(owners)) if o % 3 == ctx.rank], 600.0)
     finally:
         intake.stop()
     return {"rank": ctx.rank, "grid": grid, "rounds": rows}
@@ -86,43 +89,82 @@ def _value(o: int, t: int, dim: int) -> Any:
     return v / v.norm()  # ‖v‖ = 1: a clipped contribution
 
 
-def _owners(ca: Any, names: tuple[str, ...], dim: int, rounds: int, addr_q: Any, threads: int) -> dict[str, Any]:
+def _owners(ca: Any, names: tuple[str, ...], first: int, dim: int, rounds: int, compute: list[tuple[str, str]],
+            threads: int) -> dict[str, Any]:
+    """Owners ``first`` … ``first + len(names) - 1`` of the job, driven by ``threads`` threads here."""
     from mpc_erm.mpc import pki
     from mpc_erm.mpc.owner_intake import OwnerClient
 
     tic = time.perf_counter()
     idents = [pki.issue_identity(ca, n, "owner") for n in names]
     issue_s = time.perf_counter() - tic
-    addrs = dict(addr_q.get(timeout=600) for _ in range(3))
-    compute = [(f"party{r}", addrs[r]) for r in range(3)]
-    clients = [OwnerClient(i, "bench", o, compute) for o, i in enumerate(idents)]
+    clients = [OwnerClient(i, "bench", first + o, compute) for o, i in enumerate(idents)]
     pool = ThreadPoolExecutor(max_workers=threads)
     try:
         tic = time.perf_counter()
-        list(pool.map(lambda c: c.enroll(timeout_s=600), clients))
+        list(pool.map(lambda c: c.enroll(timeout_s=1800), clients))
         enrol_s = time.perf_counter() - tic
         per_round = []
         for t in range(rounds):
             tic = time.perf_counter()
 
             def one(c: Any, t: int = t) -> None:
-                for attempt in range(2000):  # the round opens when the compute parties get there
+                for attempt in range(20_000):  # the round opens when the compute parties get there
                     try:
                         c.contribute(t, _value(c.owner_index, t, dim), timeout_s=600)
                         break
                     except Exception as exc:
-                        if "is not open" not in str(getattr(exc, "details", lambda: "")()) or attempt == 1999:
+                        if "is not open" not in str(getattr(exc, "details", lambda: "")()) or attempt == 19_999:
                             raise
                         time.sleep(0.02)
 
             list(pool.map(one, clients))  # all shares sent (a thread blocked on a release would starve the rest)
-            list(pool.map(lambda c, t=t: c.released(t, wait_s=600), clients))
+            list(pool.map(lambda c, t=t: c.released(t, wait_s=1800), clients))
             per_round.append(time.perf_counter() - tic)
     finally:
         pool.shutdown()
         for c in clients:
             c.close()
-    return {"issue_certificates_s": issue_s, "enrol_s": enrol_s, "owner_round_s": per_round}
+    return {"owners": len(names), "issue_certificates_s": issue_s, "enrol_s": enrol_s, "owner_round_s": per_round}
+
+
+def _owners_process(ca: Any, names: tuple[str, ...], first: int, dim: int, rounds: int,
+                    compute: list[tuple[str, str]], threads: int, q: Any) -> None:
+    from benchmarks.owners_common import owners_process_setup
+
+    owners_process_setup()
+    try:
+        q.put(_owners(ca, names, first, dim, rounds, compute, threads))
+    except Exception as exc:  # the parent reports it
+        q.put({"error": repr(exc)})
+
+
+def _all_owners(ca: Any, names: tuple[str, ...], dim: int, rounds: int, addr_q: Any, threads: int,
+                procs: int) -> dict[str, Any]:
+    """Every owner: in this process (``procs`` = 1) or dealt in contiguous blocks to ``procs``
+    spawned processes, each with ``threads`` threads; per round, the slowest process's time."""
+    addrs = dict(addr_q.get(timeout=600) for _ in range(3))
+    compute = [(f"party{r}", addrs[r]) for r in range(3)]
+    if procs <= 1:
+        return _owners(ca, names, 0, dim, rounds, compute, threads) | {"owner_processes": 1}
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    size = -(-len(names) // procs)
+    blocks = [(names[i:i + size], i) for i in range(0, len(names), size)]
+    workers = [ctx.Process(target=_owners_process, args=(ca, b, first, dim, rounds, compute, threads, q), daemon=True)
+               for b, first in blocks]
+    for w in workers:
+        w.start()
+    parts = [q.get(timeout=7200) for _ in workers]
+    for w in workers:
+        w.join(60)
+    errors = [p["error"] for p in parts if "error" in p]
+    if errors:
+        raise RuntimeError(f"owner processes failed: {errors[:3]}")
+    return {"owner_processes": len(workers), "threads_per_process": threads,
+            "issue_certificates_s": max(p["issue_certificates_s"] for p in parts),
+            "enrol_s": max(p["enrol_s"] for p in parts),
+            "owner_round_s": [max(p["owner_round_s"][t] for p in parts) for t in range(rounds)]}
 
 
 def _simulator_round(owners: int, dim: int) -> float:
@@ -137,7 +179,7 @@ def _simulator_round(owners: int, dim: int) -> float:
     return time.perf_counter() - tic
 
 
-def run_one(owners: int, dim: int, rounds: int, threads: int) -> dict[str, Any]:
+def run_one(owners: int, dim: int, rounds: int, threads: int, procs: int = 1) -> dict[str, Any]:
     from mpc_erm.mpc import pki
     from mpc_erm.mpc.local import run_local_full
 
@@ -145,7 +187,7 @@ def run_one(owners: int, dim: int, rounds: int, threads: int) -> dict[str, Any]:
     ca = pki.create_ca("many owners bench CA")
     addr_q = mp.get_context("spawn").Queue()
     box: dict[str, Any] = {}
-    th = threading.Thread(target=lambda: box.update(_owners(ca, names, dim, rounds, addr_q, threads)))
+    th = threading.Thread(target=lambda: box.update(_all_owners(ca, names, dim, rounds, addr_q, threads, procs)))
     th.start()
     run = run_local_full(_compute, parties=3, trust="replicated", args=(names, dim, rounds, addr_q),
                          timeout_s=7200, deadline_s=600, ca=ca)
@@ -186,21 +228,26 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--owners", default="10,100,1000")
     ap.add_argument("--dim", type=int, default=7850)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=32, help="threads driving the owners in this process")
+    ap.add_argument("--threads", type=int, default=32, help="threads driving the owners in each owner process")
+    ap.add_argument("--owner-procs", type=int, default=1,
+                    help="spread the owners over this many spawned processes (each owner holds 3 TLS channels: "
+                         "10,000 in one process exceed the usual 20,000 open files)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     results = []
     for n in (int(x) for x in a.owners.split(",")):
         print(f"many owners: N = {n}, d = {a.dim}, {a.rounds} rounds …", flush=True)
-        r = run_one(n, a.dim, a.rounds, a.threads)
+        r = run_one(n, a.dim, a.rounds, a.threads, a.owner_procs)
         print(f"  round p50 {r['round_s_p50']:.3f} s (intake {r['intake_s_p50']:.3f}, online {r['online_s_p50']:.3f}); "
               f"simulator {r['simulator_round_s'] * 1e3:.2f} ms", flush=True)
         results.append(r)
     out = jsonable({"benchmark": "many_owners_round_cost", "machine": machine_info(),
                     "what": "per-round cost against the number of data owners: 3 replicated compute processes with "
                             "in-MPC Gaussian noise; the owners are real gRPC clients with their own certificates, all "
-                            "in the benchmark's process (threads), on the same cores as the compute parties",
-                    "command": "python -m benchmarks.many_owners " + " ".join(argv or []), "results": results})
+                            "in the benchmark's process or its --owner-procs spawned processes (threads), on the "
+                            "same cores as the compute parties",
+                    "command": "python -m benchmarks.many_owners " + " ".join(sys.argv[1:] if argv is None else argv),
+                    "results": results})
     text = json.dumps(out, indent=2)
     if a.out:
         a.out.write_text(text + "\n")
