@@ -7,10 +7,10 @@ Three compute-party daemons (``LocalConsortium``: separate processes, mutual TLS
 replicated sharing, no dealer, in-MPC discrete Gaussian noise) run a federated job
 (``[federated]``) for N owners. Every owner is ``parties.owner.run_owner_job`` — what ``mpc-erm
 owner join`` runs — with its own certificate (role ``owner``), config, ledger, audit log and data
-file (100 MNIST rows as .npz); **all owners share this benchmark's process** (one thread each),
-on the same 2 cores as the daemons. Each round every owner tosses its own private coin (τ = 0.05)
-and sends shares of its update, or of a zero update, so the compute parties count all N owners in
-every round and never learn the sample.
+file (100 MNIST rows as .npz); **the owners share this benchmark's process** (one thread each), or
+``--owner-procs`` spawned processes, on the same cores as the daemons. Each round every owner
+tosses its own private coin (τ = 0.05) and sends shares of its update, or of a zero update, so the
+compute parties count all N owners in every round and never learn the sample.
 
 Setting (paper 002 §B5, Table H.7): the first 50,000 training images split iid into N = 500 owners
 of 100 rows (the simulator benchmark's split); T = 30, E = 5, b = 10, η_l = 0.1, γ = 0.99,
@@ -22,6 +22,9 @@ Gaussian at the same ε through the same accountant.
     .venv/bin/python -m benchmarks.dp_fed_ls_daemons --out benchmarks/results/dp_fed_ls_daemons.json
     # the uniform half, owners' local epochs on a GPU (a lent CUDA machine: benchmarks/gpu_checks.sh)
     python3 -m benchmarks.dp_fed_ls_daemons --sampling uniform --owner-device cuda --out …
+    # more cells of the uniform half on the CPU, added to the rows already measured
+    .venv/bin/python -m benchmarks.dp_fed_ls_daemons --sampling uniform --owner-procs 2 --epsilons 6 --sigmas 0 \\
+        --append --out benchmarks/results/dp_fed_ls_daemons_uniform_cpu.json
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -142,7 +146,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sigmas", default="0,1")
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--append", action="store_true",
+                    help="keep the rows already in --out (the same setting) and add this run's after them")
     a = ap.parse_args(argv)
+    a.command = "python -m benchmarks.dp_fed_ls_daemons " + " ".join(sys.argv[1:] if argv is None else argv)
+    a.kept = _kept_rows(a.out) if a.append and a.out is not None and a.out.exists() else []
     a.owners, a.rows = a.owners or SETTINGS[a.sampling][0], a.rows or SETTINGS[a.sampling][1]
     if a.owner_device != "cpu":
         # Hundreds of owner threads share each process here (one owner per process in a deployment):
@@ -182,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
                            "paper": None if paper is None else {"mean": paper[0] / 100, "std": paper[1] / 100},
                            "daemons_within_1.5_points_of_paper_or_above": None if paper is None else
                            bool(d["test_accuracy"] * 100 >= paper[0] - 1.5),
-                           "wall_ratio_daemons_to_simulator": d["wall_seconds"] / s["seconds"]}
+                           "wall_ratio_daemons_to_simulator": d["wall_seconds"] / s["seconds"], "command": a.command}
                     rows.append(row)
                     print(f"ε = {eps:g}, σ_LS = {sig:g}, seed {seed}: daemons {100 * d['test_accuracy']:.2f} % "
                           f"(ε {d['epsilon']:.3f}, z {d['noise_multiplier']:.3f}, {d['wall_seconds']:.0f} s), "
@@ -192,8 +200,15 @@ def main(argv: list[str] | None = None) -> None:
                         _write(a, rows, tic)
 
 
+def _kept_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of an earlier result file, each with the command that measured it."""
+    old = json.loads(path.read_text())
+    return [{**r, "command": r.get("command", old.get("command"))} for r in old.get("rows", [])]
+
+
 def _write(a: Any, rows: list[dict[str, Any]], tic: float) -> None:
     res = {"benchmark": "dp_fed_ls_daemons", "machine": machine_info(),
+           "command": a.command if not a.kept else "several: each row's command",
            "what": f"DP-Fed-LS, MNIST multinomial logistic regression, {a.owners} owners × {a.rows} rows, "
                    f"{a.sampling} τ = {a.rate}, T = {a.rounds}, E = 5, b = 10, η_l = 0.1, γ = 0.99, η_g = 1, "
                    "𝓛 = 0.4, weight decay 4e-5, δ = 1/N^1.1; through 3 compute-party daemons (replicated, "
@@ -208,7 +223,7 @@ def _write(a: Any, rows: list[dict[str, Any]], tic: float) -> None:
                        "owner in every round (owners_per_round)",
            "baseline": "benchmarks.dp_fed_ls_mnist.run: the same setting in the in-process simulator (plaintext "
                        "aggregator, continuous Gaussian at the RDP accountant's z), same seed",
-           "rows": rows, "wall_seconds": time.perf_counter() - tic}
+           "rows": a.kept + rows, "wall_seconds_this_command": time.perf_counter() - tic}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(res, indent=1, default=float) + "\n")
 

@@ -14,7 +14,8 @@ summed in plaintext + noise, one process).
 
     python -m benchmarks.many_owners --owners 10,100,1000 --dim 7850 --rounds 3 \\
         --out benchmarks/results/many_owners_round_cost.json
-    python -m benchmarks.many_owners --owners 10000 --owner-procs 4 --rounds 3 --out …
+    python -m benchmarks.many_owners --owners 10,100,1000,10000 --owner-procs 4 --rounds 3 \\
+        --out benchmarks/results/many_owners_round_cost_procs4.json
 """
 
 from __future__ import annotations
