@@ -102,7 +102,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sigmas", default="0,1,2,3")
     ap.add_argument("--seeds", default="0,1,2,3,4")
     ap.add_argument("--sampling", choices=tuple(SETTINGS), default="poisson")
-    ap.add_argument("--out", type=Path)
+    ap.add_argument("--calibrations", default="accountant,paper",
+                    help="the product's accountant's noise, the paper's closed-form ν, or both")
+    ap.add_argument("--out", type=Path, help="rows of the same sampling, calibration, ε and σ_LS are replaced; "
+                                             "the file's other rows are kept")
     a = ap.parse_args(argv)
     torch.set_num_threads(2)
     logging.getLogger("absl").setLevel(logging.ERROR)  # dp_accounting's per-order convergence notes
@@ -110,7 +113,10 @@ def main(argv: list[str] | None = None) -> None:
     tic = time.perf_counter()
     owners, per_owner, paper_table, paper_nu = SETTINGS[a.sampling]
     theorem = "paper_theorem_1" if a.sampling == "uniform" else "paper_theorem_2"
-    for calibration, eps, sig in [(c, float(e), float(s)) for c in ("accountant", theorem)
+    calibrations = [theorem if c == "paper" else c for c in a.calibrations.split(",")]
+    if not set(calibrations) <= {"accountant", theorem}:
+        raise SystemExit(f"--calibrations: 'accountant' and/or 'paper', got {a.calibrations!r}")
+    for calibration, eps, sig in [(c, float(e), float(s)) for c in calibrations
                                   for e in a.epsilons.split(",") for s in a.sigmas.split(",")]:
         nu = paper_nu[int(eps)] if calibration == theorem else None
         runs = [run(epsilon=eps, ls_sigma=sig, seed=int(s), nu=nu, sampling=a.sampling) for s in a.seeds.split(",")]
@@ -154,9 +160,17 @@ def main(argv: list[str] | None = None) -> None:
             rows_kept = [{"sampling": "poisson", **r} for r in old["rows"]]
         else:
             rows_kept = list(old.get("rows", []))
-        parts[a.sampling] = part
+        before = parts.get(a.sampling, {})
+        commands = [c for c in [before.get("command"), *before.get("commands", [])] if c]
+        parts[a.sampling] = {k: v for k, v in part.items() if k != "command"} | {
+            "commands": list(dict.fromkeys([*commands, part["command"]]))}
+
+        def cell(r: dict[str, Any]) -> tuple[Any, ...]:
+            return r.get("sampling", "poisson"), r["calibration"], r["epsilon"], r["ls_sigma"]
+
+        new = {cell(r) for r in rows}
         res = {"benchmark": "dp_fed_ls_mnist", "machine": machine_info(), "parts": parts,
-               "rows": [r for r in rows_kept if r.get("sampling", "poisson") != a.sampling] + rows}
+               "rows": sorted([r for r in rows_kept if cell(r) not in new] + rows, key=cell)}
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps(res, indent=1) + "\n")
 
