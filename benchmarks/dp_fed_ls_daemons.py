@@ -47,7 +47,7 @@ from benchmarks.dp_fed_ls_mnist import SETTINGS
 from benchmarks.dp_fed_ls_mnist import run as simulate
 from benchmarks.owners_common import owners_process_setup, run_job
 
-DEADLINE_S = 30.0  # a round waits this long for the owners (the first, 10×: for every owner to enrol)
+DEADLINE_S = 30.0  # a round waits this long for the owners (the first, 10×: for every owner to enrol); --round-deadline
 JOB = """\
 method = "gradient"
 
@@ -107,14 +107,14 @@ def _owner_files(root: Path, owners: int, rows: int) -> list[Path]:
 
 def daemons_run(cons: Any, configs: list[Path], root: Path, *, epsilon: float, sigma: float, seed: int, owners: int,
                 rate: float, rounds: int, Xte: torch.Tensor, yte: torch.Tensor, sampling: str = "poisson",
-                owner_procs: int = 1) -> dict[str, Any]:
+                owner_procs: int = 1, deadline_s: float = DEADLINE_S) -> dict[str, Any]:
     import mpc_erm
 
     delta = 1.0 / owners**1.1
     names = ", ".join(f'"owner-{o:04d}"' for o in range(owners))
     job_path = root / f"job-{epsilon:g}-{sigma:g}-{seed}.toml"
     job_path.write_text(JOB.format(owners=names, seed=seed, epsilon=epsilon, delta=delta, n=owners, rounds=rounds,
-                                   rate=rate, sigma=sigma, deadline=DEADLINE_S, sampling=sampling))
+                                   rate=rate, sigma=sigma, deadline=deadline_s, sampling=sampling))
     run = run_job(cons, configs, job_path, root, owner_procs=owner_procs)
     out, box, wall, failed = run["dir"], run["owners"], run["wall_seconds"], run["owners_failed"]
     model = mpc_erm.load_model(out)
@@ -127,7 +127,8 @@ def daemons_run(cons: Any, configs: list[Path], root: Path, *, epsilon: float, s
             "owners_per_round": metrics["owners_per_round"], "owners_failed": failed,
             "owner_rounds_joined_total": sum(joined), "owner_rounds_joined_expected": rate * owners * rounds,
             "missed_rounds_total": sum(len(s["missed_rounds"]) for s in box.values() if isinstance(s, dict)),
-            "per_round_seconds": metrics["wall_seconds"] / rounds, "machine_memory_gib": run["machine_memory_gib"]}
+            "per_round_seconds": metrics["wall_seconds"] / rounds, "machine_memory_gib": run["machine_memory_gib"],
+            "round_deadline_s": deadline_s}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -142,6 +143,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--owner-procs", type=int, default=1, help="OS processes the owners' threads are spread over")
     ap.add_argument("--rate", type=float, default=0.05)
     ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--round-deadline", type=float, default=DEADLINE_S,
+                    help="the job's round_deadline_s: an owner later than this is left out of the round; on a "
+                         "machine loaded by every owner at once, a longer one keeps the owners in")
     ap.add_argument("--epsilons", default="7")
     ap.add_argument("--sigmas", default="0,1")
     ap.add_argument("--seeds", default="0")
@@ -179,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
                 for seed in (int(s) for s in a.seeds.split(",")):
                     d = daemons_run(cons, configs, root, epsilon=eps, sigma=sig, seed=seed, owners=a.owners,
                                     rate=a.rate, rounds=a.rounds, Xte=Xte, yte=yte, sampling=a.sampling,
-                                    owner_procs=a.owner_procs)
+                                    owner_procs=a.owner_procs, deadline_s=a.round_deadline)
                     s = simulate(epsilon=eps, ls_sigma=sig, seed=seed, sampling=a.sampling, owners=a.owners,
                                  rows=a.rows, rate=a.rate, rounds=a.rounds)
                     paper_setting = (a.owners, a.rows, a.rate, a.rounds) == (*SETTINGS[a.sampling][:2], 0.05, 30)
