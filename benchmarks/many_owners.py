@@ -39,7 +39,7 @@ SIGMA, SENSITIVITY = 1.0, 1.0
 def _compute(ctx: Any, owners: tuple[str, ...], dim: int, rounds: int, addr_q: Any) -> dict[str, Any]:
     from mpc_erm.mpc.aggregator import MpcAggregator
     from mpc_erm.mpc.noise import InMpcNoise
-    from mpc_erm.mpc.owner_intake import OwnerIntake, RoundFrame, agree_present
+    from mpc_erm.mpc.owner_intake import OwnerIntake, RoundFrame, agree_present, release_party
     from mpc_erm.mpc.owner_shares import owner_margin_bits
     from mpc_erm.protocols.aggregation import NoiseSpec
 
@@ -70,8 +70,8 @@ def _compute(ctx: Any, owners: tuple[str, ...], dim: int, rounds: int, addr_q: A
                          "cpu_s": _cpu() - cpu0, "agreed": len(agreed),
                          "mpc_bytes": stats1.get("bytes", 0) - stats0.get("bytes", 0),
                          "explicit_shares": len(explicit)})
-        # each owner reads the release from compute party (its index mod 3): the intake stays up until they have
-        intake.wait_read(rounds - 1, [o for o in range(len(owners)) if o % 3 == ctx.rank], 600.0)
+        # the intake stays up until every owner that reads from this party has read the last release
+        intake.wait_read(rounds - 1, [o for o in range(len(owners)) if release_party(o, 3) == ctx.rank], 600.0)
     finally:
         intake.stop()
     return {"rank": ctx.rank, "grid": grid, "rounds": rows}

@@ -38,7 +38,7 @@ from .owner_shares import OwnerShareSum, explicit_party
 from .pki import Identity
 from .transport.chunking import grpc_message_options
 
-__all__ = ["OwnerClient", "OwnerIntake", "RoundFrame", "agree_present", "pauses"]
+__all__ = ["OwnerClient", "OwnerIntake", "RoundFrame", "agree_present", "pauses", "release_party"]
 
 SERVICE = "/mpc_erm.v1.OwnerIntake"
 MAX_WAIT_S = 300.0
@@ -283,6 +283,12 @@ def pauses(first: float, cap: float) -> Iterator[float]:
         pause = min(2 * pause, cap)
 
 
+def release_party(owner_index: int, compute_parties: int) -> int:
+    """The compute party an owner reads each round's release from (every party publishes the same;
+    owners spread their reads), and so the one that waits for its read of the last release."""
+    return owner_index % compute_parties
+
+
 def agree_present(comm: Any, present: frozenset[int], owners: int) -> list[int]:
     """The owners present at every compute party (sorted): an all-gather of presence bitmaps over
     the compute parties' communicator, ANDed. Every party gets the same list."""
@@ -399,7 +405,7 @@ class OwnerClient:
         the same, so owners spread their reads over them; each read waits at most
         :data:`RELEASE_POLL_S` at the server, which holds one of its threads meanwhile — a long wait
         by more owners than it has threads would queue the next round's shares behind the reads."""
-        stub = self._stubs[self.owner_index % len(self._stubs)]
+        stub = self._stubs[release_party(self.owner_index, len(self._stubs))]
         end = time.monotonic() + wait_s
         while True:
             poll = max(0.0, min(end - time.monotonic(), RELEASE_POLL_S))

@@ -22,7 +22,7 @@ import torch
 
 from mpc_erm.protocols.aggregation import NoiseSpec
 
-from .owner_intake import OwnerClient, OwnerIntake, agree_present, pauses, round_state
+from .owner_intake import OwnerClient, OwnerIntake, agree_present, pauses, release_party, round_state
 
 __all__ = ["IntakeAggregator", "OwnerAggregator"]
 
@@ -70,12 +70,12 @@ class IntakeAggregator:
 
     def wait_last_read(self, deadline_s: float) -> list[int]:
         """After the last release: wait (up to ``deadline_s``) until every owner counted in it that
-        reads from this compute party (owner index mod k = rank, as :class:`OwnerClient` spreads
-        its reads) has read it; the ones that did not."""
+        reads from this compute party (:func:`~.owner_intake.release_party`) has read it; the ones
+        that did not."""
         f = self.intake.frame
         if not self.counted:
             return []
-        mine = [o for o in self.agreed if o % f.compute_parties == f.rank]
+        mine = [o for o in self.agreed if release_party(o, f.compute_parties) == f.rank]
         return self.intake.wait_read(len(self.counted) - 1, mine, deadline_s)
 
 
