@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.aggregate import jsonable, machine_info
+from benchmarks.owners_common import in_spawned_processes, owners_process_setup
 
 SIGMA, SENSITIVITY = 1.0, 1.0
 
@@ -131,8 +132,6 @@ def _owners(ca: Any, names: tuple[str, ...], first: int, dim: int, rounds: int, 
 
 def _owners_process(ca: Any, names: tuple[str, ...], first: int, dim: int, rounds: int,
                     compute: list[tuple[str, str]], threads: int, q: Any) -> None:
-    from benchmarks.owners_common import owners_process_setup
-
     owners_process_setup()
     try:
         q.put(_owners(ca, names, first, dim, rounds, compute, threads))
@@ -148,21 +147,13 @@ def _all_owners(ca: Any, names: tuple[str, ...], dim: int, rounds: int, addr_q: 
     compute = [(f"party{r}", addrs[r]) for r in range(3)]
     if procs <= 1:
         return _owners(ca, names, 0, dim, rounds, compute, threads) | {"owner_processes": 1}
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
     size = -(-len(names) // procs)
-    blocks = [(names[i:i + size], i) for i in range(0, len(names), size)]
-    workers = [ctx.Process(target=_owners_process, args=(ca, b, first, dim, rounds, compute, threads, q), daemon=True)
-               for b, first in blocks]
-    for w in workers:
-        w.start()
-    parts = [q.get(timeout=7200) for _ in workers]
-    for w in workers:
-        w.join(60)
+    parts = in_spawned_processes(_owners_process, [(ca, names[i:i + size], i, dim, rounds, compute, threads)
+                                                   for i in range(0, len(names), size)], timeout_s=7200)
     errors = [p["error"] for p in parts if "error" in p]
     if errors:
         raise RuntimeError(f"owner processes failed: {errors[:3]}")
-    return {"owner_processes": len(workers), "threads_per_process": threads,
+    return {"owner_processes": len(parts), "threads_per_process": threads,
             "issue_certificates_s": max(p["issue_certificates_s"] for p in parts),
             "enrol_s": max(p["enrol_s"] for p in parts),
             "owner_round_s": [max(p["owner_round_s"][t] for p in parts) for t in range(rounds)]}

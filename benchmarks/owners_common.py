@@ -65,22 +65,27 @@ def _owners_process(configs: list[Path], job_path: Path, job_id: str, wait_s: fl
 
 def _run_owners_in_processes(configs: list[Path], job_path: Path, job_id: str, wait_s: float, procs: int
                              ) -> dict[str, Any]:
+    chunks = [configs[i::procs] for i in range(procs)]
+    out: dict[str, Any] = {}
+    for part in in_spawned_processes(_owners_process, [(c, job_path, job_id, wait_s) for c in chunks if c]):
+        out |= {k: (v if isinstance(v, dict) else RuntimeError(v)) for k, v in part.items()}
+    return out
+
+
+def in_spawned_processes(target: Any, args: list[tuple[Any, ...]], timeout_s: float = 3600 * 4) -> list[Any]:
+    """``target(*a, q)`` in one spawned process per ``a`` in ``args``, each putting one result on
+    ``q``: the results, in the order they arrived."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    chunks = [configs[i::procs] for i in range(procs)]
-    workers = [ctx.Process(target=_owners_process, args=(c, job_path, job_id, wait_s, q), daemon=True)
-               for c in chunks if c]
+    workers = [ctx.Process(target=target, args=(*a, q), daemon=True) for a in args]
     for w in workers:
         w.start()
-    out: dict[str, Any] = {}
-    for _ in workers:
-        part = q.get(timeout=3600 * 4)
-        out |= {k: (v if isinstance(v, dict) else RuntimeError(v)) for k, v in part.items()}
+    results = [q.get(timeout=timeout_s) for _ in workers]
     for w in workers:
         w.join(60)
-    return out
+    return results
 
 
 def run_job(cons: Any, configs: list[Path], job_path: Path, out_root: Path, owner_procs: int = 1) -> dict[str, Any]:
