@@ -51,7 +51,7 @@ dataset = "{dataset}"
 parties = ["alice", "bob", "carol"]
 trust = "replicated"
 features = {d}
-round_deadline_s = 120.0
+round_deadline_s = {deadline!r}
 owners = [{owners}]
 
 [model]
@@ -165,7 +165,8 @@ def _thesis_simulator(method: str, m: int, rounds: int, seed: int) -> dict[str, 
 
 
 def one_setting(cons: Any, root: Path, train: Any, test: Any, metrics: Any, *, method: str, m: int, rounds: int,
-                seed: int, baseline_seeds: int, owner_procs: int = 1) -> dict[str, Any]:
+                seed: int, baseline_seeds: int, owner_procs: int = 1, leave: bool = False,
+                concurrency: int | None = None, deadline: float = 120.0) -> dict[str, Any]:
     from mpc_erm.jobs.jobfile import load_job_file
 
     dataset = f"{method[:4]}{m}s{seed}"
@@ -175,8 +176,11 @@ def one_setting(cons: Any, root: Path, train: Any, test: Any, metrics: Any, *, m
     job_path = root / f"{dataset}.toml"
     extra = GRAD_EXTRA.format(rounds=rounds) if method == "gradient" else OUT_EXTRA
     job_path.write_text(JOB.format(method=method, m=m, dataset=dataset, d=train.d, lam=LAM, eps=EPS, delta=DELTA,
-                                   n=train.n, owners=", ".join(f'"{dataset}-{o:05d}"' for o in range(m)), extra=extra))
-    run = run_job(cons, configs, job_path, root, owner_procs=owner_procs)
+                                   n=train.n, owners=", ".join(f'"{dataset}-{o:05d}"' for o in range(m)), extra=extra,
+                                   deadline=deadline))
+    leave = leave and method == "output"
+    run = run_job(cons, configs, job_path, root, owner_procs=owner_procs, leave=leave, concurrency=concurrency,
+                  wait_s=max(900.0, 12 * deadline))
     from safetensors.torch import load_file
 
     theta = load_file(str(run["dir"] / "model.safetensors"))["theta"].double()
@@ -205,6 +209,11 @@ def one_setting(cons: Any, root: Path, train: Any, test: Any, metrics: Any, *, m
                     "accountant": rep["accountant"], "noise_scale": rep.get("noise_scale"),
                     "sensitivity_l2": rep["plan"]["sensitivity_l2"], "owner_setup_seconds": setup_s,
                     "owner_processes": owner_procs, "machine_memory_gib": run["machine_memory_gib"],
+                    "owner_mode": ("owner join --leave, then owner fetch after the job" if leave else "owner join"),
+                    "owners_at_once": concurrency and concurrency * owner_procs, "round_deadline_s": deadline,
+                    "send_seconds": run["send_seconds"], "fetch_seconds": run["fetch_seconds"],
+                    "owners_fetched": run["owners_fetched"] if leave else None,
+                    "owners_fetch_failed": run["owners_fetch_failed"],
                     "realised_noise": realised},
         "same_job_in_process": {"noise_draws": baseline_seeds, "optimality_gap_mean": b_gap,
                                 "optimality_gap_std": float(gaps.std()), "relative_accuracy_loss_mean": b_acc,
@@ -230,6 +239,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--owner-procs", type=int, default=1,
                     help="spread the owners over this many processes (threads in each); 1: all in this process")
+    ap.add_argument("--leave", action="store_true",
+                    help="Out P owners send their shares and leave (owner join --leave), each fetching its model "
+                         "after the job (owner fetch)")
+    ap.add_argument("--owner-concurrency", type=int, default=None,
+                    help="at most this many owners at a time in each owner process (default: all at once)")
+    ap.add_argument("--round-deadline", type=float, default=120.0,
+                    help="the job's round_deadline_s (the first round waits 10× as long for every owner)")
     ap.add_argument("--baseline-seeds", type=int, default=20, help="noise draws of the in-process baseline")
     ap.add_argument("--workdir", type=Path, default=None,
                     help="where the daemons' and owners' state go (default: the system's temp dir)")
@@ -252,7 +268,8 @@ def main(argv: list[str] | None = None) -> None:
                 for seed in (int(s) for s in a.seeds.split(",")):
                     rows.append(one_setting(cons, root, train, test, metrics, method=method, m=m,
                                             rounds=a.grad_rounds, seed=seed, baseline_seeds=a.baseline_seeds,
-                                            owner_procs=a.owner_procs))
+                                            owner_procs=a.owner_procs, leave=a.leave,
+                                            concurrency=a.owner_concurrency, deadline=a.round_deadline))
                     if a.out:
                         _write(a, rows, tic)
 

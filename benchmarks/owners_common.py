@@ -1,7 +1,8 @@
 """What the owner benchmarks share: run a job through a :class:`LocalConsortium`'s compute
 daemons with every owner's ``parties.owner.run_owner_job`` (what ``mpc-erm owner join`` runs), one
-thread each, in this process or spread over ``procs`` spawned processes (the benchmarks say which),
-and collect the results."""
+thread each or a bounded pool of them, in this process or spread over ``procs`` spawned processes
+(the benchmarks say which), and collect the results; owners of a one-release job may send and
+leave (``owner join --leave``) and fetch their model after the job (``owner fetch``)."""
 
 from __future__ import annotations
 
@@ -27,16 +28,27 @@ def owners_process_setup() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def run_owners(configs: list[Path], job_path: Path, job_id: str, wait_s: float = 900, procs: int = 1
-               ) -> dict[str, Any]:
-    """Each owner's run_owner_job in its own thread: name → its summary, or the exception. With
-    ``procs`` > 1 the owners are dealt round-robin to that many spawned processes (threads there);
-    an owner's exception comes back as a ``RuntimeError`` holding its repr."""
+#: What each owner runs: ``join`` (the whole job), ``leave`` (send its shares and leave: a
+#: one-release job), ``fetch`` (after ``leave``: the model from the compute parties' daemons).
+MODES = ("join", "leave", "fetch")
+
+
+def run_owners(configs: list[Path], job_path: Path, job_id: str, wait_s: float = 900, procs: int = 1, *,
+               mode: str = "join", concurrency: int | None = None) -> dict[str, Any]:
+    """Each owner's ``mode`` (:data:`MODES`): name → its summary, or the exception. One thread per
+    owner, or with ``concurrency`` at most that many owners at a time (a pool of threads: the
+    owners come in waves, each gone once done). With ``procs`` > 1 the owners are dealt
+    round-robin to that many spawned processes (``concurrency`` in each); an owner's exception
+    comes back as a ``RuntimeError`` holding its repr."""
+    if mode not in MODES:
+        raise ValueError(f"mode: one of {MODES}")
     if procs > 1:
-        return _run_owners_in_processes(configs, job_path, job_id, wait_s, procs)
+        return _run_owners_in_processes(configs, job_path, job_id, wait_s, procs, mode, concurrency)
+    from concurrent.futures import ThreadPoolExecutor
+
     from mpc_erm.jobs.jobfile import load_job_file
     from parties.config import load_owner_config
-    from parties.owner import run_owner_job
+    from parties.owner import fetch_owner_model, run_owner_job
 
     job = load_job_file(job_path)
     out: dict[str, Any] = {}
@@ -44,11 +56,16 @@ def run_owners(configs: list[Path], job_path: Path, job_id: str, wait_s: float =
     def one(path: Path) -> None:
         cfg = load_owner_config(path)
         try:
-            out[cfg.identity.name] = run_owner_job(cfg, job, job_id, wait_s=wait_s)
+            out[cfg.identity.name] = (fetch_owner_model(cfg, job, job_id, wait_s=wait_s) if mode == "fetch" else
+                                      run_owner_job(cfg, job, job_id, wait_s=wait_s, leave=mode == "leave"))
         except Exception as exc:
             out[cfg.identity.name] = exc
             print(f"{cfg.identity.name}: {exc!r}", flush=True)
 
+    if concurrency:
+        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="owner") as pool:
+            list(pool.map(one, configs))
+        return out
     threads = [threading.Thread(target=one, args=(p,), daemon=True) for p in configs]
     for th in threads:
         th.start()
@@ -57,17 +74,19 @@ def run_owners(configs: list[Path], job_path: Path, job_id: str, wait_s: float =
     return out
 
 
-def _owners_process(configs: list[Path], job_path: Path, job_id: str, wait_s: float, q: Any) -> None:
+def _owners_process(configs: list[Path], job_path: Path, job_id: str, wait_s: float, mode: str,
+                    concurrency: int | None, q: Any) -> None:
     owners_process_setup()
-    got = run_owners(configs, job_path, job_id, wait_s)
+    got = run_owners(configs, job_path, job_id, wait_s, mode=mode, concurrency=concurrency)
     q.put({k: (v if isinstance(v, dict) else repr(v)) for k, v in got.items()})
 
 
-def _run_owners_in_processes(configs: list[Path], job_path: Path, job_id: str, wait_s: float, procs: int
-                             ) -> dict[str, Any]:
+def _run_owners_in_processes(configs: list[Path], job_path: Path, job_id: str, wait_s: float, procs: int, mode: str,
+                             concurrency: int | None) -> dict[str, Any]:
     chunks = [configs[i::procs] for i in range(procs)]
     out: dict[str, Any] = {}
-    for part in in_spawned_processes(_owners_process, [(c, job_path, job_id, wait_s) for c in chunks if c]):
+    for part in in_spawned_processes(_owners_process, [(c, job_path, job_id, wait_s, mode, concurrency)
+                                                       for c in chunks if c]):
         out |= {k: (v if isinstance(v, dict) else RuntimeError(v)) for k, v in part.items()}
     return out
 
@@ -88,29 +107,49 @@ def in_spawned_processes(target: Any, args: list[tuple[Any, ...]], timeout_s: fl
     return results
 
 
-def run_job(cons: Any, configs: list[Path], job_path: Path, out_root: Path, owner_procs: int = 1) -> dict[str, Any]:
+def run_job(cons: Any, configs: list[Path], job_path: Path, out_root: Path, owner_procs: int = 1, *,
+            leave: bool = False, concurrency: int | None = None, wait_s: float = 900) -> dict[str, Any]:
     """Submit ``job_path``, run every owner, watch the compute parties to the end and fetch the
-    results into ``out_root/<job_id>``. Raises unless every compute party succeeded."""
+    results into ``out_root/<job_id>``. Raises unless every compute party succeeded. With
+    ``leave`` (a one-release job) the owners send and leave, then each fetches its model once the
+    compute parties are done (timed apart: ``send_seconds``, ``fetch_seconds``)."""
     from mpc_erm.jobs.status import TERMINAL
 
     mem = _MemoryPeak().start()
     tic = time.perf_counter()
+    sent_at: list[float] = []
     with cons.client() as client:
         job_id = client.submit(job_path)["job_id"]
         box: dict[str, Any] = {}
-        th = threading.Thread(target=lambda: box.update(run_owners(configs, job_path, job_id, procs=owner_procs)),
-                              daemon=True)
+
+        def owners() -> None:
+            box.update(run_owners(configs, job_path, job_id, wait_s, procs=owner_procs,
+                                  mode="leave" if leave else "join", concurrency=concurrency))
+            sent_at.append(time.perf_counter())
+
+        th = threading.Thread(target=owners, daemon=True)
         th.start()
         ends = {e["member"]: e["phase"] for e in client.watch(job_id) if e["phase"] in TERMINAL}
         th.join(3600 * 4)
         wall = time.perf_counter() - tic
-        mem.stop()
         if set(ends.values()) != {"succeeded"}:
+            mem.stop()
             errors = [v for v in box.values() if isinstance(v, Exception)][:3]
             raise RuntimeError(f"the job ended {ends}; owners: {errors}")
         out = out_root / job_id
         client.result(job_id, out)
+    fetched: dict[str, Any] = {}
+    fetch_s = None
+    if leave:
+        t0 = time.perf_counter()
+        fetched = run_owners(configs, job_path, job_id, wait_s, procs=owner_procs, mode="fetch",
+                             concurrency=concurrency)
+        fetch_s = time.perf_counter() - t0
+    mem.stop()
     return {"job_id": job_id, "dir": out, "wall_seconds": wall, "owners": box,
+            "send_seconds": (sent_at[0] - tic) if sent_at else None, "fetch_seconds": fetch_s,
+            "owners_fetched": sum(isinstance(v, dict) and v.get("status") == "done" for v in fetched.values()),
+            "owners_fetch_failed": {k: repr(v) for k, v in list(fetched.items()) if isinstance(v, Exception)},
             "metrics": json.loads((out / "metrics.json").read_text()),
             "report": json.loads((out / "privacy_report.json").read_text()),
             "owners_failed": {k: repr(v) for k, v in box.items() if isinstance(v, Exception)},

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from mpc_erm.jobs.jobfile import MAX_JOB_FILE_BYTES
 from mpc_erm.privacy.plan import PlanError
 
 from .config import DaemonConfig, DealerConfig, PartyConfig
@@ -34,7 +35,7 @@ __all__ = ["JOB_ID_RE", "MAX_JOB_TOML_BYTES", "SUBMIT_METHOD", "Admitted", "Refu
            "check_caller", "check_request"]
 
 JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
-MAX_JOB_TOML_BYTES = 1 << 20
+MAX_JOB_TOML_BYTES = MAX_JOB_FILE_BYTES  # the job file's own bound (its owner list)
 SUBMIT_METHOD = "/mpc_erm.v1.PartyControl/SubmitJob"
 MAX_PUBLIC = 500  # as parties.public_errors: a public reason is one short line
 # the public_errors code of a refusal, by its gRPC status (a budget refusal says BUDGET itself)

@@ -65,5 +65,8 @@ class DaemonLog:
     def warning(self, msg: str, *, job_id: str | None = None, phase: str | None = None, **extra: Any) -> None:
         self.logger.warning(msg, extra={"job_id": job_id, "phase": phase, **extra})
 
+    def error(self, msg: str, *, job_id: str | None = None, phase: str | None = None, **extra: Any) -> None:
+        self.logger.error(msg, extra={"job_id": job_id, "phase": phase, **extra})
+
     def exception(self, msg: str, *, job_id: str | None = None, phase: str | None = None) -> None:
         self.logger.exception(msg, extra={"job_id": job_id, "phase": phase})

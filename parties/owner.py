@@ -20,6 +20,12 @@ docs/architecture.md §2). No CrypTen and no daemon: ``mpc-erm owner join`` runs
    commits the rounds revealed. A failure before the first round releases the reservation. A
    run that died (its run lock gone with its process) is settled the same way at the next
    ``owner join`` (:func:`settle_abandoned`).
+
+An owner slow to read the last release after the compute parties closed their intake reads it
+from their daemons instead (``GetOwnerRelease``: :mod:`parties.owner_release`). With ``leave``
+(``owner join --leave``, one-release jobs only) an owner sends its shares, commits its charge,
+writes its privacy report and leaves; ``owner fetch`` (:func:`fetch_owner_model`) later reads the
+release from the daemons and writes the model.
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ from mpc_erm.mpc.pki import Identity
 
 from .config import OwnerConfig
 
-__all__ = ["OwnerRefused", "check_job", "intake_addresses", "run_owner_job", "settle_abandoned"]
+__all__ = ["OwnerRefused", "check_job", "fetch_owner_model", "fetch_release", "intake_addresses", "run_owner_job",
+           "settle_abandoned"]
 
 ENDPOINT_POLL_S, ENDPOINT_POLL_MAX_S = 1.0, 5.0  # an owner asks a daemon for its intake again, pausing longer
 
@@ -109,6 +116,43 @@ def intake_addresses(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id:
     return out
 
 
+def fetch_release(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: str, owner_index: int, t: int,
+                  wait_s: float) -> tuple[Any, int]:
+    """Round ``t``'s release of ``job_id`` and its owner count, as the compute parties' daemons keep
+    it once their intake stopped (``GetOwnerRelease``): asked of the party this owner reads from
+    first, then of the others, waiting up to ``wait_s`` while none keeps it yet."""
+    import torch
+
+    from mpc_erm.mpc.owner_intake import pauses, release_party
+    from parties.rendezvous import grpc_options
+
+    names = list(job.job.parties)
+    first = release_party(owner_index, len(names))
+    digest, end, pause, why = job.spec_digest(), time.monotonic() + wait_s, pauses(ENDPOINT_POLL_S,
+                                                                                    ENDPOINT_POLL_MAX_S), ""
+    while True:
+        for name in names[first:] + names[:first]:
+            try:
+                with tls.secure_channel(cfg.compute[name], identity, f"party/{name}", grpc_options()) as ch:
+                    r = pb_grpc.PartyControlStub(ch).GetOwnerRelease(pb.OwnerReleaseRequest(job_id=job_id, round=t),
+                                                                     timeout=30)
+            except grpc.RpcError as exc:
+                if exc.code() not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE,
+                                      grpc.StatusCode.DEADLINE_EXCEEDED):
+                    raise RuntimeError(f"compute party {name}: {exc.details()}") from None
+                why = f"{name}: {exc.details()}"
+                continue
+            if r.spec_digest != digest:
+                raise RuntimeError(f"compute party {name} keeps the release of another job under {job_id} (digest "
+                                   f"{r.spec_digest[:12]}… vs this owner's {digest[:12]}…)")
+            return torch.from_numpy(np.frombuffer(r.state, dtype="<f8").copy()).reshape(tuple(r.shape)), \
+                int(r.owners_counted)
+        if time.monotonic() >= end:
+            raise TimeoutError(f"job {job_id}: no compute party kept round {t}'s release within {wait_s:g} s "
+                               f"(last answer: {why})")
+        time.sleep(min(next(pause), max(0.0, end - time.monotonic())))
+
+
 def _job_lock(state_dir: Path, job_id: str, *, wait: bool) -> Any:
     """The job's run lock (``state_dir/jobs/<id>/.running``, flock) while an ``owner join`` runs
     it, or None if another holds it and ``wait`` is False. The OS drops it when the process dies."""
@@ -148,12 +192,13 @@ def settle_abandoned(cfg: OwnerConfig, ledger: Any) -> dict[str, str]:
 
 
 def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float = 600.0,
-                  on_round: Any = None) -> dict[str, Any]:
-    """Run this owner's side of ``job`` (see the module); returns the summary it writes."""
+                  on_round: Any = None, leave: bool = False) -> dict[str, Any]:
+    """Run this owner's side of ``job`` (see the module); returns the summary it writes. With
+    ``leave`` (a one-release job only) return once the shares are sent, without the model."""
 
     from mpc_erm.mpc.noise import realise
     from mpc_erm.mpc.owner_intake import OwnerClient
-    from mpc_erm.mpc.owner_rounds import OwnerAggregator
+    from mpc_erm.mpc.owner_rounds import LeftAfterSending, OwnerAggregator
     from mpc_erm.protocols.common import plan_job, public_sizes
 
     from .audit import AuditLog
@@ -161,8 +206,12 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
     from .rows import device_for, load_rows
 
     index = check_job(cfg, job)
-    identity = cfg.identity.load("owner")
     jt, spec = job.job, job.spec
+    if leave and not _one_release(job):
+        raise OwnerRefused(f"--leave: only a job with one release (method = \"output\") can be left once the shares "
+                           f"are sent; this one ({spec.method}{', federated' if spec.federated else ''}) releases "
+                           f"{spec.training.iterations} rounds")
+    identity = cfg.identity.load("owner")
     plan = plan_job(spec, sampler="mpc", test_no_noise=jt.test_no_noise, sizes=public_sizes(spec, None),
                     n_features=jt.features)
     view = _OwnerView(cfg, job, identity, job_id)
@@ -181,6 +230,7 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
     ledger = Ledger.in_state_dir(cfg.state_dir, budgets)
     audit = AuditLog.in_state_dir(cfg.state_dir)
     revealed = False
+    left: LeftAfterSending | None = None
     running = _job_lock(Path(cfg.state_dir), job_id, wait=False)
     if running is None:
         ledger.close()
@@ -193,7 +243,9 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
             try:
                 client.enroll(timeout_s=wait_s, spec_digest=digest)
                 rounds = OwnerAggregator(client, round_wait_s=wait_s, on_round=on_round,
-                                         send_after_s=spec.federated.send_after_s if spec.federated else None)
+                                         send_after_s=spec.federated.send_after_s if spec.federated else None,
+                                         leave=leave, fetch_later=lambda t, w: fetch_release(identity, cfg, job, job_id,
+                                                                                             index, t, w))
 
                 def before_reveal(t: int) -> None:
                     nonlocal revealed
@@ -206,7 +258,10 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
                 def after_round(t: int) -> None:
                     audit.release(job_id, what=side.released, value=rounds.last, round=t, rounds=side.rounds)
 
-                side.train(rounds, before_reveal, after_round)
+                try:
+                    side.train(rounds, before_reveal, after_round)
+                except LeftAfterSending as exc:
+                    left = exc
             finally:
                 client.close()
         except BaseException as exc:
@@ -219,25 +274,108 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
     finally:
         ledger.close()
         running.close()
-    trust = (f"{jt.trust} among the compute parties {', '.join(jt.parties)}; this owner's contribution leaves it only "
-             "as additive shares, one per compute party")
-    report = plan.report(noise_scale=0.0 if real is None else real.spec.scale,
-                         realisation=None if real is None else real.describe(), trust_model=trust,
-                         parties=len(jt.parties),
-                         parameters={**side.parameters(), "job_digest": digest, "owners": len(jt.owners),
-                                     "audit_head": audit.head()},
-                         notes=(f"rounds this owner missed (late for the deadline): {rounds.missed or 'none'}",
-                                *side.notes))
-    summary = {"job_id": job_id, "owner": cfg.identity.name, "epsilon": report.epsilon, "delta": report.delta_total,
-               "rounds": side.rounds, "missed_rounds": rounds.missed, **side.summary(rounds),
-               "settled_abandoned_jobs": settled}
     d = Path(cfg.state_dir) / "jobs" / job_id
     d.mkdir(parents=True, exist_ok=True)
-    side.write_model(d, plan, trust, {"job_id": job_id, "spec_digest": digest, "name": jt.name, "dataset": jt.dataset},
-                     schema=loaded.schema)
+    notes = ("this owner sent its shares and left before the release (owner join --leave); owner fetch writes the model"
+             if left is not None else f"rounds this owner missed (late for the deadline): {rounds.missed or 'none'}",)
+    report = _report(job, plan, real, side, audit.head(), notes)
     (d / "privacy_report.json").write_text(report.to_json(indent=2))
+    summary = {"job_id": job_id, "owner": cfg.identity.name, "epsilon": report.epsilon, "delta": report.delta_total,
+               "rounds": side.rounds, "settled_abandoned_jobs": settled}
+    if left is not None:  # what `owner fetch` needs: that this owner sent shares in this job, which round
+        summary |= {"status": "sent" if left.sent else "late", "round": left.round}
+        (d / SENT_FILE).write_text(json.dumps({"job_id": job_id, "spec_digest": digest, "round": left.round,
+                                               "sent": left.sent}))
+    else:
+        summary |= {"status": "done", "missed_rounds": rounds.missed, **side.summary(rounds)}
+        side.write_model(d, plan, _trust(job), _model_job(job, job_id), schema=loaded.schema)
     (d / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
     return summary
+
+
+#: ``owner join --leave`` leaves it in the job's directory: this owner sent shares in the job, in which round.
+SENT_FILE = "sent.json"
+
+
+def _one_release(job: JobFile) -> bool:
+    return job.spec.method == "output" and job.spec.federated is None
+
+
+def _trust(job: JobFile) -> str:
+    jt = job.job
+    return (f"{jt.trust} among the compute parties {', '.join(jt.parties)}; this owner's contribution leaves it only "
+            "as additive shares, one per compute party")
+
+
+def _model_job(job: JobFile, job_id: str) -> dict[str, Any]:
+    return {"job_id": job_id, "spec_digest": job.spec_digest(), "name": job.job.name, "dataset": job.job.dataset}
+
+
+def _report(job: JobFile, plan: Any, real: Any, side: _Side, audit_head: str, notes: tuple[str, ...]) -> Any:
+    """This owner's privacy report of ``job`` (the plan's, with this owner's side's parameters)."""
+    return plan.report(noise_scale=0.0 if real is None else real.spec.scale,
+                       realisation=None if real is None else real.describe(), trust_model=_trust(job),
+                       parties=len(job.job.parties),
+                       parameters={**side.parameters(), "job_digest": job.spec_digest(), "owners": len(job.job.owners),
+                                   "audit_head": audit_head},
+                       notes=(*notes, *side.notes))
+
+
+def fetch_owner_model(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float = 600.0) -> dict[str, Any]:
+    """After ``owner join --leave``: read the job's release from the compute parties' daemons and
+    write this owner's model beside its privacy report; returns the summary. Nothing is charged
+    here (the join charged the release); a second fetch of a fetched job returns its summary."""
+    from mpc_erm.mpc.noise import realise
+    from mpc_erm.protocols.common import plan_job, public_sizes
+
+    from .audit import AuditLog
+    from .rows import device_for, load_rows
+
+    index = check_job(cfg, job)
+    jt, spec, digest = job.job, job.spec, job.spec_digest()
+    d = Path(cfg.state_dir) / "jobs" / job_id
+    try:
+        sent = json.loads((d / SENT_FILE).read_text())
+    except (OSError, ValueError):
+        sent = None
+    if not isinstance(sent, dict) or sent.get("job_id") != job_id or sent.get("spec_digest") != digest:
+        raise OwnerRefused(f"job_id: {cfg.identity.name} has not sent shares in job {job_id} with this job file "
+                           "(owner join --leave first)")
+    running = _job_lock(Path(cfg.state_dir), job_id, wait=False)
+    if running is None:
+        raise OwnerRefused(f"job_id: {job_id} is already running at {cfg.identity.name} (another owner join or fetch)")
+    try:
+        try:
+            done = json.loads((d / "summary.json").read_text())
+        except (OSError, ValueError):
+            done = None
+        if isinstance(done, dict) and done.get("status") == "done" and (d / "model.safetensors").exists():
+            return done
+        identity = cfg.identity.load("owner")
+        plan = plan_job(spec, sampler="mpc", test_no_noise=jt.test_no_noise, sizes=public_sizes(spec, None),
+                        n_features=jt.features)
+        view = _OwnerView(cfg, job, identity, job_id)
+        loaded = load_rows(view)  # type: ignore[arg-type]
+        real = None if jt.test_no_noise else realise(plan, len(jt.parties))
+        side = _OutputSide(spec, plan, loaded.train, device_for(view), None if real is None else real.spec,  # type: ignore[arg-type]
+                           plan_weight=plan.weight(index, int(loaded.train.n)), solve=False)
+        state, counted = fetch_release(identity, cfg, job, job_id, index, int(sent["round"]), wait_s)
+        side.theta = state
+        audit = AuditLog.in_state_dir(cfg.state_dir)
+        audit.release(job_id, what=side.released, value=state, round=1, rounds=1)
+        notes = ("this owner sent its shares and left before the release (owner join --leave); the release was "
+                 "read from the compute parties' daemons" if sent.get("sent") else
+                 "this owner's shares reached the compute parties after they closed the round: not counted",)
+        report = _report(job, plan, real, side, audit.head(), notes)
+        (d / "privacy_report.json").write_text(report.to_json(indent=2))
+        side.write_model(d, plan, _trust(job), _model_job(job, job_id), schema=loaded.schema)
+        summary = {"job_id": job_id, "owner": cfg.identity.name, "epsilon": report.epsilon,
+                   "delta": report.delta_total, "rounds": 1, "status": "done", "left_after_sending": True,
+                   "counted": bool(sent.get("sent")), "owners_counted": counted}
+        (d / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+        return summary
+    finally:
+        running.close()
 
 
 class _Side:
@@ -314,7 +452,8 @@ class _OutputSide(_LinearSide):
     released = "noisy weighted sum of the data owners' local minimisers"
     rounds = 1  # type: ignore[assignment]
 
-    def __init__(self, spec: Any, plan: Any, rows: Any, dev: Any, noise: Any, *, plan_weight: float) -> None:
+    def __init__(self, spec: Any, plan: Any, rows: Any, dev: Any, noise: Any, *, plan_weight: float,
+                 solve: bool = True) -> None:
         import torch
 
         from mpc_erm.protocols import OutputPerturbation
@@ -322,7 +461,8 @@ class _OutputSide(_LinearSide):
         super().__init__(spec, rows, dev, plan_weight)
         self.proto = OutputPerturbation(spec, None, rows.d, plan=plan, noise=noise)
         # solved before this owner reserves or enrols: the compute parties' one round does not wait on it
-        self.local = self.proto.local_model(self.X, self.y).to("cpu", torch.float64)
+        # (not solved by `owner fetch`, which only writes the released model)
+        self.local = self.proto.local_model(self.X, self.y).to("cpu", torch.float64) if solve else None
 
     def train(self, rounds: Any, before_reveal: Any, after_round: Any) -> None:
         before_reveal(1)

@@ -40,7 +40,8 @@ RESULT_CHUNK_BYTES = 1 << 20
 def control_policy(cfg: DaemonConfig) -> tls.Policy:
     """Who may call what: the coordinator methods only the allowed coordinators; GetEndpoint and
     GetAdmission any party or dealer, GetEndpoint also a data owner (job membership and the
-    service an owner may ask for are checked per request); Health anyone of
+    service an owner may ask for are checked per request), GetOwnerRelease only a data owner
+    (the job's: checked per request); Health anyone of
     this CA. SubmitJob lets any coordinator through to the daemon, which refuses one not in
     ``policy.allowed_coordinators`` itself (:func:`parties.admission.check_caller`, the same
     status and message) so that the job's other members learn of the refusal at once."""
@@ -50,6 +51,7 @@ def control_policy(cfg: DaemonConfig) -> tls.Policy:
     for m in ("GetEndpoint", "GetAdmission"):
         policy[f"{SERVICE}/{m}"] = [("party", tls.WILDCARD), ("dealer", tls.WILDCARD)]
     policy[f"{SERVICE}/GetEndpoint"].append(("owner", tls.WILDCARD))  # a job's owners: its owner intake only
+    policy[f"{SERVICE}/GetOwnerRelease"] = [("owner", tls.WILDCARD)]  # a job's owners: checked per request
     policy[f"{SERVICE}/Health"] = [(tls.WILDCARD, tls.WILDCARD)]
     return policy
 
@@ -155,6 +157,26 @@ class Servicer(pb_grpc.PartyControlServicer):
         caller = tls.peer(context)
         rec = self._record(request.job_id, context)
         return self.rendezvous.get_endpoint(rec, caller, request, context)
+
+    def GetOwnerRelease(self, request: pb.OwnerReleaseRequest, context: grpc.ServicerContext) -> pb.OwnerRelease:
+        from .owner_release import read_release
+        from .rendezvous import job_owners
+
+        caller = tls.peer(context)
+        rec = self._record(request.job_id, context)
+        if caller.name not in job_owners(rec):  # answered as for an unknown id: a non-member learns nothing
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no job {request.job_id!r} at {self.d.name}")
+        kept = read_release(self.d.jobs_dir / rec.id)
+        if kept is None or kept.job_id != rec.id:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"job {rec.id}: {self.d.name} keeps no release of it "
+                                                     f"(the job is {rec.status})")
+        assert kept is not None
+        if request.round != kept.round:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"round: {request.round} is not kept at {self.d.name}, only "
+                                                     f"the job's last release (round {kept.round})")
+        return pb.OwnerRelease(job_id=rec.id, round=kept.round, state=kept.state.numpy().astype("<f8").tobytes(),
+                               shape=list(kept.state.shape), owners_counted=kept.owners_counted,
+                               spec_digest=kept.spec_digest, member=self.d.name)
 
     def GetAdmission(self, request: pb.AdmissionRequest, context: grpc.ServicerContext) -> pb.AdmissionReply:
         assert self.d.agreement is not None

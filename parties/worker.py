@@ -553,6 +553,8 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
     from mpc_erm.protocols import GradientPerturbation, OutputPerturbation
     from mpc_erm.protocols.fedls import DpFedLs, timing_statement
 
+    from .owner_release import StoredRelease, write_release
+
     spec, jt = ctx.job.spec, ctx.job.job
     tr = spec.training
     noise = None if real is None else real.spec
@@ -609,6 +611,9 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
             empty = torch.zeros(0, proto.p, dtype=torch.float64), torch.zeros(0, dtype=torch.float64)
             theta = proto.train(rounds, lambda _theta: empty, before_reveal=lambda _t: _check_cancel(ctx),
                                 after_round=after_round)
+        if rounds.last is not None:  # served by the daemon once the intake has stopped (parties.owner_release)
+            write_release(ctx.job_dir, StoredRelease(ctx.job_id, ctx.job.spec_digest(), len(rounds.counted) - 1,
+                                                     rounds.last, rounds.counted[-1]))
         unread = rounds.wait_last_read(LAST_READ_WAIT_S)  # a fixed 1 s left owners of a loaded 1,000 without it
         if unread:
             ctx.emit({"phase": "owners", "message": f"{len(unread)} counted owners did not read the last release "

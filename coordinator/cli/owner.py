@@ -1,19 +1,30 @@
-"""`mpc-erm owner join`: a data owner's side of one job run by compute parties (issue 17).
+"""`mpc-erm owner join` / `owner fetch`: a data owner's side of one job run by compute parties
+(issue 17).
 
-The owner's operator runs it with the job file and the job id the coordinator printed at
+The owner's operator runs ``join`` with the job file and the job id the coordinator printed at
 ``job submit``: the owner checks the job against its own policy and budget (its own ledger and
 audit log in its ``state_dir``), sends only additive shares of its contribution to the compute
 parties, and writes the public model and the privacy report to ``state_dir/jobs/<job id>/``.
+With ``--leave`` (a one-release job: output perturbation) it returns once its shares are sent;
+``fetch`` reads the release from the compute parties later and writes the model.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
 _PATH = click.Path(exists=True, dir_okay=False, path_type=Path)
+
+
+def _job_options(f: Any) -> Any:
+    """The options naming this owner and the job, the same for ``join`` and ``fetch``."""
+    f = click.option("--job-id", required=True, help="the job id `mpc-erm job submit` printed")(f)
+    f = click.option("--job", "job_path", required=True, type=_PATH, help="the job file (as submitted)")(f)
+    return click.option("--config", "config_path", required=True, type=_PATH, help="the owner's TOML config")(f)
 
 
 @click.group()
@@ -22,23 +33,17 @@ def owner() -> None:
 
 
 @owner.command("join")
-@click.option("--config", "config_path", required=True, type=_PATH, help="the owner's TOML config")
-@click.option("--job", "job_path", required=True, type=_PATH, help="the job file (as submitted)")
-@click.option("--job-id", required=True, help="the job id `mpc-erm job submit` printed")
+@_job_options
 @click.option("--wait", "wait_s", default=600.0, show_default=True, type=click.FloatRange(1, 86_400),
               help="seconds to wait for the compute parties (the job's start, each round's release)")
+@click.option("--leave", is_flag=True,
+              help="a one-release job (method = \"output\"): return once the shares are sent; `owner fetch` later")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
-def join(config_path: Path, job_path: Path, job_id: str, wait_s: float, as_json: bool) -> None:
+def join(config_path: Path, job_path: Path, job_id: str, wait_s: float, leave: bool, as_json: bool) -> None:
     """Contribute this owner's data to job JOB-ID: shares to the compute parties, the model back."""
-    from mpc_erm.jobs.jobfile import load_job_file
-    from parties.admission import JOB_ID_RE
-    from parties.config import load_owner_config
     from parties.owner import run_owner_job
 
-    if not JOB_ID_RE.fullmatch(job_id):
-        raise click.BadParameter("not a job id (as `mpc-erm job submit` prints it)", param_hint="--job-id")
-    cfg = load_owner_config(config_path)
-    job = load_job_file(job_path)
+    cfg, job = _load(config_path, job_path, job_id)
 
     def on_round(t: int, counted_me: bool, owners: int) -> None:
         if not as_json:
@@ -46,11 +51,50 @@ def join(config_path: Path, job_path: Path, job_id: str, wait_s: float, as_json:
                        + ("" if counted_me else " (this owner was late: left out of this round)"))
 
     try:
-        summary = run_owner_job(cfg, job, job_id, wait_s=wait_s, on_round=on_round)
+        summary = run_owner_job(cfg, job, job_id, wait_s=wait_s, on_round=on_round, leave=leave)
+    except (RuntimeError, TimeoutError) as exc:
+        raise click.ClickException(str(exc)) from None
+    where = Path(cfg.state_dir) / "jobs" / job_id
+    if as_json:
+        click.echo(json.dumps(summary))
+    elif summary["status"] == "done":
+        click.echo(f"done: ε = {summary['epsilon']:.4g}, δ = {summary['delta']:.3g}; model and privacy report in "
+                   f"{where}")
+    else:
+        click.echo(("shares sent" if summary["status"] == "sent" else
+                    "too late: the compute parties closed the round before this owner's shares arrived (charged, "
+                    "not counted)") + f"; ε = {summary['epsilon']:.4g}, δ = {summary['delta']:.3g} charged; privacy "
+                   f"report in {where}; the model: `mpc-erm owner fetch --config {config_path} --job {job_path} "
+                   f"--job-id {job_id}` once the job has released it")
+
+
+@owner.command("fetch")
+@_job_options
+@click.option("--wait", "wait_s", default=600.0, show_default=True, type=click.FloatRange(0, 86_400),
+              help="seconds to wait for the compute parties to keep the release")
+@click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
+def fetch(config_path: Path, job_path: Path, job_id: str, wait_s: float, as_json: bool) -> None:
+    """After `owner join --leave`: the released model of job JOB-ID, from the compute parties."""
+    from parties.owner import fetch_owner_model
+
+    cfg, job = _load(config_path, job_path, job_id)
+    try:
+        summary = fetch_owner_model(cfg, job, job_id, wait_s=wait_s)
     except (RuntimeError, TimeoutError) as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
         click.echo(json.dumps(summary))
     else:
-        click.echo(f"done: ε = {summary['epsilon']:.4g}, δ = {summary['delta']:.3g}; model and privacy report in "
-                   f"{Path(cfg.state_dir) / 'jobs' / job_id}")
+        click.echo(f"done: ε = {summary['epsilon']:.4g}, δ = {summary['delta']:.3g} ({summary['owners_counted']} "
+                   f"owners summed{'' if summary['counted'] else ', not this one: its shares came too late'}); "
+                   f"model and privacy report in {Path(cfg.state_dir) / 'jobs' / job_id}")
+
+
+def _load(config_path: Path, job_path: Path, job_id: str) -> tuple[Any, Any]:
+    from mpc_erm.jobs.jobfile import load_job_file
+    from parties.admission import JOB_ID_RE
+    from parties.config import load_owner_config
+
+    if not JOB_ID_RE.fullmatch(job_id):
+        raise click.BadParameter("not a job id (as `mpc-erm job submit` prints it)", param_hint="--job-id")
+    return load_owner_config(config_path), load_job_file(job_path)

@@ -97,6 +97,7 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         self._round: _Round | None = None
         self._published: dict[int, tuple[torch.Tensor, int]] = {}
         self._readers: dict[int, set[int]] = {}  # round → owners that read its release here
+        self._leaving: set[int] = set()  # owners that read the release later from the daemon (--leave)
         self._lock = threading.Condition()
         policy = {f"{SERVICE}/*": [("owner", name) for name in frame.owners]}
         self._server = grpc.server(ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="owner-intake"),
@@ -168,12 +169,14 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
     def wait_read(self, t: int, owners: Sequence[int], deadline_s: float) -> list[int]:
         """Wait until each of ``owners`` has read round ``t``'s release here, or ``deadline_s``
         passed: the ones that have not (a worker stops its intake after the last release only then,
-        so that no owner that was counted is left without the model)."""
+        so that few owners that were counted need to read it from the daemon). Owners that said they
+        leave once their shares are in are not waited for."""
         end = time.monotonic() + deadline_s
         with self._lock:
-            while (left := end - time.monotonic()) > 0 and not set(owners) <= self._readers.get(t, set()):
+            wanted = set(owners) - self._leaving
+            while (left := end - time.monotonic()) > 0 and not wanted <= self._readers.get(t, set()):
                 self._lock.wait(min(left, 1.0))
-            return sorted(set(owners) - self._readers.get(t, set()))
+            return sorted(wanted - self._readers.get(t, set()))
 
     # ------------------------------------------------------------------ the service
 
@@ -237,6 +240,8 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
             if explicit:
                 r.explicit[o] = torch.from_numpy(np.frombuffer(request.share, dtype="<i8").copy())
             r.present.add(o)
+            if request.leaving:
+                self._leaving.add(o)
             self._lock.notify_all()
         return pb.ContributeReply()
 
@@ -374,9 +379,10 @@ class OwnerClient:
             time.sleep(pause)
         raise AssertionError("unreachable")  # pauses() never ends
 
-    def contribute(self, t: int, v: torch.Tensor, timeout_s: float = 30.0) -> None:
+    def contribute(self, t: int, v: torch.Tensor, timeout_s: float = 30.0, *, leaving: bool = False) -> None:
         """Encode ``v`` on the job's grid (refused if out of range: nothing is sent) and send round
-        ``t``'s shares: the explicit one to this owner's explicit party, presence to the others."""
+        ``t``'s shares: the explicit one to this owner's explicit party, presence to the others
+        (``leaving``: this owner will not read the release here, see ``ContributeRequest``)."""
         from .owner_shares import encode_on_grid
 
         if self.frame is None:
@@ -389,7 +395,7 @@ class OwnerClient:
         for j, stub in enumerate(self._stubs):
             if j not in done:
                 try:
-                    stub.Contribute(pb.ContributeRequest(job_id=self.job_id, round=t,
+                    stub.Contribute(pb.ContributeRequest(job_id=self.job_id, round=t, leaving=leaving,
                                                          share=payload if j == self.sharer.explicit else b""),
                                     timeout=timeout_s)
                 except grpc.RpcError as exc:

@@ -24,7 +24,7 @@ from mpc_erm.protocols.aggregation import NoiseSpec
 
 from .owner_intake import OwnerClient, OwnerIntake, agree_present, pauses, release_party, round_state
 
-__all__ = ["IntakeAggregator", "OwnerAggregator"]
+__all__ = ["IntakeAggregator", "LeftAfterSending", "OwnerAggregator"]
 
 #: An owner early for a round asks again after RETRY_FIRST_S, doubling to RETRY_MAX_S.
 RETRY_FIRST_S, RETRY_MAX_S = 0.02, 0.5
@@ -46,6 +46,7 @@ class IntakeAggregator:
         self.trust_model = mpc.trust_model
         self.counted: list[int] = []  # owners summed per round (public to the compute parties and owners)
         self.agreed: list[int] = []  # the owners summed in the latest round
+        self.last: torch.Tensor | None = None  # the latest round's release
 
     def aggregate(self, contributions: torch.Tensor, weights: torch.Tensor, noise: NoiseSpec) -> torch.Tensor:
         if contributions.numel():
@@ -65,7 +66,7 @@ class IntakeAggregator:
         out = self.mpc.aggregate_shares(self.intake.total(t, agreed, explicit), f.grid_bits, noise)
         self.intake.publish(t, out, len(agreed))
         self.counted.append(len(agreed))
-        self.agreed = agreed
+        self.agreed, self.last = agreed, out
         return out
 
     def wait_last_read(self, deadline_s: float) -> list[int]:
@@ -79,20 +80,34 @@ class IntakeAggregator:
         return self.intake.wait_read(len(self.counted) - 1, mine, deadline_s)
 
 
+class LeftAfterSending(Exception):
+    """Raised by an :class:`OwnerAggregator` made with ``leave=True`` once it has sent round
+    ``round``'s shares (``sent``: False if the round closed first): the owner does not wait for
+    the release, which the compute parties keep for it (``parties.owner_release``)."""
+
+    def __init__(self, round: int, sent: bool) -> None:
+        super().__init__(f"round {round}: shares {'sent' if sent else 'too late'}; not waiting for the release")
+        self.round, self.sent = round, sent
+
+
 class OwnerAggregator:
     """An owner's side: its weighted contribution in, the round's released noisy sum out."""
 
     trust_model = "data owner of a job run by compute parties"
 
     def __init__(self, client: OwnerClient, *, round_wait_s: float, on_round: Callable[[int, bool, int], None]
-                 | None = None, send_after_s: float | None = None) -> None:
+                 | None = None, send_after_s: float | None = None, leave: bool = False,
+                 fetch_later: Callable[[int, float], tuple[torch.Tensor, int]] | None = None) -> None:
         """``round_wait_s``: how long to wait for a round to open and for its release;
         ``on_round(t, counted_me, owners_counted)`` after each release; ``send_after_s``: send
         each round's shares this long after the previous release was read (the first round: after
         this object was made), whatever the owner computed meanwhile — a fixed send time, so the
-        arrival of the shares says nothing of the work behind them."""
+        arrival of the shares says nothing of the work behind them; ``leave``: raise
+        :class:`LeftAfterSending` once the first round's shares are sent; ``fetch_later(t,
+        wait_s)``: round ``t``'s release and count from where the compute parties keep it after
+        their intake stopped (asked when the intake is gone before this owner read it)."""
         self.client, self.round_wait_s, self.on_round = client, round_wait_s, on_round
-        self.send_after_s = send_after_s
+        self.send_after_s, self.leave, self.fetch_later = send_after_s, leave, fetch_later
         self.t = 0
         self.missed: list[int] = []
         self.overran: list[int] = []  # rounds whose work took longer than send_after_s (sent late)
@@ -109,7 +124,9 @@ class OwnerAggregator:
             else:
                 self.overran.append(t)
         sent = self._send(t, v)
-        state, counted = self.client.released(t, wait_s=self.round_wait_s)
+        if self.leave:
+            raise LeftAfterSending(t, sent)
+        state, counted = self._released(t)
         self._mark = time.monotonic()
         if not sent:
             self.missed.append(t)
@@ -117,6 +134,17 @@ class OwnerAggregator:
         if self.on_round is not None:
             self.on_round(t, sent, counted)
         return state
+
+    def _released(self, t: int) -> tuple[torch.Tensor, int]:
+        """Round ``t``'s release from the intake or, once the intake has stopped (the job's last
+        release, which this owner was slow to read), from ``fetch_later``."""
+        try:
+            return self.client.released(t, wait_s=self.round_wait_s)
+        except grpc.RpcError as exc:
+            if self.fetch_later is None or exc.code() not in (grpc.StatusCode.UNAVAILABLE,  # type: ignore[attr-defined]
+                                                              grpc.StatusCode.CANCELLED):
+                raise
+            return self.fetch_later(t, self.round_wait_s)
 
     def _send(self, t: int, v: torch.Tensor) -> bool:
         """Send round ``t``'s shares, waiting for the round to open; False if it closed first.
@@ -126,7 +154,7 @@ class OwnerAggregator:
         pause = pauses(RETRY_FIRST_S, RETRY_MAX_S)
         while True:
             try:
-                self.client.contribute(t, v)
+                self.client.contribute(t, v, leaving=self.leave)
                 return True
             except grpc.RpcError as exc:
                 if exc.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE) and \

@@ -385,3 +385,57 @@ def test_an_owner_asks_again_while_a_compute_party_is_not_up_yet(ca: Any) -> Non
         starter.join()
         for i in up + late:
             i.stop()
+
+
+def test_an_owner_whose_intake_stopped_reads_the_release_where_it_is_kept_and_a_leaving_owner_only_sends(
+        ca: Any) -> None:
+    """The owner's side of ``parties.owner_release``: the compute parties publish round 0 and stop
+    their intake before owner 0 reads it (a slow owner among thousands); its read fails
+    (UNAVAILABLE) and ``fetch_later`` is asked instead, for round 0. An owner made with ``leave``
+    returns from the round as soon as every compute party took its shares (LeftAfterSending),
+    without reading anything, and the intakes do not wait for its read."""
+    from mpc_erm.mpc.owner_rounds import LeftAfterSending, OwnerAggregator
+    from mpc_erm.protocols.aggregation import NoiseSpec
+
+    margin = owner_margin_bits(len(OWNERS))
+    live = [OwnerIntake(pki.issue_identity(ca, f"compute-{r}", "party"),
+                        RoundFrame("job-1", OWNERS, K, r, GRID, margin, DIM)).start() for r in range(K)]
+    clients = [_client(ca, o, live) for o in (0, 1)]
+    asked: list[tuple[int, float]] = []
+    kept = torch.arange(DIM, dtype=torch.float64)
+
+    def fetch_later(t: int, wait_s: float) -> tuple[torch.Tensor, int]:
+        asked.append((t, wait_s))
+        return kept, 2
+
+    try:
+        for c in clients:
+            c.enroll()
+        for i in live:
+            i.open_round(0)
+        one = torch.ones(1, dtype=torch.float64)
+        leaving = OwnerAggregator(clients[1], round_wait_s=5, leave=True)
+        with pytest.raises(LeftAfterSending) as info:
+            leaving.aggregate(_value(1, 0)[None], one, NoiseSpec("gaussian", 1.0))
+        assert info.value.round == 0 and info.value.sent and asked == []
+        clients[0].contribute(0, _value(0, 0))
+        for i in live:
+            present, _ = i.close_round()
+            assert present == {0, 1}
+            i.publish(0, torch.zeros(DIM, dtype=torch.float64), len(present))
+            assert i.wait_read(0, [0, 1], 0.2) == [0]  # the leaving owner said it reads elsewhere
+            i.stop(0)
+        slow = OwnerAggregator(clients[0], round_wait_s=5, fetch_later=fetch_later)
+        slow.t = 0
+        slow._send = lambda t, v: True  # type: ignore[method-assign]  # its shares went in above
+        state = slow.aggregate(_value(0, 0)[None], one, NoiseSpec("gaussian", 1.0))
+        assert torch.equal(state, kept) and asked == [(0, 5)]
+        without = OwnerAggregator(clients[0], round_wait_s=5)
+        without._send = lambda t, v: True  # type: ignore[method-assign]
+        assert _code(lambda: without.aggregate(_value(0, 0)[None], one, NoiseSpec("gaussian", 1.0)))[0] in (
+            grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+    finally:
+        for c in clients:
+            c.close()
+        for i in live:
+            i.stop(0)

@@ -739,3 +739,27 @@ def test_real_worker_output_job_through_daemons(tmp_path: Path, pki_dir: Path) -
     finally:
         for d in daemons:
             d.stop()
+
+
+def test_a_daemon_whose_job_workers_cannot_start_says_so_in_its_log_and_health(
+        tmp_path: Path, pki_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start-up failure path itself: the fork server failing (here: made to fail) is logged
+    at error level with its reason and Health's ``starting`` says the daemon takes no jobs (the
+    path once raised AttributeError in the log call and left only a traceback)."""
+    from parties import supervision
+
+    def broken(self: Any, timeout_s: float = 0.0) -> None:
+        raise RuntimeError("the fork server could not start a process: unexpected EOF")
+
+    monkeypatch.setattr(supervision.Supervisor, "warm_up", broken)
+    cfg = load_party_config(write_config(tmp_path, pki_dir, "alice"))
+    d = PartyDaemon(cfg, worker_module=FAKE, log_to_stderr=False)
+    try:
+        with pytest.raises(OSError, match="alice cannot start job workers: the fork server could not start"):
+            d.start()
+        assert d.starting.startswith("nothing more: it cannot start job workers"), d.starting
+    finally:
+        d.stop()
+    lines = [json.loads(x) for x in (Path(cfg.state_dir) / "daemon.log").read_text().splitlines()]
+    errors = [x for x in lines if x["level"] == "error"]
+    assert [x["phase"] for x in errors] == ["start"] and "unexpected EOF" in errors[0]["message"], errors

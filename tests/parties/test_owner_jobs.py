@@ -482,7 +482,7 @@ def _output_owners(root: Path, cons: LocalConsortium) -> tuple[list[Path], int]:
             p = save_numpy(Dataset(ds.X[rows], ds.y[rows], ds.task, f"o{i}"), root / f"o{i}-{which}.npz")
             files[which] = {"format": "npz", "path": p, "epsilon": 5.0, "delta": 1e-4}
         # a zero-noise job spends a data set's whole budget (ε = ∞): each run its own id
-        files |= {"gone": files["full"], "noisy": files["full"]}
+        files |= {"gone": files["full"], "noisy": files["full"], "leave": files["full"]}
         configs.append(cons.add_owner(f"clinic-{i:02d}", files, max_epsilon_per_job=2.0, allow_test_only=True,
                                       root=root / "owners"))
     assert cuts[-1] - cuts[-2] == 1
@@ -575,6 +575,129 @@ def test_output_perturbation_with_owners_moves_no_more_than_its_stated_sensitivi
                 assert led.get(job_id) is None
             finally:
                 led.close()
+
+
+def _audit_events(state: Path, job_id: str) -> list[str]:
+    lines = (state / "audit.jsonl").read_text().splitlines()
+    return [r["event"] for r in map(json.loads, lines) if r.get("job_id") == job_id]
+
+
+@pytest.mark.timeout(900)
+def test_owners_that_leave_after_sending_fetch_the_released_model_from_the_daemons(tmp_path: Path) -> None:
+    """``owner join --leave`` on a one-release job (output perturbation, in-MPC noise) through
+    three compute daemons, 12 owners, one through the CLI: each owner returns once its shares are
+    sent, charged one release (ledger committed, audit charge) with its privacy report written and
+    no model; after the job, ``owner fetch`` reads the release the daemons keep
+    (``GetOwnerRelease``) and writes the model the compute parties wrote, bit for bit. Refused
+    naming the field: ``--leave`` on a job of many rounds (before anything is reserved), a fetch
+    with no shares sent, an owner the job does not list (NOT_FOUND, as for an unknown job). A kept
+    release deleted or overwritten with garbage is never served: the fetch goes to another
+    compute party, and with none left it times out."""
+    import uuid
+
+    from click.testing import CliRunner
+    from safetensors.torch import load_file
+
+    from coordinator.cli import cli
+    from mpc_erm.mpc import tls
+    from mpc_erm.mpc._proto import party_pb2 as ppb
+    from mpc_erm.mpc._proto import party_pb2_grpc as ppb_grpc
+    from parties.config import load_owner_config
+    from parties.ledger import Ledger
+    from parties.owner import OwnerRefused, fetch_owner_model, run_owner_job
+    from parties.owner_release import RELEASE_FILE
+
+    with LocalConsortium(tmp_path / "cons", parties=3, dealer=False, max_epsilon_per_job=2.0) as cons:
+        configs, n = _output_owners(tmp_path, cons)
+        names = ", ".join(f'"clinic-{i:02d}"' for i in range(OUT_OWNERS))
+        job_path = tmp_path / "leave.toml"
+        job_path.write_text(OUT_JOB.format(dataset="leave", d=30, owners=names, eps=1.0, n=n, no_noise="false"))
+        job = load_job_file(job_path)
+        cfgs = [load_owner_config(p) for p in configs]
+        state = [Path(c.state_dir) for c in cfgs]
+
+        grad_path = tmp_path / "grad.toml"
+        grad_path.write_text(JOB.format(dataset="leave", d=30, owners=names, eps=1.0, n=n, no_noise="false",
+                                        rounds=3))
+        other = uuid.uuid4().hex
+        with pytest.raises(OwnerRefused, match="--leave: only a job with one release"):
+            run_owner_job(cfgs[1], load_job_file(grad_path), other, leave=True)
+        with pytest.raises(OwnerRefused, match="job_id: clinic-01 has not sent shares"):
+            fetch_owner_model(cfgs[1], job, other, wait_s=1)
+        led = Ledger.in_state_dir(state[1])
+        try:
+            assert led.get(other) is None
+        finally:
+            led.close()
+
+        with cons.client() as client:
+            job_id = client.submit(job_path)["job_id"]
+            box: dict[int, Any] = {}
+
+            def one(i: int) -> None:
+                try:
+                    box[i] = run_owner_job(cfgs[i], job, job_id, wait_s=120, leave=True)
+                except Exception as exc:  # collected: asserted below
+                    box[i] = exc
+
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(1, OUT_OWNERS)]
+            for th in threads:
+                th.start()
+            res = CliRunner().invoke(cli, ["owner", "join", "--config", str(configs[0]), "--job", str(job_path),
+                                           "--job-id", job_id, "--leave", "--wait", "120"])
+            assert res.exit_code == 0 and "shares sent" in res.output and "owner fetch" in res.output, res.output
+            for th in threads:
+                th.join(300)
+            ends = {e["member"]: e["phase"] for e in client.watch(job_id) if e["phase"] in TERMINAL}
+            assert set(ends.values()) == {"succeeded"}, ends
+            client.result(job_id, tmp_path / job_id)
+        assert all(isinstance(v, dict) and v["status"] == "sent" for v in box.values()) and len(box) == 11, box
+        theirs = load_file(str(tmp_path / job_id / "model.safetensors"))["theta"]
+        assert json.loads((tmp_path / job_id / "metrics.json").read_text())["owners_per_round"] == [OUT_OWNERS]
+        for i in range(OUT_OWNERS):
+            d = state[i] / "jobs" / job_id
+            assert (d / "privacy_report.json").exists() and not (d / "model.safetensors").exists()
+            assert _audit_events(state[i], job_id) == ["charge"]
+            led = Ledger.in_state_dir(state[i])
+            try:
+                r = led.get(job_id)
+                assert r is not None and r.state == "committed" and r.revealed_rounds == 1, r
+            finally:
+                led.close()
+
+        res = CliRunner().invoke(cli, ["owner", "fetch", "--config", str(configs[0]), "--job", str(job_path),
+                                       "--job-id", job_id])
+        assert res.exit_code == 0 and f"{OUT_OWNERS} owners summed" in res.output, res.output
+        for i in range(1, OUT_OWNERS):
+            got = fetch_owner_model(cfgs[i], job, job_id, wait_s=30)
+            assert got["status"] == "done" and got["counted"] and got["owners_counted"] == OUT_OWNERS
+        for i in range(OUT_OWNERS):
+            mine = load_file(str(state[i] / "jobs" / job_id / "model.safetensors"))["theta"]
+            assert torch.equal(mine, theirs)
+            assert _audit_events(state[i], job_id) == ["charge", "release"]
+        assert fetch_owner_model(cfgs[2], job, job_id)["status"] == "done"  # again: the same, nothing appended
+        assert _audit_events(state[2], job_id) == ["charge", "release"]
+
+        stranger = pki.issue_identity(pki.load_ca(cons.pki_dir), "clinic-99", "owner", valid_days=1)
+        with tls.secure_channel(cons.members["alice"].address, stranger, "party/alice") as ch:
+            stub = ppb_grpc.PartyControlStub(ch)
+            for jid in (job_id, other):
+                with pytest.raises(grpc.RpcError) as info:
+                    stub.GetOwnerRelease(ppb.OwnerReleaseRequest(job_id=jid, round=0), timeout=10)
+                assert info.value.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
+                assert info.value.details() == f"no job {jid!r} at alice"  # type: ignore[attr-defined]
+
+        # storage faults: alice's kept release deleted, bob's overwritten with garbage; owner 3 reads from alice
+        parties = [cons.root / p / "state" / "jobs" / job_id / RELEASE_FILE for p in ("alice", "bob", "carol")]
+        parties[0].unlink()
+        parties[1].write_bytes(b"\x00" * 64)
+        (state[3] / "jobs" / job_id / "model.safetensors").unlink()
+        assert fetch_owner_model(cfgs[3], job, job_id, wait_s=10)["owners_counted"] == OUT_OWNERS
+        assert torch.equal(load_file(str(state[3] / "jobs" / job_id / "model.safetensors"))["theta"], theirs)
+        parties[2].write_bytes(parties[2].read_bytes()[:100])  # truncated
+        (state[4] / "jobs" / job_id / "model.safetensors").unlink()
+        with pytest.raises(TimeoutError, match="keeps no release"):
+            fetch_owner_model(cfgs[4], job, job_id, wait_s=2)
 
 
 CROWD = 48  # more owners than a daemon's CONTROL_THREADS (32)

@@ -75,6 +75,11 @@ class PartyControlStub:
                 request_serializer=party__pb2.AdmissionRequest.SerializeToString,
                 response_deserializer=party__pb2.AdmissionReply.FromString,
                 _registered_method=True)
+        self.GetOwnerRelease = channel.unary_unary(
+                '/mpc_erm.v1.PartyControl/GetOwnerRelease',
+                request_serializer=party__pb2.OwnerReleaseRequest.SerializeToString,
+                response_deserializer=party__pb2.OwnerRelease.FromString,
+                _registered_method=True)
         self.Health = channel.unary_unary(
                 '/mpc_erm.v1.PartyControl/Health',
                 request_serializer=party__pb2.HealthRequest.SerializeToString,
@@ -144,6 +149,16 @@ class PartyControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetOwnerRelease(self, request, context):
+        """A data owner of a job run by compute parties (issue 17): the last round's public release of
+        that job, kept by this compute party after the job's owner intake closed (an owner that sent
+        its shares and left, or that was counted but had not read the release in time). Only the
+        owners the job lists may ask, each as itself; NOT_FOUND until the release exists.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Health(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -192,6 +207,11 @@ def add_PartyControlServicer_to_server(servicer, server):
                     servicer.GetAdmission,
                     request_deserializer=party__pb2.AdmissionRequest.FromString,
                     response_serializer=party__pb2.AdmissionReply.SerializeToString,
+            ),
+            'GetOwnerRelease': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetOwnerRelease,
+                    request_deserializer=party__pb2.OwnerReleaseRequest.FromString,
+                    response_serializer=party__pb2.OwnerRelease.SerializeToString,
             ),
             'Health': grpc.unary_unary_rpc_method_handler(
                     servicer.Health,
@@ -415,6 +435,33 @@ class PartyControl:
             '/mpc_erm.v1.PartyControl/GetAdmission',
             party__pb2.AdmissionRequest.SerializeToString,
             party__pb2.AdmissionReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetOwnerRelease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mpc_erm.v1.PartyControl/GetOwnerRelease',
+            party__pb2.OwnerReleaseRequest.SerializeToString,
+            party__pb2.OwnerRelease.FromString,
             options,
             channel_credentials,
             insecure,
