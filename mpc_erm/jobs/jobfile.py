@@ -18,13 +18,14 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -210,6 +211,8 @@ class JobFile(BaseModel):
 
     job: JobTable
     spec: JobSpec
+    # the digest, computed once: a job of 50,000 owners hashes a megabyte, and each owner asks often
+    _digest: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _real_job(self) -> JobFile:
@@ -289,9 +292,18 @@ class JobFile(BaseModel):
             d["job"].pop("schema_sha256")  # a job without a pinned schema keeps its digest
         return d
 
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> JobFile:
+        """A copy; one with ``update`` computes its own digest."""
+        out = super().model_copy(update=update, deep=deep)
+        if update:
+            out._digest = None
+        return out
+
     def spec_digest(self) -> str:
         """sha256 (hex) of the canonical JSON of the whole job; every party compares it before the MPC."""
-        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+        if self._digest is None:
+            self._digest = hashlib.sha256(self.canonical_json().encode()).hexdigest()
+        return self._digest
 
     def to_toml(self) -> str:
         """The job as a TOML file that :func:`load_job_file` reads back to an equal object."""

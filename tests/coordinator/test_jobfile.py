@@ -253,6 +253,18 @@ def test_digest_changes_when_any_field_changes() -> None:
     assert changed >= 20 and len(digests) == changed + 2
 
 
+def test_the_digest_is_computed_once_and_a_changed_copy_computes_its_own() -> None:
+    """The digest is kept after its first computation (a job of 50,000 owners hashes a megabyte,
+    asked several times by each owner); a copy with another field (``model_copy(update=…)``, the
+    one way to change a frozen job) is not the same job and must not keep it."""
+    job = load_job_file(EXAMPLES / "gradient-adult.toml")
+    first = job.spec_digest()
+    assert job.spec_digest() is first  # kept
+    other = job.model_copy(update={"spec": job.spec.model_copy(update={"seed": (job.spec.seed or 0) + 1})})
+    assert other.spec_digest() == hashlib.sha256(other.canonical_json().encode()).hexdigest() != first
+    assert job.model_copy().spec_digest() == copy.deepcopy(job).spec_digest() == first
+
+
 @pytest.mark.parametrize("s", ['plain', 'quo"te', "back\\slash", "new\nline\ttab", "del\x7f", "ünï ✓ 😀"])
 def test_toml_strings_round_trip(s: str) -> None:
     assert tomllib.loads(f"x = {_toml_value(s)}")["x"] == s
