@@ -120,7 +120,8 @@ def fetch_release(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: st
                   wait_s: float) -> tuple[Any, int]:
     """Round ``t``'s release of ``job_id`` and its owner count, as the compute parties' daemons keep
     it once their intake stopped (``GetOwnerRelease``): asked of the party this owner reads from
-    first, then of the others, waiting up to ``wait_s`` while none keeps it yet."""
+    first, then of the others, waiting up to ``wait_s`` while none keeps it yet; RuntimeError at
+    once if the job ended everywhere without it."""
     import torch
 
     from mpc_erm.mpc.owner_intake import pauses, release_party
@@ -131,15 +132,18 @@ def fetch_release(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: st
     digest, end, pause, why = job.spec_digest(), time.monotonic() + wait_s, pauses(ENDPOINT_POLL_S,
                                                                                     ENDPOINT_POLL_MAX_S), ""
     while True:
+        ended = 0  # compute parties where the job ended without a release
         for name in names[first:] + names[:first]:
             try:
                 with tls.secure_channel(cfg.compute[name], identity, f"party/{name}", grpc_options()) as ch:
                     r = pb_grpc.PartyControlStub(ch).GetOwnerRelease(pb.OwnerReleaseRequest(job_id=job_id, round=t),
                                                                      timeout=30)
             except grpc.RpcError as exc:
-                if exc.code() not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE,
-                                      grpc.StatusCode.DEADLINE_EXCEEDED):
+                code = exc.code()
+                if code not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE,
+                                grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.FAILED_PRECONDITION):
                     raise RuntimeError(f"compute party {name}: {exc.details()}") from None
+                ended += code == grpc.StatusCode.FAILED_PRECONDITION
                 why = f"{name}: {exc.details()}"
                 continue
             if r.spec_digest != digest:
@@ -147,6 +151,9 @@ def fetch_release(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: st
                                    f"{r.spec_digest[:12]}… vs this owner's {digest[:12]}…)")
             return torch.from_numpy(np.frombuffer(r.state, dtype="<f8").copy()).reshape(tuple(r.shape)), \
                 int(r.owners_counted)
+        if ended == len(names):
+            raise RuntimeError(f"job {job_id}: no compute party serves round {t}'s release, and the job has ended at "
+                               f"each (last answer: {why})")
         if time.monotonic() >= end:
             raise TimeoutError(f"job {job_id}: no compute party kept round {t}'s release within {wait_s:g} s "
                                f"(last answer: {why})")

@@ -168,8 +168,14 @@ class Servicer(pb_grpc.PartyControlServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, f"no job {request.job_id!r} at {self.d.name}")
         kept = read_release(self.d.jobs_dir / rec.id)
         if kept is None or kept.job_id != rec.id:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"job {rec.id}: {self.d.name} keeps no release of it "
-                                                     f"(the job is {rec.status})")
+            if not rec.terminal:
+                context.abort(grpc.StatusCode.NOT_FOUND, f"job {rec.id}: no release kept at {self.d.name} yet (the "
+                                                         f"job is {rec.status})")
+            # ended: it will never come here (a damaged file is never served)
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"job {rec.id}: {self.d.name} keeps no release of it (the job {rec.status}"
+                          + ("; its kept release is missing or unreadable)" if rec.status == "succeeded" else
+                             " without releasing)"))
         assert kept is not None
         if request.round != kept.round:
             context.abort(grpc.StatusCode.NOT_FOUND, f"round: {request.round} is not kept at {self.d.name}, only "

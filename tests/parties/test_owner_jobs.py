@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -592,7 +593,7 @@ def test_owners_that_leave_after_sending_fetch_the_released_model_from_the_daemo
     naming the field: ``--leave`` on a job of many rounds (before anything is reserved), a fetch
     with no shares sent, an owner the job does not list (NOT_FOUND, as for an unknown job). A kept
     release deleted or overwritten with garbage is never served: the fetch goes to another
-    compute party, and with none left it times out."""
+    compute party, and with none left it says so at once."""
     import uuid
 
     from click.testing import CliRunner
@@ -678,6 +679,27 @@ def test_owners_that_leave_after_sending_fetch_the_released_model_from_the_daemo
         assert fetch_owner_model(cfgs[2], job, job_id)["status"] == "done"  # again: the same, nothing appended
         assert _audit_events(state[2], job_id) == ["charge", "release"]
 
+        # a job that ends without its release: 11 of the 12 owners send and leave, the job is cancelled while
+        # the compute parties wait for the twelfth; nothing is revealed, and a fetch says so at once (the
+        # leavers stay charged: an owner cannot know that no compute party revealed)
+        gone_path = tmp_path / "cancelled.toml"
+        gone_path.write_text(job_path.read_text().replace('name = "clinics"', 'name = "clinics-cancelled"'))
+        gone = load_job_file(gone_path)
+        with cons.client() as client:
+            gone_id = client.submit(gone_path)["job_id"]
+            left = [run_owner_job(cfgs[i], gone, gone_id, wait_s=120, leave=True) for i in range(1, OUT_OWNERS)]
+            assert all(v["status"] == "sent" for v in left), left
+            client.cancel(gone_id, "test: no release")
+            ends = {e["member"]: e["phase"] for e in client.watch(gone_id) if e["phase"] in TERMINAL}
+            assert set(ends.values()) == {"cancelled"}, ends
+        tic = time.monotonic()
+        with pytest.raises(RuntimeError, match="no compute party serves round 0's release.*without releasing"):
+            fetch_owner_model(cfgs[1], gone, gone_id, wait_s=120)
+        assert time.monotonic() - tic < 30
+        assert not (state[1] / "jobs" / gone_id / "model.safetensors").exists()
+        assert all(not (cons.root / p / "state" / "jobs" / gone_id / RELEASE_FILE).exists()
+                   for p in ("alice", "bob", "carol"))
+
         stranger = pki.issue_identity(pki.load_ca(cons.pki_dir), "clinic-99", "owner", valid_days=1)
         with tls.secure_channel(cons.members["alice"].address, stranger, "party/alice") as ch:
             stub = ppb_grpc.PartyControlStub(ch)
@@ -696,8 +718,9 @@ def test_owners_that_leave_after_sending_fetch_the_released_model_from_the_daemo
         assert torch.equal(load_file(str(state[3] / "jobs" / job_id / "model.safetensors"))["theta"], theirs)
         parties[2].write_bytes(parties[2].read_bytes()[:100])  # truncated
         (state[4] / "jobs" / job_id / "model.safetensors").unlink()
-        with pytest.raises(TimeoutError, match="keeps no release"):
-            fetch_owner_model(cfgs[4], job, job_id, wait_s=2)
+        with pytest.raises(RuntimeError, match="no compute party serves round 0's release, and the job has ended at "
+                                               "each .*keeps no release of it .*missing or unreadable"):
+            fetch_owner_model(cfgs[4], job, job_id, wait_s=60)  # at once: the job has ended everywhere
 
 
 CROWD = 48  # more owners than a daemon's CONTROL_THREADS (32)

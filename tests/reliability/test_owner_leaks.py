@@ -90,13 +90,13 @@ def _capture_owners(mp: pytest.MonkeyPatch, r: OwnerRun) -> None:
     seen: set[tuple[str, str, int]] = set()
     contribute, enroll = OwnerClient.contribute, OwnerClient.enroll
 
-    def on_contribute(self: Any, t: int, v: Any, timeout_s: float = 30.0) -> None:
+    def on_contribute(self: Any, t: int, v: Any, timeout_s: float = 30.0, **kw: Any) -> None:
         with lock:  # once per round: an owner early for a round sends the same shares again
             if (self.job_id, self.identity.name, t) not in seen:
                 seen.add((self.job_id, self.identity.name, t))
                 r.sent.append(Sent(self.job_id, self.identity.name, t, v.detach().double().numpy().copy(),
                                    int(self.frame.grid_bits)))
-        return contribute(self, t, v, timeout_s)
+        return contribute(self, t, v, timeout_s, **kw)
 
     def on_enroll(self: Any, *args: Any, **kwargs: Any) -> Any:
         with lock:

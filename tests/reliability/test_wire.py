@@ -571,9 +571,9 @@ CONTROL_CASES: dict[str, tuple[str, Callable[[DaemonProcess], object], grpc.Stat
     "submit-over-grpc-max": ("coord", lambda d: _ctl(d, big=True).SubmitJob(
         cpb.SubmitRequest(job_id="j1", job_toml=payload(65 * MiB).decode()), timeout=60),
         grpc.StatusCode.RESOURCE_EXHAUSTED, "larger than max", None),
-    "submit-oversized-toml": ("coord", lambda d: _ctl(d).SubmitJob(
-        cpb.SubmitRequest(job_id="j1", job_toml=payload(2 * MiB).decode()), timeout=T),
-        INVALID, f"job_toml: {2 * MiB} bytes, longer than the {MiB} allowed", "job_toml: 2097152 bytes"),
+    "submit-oversized-toml": ("coord", lambda d: _ctl(d).SubmitJob(  # over the job file's bound (8 MiB)
+        cpb.SubmitRequest(job_id="j1", job_toml=payload(9 * MiB).decode()), timeout=T),
+        INVALID, f"job_toml: {9 * MiB} bytes, longer than the {8 * MiB} allowed", f"job_toml: {9 * MiB} bytes"),
     "submit-not-protobuf": ("coord", lambda d: _raw(d, "SubmitJob")(b"\xff\xff" + payload(100), timeout=T),
                             INVALID, "coordinator/coord: malformed request to /mpc_erm.v1.PartyControl/SubmitJob",
                             "malformed request"),
