@@ -160,8 +160,22 @@ def _thesis_simulator(method: str, m: int, rounds: int, seed: int) -> dict[str, 
     run = run_experiment(cfg)["runs"][0]
     return {"optimality_gap": run["final_optimality_gap"],
             "relative_accuracy_loss": run["final_relative_accuracy_loss"],
-            "seconds": time.perf_counter() - tic, "privacy": run["privacy"],
+            "seconds": time.perf_counter() - tic, "privacy": _compact(run["privacy"]),
             "what": "mpc_erm.simulate.run_experiment, convention 'exact' (replace-one, weights n_j/n, ideal Gaussian)"}
+
+
+def _compact(x: Any) -> Any:
+    """``x`` with each long list (m = 50,000 parties' public counts) and long text cut to a sample
+    and its length: the JSON stays readable."""
+    if isinstance(x, dict):
+        return {k: _compact(v) for k, v in x.items()}
+    if isinstance(x, list) and len(x) > 20:
+        return {"first": [_compact(v) for v in x[:5]], "length": len(x)}
+    if isinstance(x, list):
+        return [_compact(v) for v in x]
+    if isinstance(x, str) and len(x) > 600:
+        return f"{x[:600]}… ({len(x):,} characters)"
+    return x
 
 
 def one_setting(cons: Any, root: Path, train: Any, test: Any, metrics: Any, *, method: str, m: int, rounds: int,
@@ -287,7 +301,8 @@ def _write(a: Any, rows: list[dict[str, Any]], tic: float) -> None:
                        "noise of the plan's σ), same rows and seed; thesis_simulator: mpc_erm.simulate's 'exact' "
                        "convention at the same m (replace-one), for context",
            "command": "python -m benchmarks.many_owners_thesis " + " ".join(
-               f"--{k.replace('_', '-')} {v}" for k, v in vars(a).items() if k != "out" and v is not None),
+               f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in vars(a).items()
+               if k != "out" and v is not None and v is not False),
            "storage": f"daemons' and owners' state (ledgers, audit logs: one fsync per record) under {where}; with "
                       "every owner in one process on one machine, /dev/shm keeps 1,000 owners' fsyncs per round from "
                       "measuring this machine's disk instead of the protocol",
