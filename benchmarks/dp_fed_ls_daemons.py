@@ -152,7 +152,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--append", action="store_true",
                     help="keep the rows already in --out (the same setting) and add this run's after them")
+    ap.add_argument("--table", type=Path, metavar="JSON",
+                    help="print the README's markdown table of the rows in JSON (a file this script wrote) and exit")
     a = ap.parse_args(argv)
+    if a.table is not None:
+        print(markdown_table(json.loads(a.table.read_text())["rows"]))
+        return
     a.command = "python -m benchmarks.dp_fed_ls_daemons " + " ".join(sys.argv[1:] if argv is None else argv)
     a.kept = _kept_rows(a.out) if a.append and a.out is not None and a.out.exists() else []
     a.owners, a.rows = a.owners or SETTINGS[a.sampling][0], a.rows or SETTINGS[a.sampling][1]
@@ -202,6 +207,27 @@ def main(argv: list[str] | None = None) -> None:
                           flush=True)
                     if a.out:  # after every run: a long campaign keeps what it measured
                         _write(a, rows, tic)
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """The README's table of daemon runs: one line per row, test accuracy in %, the owner-rounds
+    the compute parties left out (owners late for a round's deadline: the compute parties' own
+    count, which includes owners that failed later) and the owners that failed."""
+    out = ["| ε | σ_LS | round deadline | daemons | simulator | paper (5 runs) | z daemons / simulator | "
+           "wall daemons / simulator | per round | owner-rounds left out | owners failed |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    deadline = lambda r: r["daemons"].get("round_deadline_s") or DEADLINE_S
+    for r in sorted(rows, key=lambda r: (deadline(r), r["epsilon_target"], r["ls_sigma"], r["seed"])):
+        d, s, p = r["daemons"], r["simulator"], r["paper"]
+        full = max(d["owners_per_round"])
+        short = [full - n for n in d["owners_per_round"] if n < full]
+        left = f"{sum(short):,} ({len(short)} round{'s' if len(short) != 1 else ''})" if short else "0"
+        out.append(f"| {r['epsilon_target']:g} | {r['ls_sigma']:g} | {deadline(r):g} s | "
+                   f"{100 * d['test_accuracy']:.2f} | {100 * s['test_accuracy']:.2f} | {100 * p['mean']:.2f} ± "
+                   f"{100 * p['std']:.2f} | {d['noise_multiplier']:.3f} / {s['noise_multiplier']:.3f} | "
+                   f"{d['wall_seconds']:.0f} s / {s['seconds']:.0f} s | {d['per_round_seconds']:.1f} s | {left} | "
+                   f"{len(d['owners_failed'])} |")
+    return "\n".join(out)
 
 
 def _kept_rows(path: Path) -> list[dict[str, Any]]:

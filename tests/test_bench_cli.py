@@ -83,3 +83,19 @@ def test_tiny_aggregate_run() -> None:
     assert r["ratios"]["ours_over_floor_p50"] > 0
     assert "tests only" in r["ours"]["trust_model"] and "zero noise" in r["ours"]["trust_model"]
     assert [t["applies"] for t in r["targets"]] == [False, False, False, False]
+
+
+def test_the_readme_table_of_daemon_runs_is_the_json_s() -> None:
+    """The README's table of DP-Fed-LS cells through the daemons on this machine is what
+    ``benchmarks.dp_fed_ls_daemons --table`` makes of the committed JSON, line for line: a figure
+    in the README cannot drift from the measurement."""
+    from pathlib import Path
+
+    from benchmarks.dp_fed_ls_daemons import markdown_table
+
+    root = Path(__file__).resolve().parents[1]
+    rows = json.loads((root / "benchmarks/results/dp_fed_ls_daemons_uniform_cpu.json").read_text())["rows"]
+    table = markdown_table(rows).splitlines()
+    readme = (root / "README.md").read_text().splitlines()
+    start = readme.index(table[0])
+    assert readme[start:start + len(table)] == table
