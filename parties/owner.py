@@ -122,9 +122,7 @@ def fetch_release(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: st
     it once their intake stopped (``GetOwnerRelease``): asked of the party this owner reads from
     first, then of the others, waiting up to ``wait_s`` while none keeps it yet; RuntimeError at
     once if the job ended everywhere without it."""
-    import torch
-
-    from mpc_erm.mpc.owner_intake import pauses, release_party
+    from mpc_erm.mpc.owner_intake import pauses, release_party, state_from_bytes
     from parties.rendezvous import grpc_options
 
     names = list(job.job.parties)
@@ -149,8 +147,7 @@ def fetch_release(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: st
             if r.spec_digest != digest:
                 raise RuntimeError(f"compute party {name} keeps the release of another job under {job_id} (digest "
                                    f"{r.spec_digest[:12]}… vs this owner's {digest[:12]}…)")
-            return torch.from_numpy(np.frombuffer(r.state, dtype="<f8").copy()).reshape(tuple(r.shape)), \
-                int(r.owners_counted)
+            return state_from_bytes(r.state, r.shape), int(r.owners_counted)
         if ended == len(names):
             raise RuntimeError(f"job {job_id}: no compute party serves round {t}'s release, and the job has ended at "
                                f"each (last answer: {why})")
@@ -198,19 +195,40 @@ def settle_abandoned(cfg: OwnerConfig, ledger: Any) -> dict[str, str]:
     return out
 
 
+def _prepare(cfg: OwnerConfig, job: JobFile, job_id: str) -> tuple[Identity, Any, _OwnerView, Any, Any]:
+    """What ``owner join`` and ``owner fetch`` both start from: this owner's identity, the job's
+    privacy plan (the one the compute parties make), the rows' view and the rows loaded (refused
+    unless they have the job's feature count), and the plan's noise as the MPC realises it (None
+    for a zero-noise test job)."""
+    from mpc_erm.mpc.noise import realise
+    from mpc_erm.protocols.common import plan_job, public_sizes
+
+    from .rows import load_rows
+
+    jt, spec = job.job, job.spec
+    identity = cfg.identity.load("owner")
+    plan = plan_job(spec, sampler="mpc", test_no_noise=jt.test_no_noise, sizes=public_sizes(spec, None),
+                    n_features=jt.features)
+    view = _OwnerView(cfg, job, identity, job_id)
+    loaded = load_rows(view)  # type: ignore[arg-type]
+    if loaded.train.d != jt.features:
+        raise OwnerRefused(f"job.features: the job says {jt.features}, {cfg.identity.name}'s data set "
+                           f"{jt.dataset!r} has {loaded.train.d}")
+    real = None if jt.test_no_noise else realise(plan, len(jt.parties))
+    return identity, plan, view, loaded, real
+
+
 def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float = 600.0,
                   on_round: Any = None, leave: bool = False) -> dict[str, Any]:
     """Run this owner's side of ``job`` (see the module); returns the summary it writes. With
     ``leave`` (a one-release job only) return once the shares are sent, without the model."""
 
-    from mpc_erm.mpc.noise import realise
     from mpc_erm.mpc.owner_intake import OwnerClient
     from mpc_erm.mpc.owner_rounds import LeftAfterSending, OwnerAggregator
-    from mpc_erm.protocols.common import plan_job, public_sizes
 
     from .audit import AuditLog
     from .ledger import Ledger
-    from .rows import device_for, load_rows
+    from .rows import device_for
 
     index = check_job(cfg, job)
     jt, spec = job.job, job.spec
@@ -218,16 +236,8 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
         raise OwnerRefused(f"--leave: only a job with one release (method = \"output\") can be left once the shares "
                            f"are sent; this one ({spec.method}{', federated' if spec.federated else ''}) releases "
                            f"{spec.training.iterations} rounds")
-    identity = cfg.identity.load("owner")
-    plan = plan_job(spec, sampler="mpc", test_no_noise=jt.test_no_noise, sizes=public_sizes(spec, None),
-                    n_features=jt.features)
-    view = _OwnerView(cfg, job, identity, job_id)
-    loaded = load_rows(view)  # type: ignore[arg-type]
+    identity, plan, view, loaded, real = _prepare(cfg, job, job_id)
     rows = loaded.train
-    if rows.d != jt.features:
-        raise OwnerRefused(f"job.features: the job says {jt.features}, {cfg.identity.name}'s data set "
-                           f"{jt.dataset!r} has {rows.d}")
-    real = None if jt.test_no_noise else realise(plan, len(jt.parties))
     dev = device_for(view)  # type: ignore[arg-type]
     side = (_FederatedSide if spec.federated is not None else _OutputSide if spec.method == "output" else
             _GradientSide)(
@@ -332,14 +342,11 @@ def fetch_owner_model(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: fl
     """After ``owner join --leave``: read the job's release from the compute parties' daemons and
     write this owner's model beside its privacy report; returns the summary. Nothing is charged
     here (the join charged the release); a second fetch of a fetched job returns its summary."""
-    from mpc_erm.mpc.noise import realise
-    from mpc_erm.protocols.common import plan_job, public_sizes
-
     from .audit import AuditLog
-    from .rows import device_for, load_rows
+    from .rows import device_for
 
     index = check_job(cfg, job)
-    jt, spec, digest = job.job, job.spec, job.spec_digest()
+    spec, digest = job.spec, job.spec_digest()
     d = Path(cfg.state_dir) / "jobs" / job_id
     try:
         sent = json.loads((d / SENT_FILE).read_text())
@@ -358,12 +365,7 @@ def fetch_owner_model(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: fl
             done = None
         if isinstance(done, dict) and done.get("status") == "done" and (d / "model.safetensors").exists():
             return done
-        identity = cfg.identity.load("owner")
-        plan = plan_job(spec, sampler="mpc", test_no_noise=jt.test_no_noise, sizes=public_sizes(spec, None),
-                        n_features=jt.features)
-        view = _OwnerView(cfg, job, identity, job_id)
-        loaded = load_rows(view)  # type: ignore[arg-type]
-        real = None if jt.test_no_noise else realise(plan, len(jt.parties))
+        identity, plan, view, loaded, real = _prepare(cfg, job, job_id)
         side = _OutputSide(spec, plan, loaded.train, device_for(view), None if real is None else real.spec,  # type: ignore[arg-type]
                            plan_weight=plan.weight(index, int(loaded.train.n)), solve=False)
         state, counted = fetch_release(identity, cfg, job, job_id, index, int(sent["round"]), wait_s)

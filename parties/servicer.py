@@ -159,6 +159,8 @@ class Servicer(pb_grpc.PartyControlServicer):
         return self.rendezvous.get_endpoint(rec, caller, request, context)
 
     def GetOwnerRelease(self, request: pb.OwnerReleaseRequest, context: grpc.ServicerContext) -> pb.OwnerRelease:
+        from mpc_erm.mpc.owner_intake import state_bytes
+
         from .owner_release import read_release
         from .rendezvous import job_owners
 
@@ -180,7 +182,7 @@ class Servicer(pb_grpc.PartyControlServicer):
         if request.round != kept.round:
             context.abort(grpc.StatusCode.NOT_FOUND, f"round: {request.round} is not kept at {self.d.name}, only "
                                                      f"the job's last release (round {kept.round})")
-        return pb.OwnerRelease(job_id=rec.id, round=kept.round, state=kept.state.numpy().astype("<f8").tobytes(),
+        return pb.OwnerRelease(job_id=rec.id, round=kept.round, state=state_bytes(kept.state),
                                shape=list(kept.state.shape), owners_counted=kept.owners_counted,
                                spec_digest=kept.spec_digest, member=self.d.name)
 

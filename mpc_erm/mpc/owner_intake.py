@@ -38,7 +38,8 @@ from .owner_shares import OwnerShareSum, explicit_party
 from .pki import Identity
 from .transport.chunking import grpc_message_options
 
-__all__ = ["OwnerClient", "OwnerIntake", "RoundFrame", "agree_present", "pauses", "release_party"]
+__all__ = ["OwnerClient", "OwnerIntake", "RoundFrame", "agree_present", "pauses", "release_party", "state_bytes",
+           "state_from_bytes"]
 
 SERVICE = "/mpc_erm.v1.OwnerIntake"
 MAX_WAIT_S = 300.0
@@ -258,7 +259,7 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         if got is None:
             _abort(context, grpc.StatusCode.DEADLINE_EXCEEDED, f"round: {request.round} not released yet")
         state, counted = got
-        return pb.RoundReply(round=request.round, state=state.numpy().astype("<f8").tobytes(),
+        return pb.RoundReply(round=request.round, state=state_bytes(state),
                              shape=list(state.shape), owners_counted=counted)
 
 
@@ -286,6 +287,17 @@ def pauses(first: float, cap: float) -> Iterator[float]:
     while True:
         yield pause * random.uniform(0.5, 1.0)
         pause = min(2 * pause, cap)
+
+
+def state_bytes(state: torch.Tensor) -> bytes:
+    """A released state on the wire (``RoundReply.state``, ``OwnerRelease.state``): float64,
+    little-endian; its shape travels beside it."""
+    return state.numpy().astype("<f8").tobytes()
+
+
+def state_from_bytes(data: bytes, shape: Sequence[int]) -> torch.Tensor:
+    """The released state :func:`state_bytes` sent, with its ``shape``."""
+    return torch.from_numpy(np.frombuffer(data, dtype="<f8").copy()).reshape(tuple(shape))
 
 
 def release_party(owner_index: int, compute_parties: int) -> int:
@@ -421,7 +433,7 @@ class OwnerClient:
             except grpc.RpcError as exc:
                 if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED or time.monotonic() >= end:
                     raise
-        state = torch.from_numpy(np.frombuffer(r.state, dtype="<f8").copy()).reshape(tuple(r.shape))
+        state = state_from_bytes(r.state, r.shape)
         return state, int(r.owners_counted)
 
     def close(self) -> None:
