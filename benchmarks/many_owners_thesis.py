@@ -178,6 +178,20 @@ def _compact(x: Any) -> Any:
     return x
 
 
+def _round_times(met: dict[str, Any]) -> dict[str, Any]:
+    """The compute party's per-round split (``IntakeAggregator``): median seconds waiting for the
+    owners' shares and in the MPC, and its worker's CPU seconds (intake threads included), over the
+    rounds after the first (whose wait holds the enrolment)."""
+    wait, mpc = met.get("round_wait_seconds") or [], met.get("round_mpc_seconds") or []
+    if len(wait) < 2:
+        return {"first_round_seconds": (wait[0] + mpc[0]) if wait and mpc else None}
+    cpu = met.get("round_cpu_seconds") or []
+    return {"first_round_seconds": wait[0] + mpc[0], "round_wait_s_p50_after_first": float(np.median(wait[1:])),
+            "round_mpc_s_p50_after_first": float(np.median(mpc[1:])),
+            "round_s_p50_after_first": float(np.median(np.add(wait[1:], mpc[1:]))),
+            "compute_party_cpu_s_p50_after_first": float(np.median(cpu[1:])) if len(cpu) > 1 else None}
+
+
 def one_setting(cons: Any, root: Path, train: Any, test: Any, metrics: Any, *, method: str, m: int, rounds: int,
                 seed: int, baseline_seeds: int, owner_procs: int = 1, leave: bool = False,
                 concurrency: int | None = None, deadline: float = 120.0) -> dict[str, Any]:
@@ -218,6 +232,7 @@ def one_setting(cons: Any, root: Path, train: Any, test: Any, metrics: Any, *, m
         "rounds": releases, "seed": seed, "job_digest": load_job_file(job_path).spec_digest(),
         "daemons": {"optimality_gap": gap, "relative_accuracy_loss": acc, "wall_seconds": run["wall_seconds"],
                     "mpc_wall_seconds": met["wall_seconds"], "seconds_per_round": met["wall_seconds"] / releases,
+                    **_round_times(met),
                     "owners_per_round_min": min(met["owners_per_round"]), "owners_failed": run["owners_failed"],
                     "epsilon": rep["epsilon"], "delta_total": rep["delta"] + rep["delta_sampler"],
                     "accountant": rep["accountant"], "noise_scale": rep.get("noise_scale"),
@@ -239,7 +254,9 @@ def one_setting(cons: Any, root: Path, train: Any, test: Any, metrics: Any, *, m
         "wall_ratio_daemons_to_in_process": run["wall_seconds"] / base_s,
     }
     print(f"{method} m = {m}: daemons gap {gap:.3e}, acc loss {acc:+.2e} ({run['wall_seconds']:.0f} s, "
-          f"{row['daemons']['seconds_per_round']:.3f} s/round); same job in process ({baseline_seeds} draws) gap "
+          f"{row['daemons']['seconds_per_round']:.3f} s/round; "
+          f"after the first: {row['daemons'].get('round_s_p50_after_first') or float('nan'):.3f} s median); "
+          f"same job in process ({baseline_seeds} draws) gap "
           f"{b_gap:.3e} ± {gaps.std():.1e}, acc loss {b_acc:+.2e} ({base_s:.1f} s each); thesis simulator gap "
           f"{sim['optimality_gap']:.3e}", flush=True)
     return row

@@ -620,6 +620,8 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
                                                     f"from this party within {LAST_READ_WAIT_S:g} s"})
     finally:
         intake.stop()
+    rounds_extra = {"owners_per_round": rounds.counted, "round_wait_seconds": rounds.wait_seconds,
+                    "round_mpc_seconds": rounds.mpc_seconds, "round_cpu_seconds": rounds.cpu_seconds}
     if fed:
         f = spec.federated
         drawn_how = (f"{proto.config.sample_size} of the {len(jt.owners)} owners are drawn each round without "
@@ -632,7 +634,7 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
                 f"into the 𝓛 = {plan.clip:g} ball; each owner sends additive shares of its update (zero when not "
                 f"sampled) to the {len(jt.parties)} compute parties; accountant {plan.accountant!r}; "
                 + timing_statement(f.send_after_s))
-        return _Outcome(curve, note, theta=theta.cpu(), extra={"owners_per_round": rounds.counted},
+        return _Outcome(curve, note, theta=theta.cpu(), extra=rounds_extra,
                         write_model=lambda d: proto.save(d, plan, trust_model=f"{jt.trust} among the compute "
                                                          f"parties {', '.join(jt.parties)}",
                                                          job={"job_id": ctx.job_id,
@@ -642,11 +644,11 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
                 f"regularised ERM locally (certified), weights its minimiser by n_j/n̂ with its own count and the "
                 f"public n̂ = {plan.public_n}, and sends additive shares of it to the {len(jt.parties)} compute "
                 f"parties, which add the noise once; {plan.mechanism}, accountant {plan.accountant!r}")
-        return _Outcome(curve, note, theta=theta.cpu(), extra={"owners_per_round": rounds.counted})
+        return _Outcome(curve, note, theta=theta.cpu(), extra=rounds_extra)
     note = (f"gradient perturbation with {len(jt.owners)} data owners: T = {tr.iterations} full-batch rounds, clip "
             f"C = {proto.clip:g}; each owner sends additive shares of its clipped gradient sum to the "
             f"{len(jt.parties)} compute parties; accountant {plan.accountant!r}")
-    return _Outcome(curve, note, theta=theta.cpu(), extra={"owners_per_round": rounds.counted})
+    return _Outcome(curve, note, theta=theta.cpu(), extra=rounds_extra)
 
 
 def _network_metrics(job: Any, X: Any, y: Any) -> dict[str, float]:

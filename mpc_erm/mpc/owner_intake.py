@@ -43,8 +43,14 @@ __all__ = ["OwnerClient", "OwnerIntake", "RoundFrame", "agree_present", "pauses"
 
 SERVICE = "/mpc_erm.v1.OwnerIntake"
 MAX_WAIT_S = 300.0
-#: How long one owner's read of a release may wait at a compute party (it re-asks until its own deadline).
+#: How long one owner asks its read of a release to wait at a compute party (it re-asks until its own
+#: deadline). The intake grants it while a thread stays free for the shares (``OwnerIntake``).
+RELEASE_WAIT_S = 30.0
+#: The wait an intake grants a read instead once its parked reads would take the threads the
+#: owners' shares need: short, so a read never holds up the next round's shares for long.
 RELEASE_POLL_S = 2.0
+#: Threads of an intake's pool kept for contributions and enrolments, never parked by a read.
+CONTRIBUTE_THREADS = 32
 #: The longest one enrolment attempt waits for its answer (an owner asks again until its own deadline).
 ENROLL_ATTEMPT_S = 10.0
 ENROLL_RETRY_FIRST_S, ENROLL_RETRY_MAX_S = 0.2, 2.0  # its pauses between attempts (jittered: pauses)
@@ -99,7 +105,16 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         self._published: dict[int, tuple[torch.Tensor, int]] = {}
         self._readers: dict[int, set[int]] = {}  # round → owners that read its release here
         self._leaving: set[int] = set()  # owners that read the release later from the daemon (--leave)
-        self._lock = threading.Condition()
+        # one lock, one condition per kind of wait: a contribution wakes only the round loop, not the
+        # hundreds of reads parked for the release (every contribution woke every parked read before:
+        # m²/k wake-ups a round), a release only the reads, a read only the worker's last-read wait
+        self._lock = threading.Lock()
+        self._contributed = threading.Condition(self._lock)
+        self._released = threading.Condition(self._lock)
+        self._read = threading.Condition(self._lock)
+        # reads parked for a release: each holds a pool thread; past this many they wait only briefly
+        self._parked, self._park_slots = 0, max(max_workers - CONTRIBUTE_THREADS, 0)
+        self._stopping = False
         policy = {f"{SERVICE}/*": [("owner", name) for name in frame.owners]}
         self._server = grpc.server(ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="owner-intake"),
                                    interceptors=[tls.Authorizer(policy, log_refusals=False,
@@ -119,6 +134,9 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         return self
 
     def stop(self, grace_s: float = 1.0) -> None:
+        with self._lock:  # parked reads end now, not when their wait runs out (their threads would
+            self._stopping = True  # hold the worker's exit: the pool's threads are joined at exit)
+            self._released.notify_all()
         self._server.stop(grace_s).wait()
 
     @property
@@ -131,7 +149,7 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
             if self._round is not None and not self._round.closed:
                 raise RuntimeError(f"round {self._round.t} is still open")
             self._round = _Round(t)
-            self._lock.notify_all()
+            self._contributed.notify_all()
 
     def wait_for(self, expected: int, deadline_s: float) -> int:
         """Wait until ``expected`` owners contributed to the open round or ``deadline_s`` passed;
@@ -142,7 +160,7 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
             if r is None:
                 raise RuntimeError("no round is open")
             while len(r.present) < expected and (left := end - time.monotonic()) > 0:
-                self._lock.wait(left)
+                self._contributed.wait(left)
             return len(r.present)
 
     def close_round(self) -> tuple[frozenset[int], dict[int, torch.Tensor]]:
@@ -165,7 +183,7 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
             self._published[t] = (state.detach().to("cpu", torch.float64).contiguous().clone(), owners_counted)
             self._published.pop(t - KEEP_RELEASES, None)
             self._readers.pop(t - KEEP_RELEASES, None)
-            self._lock.notify_all()
+            self._released.notify_all()
 
     def wait_read(self, t: int, owners: Sequence[int], deadline_s: float) -> list[int]:
         """Wait until each of ``owners`` has read round ``t``'s release here, or ``deadline_s``
@@ -176,7 +194,7 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         with self._lock:
             wanted = set(owners) - self._leaving
             while (left := end - time.monotonic()) > 0 and not wanted <= self._readers.get(t, set()):
-                self._lock.wait(min(left, 1.0))
+                self._read.wait(min(left, 1.0))
             return sorted(wanted - self._readers.get(t, set()))
 
     # ------------------------------------------------------------------ the service
@@ -243,20 +261,31 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
             r.present.add(o)
             if request.leaving:
                 self._leaving.add(o)
-            self._lock.notify_all()
+                self._read.notify_all()
+            self._contributed.notify_all()
         return pb.ContributeReply()
 
     def GetRound(self, request: Any, context: grpc.ServicerContext) -> Any:
         o = self._caller(context, request.job_id)
-        end = time.monotonic() + min(max(request.wait_s, 0.0), MAX_WAIT_S)
         with self._lock:
-            while request.round not in self._published and (left := end - time.monotonic()) > 0:
-                self._lock.wait(left)
+            # a long wait only while threads stay free for the shares that the release waits for
+            # (else reads could hold every thread and the round would wait out its deadline)
+            wait = min(max(request.wait_s, 0.0), MAX_WAIT_S if self._parked < self._park_slots else RELEASE_POLL_S)
+            end = time.monotonic() + wait
+            self._parked += 1
+            try:
+                while request.round not in self._published and not self._stopping and \
+                        (left := end - time.monotonic()) > 0:
+                    self._released.wait(left)
+            finally:
+                self._parked -= 1
             got = self._published.get(request.round)
             if got is not None:
                 self._readers.setdefault(request.round, set()).add(o)
-                self._lock.notify_all()
+                self._read.notify_all()
         if got is None:
+            if self._stopping:  # the owner reads it from the daemon, if it is the last (OwnerAggregator)
+                _abort(context, grpc.StatusCode.UNAVAILABLE, "round: the intake is stopping")
             _abort(context, grpc.StatusCode.DEADLINE_EXCEEDED, f"round: {request.round} not released yet")
         state, counted = got
         return pb.RoundReply(round=request.round, state=state_bytes(state),
@@ -421,12 +450,13 @@ class OwnerClient:
     def released(self, t: int, wait_s: float = 60.0) -> tuple[torch.Tensor, int]:
         """Round ``t``'s public state and how many owners it counted. Every compute party publishes
         the same, so owners spread their reads over them; each read waits at most
-        :data:`RELEASE_POLL_S` at the server, which holds one of its threads meanwhile — a long wait
-        by more owners than it has threads would queue the next round's shares behind the reads."""
+        :data:`RELEASE_WAIT_S` at the server, which holds one of its threads meanwhile and grants
+        less (:data:`RELEASE_POLL_S`) once its parked reads would take the threads the next round's
+        shares need."""
         stub = self._stubs[release_party(self.owner_index, len(self._stubs))]
         end = time.monotonic() + wait_s
         while True:
-            poll = max(0.0, min(end - time.monotonic(), RELEASE_POLL_S))
+            poll = max(0.0, min(end - time.monotonic(), RELEASE_WAIT_S))
             try:
                 r = stub.GetRound(pb.RoundRequest(job_id=self.job_id, round=t, wait_s=poll), timeout=poll + 10)
                 break

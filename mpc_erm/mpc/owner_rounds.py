@@ -47,12 +47,18 @@ class IntakeAggregator:
         self.counted: list[int] = []  # owners summed per round (public to the compute parties and owners)
         self.agreed: list[int] = []  # the owners summed in the latest round
         self.last: torch.Tensor | None = None  # the latest round's release
+        # per round, seconds: waiting for the owners' shares (open to close), then the MPC (agreeing
+        # on the owners, the noisy sum, publishing); the first round's wait includes the enrolment
+        self.wait_seconds: list[float] = []
+        self.mpc_seconds: list[float] = []
+        self.cpu_seconds: list[float] = []  # this process's CPU per round (the intake's threads included)
 
     def aggregate(self, contributions: torch.Tensor, weights: torch.Tensor, noise: NoiseSpec) -> torch.Tensor:
         if contributions.numel():
             raise ValueError("contributions: a compute party holds none of its own in a job with owners")
         f = self.intake.frame
         t = len(self.counted)
+        tic, cpu = time.monotonic(), time.process_time()
         self.intake.open_round(t)
         if self.while_owners_compute is not None:
             self.while_owners_compute()
@@ -62,9 +68,13 @@ class IntakeAggregator:
             if self.check is not None:
                 self.check()
         present, explicit = self.intake.close_round()
+        closed = time.monotonic()
         agreed = agree_present(self.comm, present, len(f.owners))
         out = self.mpc.aggregate_shares(self.intake.total(t, agreed, explicit), f.grid_bits, noise)
         self.intake.publish(t, out, len(agreed))
+        self.wait_seconds.append(closed - tic)
+        self.mpc_seconds.append(time.monotonic() - closed)
+        self.cpu_seconds.append(time.process_time() - cpu)
         self.counted.append(len(agreed))
         self.agreed, self.last = agreed, out
         return out

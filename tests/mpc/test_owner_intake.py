@@ -439,3 +439,68 @@ def test_an_owner_whose_intake_stopped_reads_the_release_where_it_is_kept_and_a_
             c.close()
         for i in live:
             i.stop(0)
+
+
+def test_reads_park_for_the_release_only_while_threads_stay_free_for_the_shares(ca: Any) -> None:
+    """A read of a release holds an intake thread while it waits. The intake lets reads park for
+    as long as they ask (the owner's RELEASE_WAIT_S) only up to its pool less CONTRIBUTE_THREADS;
+    a read past that waits RELEASE_POLL_S and is answered DEADLINE_EXCEEDED (the owner asks
+    again), so parked reads never take the threads that the round's shares need."""
+    from mpc_erm.mpc import owner_intake
+
+    margin = owner_margin_bits(len(OWNERS))
+    intakes = [OwnerIntake(pki.issue_identity(ca, f"compute-{r}", "party"),
+                           RoundFrame("job-1", OWNERS, K, r, GRID, margin, DIM),
+                           max_workers=owner_intake.CONTRIBUTE_THREADS + 2).start() for r in range(K)]
+    clients = [_client(ca, o, intakes) for o in range(len(OWNERS))]
+    try:
+        for c in clients:
+            c.enroll()
+        # owners 0 and 3 read at compute party 0 (index mod 3): both park there, for 20 s if need be
+        ask = pb.RoundRequest(job_id="job-1", round=0, wait_s=20.0)
+        parked = [threading.Thread(target=lambda o=o: clients[o]._stubs[0].GetRound(ask, timeout=30))
+                  for o in (0, 3)]
+        for th in parked:
+            th.start()
+        deadline = time.monotonic() + 10
+        while intakes[0]._parked < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert intakes[0]._parked == 2
+        # a third read asking as long gets the short wait: both slots are taken
+        tic = time.monotonic()
+        code, why = _code(lambda: clients[1]._stubs[0].GetRound(ask, timeout=30))
+        took = time.monotonic() - tic
+        assert code == grpc.StatusCode.DEADLINE_EXCEEDED and "round: 0 not released yet" in why
+        assert owner_intake.RELEASE_POLL_S - 0.1 <= took < owner_intake.RELEASE_POLL_S + 3
+        # the shares still go in meanwhile, and the parked reads get the release as soon as it is out
+        for i in intakes:
+            i.open_round(0)
+        for o, c in enumerate(clients):
+            c.contribute(0, _value(o, 0))
+        assert intakes[0].wait_for(len(OWNERS), 5.0) == len(OWNERS)
+        tic = time.monotonic()
+        for i in intakes:
+            i.publish(0, torch.zeros(DIM, dtype=torch.float64), len(OWNERS))
+        for th in parked:
+            th.join(timeout=10)
+        assert not any(th.is_alive() for th in parked) and time.monotonic() - tic < 5
+        assert intakes[0]._parked == 0 and intakes[0].wait_read(0, [0, 3], 0.1) == []
+        # a read parked for a round that never comes ends when the intake stops, not 20 s later
+        # (the pool's threads are joined at the worker's exit)
+        late: list[Any] = []
+        nxt = pb.RoundRequest(job_id="job-1", round=1, wait_s=20.0)
+        th = threading.Thread(target=lambda: late.append(_code(lambda: clients[0]._stubs[0].GetRound(nxt, timeout=30))))
+        th.start()
+        while intakes[0]._parked < 1 and th.is_alive():
+            time.sleep(0.05)
+        tic = time.monotonic()
+        intakes[0].stop()
+        th.join(timeout=10)
+        assert not th.is_alive() and time.monotonic() - tic < 5
+        assert intakes[0]._parked == 0  # its handler has left the wait too
+        assert late[0][0] in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED), late
+    finally:
+        for c in clients:
+            c.close()
+        for i in intakes:
+            i.stop()

@@ -79,9 +79,10 @@ def _drop_out(i: int, t: int) -> None:
 
 
 def _run_owners(configs: list[Path], job_path: Path, job_id: str, *, on_round: Any = _drop_out,
-                wait_s: float = 120) -> dict[str, Any]:
+                wait_s: float = 120, leave: bool = False) -> dict[str, Any]:
     """Every owner's run_owner_job, one thread each: name → summary, or the exception it ended
-    with. ``on_round(i, t)`` runs at owner ``i`` after each release."""
+    with. ``on_round(i, t)`` runs at owner ``i`` after each release; ``leave``: each owner sends
+    and leaves (``owner join --leave``)."""
     from parties.config import load_owner_config
     from parties.owner import run_owner_job
 
@@ -91,7 +92,7 @@ def _run_owners(configs: list[Path], job_path: Path, job_id: str, *, on_round: A
     def one(i: int, path: Path) -> None:
         cfg = load_owner_config(path)
         try:
-            out[cfg.identity.name] = run_owner_job(cfg, job, job_id, wait_s=wait_s,
+            out[cfg.identity.name] = run_owner_job(cfg, job, job_id, wait_s=wait_s, leave=leave,
                                                    on_round=lambda t, _sent, _owners: on_round(i, t))
         except Exception as exc:  # collected: the test asserts on them
             out[cfg.identity.name] = exc

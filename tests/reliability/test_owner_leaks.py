@@ -11,6 +11,8 @@ with in-MPC noise:
 
 * a 3-round gradient job in which one owner leaves after its first round (a dropout),
 * an output-perturbation job (one release of the owners' weighted local minimisers),
+* the same with every owner sending and leaving (``owner join --leave``), then fetching the
+  release that the compute parties' daemons keep (``owner fetch``, ``GetOwnerRelease``),
 * a 2-round DP-Fed-LS job at τ = 0.5 (an owner not sampled sends shares of a zero update),
 * the same with uniform sampling (exactly 6 of the 12 owners a round, drawn by the compute
   parties' secret shuffle, whose pair keys and masked messages now cross between them),
@@ -25,7 +27,7 @@ Checked on that one run (module fixture):
    uniform ring elements, while the same tests reject the owners' plaintext encodings;
 3. no file a compute party wrote (logs, job store, audit log, job directory, results fetched by
    the coordinator) holds an owner's contribution or noise-free sum printed to 10+ digits or in
-   binary, nor any owner's share key;
+   binary, nor any owner's share key — the release kept for owners that left included;
 4. after the abort nothing more is released: alice and carol publish no round after the kill and
    write no model, and every owner's run ends with an error.
 
@@ -56,7 +58,7 @@ COMPUTE = ("alice", "bob", "carol")
 LEAVES = 4  # leaves the gradient job after its first round
 KILL_AFTER = 2  # rounds released in the killed job before bob is SIGKILLed
 N_ROWS = 569  # breast_cancer rows over all owners (the public n̂ of the record-level jobs)
-FINISHED = ("gradient", "output", "fed", "fed_uniform")  # the jobs that run to their end
+FINISHED = ("gradient", "output", "output_leave", "fed", "fed_uniform")  # the jobs that run to their end
 
 
 @dataclass
@@ -80,6 +82,23 @@ class OwnerRun:
     outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> owner -> summary or exception
     sent: list[Sent] = field(default_factory=list)
     keys: list[bytes] = field(default_factory=list)  # every share key an owner sent at enrolment
+    left: dict[str, Any] = field(default_factory=dict)  # output_leave: owner -> its join --leave summary
+
+
+def _fetch_all(configs: list[Path], job_path: Path, job_id: str) -> dict[str, Any]:
+    """Every owner's ``owner fetch`` of a job it left: name → summary, or the exception."""
+    from mpc_erm.jobs.jobfile import load_job_file
+    from parties.config import load_owner_config
+    from parties.owner import fetch_owner_model
+
+    job, out = load_job_file(job_path), {}
+    for path in configs:
+        cfg = load_owner_config(path)
+        try:
+            out[cfg.identity.name] = fetch_owner_model(cfg, job, job_id, wait_s=30)
+        except Exception as exc:  # collected: the test asserts on them
+            out[cfg.identity.name] = exc
+    return out
 
 
 def _capture_owners(mp: pytest.MonkeyPatch, r: OwnerRun) -> None:
@@ -115,12 +134,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> OwnerRun:
     cons = LocalConsortium(r.cons_root, parties=3, dealer=False, max_epsilon_per_job=2.0, peer_timeout_s=10.0)
     cons.write()
     shard = {"format": "builtin", "name": "breast_cancer", "of": len(OWNERS), "epsilon": 5.0, "delta": 1e-4}
-    configs = [cons.add_owner(o, {ds: {**shard, "part": i} for ds in ("grad", "out", "fed", "fedu", "killed")},
+    configs = [cons.add_owner(o, {ds: {**shard, "part": i} for ds in ("grad", "out", "outl", "fed", "fedu", "killed")},
                               max_epsilon_per_job=2.0, root=root / "owners") for i, o in enumerate(OWNERS)]
     names = ", ".join(f'"{o}"' for o in OWNERS)
     jobs = {
         "gradient": JOB.format(dataset="grad", d=30, owners=names, no_noise="false", eps=1.0, n=N_ROWS, rounds=3),
         "output": OUT_JOB.format(dataset="out", d=30, owners=names, no_noise="false", eps=1.0, n=N_ROWS),
+        "output_leave": OUT_JOB.format(dataset="outl", d=30, owners=names, no_noise="false", eps=1.0, n=N_ROWS),
         "fed": FED_JOB.format(dataset="fed", d=30, owners=names, no_noise="false", eps=2.0, n=len(OWNERS), rounds=2,
                               tau=0.5),
         "fed_uniform": FED_JOB.format(dataset="fedu", d=30, owners=names, no_noise="false", eps=2.0, n=len(OWNERS),
@@ -146,9 +166,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> OwnerRun:
                 with cons.client() as client:
                     r.jobs[name] = job_id = client.submit(path)["job_id"]
                 on_round = {"gradient": leave, "killed": kill_bob}.get(name, lambda i, t: None)
-                r.outcomes[name] = _run_owners(configs, path, job_id, on_round=on_round, wait_s=30)
+                r.outcomes[name] = _run_owners(configs, path, job_id, on_round=on_round, wait_s=30,
+                                               leave=name == "output_leave")
                 alive = COMPUTE if name != "killed" else ("alice", "carol")
                 r.ends[name] = statuses(cons, job_id, alive)
+                if name == "output_leave":  # each owner fetches its model from the daemons' kept release
+                    r.left = dict(r.outcomes[name])
+                    r.outcomes[name] = _fetch_all(configs, path, job_id)
                 if name != "killed":
                     with cons.client() as client:
                         client.result(job_id, root / "results" / name)
@@ -216,6 +240,10 @@ def test_the_jobs_ran_as_planned(run: OwnerRun, seen: Seen) -> None:
     for name in FINISHED:
         bad = {o: v for o, v in run.outcomes[name].items() if not isinstance(v, dict)}
         assert not bad, (name, bad)
+    assert {v["status"] for v in run.left.values()} == {"sent"}, run.left  # every owner left after sending
+    assert {v["status"] for v in run.outcomes["output_leave"].values()} == {"done"}
+    kept = [run.cons_root / p / "state" / "jobs" / run.jobs["output_leave"] / ".owners" for p in COMPUTE]
+    assert all(any(k.iterdir()) for k in kept), kept  # the release kept for them (scanned in 3. below)
     fed = run.jobs["fed"]
     zero = [s for s in run.sent if s.job == fed and not np.any(s.v)]
     assert zero and len(zero) < len(OWNERS) * 2, len(zero)  # some owners were not sampled, some were
