@@ -159,8 +159,8 @@ def main(argv: list[str] | None = None) -> None:
         print(markdown_table(json.loads(a.table.read_text())["rows"]))
         return
     a.command = "python -m benchmarks.dp_fed_ls_daemons " + " ".join(sys.argv[1:] if argv is None else argv)
-    a.kept = _kept_rows(a.out) if a.append and a.out is not None and a.out.exists() else []
     a.owners, a.rows = a.owners or SETTINGS[a.sampling][0], a.rows or SETTINGS[a.sampling][1]
+    a.kept = _kept_rows(a.out, _what(a)) if a.append and a.out is not None and a.out.exists() else []
     if a.owner_device != "cpu":
         # Hundreds of owner threads share each process here (one owner per process in a deployment):
         # torch gives every thread its own cuBLAS handle with a 32 MiB workspace by default, which
@@ -230,22 +230,30 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def _kept_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of an earlier result file, each with the command that measured it."""
+def _kept_rows(path: Path, what: str) -> list[dict[str, Any]]:
+    """The rows of an earlier result file, each with the command that measured it; refused (exit)
+    if that file describes another setting than ``what``: its rows would be mislabelled."""
     old = json.loads(path.read_text())
+    if old.get("what") != what:
+        raise SystemExit(f"--append: {path} holds another setting:\n  {old.get('what')}\nthis run:\n  {what}")
     return [{**r, "command": r.get("command", old.get("command"))} for r in old.get("rows", [])]
+
+
+def _what(a: Any) -> str:
+    """The setting every row of one result file shares (``--append`` keeps rows only under it)."""
+    return (f"DP-Fed-LS, MNIST multinomial logistic regression, {a.owners} owners × {a.rows} rows, "
+            f"{a.sampling} τ = {a.rate}, T = {a.rounds}, E = 5, b = 10, η_l = 0.1, γ = 0.99, η_g = 1, "
+            "𝓛 = 0.4, weight decay 4e-5, δ = 1/N^1.1; through 3 compute-party daemons (replicated, "
+            "in-MPC discrete Gaussian); the owners are real gRPC clients with their own certificates, "
+            "ledgers and files, "
+            f"in {a.owner_procs} OS process(es) (one thread each), on the same cores as the daemons; the "
+            f"owners' local epochs on device {a.owner_device!r}")
 
 
 def _write(a: Any, rows: list[dict[str, Any]], tic: float) -> None:
     res = {"benchmark": "dp_fed_ls_daemons", "machine": machine_info(),
            "command": a.command if not a.kept else "several: each row's command",
-           "what": f"DP-Fed-LS, MNIST multinomial logistic regression, {a.owners} owners × {a.rows} rows, "
-                   f"{a.sampling} τ = {a.rate}, T = {a.rounds}, E = 5, b = 10, η_l = 0.1, γ = 0.99, η_g = 1, "
-                   "𝓛 = 0.4, weight decay 4e-5, δ = 1/N^1.1; through 3 compute-party daemons (replicated, "
-                   "in-MPC discrete Gaussian); the owners are real gRPC clients with their own certificates, "
-                   "ledgers and files, "
-                   f"in {a.owner_procs} OS process(es) (one thread each), on the same cores as the daemons; the "
-                   f"owners' local epochs on device {a.owner_device!r}",
+           "what": _what(a),
            "sampling": ("each owner's own private coin" if a.sampling == "poisson" else
                         "exactly τN owners a round, drawn by the compute parties' 3-party secret shuffle; each owner "
                         "learns only its own bits") +

@@ -4,6 +4,7 @@ and benchmarks are a leaf (the product's `mpc-erm` has no `bench` and never impo
 from __future__ import annotations
 
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -99,3 +100,33 @@ def test_the_readme_table_of_daemon_runs_is_the_json_s() -> None:
     readme = (root / "README.md").read_text().splitlines()
     start = readme.index(table[0])
     assert readme[start:start + len(table)] == table
+
+
+def test_append_keeps_rows_only_of_the_same_setting(tmp_path: pathlib.Path) -> None:
+    """``dp_fed_ls_daemons --append`` adds rows to a result file whose one description ("what")
+    must hold for all of them: a run of another setting (owners, sampling, processes, …) into
+    that file is refused before anything runs, and the file is left as it was. The committed
+    file is the uniform setting its README command appends to (--owner-procs 2)."""
+    from pathlib import Path
+
+    from benchmarks import dp_fed_ls_daemons as bench
+
+    root = Path(__file__).resolve().parents[1]
+    committed = root / "benchmarks/results/dp_fed_ls_daemons_uniform_cpu.json"
+    out = tmp_path / "cells.json"
+    out.write_bytes(committed.read_bytes())
+    for other in (["--owner-procs", "4"], ["--sampling", "poisson", "--owner-procs", "2"],
+                  ["--owners", "999", "--owner-procs", "2"]):
+        with pytest.raises(SystemExit) as info:  # the last --sampling counts
+            bench.main(["--sampling", "uniform", *other, "--append", "--out", str(out)])
+        assert "holds another setting" in str(info.value)
+    assert out.read_bytes() == committed.read_bytes()
+    kept = bench._kept_rows(committed, bench._what(_Args("uniform", 1000, 50, 0.05, 30, 2, "cpu")))
+    assert len(kept) == len(json.loads(committed.read_text())["rows"])
+
+
+class _Args:
+    def __init__(self, sampling: str, owners: int, rows: int, rate: float, rounds: int, owner_procs: int,
+                 owner_device: str) -> None:
+        self.sampling, self.owners, self.rows, self.rate, self.rounds = sampling, owners, rows, rate, rounds
+        self.owner_procs, self.owner_device = owner_procs, owner_device
