@@ -87,19 +87,20 @@ def test_tiny_aggregate_run() -> None:
 
 
 def test_the_readme_table_of_daemon_runs_is_the_json_s() -> None:
-    """The README's table of DP-Fed-LS cells through the daemons on this machine is what
-    ``benchmarks.dp_fed_ls_daemons --table`` makes of the committed JSON, line for line: a figure
-    in the README cannot drift from the measurement."""
+    """The README's tables of DP-Fed-LS cells through the daemons on this machine (uniform and
+    Poisson) are what ``benchmarks.dp_fed_ls_daemons --table`` makes of the committed JSONs, line
+    for line: a figure in the README cannot drift from the measurement."""
     from pathlib import Path
 
     from benchmarks.dp_fed_ls_daemons import markdown_table
 
     root = Path(__file__).resolve().parents[1]
-    rows = json.loads((root / "benchmarks/results/dp_fed_ls_daemons_uniform_cpu.json").read_text())["rows"]
-    table = markdown_table(rows).splitlines()
     readme = (root / "README.md").read_text().splitlines()
-    start = readme.index(table[0])
-    assert readme[start:start + len(table)] == table
+    for name in ("uniform", "poisson"):
+        rows = json.loads((root / f"benchmarks/results/dp_fed_ls_daemons_{name}_cpu.json").read_text())["rows"]
+        table = markdown_table(rows).splitlines()
+        start = readme.index(table[2])  # the first row: both tables share the header
+        assert readme[start - 2:start + len(table) - 2] == table, name
 
 
 def test_append_keeps_rows_only_of_the_same_setting(tmp_path: pathlib.Path) -> None:
