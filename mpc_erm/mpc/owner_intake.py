@@ -259,9 +259,8 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
             if explicit:
                 r.explicit[o] = torch.from_numpy(np.frombuffer(request.share, dtype="<i8").copy())
             r.present.add(o)
-            if request.leaving:
+            if request.leaving:  # read by wait_read when it starts, after the last round closed
                 self._leaving.add(o)
-                self._read.notify_all()
             self._contributed.notify_all()
         return pb.ContributeReply()
 
