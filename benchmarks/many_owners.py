@@ -5,8 +5,10 @@ dealer) each host an :class:`~mpc_erm.mpc.owner_intake.OwnerIntake`; N owners ar
 with their own certificates, channels and keys — **all in this one process** (threads), or dealt to
 ``--owner-procs`` spawned processes (threads there) — so the owners' CPU competes with the compute
 parties' on the same cores. Each round: every owner encodes a d-dimensional contribution (‖v‖ ≤ 1)
-on the noise's grid and sends its shares; the compute parties wait for all of them, agree on the
-set, add in-MPC discrete Gaussian noise and reveal; every owner reads the release. Measured per N:
+on the noise's grid and sends its shares; each compute party runs the daemon's own round
+(:class:`~mpc_erm.mpc.owner_rounds.IntakeAggregator`, its intake's pool sized as the worker sizes
+it: a parked read per owner): it waits for all of them, agrees on the set with the others, adds
+in-MPC discrete Gaussian noise and reveals; every owner reads the release. Measured per N:
 the round's wall time at a compute party (open → published) split into *intake* (open → everyone
 in) and *online* (agree + reveal + publish), the compute parties' CPU seconds per round, bytes per
 owner per round, and, as the baseline in the same run, the simulator's round (the same N vectors
@@ -23,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import resource
 import sys
 import threading
 import time
@@ -38,49 +39,40 @@ SIGMA, SENSITIVITY = 1.0, 1.0
 
 
 def _compute(ctx: Any, owners: tuple[str, ...], dim: int, rounds: int, addr_q: Any) -> dict[str, Any]:
+    """One compute party: the daemon's own round (``IntakeAggregator``, the intake sized as the
+    worker sizes it), ``rounds`` times over, with the MPC bytes of each round."""
+    import torch
+
     from mpc_erm.mpc.aggregator import MpcAggregator
     from mpc_erm.mpc.noise import InMpcNoise
-    from mpc_erm.mpc.owner_intake import OwnerIntake, RoundFrame, agree_present, release_party
+    from mpc_erm.mpc.owner_intake import OwnerIntake, RoundFrame, intake_threads
+    from mpc_erm.mpc.owner_rounds import IntakeAggregator
     from mpc_erm.mpc.owner_shares import owner_margin_bits
     from mpc_erm.protocols.aggregation import NoiseSpec
 
     src = InMpcNoise()
-    agg = MpcAggregator(src)
     spec = NoiseSpec("gaussian", SIGMA, sensitivity=SENSITIVITY)
     src.prepare(spec, dim, releases=rounds)
-    grid = src.precision_bits(spec, dim)
-    intake = OwnerIntake(ctx.identity, RoundFrame("bench", owners, 3, ctx.rank, grid, owner_margin_bits(len(owners)),
-                                                  dim), max_workers=16).start()
+    frame = RoundFrame("bench", owners, 3, ctx.rank, src.precision_bits(spec, dim), owner_margin_bits(len(owners)),
+                       dim)
+    intake = OwnerIntake(ctx.identity, frame, max_workers=intake_threads(len(owners), 3)).start()
     addr_q.put((ctx.rank, intake.address))
-    rows = []
+    agg = IntakeAggregator(intake, ctx.comm, MpcAggregator(src), deadline_s=600.0, first_wait_s=600.0,
+                           while_owners_compute=lambda: src.top_up(spec, dim))
+    mpc_bytes = []
     try:
-        for t in range(rounds):
-            src.top_up(spec, dim)
-            cpu0, stats0 = _cpu(), ctx.comm.get_communication_stats()
-            tic = time.perf_counter()
-            intake.open_round(t)
-            intake.wait_for(len(owners), 600.0)
-            t_in = time.perf_counter()
-            present, explicit = intake.close_round()
-            agreed = agree_present(ctx.comm, present, len(owners))
-            out = agg.aggregate_shares(intake.total(t, agreed, explicit), grid, spec)
-            intake.publish(t, out, len(agreed))
-            toc = time.perf_counter()
-            stats1 = ctx.comm.get_communication_stats()
-            rows.append({"round_s": toc - tic, "intake_s": t_in - tic, "online_s": toc - t_in,
-                         "cpu_s": _cpu() - cpu0, "agreed": len(agreed),
-                         "mpc_bytes": stats1.get("bytes", 0) - stats0.get("bytes", 0),
-                         "explicit_shares": len(explicit)})
+        for _ in range(rounds):
+            before = ctx.comm.get_communication_stats().get("bytes", 0)
+            agg.aggregate(torch.zeros(0, dim, dtype=torch.float64), torch.zeros(0, dtype=torch.float64), spec)
+            mpc_bytes.append(ctx.comm.get_communication_stats().get("bytes", 0) - before)
         # the intake stays up until every owner that reads from this party has read the last release
-        intake.wait_read(rounds - 1, [o for o in range(len(owners)) if release_party(o, 3) == ctx.rank], 600.0)
+        agg.wait_last_read(600.0)
     finally:
         intake.stop()
-    return {"rank": ctx.rank, "grid": grid, "rounds": rows}
-
-
-def _cpu() -> float:
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
+    return {"rank": ctx.rank, "grid": frame.grid_bits,
+            "rounds": [{"round_s": w + m, "intake_s": w, "online_s": m, "cpu_s": c, "agreed": n, "mpc_bytes": b}
+                       for w, m, c, n, b in zip(agg.wait_seconds, agg.mpc_seconds, agg.cpu_seconds, agg.counted,
+                                                mpc_bytes, strict=True)]}
 
 
 def _value(o: int, t: int, dim: int) -> Any:

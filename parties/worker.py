@@ -547,7 +547,7 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
     import torch
 
     from mpc_erm.mpc.aggregator import PRECISION_BITS
-    from mpc_erm.mpc.owner_intake import OwnerIntake, RoundFrame
+    from mpc_erm.mpc.owner_intake import OwnerIntake, RoundFrame, intake_threads
     from mpc_erm.mpc.owner_rounds import IntakeAggregator
     from mpc_erm.mpc.owner_shares import owner_margin_bits
     from mpc_erm.protocols import GradientPerturbation, OutputPerturbation
@@ -578,9 +578,8 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
     frame = RoundFrame(ctx.job_id, jt.owners, len(jt.parties), comm.get_rank(), grid,
                        owner_margin_bits(len(jt.owners)), proto.p, ctx.job.spec_digest(), sample_shares=drawn)
     listen_host, adv_host = _hosts(ctx)
-    # a thread per owner waiting for a release, up to a bound (each read waits briefly: owner_intake)
     intake = OwnerIntake(ctx.identity, frame, bind=f"{listen_host}:0",
-                         max_workers=min(len(jt.owners) // len(jt.parties) + 32, 1024)).start()
+                         max_workers=intake_threads(len(jt.owners), len(jt.parties))).start()
     curve: list[dict[str, Any]] = []
     try:
         ctx.publish_endpoint(f"{adv_host}:{intake.port}", service="owners")

@@ -131,3 +131,15 @@ class _Args:
                  owner_device: str) -> None:
         self.sampling, self.owners, self.rows, self.rate, self.rounds = sampling, owners, rows, rate, rounds
         self.owner_procs, self.owner_device = owner_procs, owner_device
+
+
+def test_tiny_many_owners_run(tmp_path: pathlib.Path) -> None:
+    """The per-round cost benchmark runs the daemon's own compute-party round (IntakeAggregator):
+    every owner counted in every round at every compute party, online and intake times in each."""
+    out = tmp_path / "m.json"
+    subprocess.run([sys.executable, "-m", "benchmarks.many_owners", "--owners", "4", "--dim", "20", "--rounds", "2",
+                    "--threads", "4", "--out", str(out)], check=True, timeout=300, capture_output=True)
+    (r,) = json.loads(out.read_text())["results"]
+    assert r["owners"] == 4 and r["agreed"] == [4, 4, 4] and len(r["round_s_per_round"]) == 2
+    assert 0 < r["intake_s_p50"] and 0 < r["online_s_p50"] and r["mpc_bytes_per_round_per_party"] > 0
+    assert len(r["owner_side"]["owner_round_s"]) == 2

@@ -38,8 +38,8 @@ from .owner_shares import OwnerShareSum, explicit_party
 from .pki import Identity
 from .transport.chunking import grpc_message_options
 
-__all__ = ["OwnerClient", "OwnerIntake", "RoundFrame", "agree_present", "pauses", "release_party", "state_bytes",
-           "state_from_bytes"]
+__all__ = ["OwnerClient", "OwnerIntake", "RoundFrame", "agree_present", "intake_threads", "pauses", "release_party",
+           "state_bytes", "state_from_bytes"]
 
 SERVICE = "/mpc_erm.v1.OwnerIntake"
 MAX_WAIT_S = 300.0
@@ -51,6 +51,8 @@ RELEASE_WAIT_S = 30.0
 RELEASE_POLL_S = 2.0
 #: Threads of an intake's pool kept for contributions and enrolments, never parked by a read.
 CONTRIBUTE_THREADS = 32
+#: The most threads an intake's pool has (each holds a stack; past it, reads wait RELEASE_POLL_S).
+MAX_INTAKE_THREADS = 1024
 #: The longest one enrolment attempt waits for its answer (an owner asks again until its own deadline).
 ENROLL_ATTEMPT_S = 10.0
 ENROLL_RETRY_FIRST_S, ENROLL_RETRY_MAX_S = 0.2, 2.0  # its pauses between attempts (jittered: pauses)
@@ -289,6 +291,13 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         state, counted = got
         return pb.RoundReply(round=request.round, state=state_bytes(state),
                              shape=list(state.shape), owners_counted=counted)
+
+
+def intake_threads(owners: int, compute_parties: int) -> int:
+    """The pool of a compute party's intake: a thread for every owner that reads its release here
+    (parked until the release) plus :data:`CONTRIBUTE_THREADS` for the shares, at most
+    :data:`MAX_INTAKE_THREADS`."""
+    return min(owners // compute_parties + CONTRIBUTE_THREADS, MAX_INTAKE_THREADS)
 
 
 def round_state(exc: grpc.RpcError) -> tuple[int | None, bool] | None:
