@@ -198,8 +198,9 @@ def run_one(owners: int, dim: int, rounds: int, threads: int, procs: int = 1) ->
         "compute_cpu_s_per_round_sum_over_parties": sum(r["rounds"][-1]["cpu_s"] for r in reps),
         "mpc_bytes_per_round_per_party": reps[0]["rounds"][-1]["mpc_bytes"],
         "bytes_per_owner_per_round": {"sent": 8 * dim, "received": 8 * dim,
-                                      "note": "one explicit share of d int64 to one compute party, presence "
-                                              "notices to the others; the release (d float64) read back"},
+                                      "note": "one call a round: the explicit share (d int64) to the owner's "
+                                              "explicit compute party (the others derive theirs from its keys); "
+                                              "the release (d float64) read back from the same party"},
         "owner_side": box,
         "simulator_round_s": sim,
         "ratio_round_to_simulator": mid / sim,

@@ -3,17 +3,21 @@
 One :class:`OwnerIntake` per job at each compute party (its worker hosts it): the owners the job
 lists (certificates with role ``owner``, the caller being the TLS peer) enrol once — their AES
 key for the shares this party derives, nothing at their explicit party — then contribute once per
-round (:mod:`.owner_shares`): the explicit share here, or an empty presence notice. The worker
+round (:mod:`.owner_shares`) with one call: the explicit share, at their explicit party only (the
+others derive their shares from the keys, so a notice to them would carry nothing). The worker
 opens a round, waits until its deadline, closes it, and agrees with the other compute parties on
-the owners present everywhere (:func:`agree_present`: an all-gather of presence bitmaps, ANDed)
-before summing their shares and revealing; then it publishes the round's public state, which the
-owners read with ``GetRound``. An owner absent from any compute party is left out of the round by
-all of them, so every party sums the same set.
+the owners *ready* everywhere (:func:`agree_present`: an all-gather of bitmaps, ANDed): at an
+owner's explicit party, that its share of the round arrived; at the others, that its key did
+(enrolment). So an owner's presence is decided by its explicit party alone, every party sums the
+same set, and an owner absent from its explicit party is left out of the round by all of them.
+Then the worker publishes the round's public state, which the owners read with ``GetRound`` from
+the same party (:func:`release_party`).
 
 Refused, naming the field: a caller the job does not list, or not an owner (PERMISSION_DENIED);
 a second enrolment, or a second contribution in a round (ALREADY_EXISTS); a contribution before
-enrolling, for a round that is not open, or a share of the wrong size (FAILED_PRECONDITION /
-INVALID_ARGUMENT). Nothing an owner sends is logged. :class:`OwnerClient` is the owner's side.
+enrolling, for a round that is not open, at a party that derives the owner's share, or a share of
+the wrong size (FAILED_PRECONDITION / INVALID_ARGUMENT). Nothing an owner sends is logged.
+:class:`OwnerClient` is the owner's side.
 """
 
 from __future__ import annotations
@@ -102,7 +106,11 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         if frame.sample_shares and len(frame.sample_shares) != len(frame.owners):
             raise ValueError("sample_shares: one per listed owner")
         self.shares = OwnerShareSum(frame.rank, frame.compute_parties)
+        # the owners whose explicit share this party receives; of the others it needs only the key
+        self._mine = frozenset(o for o in range(len(frame.owners))
+                               if explicit_party(o, frame.compute_parties) == frame.rank)
         self._enrolled: set[int] = set()
+        self._enrolled_others = 0  # enrolled owners whose share this party derives: ready every round
         self._round: _Round | None = None
         self._published: dict[int, tuple[torch.Tensor, int]] = {}
         self._readers: dict[int, set[int]] = {}  # round → owners that read its release here
@@ -154,26 +162,27 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
             self._contributed.notify_all()
 
     def wait_for(self, expected: int, deadline_s: float) -> int:
-        """Wait until ``expected`` owners contributed to the open round or ``deadline_s`` passed;
-        how many did."""
+        """Wait until ``expected`` owners are ready here for the open round (see the module: their
+        share arrived, or this party derives it and has their key) or ``deadline_s`` passed; how
+        many are."""
         end = time.monotonic() + deadline_s
         with self._lock:
             r = self._round
             if r is None:
                 raise RuntimeError("no round is open")
-            while len(r.present) < expected and (left := end - time.monotonic()) > 0:
+            while len(r.present) + self._enrolled_others < expected and (left := end - time.monotonic()) > 0:
                 self._contributed.wait(left)
-            return len(r.present)
+            return len(r.present) + self._enrolled_others
 
     def close_round(self) -> tuple[frozenset[int], dict[int, torch.Tensor]]:
-        """Close the open round (later contributions are refused): (owners present here, the
-        explicit shares received here)."""
+        """Close the open round (later contributions are refused): (the owners ready here — their
+        share in, or derived here from their key — and the explicit shares received here)."""
         with self._lock:
             r = self._round
             if r is None or r.closed:
                 raise RuntimeError("no round is open")
             r.closed = True
-            return frozenset(r.present), dict(r.explicit)
+            return frozenset(r.present | (self._enrolled - self._mine)), dict(r.explicit)
 
     def total(self, t: int, agreed: Sequence[int], explicit: dict[int, torch.Tensor]) -> torch.Tensor:
         """This party's input to :meth:`MpcAggregator.aggregate_shares` for round ``t``."""
@@ -227,7 +236,9 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
                     _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"key: {KEY_BYTES} bytes expected, got "
                                                                       f"{len(request.key)}")
                 self.shares.add_key(o, bytes(request.key))
+                self._enrolled_others += 1
             self._enrolled.add(o)
+            self._contributed.notify_all()  # ready here from now on if this party derives its share
         return self._enroll_reply(o)
 
     def _enroll_reply(self, o: int) -> Any:
@@ -239,11 +250,13 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
     def Contribute(self, request: Any, context: grpc.ServicerContext) -> Any:
         o = self._caller(context, request.job_id)
         f = self.frame
-        explicit = explicit_party(o, f.compute_parties) == f.rank
-        want = 8 * f.dim if explicit else 0
-        if len(request.share) != want:
+        if o not in self._mine:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
-                   f"share: {want} bytes expected at compute party {f.rank}, got {len(request.share)}")
+                   f"share: compute party {f.rank} derives its share of owner {f.owners[o]!r} from the owner's key; "
+                   f"the round's share goes to compute party {explicit_party(o, f.compute_parties)}")
+        if len(request.share) != 8 * f.dim:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                   f"share: {8 * f.dim} bytes expected at compute party {f.rank}, got {len(request.share)}")
         with self._lock:
             if o not in self._enrolled:
                 _abort(context, grpc.StatusCode.FAILED_PRECONDITION, "round: enrol first")
@@ -258,8 +271,7 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
             if o in r.present:
                 _abort(context, grpc.StatusCode.ALREADY_EXISTS, f"round: owner {f.owners[o]!r} already contributed to "
                                                                 f"round {r.t}")
-            if explicit:
-                r.explicit[o] = torch.from_numpy(np.frombuffer(request.share, dtype="<i8").copy())
+            r.explicit[o] = torch.from_numpy(np.frombuffer(request.share, dtype="<i8").copy())
             r.present.add(o)
             if request.leaving:  # read by wait_read when it starts, after the last round closed
                 self._leaving.add(o)
@@ -339,13 +351,15 @@ def state_from_bytes(data: bytes, shape: Sequence[int]) -> torch.Tensor:
 
 def release_party(owner_index: int, compute_parties: int) -> int:
     """The compute party an owner reads each round's release from (every party publishes the same;
-    owners spread their reads), and so the one that waits for its read of the last release."""
-    return owner_index % compute_parties
+    owners spread their reads), and so the one that waits for its read of the last release: its
+    explicit party, the one party it calls each round (and the one that learns it ``leaving``)."""
+    return explicit_party(owner_index, compute_parties)
 
 
 def agree_present(comm: Any, present: frozenset[int], owners: int) -> list[int]:
-    """The owners present at every compute party (sorted): an all-gather of presence bitmaps over
-    the compute parties' communicator, ANDed. Every party gets the same list."""
+    """The owners ready at every compute party (sorted; :meth:`OwnerIntake.close_round`): an
+    all-gather of bitmaps over the compute parties' communicator, ANDed. Every party gets the same
+    list."""
     bits = torch.zeros(owners, dtype=torch.long)
     if present:
         bits[torch.tensor(sorted(present), dtype=torch.long)] = 1
@@ -373,7 +387,6 @@ class OwnerClient:
         self._stubs = [pb_grpc.OwnerIntakeStub(ch) for ch in self._channels]
         self.sharer = OwnerSharer.new(owner_index, len(compute))  # fresh keys for this job
         self.frame: Any = None
-        self._accepted: dict[int, set[int]] = {}
         self._sample_shares: list[bytes] = []
 
     @property
@@ -430,8 +443,9 @@ class OwnerClient:
 
     def contribute(self, t: int, v: torch.Tensor, timeout_s: float = 30.0, *, leaving: bool = False) -> None:
         """Encode ``v`` on the job's grid (refused if out of range: nothing is sent) and send round
-        ``t``'s shares: the explicit one to this owner's explicit party, presence to the others
-        (``leaving``: this owner will not read the release here, see ``ContributeRequest``)."""
+        ``t``'s explicit share to this owner's explicit party, the one call of its round (the other
+        parties derive theirs from the keys given at enrolment; ``leaving``: this owner will not
+        read the release there, see ``ContributeRequest``)."""
         from .owner_shares import encode_on_grid
 
         if self.frame is None:
@@ -440,20 +454,14 @@ class OwnerClient:
             raise ValueError(f"contribution: {self.frame.dim} coordinates expected, got {v.numel()}")
         share = self.sharer.split(encode_on_grid(v, self.frame.grid_bits, self.frame.margin_bits), t)
         payload = share.numpy().astype("<i8").tobytes()
-        done = self._accepted.setdefault(t, set())  # a retry skips the parties that took it already
-        for j, stub in enumerate(self._stubs):
-            if j not in done:
-                try:
-                    stub.Contribute(pb.ContributeRequest(job_id=self.job_id, round=t, leaving=leaving,
-                                                         share=payload if j == self.sharer.explicit else b""),
-                                    timeout=timeout_s)
-                except grpc.RpcError as exc:
-                    # a retry after a lost reply: party j took this round's shares (the same bytes: the
-                    # split of round t is deterministic) before the deadline hit
-                    if exc.code() != grpc.StatusCode.ALREADY_EXISTS:  # type: ignore[attr-defined]
-                        raise
-                done.add(j)
-        self._accepted.pop(t - 1, None)
+        try:
+            self._stubs[self.sharer.explicit].Contribute(
+                pb.ContributeRequest(job_id=self.job_id, round=t, leaving=leaving, share=payload), timeout=timeout_s)
+        except grpc.RpcError as exc:
+            # a retry after a lost reply: the party took this round's share (the same bytes: the split
+            # of round t is deterministic) before the deadline hit
+            if exc.code() != grpc.StatusCode.ALREADY_EXISTS:  # type: ignore[attr-defined]
+                raise
 
     def released(self, t: int, wait_s: float = 60.0) -> tuple[torch.Tensor, int]:
         """Round ``t``'s public state and how many owners it counted. Every compute party publishes

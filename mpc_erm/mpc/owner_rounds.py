@@ -3,8 +3,9 @@ so that a protocol's own round loop (e.g. ``GradientPerturbation.train``) runs u
 compute party and at a data owner (issue 17, docs/architecture.md §2):
 
 - :class:`IntakeAggregator` (a compute party): its own contributions are empty; a call opens the
-  round at its :class:`~.owner_intake.OwnerIntake`, waits for the owners until the deadline,
-  agrees with the other compute parties on the owners present everywhere, reveals their sum plus
+  round at its :class:`~.owner_intake.OwnerIntake`, waits for the owners until the deadline
+  (telling the other compute parties every second whether it is done, so that all stop together),
+  agrees with them on the owners ready everywhere, reveals their sum plus
   the in-MPC noise (:meth:`~.aggregator.MpcAggregator.aggregate_shares`) and publishes it.
 - :class:`OwnerAggregator` (an owner): weights its own contribution (public weights), sends its
   shares (:class:`~.owner_intake.OwnerClient`) and returns the released noisy sum. An owner late
@@ -28,6 +29,8 @@ __all__ = ["IntakeAggregator", "LeftAfterSending", "OwnerAggregator"]
 
 #: An owner early for a round asks again after RETRY_FIRST_S, doubling to RETRY_MAX_S.
 RETRY_FIRST_S, RETRY_MAX_S = 0.02, 0.5
+#: While the owners send, the compute parties tell each other this often whether they are done.
+READY_EVERY_S = 1.0
 
 
 class IntakeAggregator:
@@ -62,11 +65,7 @@ class IntakeAggregator:
         self.intake.open_round(t)
         if self.while_owners_compute is not None:
             self.while_owners_compute()
-        expected = len(f.owners) if t == 0 else len(self.intake.enrolled)
-        end = time.monotonic() + (self.first_wait_s if t == 0 else self.deadline_s)
-        while (left := end - time.monotonic()) > 0 and self.intake.wait_for(expected, min(left, 1.0)) < expected:
-            if self.check is not None:
-                self.check()
+        self._wait_owners(t)
         present, explicit = self.intake.close_round()
         closed = time.monotonic()
         agreed = agree_present(self.comm, present, len(f.owners))
@@ -78,6 +77,24 @@ class IntakeAggregator:
         self.counted.append(len(agreed))
         self.agreed, self.last = agreed, out
         return out
+
+    def _wait_owners(self, t: int) -> None:
+        """Wait until every compute party has its owners of round ``t`` in, or its deadline has
+        passed. An owner sends its share to one party only, so one party can be done long before
+        another (a late owner of the other); the parties tell each other every
+        :data:`READY_EVERY_S` (an all-gather of one flag) and all stop at the same exchange, so the
+        agreement that follows never waits on a peer longer than that, however long the round's
+        deadline (a communicator's wait is bounded by the daemons' ``peer_timeout_s``)."""
+        f = self.intake.frame
+        expected = len(f.owners) if t == 0 else len(self.intake.enrolled)
+        end = time.monotonic() + (self.first_wait_s if t == 0 else self.deadline_s)
+        while True:
+            ready = self.intake.wait_for(expected, max(0.0, min(end - time.monotonic(), READY_EVERY_S)))
+            if self.check is not None:
+                self.check()
+            done = ready >= expected or time.monotonic() >= end
+            if all(int(x) for x in self.comm.all_gather(torch.tensor([int(done)], dtype=torch.long))):
+                return
 
     def wait_last_read(self, deadline_s: float) -> list[int]:
         """After the last release: wait (up to ``deadline_s``) until every owner counted in it that

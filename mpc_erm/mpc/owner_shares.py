@@ -12,8 +12,9 @@ owner's *explicit* party, ``owner_index mod k`` so the bytes spread evenly) a fr
 key; party j's share of round t is then the AES-256-CTR keystream of that key at nonce t
 (:class:`~mpc_erm.mpc.keystream.KeyedMasks`, each nonce its own 2^64 blocks), which party j
 computes itself, and party e gets ``enc(v) − Σ_{j≠e} PRG(key_j, t)`` explicitly. Per round the
-owner sends p words to one party and a short presence notice to the others (so that a dropped
-owner is seen by all), instead of p words to each. Security (semi-honest compute parties that do
+owner sends p words to one party and nothing to the others, instead of p words to each: they
+derive theirs, and its explicit party alone says whether it was in the round
+(:mod:`.owner_intake`). Security (semi-honest compute parties that do
 not all collude): a coalition missing party j lacks ``key_j`` and sees shares that are uniform in
 the ring up to AES's pseudo-randomness; all k together learn ``v`` — the trust model the job
 report states.

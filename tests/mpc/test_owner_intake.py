@@ -75,13 +75,18 @@ def test_owners_enrol_contribute_and_read_the_released_round(ca: Any, intakes: l
         for o, c in enumerate(clients):
             if o != 5:
                 c.contribute(0, _value(o, 0))
-        # owner 5 reaches compute parties 0 and 1 only (its explicit party is 2: 5 mod 3)
+        # owner 5 sends nothing: its explicit party (2 = 5 mod 3) alone decides that it is out; the
+        # others are ready to derive its share (they hold its key), and take nothing from it per round
         late = clients[5]
-        share = late.sharer.split(encode_on_grid(_value(5, 0), GRID, late.frame.margin_bits), 0)
-        for j in (0, 1):
-            late._stubs[j].Contribute(pb.ContributeRequest(job_id="job-1", round=0, share=b""), timeout=10)
+        code, why = _code(lambda: late._stubs[0].Contribute(pb.ContributeRequest(job_id="job-1", round=0,
+                                                                                 share=bytes(8 * DIM)), timeout=10))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT
+        assert why == (f"share: compute party 0 derives its share of owner {OWNERS[5]!r} from the owner's key; the "
+                       "round's share goes to compute party 2")
         assert intakes[0].wait_for(len(OWNERS), 0.2) == len(OWNERS)
+        assert intakes[2].wait_for(len(OWNERS), 0.2) == len(OWNERS) - 1
         closed = [i.close_round() for i in intakes]
+        assert [sorted(p) for p, _ in closed] == [[0, 1, 2, 3, 4, 5]] * 2 + [[0, 1, 2, 3, 4]]
         agreed = sorted(frozenset.intersection(*(p for p, _ in closed)))  # what agree_present computes
         assert agreed == [0, 1, 2, 3, 4]
         total = torch.stack([i.total(0, agreed, ex) for i, (_, ex) in zip(intakes, closed)]).sum(0)
@@ -100,28 +105,28 @@ def test_owners_enrol_contribute_and_read_the_released_round(ca: Any, intakes: l
 
         assert small(plain) == 1.0 and small(received) < 0.05  # uniform: 2·2^-16 of the words
         # a contribution after the close is refused; so is a second one, and one for another round
-        again = pb.ContributeRequest(job_id="job-1", round=0, share=b"")  # owner 0 at compute party 1 (no share)
-        code, why = _code(lambda: clients[0]._stubs[1].Contribute(again, timeout=10))
+        again = pb.ContributeRequest(job_id="job-1", round=0, share=bytes(8 * DIM))  # owner 0 at its party 0
+        code, why = _code(lambda: clients[0]._stubs[0].Contribute(again, timeout=10))
         assert code == grpc.StatusCode.FAILED_PRECONDITION and "round: 0 is not open here (open: 0 (closed))" in why
         with pytest.raises(grpc.RpcError) as info:  # the same for the owner's client, as trailing metadata
-            clients[0]._stubs[1].Contribute(again, timeout=10)
+            clients[0]._stubs[0].Contribute(again, timeout=10)
         assert round_state(info.value) == (0, True)
         for i in intakes:
             i.open_round(1)
         clients[1].contribute(1, _value(1, 1))
-        clients[1].contribute(1, _value(1, 1))  # the client's retry skips the parties that took it already
-        clients[1]._accepted.pop(1)  # replies lost (a deadline): the retry reaches parties that took it
-        clients[1].contribute(1, _value(1, 1))  # ALREADY_EXISTS there means taken: no error, nothing counted twice
-        assert intakes[0].wait_for(1, 0.1) == 1
-        twice = pb.ContributeRequest(job_id="job-1", round=1, share=b"")  # owner 1's explicit party is 1
-        code, why = _code(lambda: clients[1]._stubs[0].Contribute(twice, timeout=10))
+        clients[1].contribute(1, _value(1, 1))  # a retry (its reply lost): ALREADY_EXISTS means taken, no error
+        # at owner 1's explicit party 1: its share, once; the owners whose shares party 1 derives (0, 2,
+        # 3, 5: their keys); not owner 4, the other whose share party 1 receives
+        assert intakes[1].wait_for(len(OWNERS), 0.1) == len(OWNERS) - 1
+        assert sorted(intakes[1]._round.explicit) == [1]
+        twice = pb.ContributeRequest(job_id="job-1", round=1, share=bytes(8 * DIM))
+        code, why = _code(lambda: clients[1]._stubs[1].Contribute(twice, timeout=10))
         assert code == grpc.StatusCode.ALREADY_EXISTS and "already contributed to round 1" in why
         code, why = _code(lambda: clients[2].contribute(7, _value(2, 1)))
         assert code == grpc.StatusCode.FAILED_PRECONDITION and "round: 7 is not open" in why
         with pytest.raises(grpc.RpcError) as info:
             clients[2].contribute(7, _value(2, 1))
         assert round_state(info.value) == (1, False)
-        del share
         for i in intakes:
             i.publish(0, exact.double() / 2**GRID, len(agreed))
         state, counted = clients[3].released(0, wait_s=5)
@@ -206,12 +211,13 @@ def test_the_intake_refuses_strangers_and_malformed_requests_naming_the_field(ca
         assert code == grpc.StatusCode.INVALID_ARGUMENT and f"share: {8 * DIM} bytes expected" in why
         code, why = _code(lambda: c0._stubs[1].Contribute(pb.ContributeRequest(job_id="job-1", round=0,
                                                                                share=b"x" * 8), timeout=10))
-        assert code == grpc.StatusCode.INVALID_ARGUMENT and "share: 0 bytes expected at compute party 1" in why
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "share: compute party 1 derives its share of owner" in why
     finally:
         c0.close()
     c1 = _client(ca, 1, intakes)
     try:  # contributing before enrolling
-        code, why = _code(lambda: c1._stubs[0].Contribute(pb.ContributeRequest(job_id="job-1", round=0), timeout=10))
+        code, why = _code(lambda: c1._stubs[1].Contribute(pb.ContributeRequest(job_id="job-1", round=0,
+                                                                               share=bytes(8 * DIM)), timeout=10))
         assert code == grpc.StatusCode.FAILED_PRECONDITION and "enrol first" in why
         code, why = _code(lambda: c1._stubs[0].Enroll(pb.EnrollRequest(job_id="job-1", key=b"k" * 5), timeout=10))
         assert code == grpc.StatusCode.INVALID_ARGUMENT and "key: 32 bytes expected" in why
@@ -268,7 +274,8 @@ def _compute_member(rank: int, table: Any, identity: Any, server: Any, *, addr_q
     try:
         for t in range(ROUNDS):
             intake.open_round(t)
-            intake.wait_for(len(MANY) - len(ABSENT.get(t, ())), 60.0)
+            # ready here: every owner whose share this party derives; of its own, all but the absent
+            intake.wait_for(len(MANY) - sum(o % 3 == rank for o in ABSENT.get(t, ())), 60.0)
             intake.wait_for(len(MANY), 0.3)  # the round's deadline for the rest
             present, explicit = intake.close_round()
             agreed = agree_present(comm, present, len(MANY))
@@ -419,11 +426,13 @@ def test_an_owner_whose_intake_stopped_reads_the_release_where_it_is_kept_and_a_
             leaving.aggregate(_value(1, 0)[None], one, NoiseSpec("gaussian", 1.0))
         assert info.value.round == 0 and info.value.sent and asked == []
         clients[0].contribute(0, _value(0, 0))
-        for i in live:
+        for r, i in enumerate(live):
             present, _ = i.close_round()
             assert present == {0, 1}
             i.publish(0, torch.zeros(DIM, dtype=torch.float64), len(present))
-            assert i.wait_read(0, [0, 1], 0.2) == [0]  # the leaving owner said it reads elsewhere
+            # each party waits for the reads of its own owners (0 at party 0, 1 at party 1), not for
+            # the leaving owner's: it told its party that it reads elsewhere
+            assert i.wait_read(0, [o for o in (0, 1) if o % K == r], 0.2) == ([0] if r == 0 else [])
             i.stop(0)
         slow = OwnerAggregator(clients[0], round_wait_s=5, fetch_later=fetch_later)
         slow.t = 0
@@ -504,3 +513,105 @@ def test_reads_park_for_the_release_only_while_threads_stay_free_for_the_shares(
             c.close()
         for i in intakes:
             i.stop()
+
+
+LATE_OWNER, LATE_S, TRANSPORT_S = 2, 4.0, 1.5  # owner 2's explicit party is compute party 2
+
+
+def _late_owner_member(rank: int, table: Any, identity: Any, server: Any, *, addr_q: Any) -> dict[str, Any]:
+    """A compute party running the daemon's round (IntakeAggregator) with a transport deadline
+    shorter than the wait for one party's late owner."""
+    from mpc_erm.mpc.transport import TransportOptions
+
+    if identity.role == "dealer":
+        from mpc_erm.mpc.dealer import run_dealer
+
+        run_dealer(table, identity, server=server, options=TransportOptions(deadline_s=120))
+        return {}
+    from mpc_erm.mpc.aggregator import PRECISION_BITS, MpcAggregator, ZeroNoise
+    from mpc_erm.mpc.communicator import init_crypten, uninit_crypten
+    from mpc_erm.mpc.dealer import start_dealer_client, stop_dealer_client
+    from mpc_erm.mpc.owner_rounds import IntakeAggregator
+    from mpc_erm.protocols.aggregation import NO_NOISE
+
+    comm = init_crypten(table, identity.name, identity, server=server,
+                        options=TransportOptions(deadline_s=TRANSPORT_S))
+    start_dealer_client()
+    intake = OwnerIntake(identity, RoundFrame("late-owner", OWNERS, K, rank, PRECISION_BITS,
+                                              owner_margin_bits(len(OWNERS)), DIM)).start()
+    addr_q.put((rank, intake.address))
+    try:
+        rounds = IntakeAggregator(intake, comm, MpcAggregator(ZeroNoise(), allow_test_only=True), deadline_s=60.0,
+                                  first_wait_s=60.0)
+        tic = time.monotonic()
+        out = rounds.aggregate(torch.zeros(0, DIM, dtype=torch.float64), torch.zeros(0, dtype=torch.float64),
+                               NO_NOISE)
+        took = time.monotonic() - tic
+        rounds.wait_last_read(10.0)
+        return {"agreed": list(rounds.agreed), "out": out.numpy(), "took": took}
+    finally:
+        intake.stop()
+        stop_dealer_client()
+        uninit_crypten()
+
+
+def test_compute_parties_done_early_wait_for_a_late_owner_of_another_without_hitting_the_transport_deadline() -> None:
+    """An owner sends its share to its explicit party only, so compute parties 0 and 1 have all
+    their owners in while party 2 still waits for its late owner. They keep telling each other
+    whether they are done (owner_rounds.READY_EVERY_S), so the agreement that follows never waits
+    on a peer past the transport's deadline (1.5 s here; the late owner comes after 4 s): the
+    round counts every owner and reveals their exact sum at every party."""
+    from tests.mpc.test_mpc_aggregator import run_job
+
+    ca = pki.create_ca("late owner CA")
+    addr_q = preloaded_context().Queue()
+    got: dict[int, Any] = {}
+
+    def owners() -> None:
+        addrs = dict(addr_q.get(timeout=120) for _ in range(K))
+        compute = [(n, addrs[r]) for r, n in enumerate(NAMES[:K])]
+        clients = [OwnerClient(pki.issue_identity(ca, name, "owner"), "late-owner", o, compute)
+                   for o, name in enumerate(OWNERS)]
+        try:
+            for c in clients:
+                c.enroll(timeout_s=60)
+
+            def one(o: int) -> None:
+                if o == LATE_OWNER:
+                    time.sleep(LATE_S)
+                end = time.monotonic() + 60
+                while True:  # the round opens when the compute parties get there
+                    try:
+                        clients[o].contribute(0, _value(o, 0))
+                        break
+                    except grpc.RpcError as exc:
+                        if exc.code() != grpc.StatusCode.FAILED_PRECONDITION or time.monotonic() > end:
+                            raise
+                        time.sleep(0.05)
+                got[o] = clients[o].released(0, wait_s=60)
+
+            threads = [threading.Thread(target=one, args=(o,)) for o in range(len(OWNERS))]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join(120)
+        finally:
+            for c in clients:
+                c.close()
+
+    th = threading.Thread(target=owners)
+    th.start()
+    from mpc_erm.mpc.aggregator import PRECISION_BITS
+
+    reports = run_job(_late_owner_member, K, dealer=True, timeout=300, ca=ca, addr_q=addr_q)
+    th.join(60)
+    errors = {r: v["error"] for r, v in reports.items() if "error" in v}
+    assert not errors, "\n".join(errors.values())
+    margin = owner_margin_bits(len(OWNERS))
+    exact = torch.stack([encode_on_grid(_value(o, 0), PRECISION_BITS, margin)
+                         for o in range(len(OWNERS))]).sum(0).double() / 2**PRECISION_BITS
+    for r in range(K):
+        assert reports[r]["agreed"] == list(range(len(OWNERS)))
+        assert torch.equal(torch.as_tensor(np.asarray(reports[r]["out"])), exact)
+        assert reports[r]["took"] >= LATE_S - 0.5  # every party waited for the late owner
+    assert sorted(got) == list(range(len(OWNERS))) and all(v[1] == len(OWNERS) for v in got.values())

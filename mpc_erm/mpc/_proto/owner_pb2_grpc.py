@@ -64,8 +64,8 @@ class OwnerIntakeServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Contribute(self, request, context):
-        """Once per round at each compute party: the explicit share (raw little-endian int64, dim
-        words) at the owner's explicit party, an empty presence notice at the others.
+        """Once per round, at the owner's explicit party only: the explicit share (raw little-endian
+        int64, dim words); the other compute parties derive their shares from the owner's keys.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
