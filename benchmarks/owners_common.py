@@ -35,9 +35,9 @@ MODES = ("join", "leave", "fetch")
 
 def run_owners(configs: list[Path], job_path: Path, job_id: str, wait_s: float = 900, procs: int = 1, *,
                mode: str = "join", concurrency: int | None = None) -> dict[str, Any]:
-    """Each owner's ``mode`` (:data:`MODES`): name → its summary, or the exception. One thread per
-    owner, or with ``concurrency`` at most that many owners at a time (a pool of threads: the
-    owners come in waves, each gone once done). With ``procs`` > 1 the owners are dealt
+    """Each owner's ``mode`` (:data:`MODES`): name → its summary, or the exception. A thread per
+    owner, all at once, or with ``concurrency`` at most that many owners at a time (the owners
+    come in waves, each gone once done). With ``procs`` > 1 the owners are dealt
     round-robin to that many spawned processes (``concurrency`` in each); an owner's exception
     comes back as a ``RuntimeError`` holding its repr."""
     if mode not in MODES:
@@ -62,15 +62,9 @@ def run_owners(configs: list[Path], job_path: Path, job_id: str, wait_s: float =
             out[cfg.identity.name] = exc
             print(f"{cfg.identity.name}: {exc!r}", flush=True)
 
-    if concurrency:
-        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="owner") as pool:
-            list(pool.map(one, configs))
-        return out
-    threads = [threading.Thread(target=one, args=(p,), daemon=True) for p in configs]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(3600 * 4)
+    # every owner at once (a thread each), or at most ``concurrency`` at a time
+    with ThreadPoolExecutor(max_workers=concurrency or max(len(configs), 1), thread_name_prefix="owner") as pool:
+        list(pool.map(one, configs))
     return out
 
 
