@@ -153,10 +153,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--append", action="store_true",
                     help="keep the rows already in --out (the same setting) and add this run's after them")
     ap.add_argument("--table", type=Path, metavar="JSON",
-                    help="print the README's markdown table of the rows in JSON (a file this script wrote) and exit")
+                    help="print the README's markdown tables of the rows in JSON (a file this script wrote): one "
+                         "line per run, then, where a cell has several runs, their mean and spread; and exit")
     a = ap.parse_args(argv)
     if a.table is not None:
-        print(markdown_table(json.loads(a.table.read_text())["rows"]))
+        rows = json.loads(a.table.read_text())["rows"]
+        print(markdown_table(rows))
+        if cells := cell_table(rows):
+            print("\n" + cells)
         return
     a.command = "python -m benchmarks.dp_fed_ls_daemons " + " ".join(sys.argv[1:] if argv is None else argv)
     a.owners, a.rows = a.owners or SETTINGS[a.sampling][0], a.rows or SETTINGS[a.sampling][1]
@@ -213,21 +217,43 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     """The README's table of daemon runs: one line per row, test accuracy in %, the owner-rounds
     the compute parties left out (owners late for a round's deadline: the compute parties' own
     count, which includes owners that failed later) and the owners that failed."""
-    out = ["| ε | σ_LS | round deadline | daemons | simulator | paper (5 runs) | z daemons / simulator | "
+    out = ["| ε | σ_LS | seed | round deadline | daemons | simulator | paper (5 runs) | z daemons / simulator | "
            "wall daemons / simulator | per round | owner-rounds left out | owners failed |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     deadline = lambda r: r["daemons"].get("round_deadline_s") or DEADLINE_S
     for r in sorted(rows, key=lambda r: (deadline(r), r["epsilon_target"], r["ls_sigma"], r["seed"])):
         d, s, p = r["daemons"], r["simulator"], r["paper"]
         full = max(d["owners_per_round"])
         short = [full - n for n in d["owners_per_round"] if n < full]
         left = f"{sum(short):,} ({len(short)} round{'s' if len(short) != 1 else ''})" if short else "0"
-        out.append(f"| {r['epsilon_target']:g} | {r['ls_sigma']:g} | {deadline(r):g} s | "
+        out.append(f"| {r['epsilon_target']:g} | {r['ls_sigma']:g} | {r['seed']} | {deadline(r):g} s | "
                    f"{100 * d['test_accuracy']:.2f} | {100 * s['test_accuracy']:.2f} | {100 * p['mean']:.2f} ± "
                    f"{100 * p['std']:.2f} | {d['noise_multiplier']:.3f} / {s['noise_multiplier']:.3f} | "
                    f"{d['wall_seconds']:.0f} s / {s['seconds']:.0f} s | {d['per_round_seconds']:.1f} s | {left} | "
                    f"{len(d['owners_failed'])} |")
     return "\n".join(out)
+
+
+def cell_table(rows: list[dict[str, Any]]) -> str:
+    """The cells with several runs (seeds): test accuracy in %, mean ± sample standard deviation of
+    the daemons' and the simulator's runs beside the paper's five; "" when every cell has one run."""
+    import statistics
+
+    cells: dict[tuple[float, float], list[dict[str, Any]]] = {}
+    for r in rows:
+        cells.setdefault((r["epsilon_target"], r["ls_sigma"]), []).append(r)
+    out = ["| ε | σ_LS | runs | daemons | simulator | paper (5 runs) | daemons − paper |",
+           "|---|---|---|---|---|---|---|"]
+    for (eps, sig), rs in sorted(cells.items()):
+        if len(rs) < 2:
+            continue
+        d = [100 * r["daemons"]["test_accuracy"] for r in rs]
+        s = [100 * r["simulator"]["test_accuracy"] for r in rs]
+        p = rs[0]["paper"]
+        out.append(f"| {eps:g} | {sig:g} | {len(rs)} | {statistics.mean(d):.2f} ± {statistics.stdev(d):.2f} | "
+                   f"{statistics.mean(s):.2f} ± {statistics.stdev(s):.2f} | {100 * p['mean']:.2f} ± "
+                   f"{100 * p['std']:.2f} | {statistics.mean(d) - 100 * p['mean']:+.2f} |")
+    return "\n".join(out) if len(out) > 2 else ""
 
 
 def _kept_rows(path: Path, what: str) -> list[dict[str, Any]]:

@@ -92,15 +92,37 @@ def test_the_readme_table_of_daemon_runs_is_the_json_s() -> None:
     for line: a figure in the README cannot drift from the measurement."""
     from pathlib import Path
 
-    from benchmarks.dp_fed_ls_daemons import markdown_table
+    from benchmarks.dp_fed_ls_daemons import cell_table, markdown_table
 
     root = Path(__file__).resolve().parents[1]
     readme = (root / "README.md").read_text().splitlines()
     for name in ("uniform", "poisson"):
         rows = json.loads((root / f"benchmarks/results/dp_fed_ls_daemons_{name}_cpu.json").read_text())["rows"]
-        table = markdown_table(rows).splitlines()
-        start = readme.index(table[2])  # the first row: both tables share the header
-        assert readme[start - 2:start + len(table) - 2] == table, name
+        for made in (markdown_table(rows), cell_table(rows)):
+            if not made:
+                continue
+            table = made.splitlines()
+            start = readme.index(table[2])  # the first row: both files' tables share the header
+            assert readme[start - 2:start + len(table) - 2] == table, name
+
+
+def test_cells_with_several_runs_are_summarised_by_their_mean_and_spread() -> None:
+    import statistics
+
+    from benchmarks.dp_fed_ls_daemons import cell_table
+
+    def row(eps: float, sig: float, seed: int, daemons: float, sim: float) -> dict:
+        return {"epsilon_target": eps, "ls_sigma": sig, "seed": seed, "daemons": {"test_accuracy": daemons},
+                "simulator": {"test_accuracy": sim}, "paper": {"mean": 0.8545, "std": 0.0024}}
+
+    acc = [0.881, 0.884, 0.879, 0.886, 0.883]
+    rows = [row(7, 0, i, a, a - 0.001) for i, a in enumerate(acc)] + [row(7, 1, 0, 0.88, 0.88)]
+    assert cell_table(rows[-1:]) == ""  # one run: nothing to summarise
+    lines = cell_table(rows).splitlines()
+    assert len(lines) == 3  # the header, its rule, the one cell with several runs
+    mean, sd = 100 * statistics.mean(acc), 100 * statistics.stdev(acc)
+    assert lines[2] == (f"| 7 | 0 | 5 | {mean:.2f} ± {sd:.2f} | {mean - 0.1:.2f} ± {sd:.2f} | 85.45 ± 0.24 | "
+                        f"{mean - 85.45:+.2f} |")
 
 
 def test_append_keeps_rows_only_of_the_same_setting(tmp_path: pathlib.Path) -> None:
