@@ -276,9 +276,10 @@ def timing_statement(send_after_s: float | None) -> str:
     """What the arrival time of an owner's shares tells the compute parties in a federated job
     (``federated.send_after_s``): every report of such a job states it."""
     if send_after_s is None:
-        return ("the timing of an owner's shares can tell a compute party that it ran local epochs this round (its "
-                "shares arrive later than a zero update's; set federated.send_after_s to close this); the owner's "
-                "sampling is otherwise hidden")
-    return (f"every owner sends each round's shares {send_after_s:g} s after it read the previous release, sampled or "
-            "not, so their arrival does not tell the compute parties who ran local epochs, except in a round whose "
-            "local epochs took longer (the owner's own summary lists those: rounds_sent_late)")
+        return ("the timing of an owner's share can tell the one compute party it sends to (its explicit party) "
+                "that it ran local epochs this round (its share arrives later than a zero update's; set "
+                "federated.send_after_s to close this); the owner's sampling is otherwise hidden")
+    return (f"every owner sends each round's share {send_after_s:g} s after it read the previous release, sampled or "
+            "not, so its arrival does not tell the compute party it sends to (its explicit party) who ran local "
+            "epochs, except in a round whose local epochs took longer (the owner's own summary lists those: "
+            "rounds_sent_late)")
