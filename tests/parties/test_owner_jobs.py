@@ -429,7 +429,7 @@ def test_dp_fed_ls_through_three_compute_daemons_hides_which_owners_joined(tmp_p
         assert all(s["rounds_sent_late"] == [] for s in summaries.values()), summaries
         for where in (tmp_path / "owners" / owners[0] / "state" / "jobs" / job_id2, tmp_path / job_id2):
             notes = json.loads((where / "privacy_report.json").read_text())["notes"]
-            assert any(f"shares {SEND_AFTER_S:g} s after it read the previous release" in n for n in notes), notes
+            assert any(f"share {SEND_AFTER_S:g} s after it read the previous release" in n for n in notes), notes
         joined = [s["rounds_joined"] for s in summaries.values()]
         assert 0 < sum(joined) < FED_OWNERS * FED_ROUNDS, joined  # 40 expected; P(0 or all 80) ≈ 2e-24
         eps = {round(s["epsilon"], 9) for s in summaries.values()}
