@@ -219,7 +219,7 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
     def Enroll(self, request: Any, context: grpc.ServicerContext) -> Any:
         o = self._caller(context, request.job_id)
         f = self.frame
-        explicit = explicit_party(o, f.compute_parties) == f.rank
+        explicit = o in self._mine
         with self._lock:
             if o in self._enrolled:
                 # the same enrolment again (its reply was lost, e.g. a deadline on a loaded machine): the

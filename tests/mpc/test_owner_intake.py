@@ -11,8 +11,10 @@ equal the agreed owners' contributions exactly (no noise) and differ by the plan
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -24,7 +26,7 @@ from mpc_erm.mpc import pki
 from mpc_erm.mpc._proto import owner_pb2 as pb
 from mpc_erm.mpc._proto import owner_pb2_grpc as pb_grpc
 from mpc_erm.mpc.owner_intake import OwnerClient, OwnerIntake, RoundFrame, round_state
-from mpc_erm.mpc.owner_shares import encode_on_grid, owner_margin_bits
+from mpc_erm.mpc.owner_shares import encode_on_grid, explicit_party, owner_margin_bits
 from mpc_erm.mpc.tls import secure_channel
 from tests.mpc.test_mpc_aggregator import NAMES
 from tests.procs import preloaded_context
@@ -242,23 +244,44 @@ ABSENT = {1: {3, 11}, 2: {20}}  # round → owners that send nothing that round
 SIGMA = 0.05
 
 
-def _compute_member(rank: int, table: Any, identity: Any, server: Any, *, addr_q: Any, noisy: bool) -> dict[str, Any]:
+def _serve_dealer(table: Any, identity: Any, server: Any) -> dict[str, Any]:
+    from mpc_erm.mpc.dealer import run_dealer
     from mpc_erm.mpc.transport import TransportOptions
 
-    if identity.role == "dealer":
-        from mpc_erm.mpc.dealer import run_dealer
+    run_dealer(table, identity, server=server, options=TransportOptions(deadline_s=120))
+    return {}
 
-        run_dealer(table, identity, server=server, options=TransportOptions(deadline_s=120))
-        return {}
-    from mpc_erm.mpc.aggregator import PRECISION_BITS, MpcAggregator, ZeroNoise
+
+@contextlib.contextmanager
+def _compute_comm(table: Any, identity: Any, server: Any, deadline_s: float) -> Iterator[Any]:
+    """A compute member's communicator (and its dealer client), each of its waits bounded by
+    ``deadline_s``; torn down on the way out."""
     from mpc_erm.mpc.communicator import init_crypten, uninit_crypten
     from mpc_erm.mpc.dealer import start_dealer_client, stop_dealer_client
+    from mpc_erm.mpc.transport import TransportOptions
+
+    comm = init_crypten(table, identity.name, identity, server=server, options=TransportOptions(deadline_s=deadline_s))
+    start_dealer_client()
+    try:
+        yield comm
+    finally:
+        stop_dealer_client()
+        uninit_crypten()
+
+
+def _compute_member(rank: int, table: Any, identity: Any, server: Any, *, addr_q: Any, noisy: bool) -> dict[str, Any]:
+    if identity.role == "dealer":
+        return _serve_dealer(table, identity, server)
+    with _compute_comm(table, identity, server, 120.0) as comm:
+        return _many_owner_rounds(rank, identity, comm, addr_q=addr_q, noisy=noisy)
+
+
+def _many_owner_rounds(rank: int, identity: Any, comm: Any, *, addr_q: Any, noisy: bool) -> dict[str, Any]:
+    from mpc_erm.mpc.aggregator import PRECISION_BITS, MpcAggregator, ZeroNoise
     from mpc_erm.mpc.noise import InMpcNoise
     from mpc_erm.mpc.owner_intake import agree_present
     from mpc_erm.protocols.aggregation import NO_NOISE, NoiseSpec
 
-    comm = init_crypten(table, identity.name, identity, server=server, options=TransportOptions(deadline_s=120))
-    start_dealer_client()
     if noisy:
         src = InMpcNoise()
         agg = MpcAggregator(src)
@@ -275,7 +298,7 @@ def _compute_member(rank: int, table: Any, identity: Any, server: Any, *, addr_q
         for t in range(ROUNDS):
             intake.open_round(t)
             # ready here: every owner whose share this party derives; of its own, all but the absent
-            intake.wait_for(len(MANY) - sum(o % 3 == rank for o in ABSENT.get(t, ())), 60.0)
+            intake.wait_for(len(MANY) - sum(explicit_party(o, 3) == rank for o in ABSENT.get(t, ())), 60.0)
             intake.wait_for(len(MANY), 0.3)  # the round's deadline for the rest
             present, explicit = intake.close_round()
             agreed = agree_present(comm, present, len(MANY))
@@ -286,8 +309,6 @@ def _compute_member(rank: int, table: Any, identity: Any, server: Any, *, addr_q
         time.sleep(1.0)  # let the owners read the last round
     finally:
         intake.stop()
-        stop_dealer_client()
-        uninit_crypten()
     return rep
 
 
@@ -432,7 +453,7 @@ def test_an_owner_whose_intake_stopped_reads_the_release_where_it_is_kept_and_a_
             i.publish(0, torch.zeros(DIM, dtype=torch.float64), len(present))
             # each party waits for the reads of its own owners (0 at party 0, 1 at party 1), not for
             # the leaving owner's: it told its party that it reads elsewhere
-            assert i.wait_read(0, [o for o in (0, 1) if o % K == r], 0.2) == ([0] if r == 0 else [])
+            assert i.wait_read(0, [o for o in (0, 1) if explicit_party(o, K) == r], 0.2) == ([0] if r == 0 else [])
             i.stop(0)
         slow = OwnerAggregator(clients[0], round_wait_s=5, fetch_later=fetch_later)
         slow.t = 0
@@ -521,38 +542,27 @@ LATE_OWNER, LATE_S, TRANSPORT_S = 2, 4.0, 1.5  # owner 2's explicit party is com
 def _late_owner_member(rank: int, table: Any, identity: Any, server: Any, *, addr_q: Any) -> dict[str, Any]:
     """A compute party running the daemon's round (IntakeAggregator) with a transport deadline
     shorter than the wait for one party's late owner."""
-    from mpc_erm.mpc.transport import TransportOptions
-
-    if identity.role == "dealer":
-        from mpc_erm.mpc.dealer import run_dealer
-
-        run_dealer(table, identity, server=server, options=TransportOptions(deadline_s=120))
-        return {}
     from mpc_erm.mpc.aggregator import PRECISION_BITS, MpcAggregator, ZeroNoise
-    from mpc_erm.mpc.communicator import init_crypten, uninit_crypten
-    from mpc_erm.mpc.dealer import start_dealer_client, stop_dealer_client
     from mpc_erm.mpc.owner_rounds import IntakeAggregator
     from mpc_erm.protocols.aggregation import NO_NOISE
 
-    comm = init_crypten(table, identity.name, identity, server=server,
-                        options=TransportOptions(deadline_s=TRANSPORT_S))
-    start_dealer_client()
-    intake = OwnerIntake(identity, RoundFrame("late-owner", OWNERS, K, rank, PRECISION_BITS,
-                                              owner_margin_bits(len(OWNERS)), DIM)).start()
-    addr_q.put((rank, intake.address))
-    try:
-        rounds = IntakeAggregator(intake, comm, MpcAggregator(ZeroNoise(), allow_test_only=True), deadline_s=60.0,
-                                  first_wait_s=60.0)
-        tic = time.monotonic()
-        out = rounds.aggregate(torch.zeros(0, DIM, dtype=torch.float64), torch.zeros(0, dtype=torch.float64),
-                               NO_NOISE)
-        took = time.monotonic() - tic
-        rounds.wait_last_read(10.0)
-        return {"agreed": list(rounds.agreed), "out": out.numpy(), "took": took}
-    finally:
-        intake.stop()
-        stop_dealer_client()
-        uninit_crypten()
+    if identity.role == "dealer":
+        return _serve_dealer(table, identity, server)
+    with _compute_comm(table, identity, server, TRANSPORT_S) as comm:
+        intake = OwnerIntake(identity, RoundFrame("late-owner", OWNERS, K, rank, PRECISION_BITS,
+                                                  owner_margin_bits(len(OWNERS)), DIM)).start()
+        addr_q.put((rank, intake.address))
+        try:
+            rounds = IntakeAggregator(intake, comm, MpcAggregator(ZeroNoise(), allow_test_only=True), deadline_s=60.0,
+                                      first_wait_s=60.0)
+            tic = time.monotonic()
+            out = rounds.aggregate(torch.zeros(0, DIM, dtype=torch.float64), torch.zeros(0, dtype=torch.float64),
+                                   NO_NOISE)
+            took = time.monotonic() - tic
+            rounds.wait_last_read(10.0)
+            return {"agreed": list(rounds.agreed), "out": out.numpy(), "took": took}
+        finally:
+            intake.stop()
 
 
 def test_compute_parties_done_early_wait_for_a_late_owner_of_another_without_hitting_the_transport_deadline() -> None:
