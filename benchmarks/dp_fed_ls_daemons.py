@@ -105,6 +105,17 @@ def _owner_files(root: Path, owners: int, rows: int) -> list[Path]:
     return out
 
 
+def fresh_owners(cons: Any, root: Path, files: list[Path], device: str) -> list[Path]:
+    """The owners of one run, each with a new identity, ledger and audit log for its rows.
+
+    Every run of this script is one of the paper's independent repetitions. Owners kept across
+    runs would compose every job on their rows in their ledgers; by the tenth ε = 7 job, the
+    sampler's term alone, (1 + e^ε)·τ, passes any useful δ and each ledger rightly refuses."""
+    return [cons.add_owner(f"owner-{o:04d}", {"mnist-rows": {"format": "npz", "path": f, "epsilon": 1000.0,
+                                                             "delta": 0.5}}, root=root, device=device)
+            for o, f in enumerate(files)]
+
+
 def daemons_run(cons: Any, configs: list[Path], root: Path, *, epsilon: float, sigma: float, seed: int, owners: int,
                 rate: float, rounds: int, Xte: torch.Tensor, yte: torch.Tensor, sampling: str = "poisson",
                 owner_procs: int = 1, deadline_s: float = DEADLINE_S) -> dict[str, Any]:
@@ -184,33 +195,30 @@ def main(argv: list[str] | None = None) -> None:
         files = _owner_files(root / "data", a.owners, a.rows)
         with LocalConsortium(root / "cons", parties=3, dealer=False, max_epsilon_per_job=10.0,
                              peer_timeout_s=600.0) as cons:
-            configs = [cons.add_owner(f"owner-{o:04d}", {"mnist-rows": {"format": "npz", "path": files[o],
-                                                                         "epsilon": 1000.0, "delta": 0.5}},
-                                          device=a.owner_device)
-                       for o in range(a.owners)]
-            for eps, sig in [(float(e), float(s)) for e in a.epsilons.split(",") for s in a.sigmas.split(",")]:
-                for seed in (int(s) for s in a.seeds.split(",")):
-                    d = daemons_run(cons, configs, root, epsilon=eps, sigma=sig, seed=seed, owners=a.owners,
-                                    rate=a.rate, rounds=a.rounds, Xte=Xte, yte=yte, sampling=a.sampling,
-                                    owner_procs=a.owner_procs, deadline_s=a.round_deadline)
-                    s = simulate(epsilon=eps, ls_sigma=sig, seed=seed, sampling=a.sampling, owners=a.owners,
-                                 rows=a.rows, rate=a.rate, rounds=a.rounds)
-                    paper_setting = (a.owners, a.rows, a.rate, a.rounds) == (*SETTINGS[a.sampling][:2], 0.05, 30)
-                    table = SETTINGS[a.sampling][2] if paper_setting else {}
-                    paper = table.get(sig, {}).get(int(eps))
-                    row = {"epsilon_target": eps, "ls_sigma": sig, "seed": seed, "daemons": d,
-                           "simulator": {k: s[k] for k in ("test_accuracy", "epsilon", "noise_multiplier", "seconds")},
-                           "paper": None if paper is None else {"mean": paper[0] / 100, "std": paper[1] / 100},
-                           "daemons_within_1.5_points_of_paper_or_above": None if paper is None else
-                           bool(d["test_accuracy"] * 100 >= paper[0] - 1.5),
-                           "wall_ratio_daemons_to_simulator": d["wall_seconds"] / s["seconds"], "command": a.command}
-                    rows.append(row)
-                    print(f"ε = {eps:g}, σ_LS = {sig:g}, seed {seed}: daemons {100 * d['test_accuracy']:.2f} % "
-                          f"(ε {d['epsilon']:.3f}, z {d['noise_multiplier']:.3f}, {d['wall_seconds']:.0f} s), "
-                          f"simulator {100 * s['test_accuracy']:.2f} % ({s['seconds']:.0f} s), paper {paper}",
-                          flush=True)
-                    if a.out:  # after every run: a long campaign keeps what it measured
-                        _write(a, rows, tic)
+            cells = [(float(e), float(s)) for e in a.epsilons.split(",") for s in a.sigmas.split(",")]
+            for run, (eps, sig, seed) in enumerate((e, s, int(x)) for e, s in cells for x in a.seeds.split(",")):
+                configs = fresh_owners(cons, root / f"owners-{run}", files, a.owner_device)
+                d = daemons_run(cons, configs, root, epsilon=eps, sigma=sig, seed=seed, owners=a.owners,
+                                rate=a.rate, rounds=a.rounds, Xte=Xte, yte=yte, sampling=a.sampling,
+                                owner_procs=a.owner_procs, deadline_s=a.round_deadline)
+                s = simulate(epsilon=eps, ls_sigma=sig, seed=seed, sampling=a.sampling, owners=a.owners,
+                             rows=a.rows, rate=a.rate, rounds=a.rounds)
+                paper_setting = (a.owners, a.rows, a.rate, a.rounds) == (*SETTINGS[a.sampling][:2], 0.05, 30)
+                table = SETTINGS[a.sampling][2] if paper_setting else {}
+                paper = table.get(sig, {}).get(int(eps))
+                row = {"epsilon_target": eps, "ls_sigma": sig, "seed": seed, "daemons": d,
+                       "simulator": {k: s[k] for k in ("test_accuracy", "epsilon", "noise_multiplier", "seconds")},
+                       "paper": None if paper is None else {"mean": paper[0] / 100, "std": paper[1] / 100},
+                       "daemons_within_1.5_points_of_paper_or_above": None if paper is None else
+                       bool(d["test_accuracy"] * 100 >= paper[0] - 1.5),
+                       "wall_ratio_daemons_to_simulator": d["wall_seconds"] / s["seconds"], "command": a.command}
+                rows.append(row)
+                print(f"ε = {eps:g}, σ_LS = {sig:g}, seed {seed}: daemons {100 * d['test_accuracy']:.2f} % "
+                      f"(ε {d['epsilon']:.3f}, z {d['noise_multiplier']:.3f}, {d['wall_seconds']:.0f} s), "
+                      f"simulator {100 * s['test_accuracy']:.2f} % ({s['seconds']:.0f} s), paper {paper}",
+                      flush=True)
+                if a.out:  # after every run: a long campaign keeps what it measured
+                    _write(a, rows, tic)
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
@@ -220,13 +228,12 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     out = ["| ε | σ_LS | seed | round deadline | daemons | simulator | paper (5 runs) | z daemons / simulator | "
            "wall daemons / simulator | per round | owner-rounds left out | owners failed |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    deadline = lambda r: r["daemons"].get("round_deadline_s") or DEADLINE_S
-    for r in sorted(rows, key=lambda r: (deadline(r), r["epsilon_target"], r["ls_sigma"], r["seed"])):
+    for r in sorted(rows, key=lambda r: (_deadline(r), r["epsilon_target"], r["ls_sigma"], r["seed"])):
         d, s, p = r["daemons"], r["simulator"], r["paper"]
         full = max(d["owners_per_round"])
         short = [full - n for n in d["owners_per_round"] if n < full]
         left = f"{sum(short):,} ({len(short)} round{'s' if len(short) != 1 else ''})" if short else "0"
-        out.append(f"| {r['epsilon_target']:g} | {r['ls_sigma']:g} | {r['seed']} | {deadline(r):g} s | "
+        out.append(f"| {r['epsilon_target']:g} | {r['ls_sigma']:g} | {r['seed']} | {_deadline(r):g} s | "
                    f"{100 * d['test_accuracy']:.2f} | {100 * s['test_accuracy']:.2f} | {100 * p['mean']:.2f} ± "
                    f"{100 * p['std']:.2f} | {d['noise_multiplier']:.3f} / {s['noise_multiplier']:.3f} | "
                    f"{d['wall_seconds']:.0f} s / {s['seconds']:.0f} s | {d['per_round_seconds']:.1f} s | {left} | "
@@ -235,25 +242,31 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 
 def cell_table(rows: list[dict[str, Any]]) -> str:
-    """The cells with several runs (seeds): test accuracy in %, mean ± sample standard deviation of
-    the daemons' and the simulator's runs beside the paper's five; "" when every cell has one run."""
+    """The cells with several runs (seeds) under one setting (ε, σ_LS and the round deadline):
+    test accuracy in %, mean ± sample standard deviation of the daemons' and the simulator's runs
+    beside the paper's five; "" when every cell has one run."""
     import statistics
 
-    cells: dict[tuple[float, float], list[dict[str, Any]]] = {}
+    cells: dict[tuple[float, float, float], list[dict[str, Any]]] = {}
     for r in rows:
-        cells.setdefault((r["epsilon_target"], r["ls_sigma"]), []).append(r)
-    out = ["| ε | σ_LS | runs | daemons | simulator | paper (5 runs) | daemons − paper |",
-           "|---|---|---|---|---|---|---|"]
-    for (eps, sig), rs in sorted(cells.items()):
+        cells.setdefault((_deadline(r), r["epsilon_target"], r["ls_sigma"]), []).append(r)
+    out = ["| ε | σ_LS | round deadline | runs | daemons | simulator | paper (5 runs) | daemons − paper |",
+           "|---|---|---|---|---|---|---|---|"]
+    for (deadline, eps, sig), rs in sorted(cells.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])):
         if len(rs) < 2:
             continue
         d = [100 * r["daemons"]["test_accuracy"] for r in rs]
         s = [100 * r["simulator"]["test_accuracy"] for r in rs]
         p = rs[0]["paper"]
-        out.append(f"| {eps:g} | {sig:g} | {len(rs)} | {statistics.mean(d):.2f} ± {statistics.stdev(d):.2f} | "
-                   f"{statistics.mean(s):.2f} ± {statistics.stdev(s):.2f} | {100 * p['mean']:.2f} ± "
-                   f"{100 * p['std']:.2f} | {statistics.mean(d) - 100 * p['mean']:+.2f} |")
+        out.append(f"| {eps:g} | {sig:g} | {deadline:g} s | {len(rs)} | {statistics.mean(d):.2f} ± "
+                   f"{statistics.stdev(d):.2f} | {statistics.mean(s):.2f} ± {statistics.stdev(s):.2f} | "
+                   f"{100 * p['mean']:.2f} ± {100 * p['std']:.2f} | {statistics.mean(d) - 100 * p['mean']:+.2f} |")
     return "\n".join(out) if len(out) > 2 else ""
+
+
+def _deadline(row: dict[str, Any]) -> float:
+    """A row's round deadline (the first rows, before it was recorded, ran at the default)."""
+    return row["daemons"].get("round_deadline_s") or DEADLINE_S
 
 
 def _kept_rows(path: Path, what: str) -> list[dict[str, Any]]:

@@ -111,18 +111,21 @@ def test_cells_with_several_runs_are_summarised_by_their_mean_and_spread() -> No
 
     from benchmarks.dp_fed_ls_daemons import cell_table
 
-    def row(eps: float, sig: float, seed: int, daemons: float, sim: float) -> dict:
-        return {"epsilon_target": eps, "ls_sigma": sig, "seed": seed, "daemons": {"test_accuracy": daemons},
+    def row(eps: float, sig: float, seed: int, daemons: float, sim: float, deadline: float = 120.0) -> dict:
+        return {"epsilon_target": eps, "ls_sigma": sig, "seed": seed,
+                "daemons": {"test_accuracy": daemons, "round_deadline_s": deadline},
                 "simulator": {"test_accuracy": sim}, "paper": {"mean": 0.8545, "std": 0.0024}}
 
     acc = [0.881, 0.884, 0.879, 0.886, 0.883]
     rows = [row(7, 0, i, a, a - 0.001) for i, a in enumerate(acc)] + [row(7, 1, 0, 0.88, 0.88)]
     assert cell_table(rows[-1:]) == ""  # one run: nothing to summarise
+    # the same (ε, σ_LS) under another round deadline is another setting, not more runs of this one
+    rows += [row(7, 0, 5, 0.5, 0.5, deadline=30.0)]
     lines = cell_table(rows).splitlines()
     assert len(lines) == 3  # the header, its rule, the one cell with several runs
     mean, sd = 100 * statistics.mean(acc), 100 * statistics.stdev(acc)
-    assert lines[2] == (f"| 7 | 0 | 5 | {mean:.2f} ± {sd:.2f} | {mean - 0.1:.2f} ± {sd:.2f} | 85.45 ± 0.24 | "
-                        f"{mean - 85.45:+.2f} |")
+    assert lines[2] == (f"| 7 | 0 | 120 s | 5 | {mean:.2f} ± {sd:.2f} | {mean - 0.1:.2f} ± {sd:.2f} | "
+                        f"85.45 ± 0.24 | {mean - 85.45:+.2f} |")
 
 
 def test_append_keeps_rows_only_of_the_same_setting(tmp_path: pathlib.Path) -> None:
@@ -165,3 +168,20 @@ def test_tiny_many_owners_run(tmp_path: pathlib.Path) -> None:
     assert r["owners"] == 4 and r["agreed"] == [4, 4, 4] and len(r["round_s_per_round"]) == 2
     assert 0 < r["intake_s_p50"] and 0 < r["online_s_p50"] and r["mpc_bytes_per_round_per_party"] > 0
     assert len(r["owner_side"]["owner_round_s"]) == 2
+
+
+def test_each_dp_fed_ls_daemons_run_has_owners_with_fresh_ledgers(tmp_path: pathlib.Path) -> None:
+    """Runs of ``dp_fed_ls_daemons`` are independent repetitions: each gets new owners (identity,
+    ledger, audit log), so no owner's ledger composes one run's job with another's. Three ε = 9
+    jobs on the same four owners' rows would compose past the sampler's term and be refused; here
+    every run trains with all four owners counted in both rounds."""
+    out = tmp_path / "fed.json"
+    subprocess.run([sys.executable, "-m", "benchmarks.dp_fed_ls_daemons", "--owners", "4", "--rows", "20",
+                    "--rounds", "2", "--rate", "0.5", "--epsilons", "9", "--sigmas", "0", "--seeds", "0,1,2",
+                    "--round-deadline", "15", "--out", str(out)], check=True, timeout=600, capture_output=True)
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["seed"] for r in rows] == [0, 1, 2]
+    for r in rows:
+        d = r["daemons"]
+        assert d["owners_failed"] == {} and d["owners_per_round"] == [4, 4], d
+        assert 0.0 < d["test_accuracy"] <= 1.0
