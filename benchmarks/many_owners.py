@@ -88,11 +88,13 @@ def _owners(ca: Any, names: tuple[str, ...], first: int, dim: int, rounds: int, 
     """Owners ``first`` … ``first + len(names) - 1`` of the job, driven by ``threads`` threads here."""
     from mpc_erm.mpc import pki
     from mpc_erm.mpc.owner_intake import OwnerClient
+    from mpc_erm.mpc.owner_rounds import OwnerAggregator
 
     tic = time.perf_counter()
     idents = [pki.issue_identity(ca, n, "owner") for n in names]
     issue_s = time.perf_counter() - tic
     clients = [OwnerClient(i, "bench", first + o, compute) for o, i in enumerate(idents)]
+    senders = [OwnerAggregator(c, round_wait_s=1800) for c in clients]
     pool = ThreadPoolExecutor(max_workers=threads)
     try:
         tic = time.perf_counter()
@@ -102,17 +104,11 @@ def _owners(ca: Any, names: tuple[str, ...], first: int, dim: int, rounds: int, 
         for t in range(rounds):
             tic = time.perf_counter()
 
-            def one(c: Any, t: int = t) -> None:
-                for attempt in range(20_000):  # the round opens when the compute parties get there
-                    try:
-                        c.contribute(t, _value(c.owner_index, t, dim), timeout_s=600)
-                        break
-                    except Exception as exc:
-                        if "is not open" not in str(getattr(exc, "details", lambda: "")()) or attempt == 19_999:
-                            raise
-                        time.sleep(0.02)
+            def one(s: OwnerAggregator, t: int = t) -> None:  # as an owner sends: waits for the round to open
+                if not s.send(t, _value(s.client.owner_index, t, dim)):
+                    raise RuntimeError(f"round {t} closed before owner {s.client.owner_index} sent its share")
 
-            list(pool.map(one, clients))  # all shares sent (a thread blocked on a release would starve the rest)
+            list(pool.map(one, senders))  # all shares sent (a thread blocked on a release would starve the rest)
             list(pool.map(lambda c, t=t: c.released(t, wait_s=1800), clients))
             per_round.append(time.perf_counter() - tic)
     finally:

@@ -17,7 +17,7 @@ from typing import Any
 def owners_process_setup() -> None:
     """What a process hosting many owners needs: one torch thread (the cores are shared with the
     daemons), dp_accounting's per-order notes quiet, and as many open files as allowed (every
-    owner holds a TLS channel to each compute party)."""
+    owner holds a TLS channel to each compute party while it enrols, then to its explicit one)."""
     import logging
 
     import torch

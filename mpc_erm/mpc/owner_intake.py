@@ -384,7 +384,7 @@ class OwnerClient:
         self.job_id = job_id
         self._channels = [tls.secure_channel(addr, identity, f"party/{name}", grpc_message_options())
                           for name, addr in compute]
-        self._stubs = [pb_grpc.OwnerIntakeStub(ch) for ch in self._channels]
+        self._stubs: list[Any] = [pb_grpc.OwnerIntakeStub(ch) for ch in self._channels]
         self.sharer = OwnerSharer.new(owner_index, len(compute))  # fresh keys for this job
         self.frame: Any = None
         self._sample_shares: list[bytes] = []
@@ -396,8 +396,16 @@ class OwnerClient:
     def enroll(self, timeout_s: float = 30.0, spec_digest: str | None = None) -> Any:
         """Enrol at every compute party; the public frame they state (grid, margin, dimension,
         job digest), checked to be the same everywhere, to name this owner's index and, given
-        ``spec_digest``, to be this owner's job."""
-        replies = [self._enroll_at(j, stub, timeout_s) for j, stub in enumerate(self._stubs)]
+        ``spec_digest``, to be this owner's job. Once, and successful or not, it closes the
+        connections to every compute party but this owner's explicit one (the one it calls from then
+        on): a compute party holds a connection per owner whose share it receives, not one per
+        owner of the job (at 50,000 owners and 3 compute parties, 16,667 instead of 50,000)."""
+        if self.frame is not None or self._stubs.count(None):
+            raise RuntimeError(f"job {self.job_id}: this owner client has enrolled already")
+        try:
+            replies = [self._enroll_at(j, stub, timeout_s) for j, stub in enumerate(self._stubs)]
+        finally:
+            self._keep_only(self.sharer.explicit)
         frames = {(r.owner_index, r.compute_parties, r.grid_bits, r.margin_bits, r.dim, r.spec_digest)
                   for r in replies}
         if len(frames) != 1 or replies[0].owner_index != self.owner_index or \
@@ -410,6 +418,13 @@ class OwnerClient:
         self.frame = replies[0]
         self._sample_shares = [bytes(r.sample_shares) for r in replies]
         return self.frame
+
+    def _keep_only(self, j: int) -> None:
+        """Close every connection but the one to compute party ``j``."""
+        for i, ch in enumerate(self._channels):
+            if i != j and self._stubs[i] is not None:
+                self._stubs[i] = None
+                ch.close()
 
     def drawn(self, rounds: int) -> list[bool]:
         """Whether this owner is drawn in each of ``rounds`` rounds of a job whose owners are

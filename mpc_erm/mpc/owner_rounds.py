@@ -150,7 +150,7 @@ class OwnerAggregator:
                 time.sleep(wait)
             else:
                 self.overran.append(t)
-        sent = self._send(t, v)
+        sent = self.send(t, v)
         if self.leave:
             raise LeftAfterSending(t, sent)
         state, counted = self._released(t)
@@ -173,7 +173,7 @@ class OwnerAggregator:
                 raise
             return self.fetch_later(t, self.round_wait_s)
 
-    def _send(self, t: int, v: torch.Tensor) -> bool:
+    def send(self, t: int, v: torch.Tensor) -> bool:
         """Send round ``t``'s shares, waiting for the round to open; False if it closed first.
         Asks again with a growing pause (to RETRY_MAX_S, jittered): a thousand owners asking every
         50 ms held the compute parties' intake busy refusing them (benchmarks.many_owners_thesis)."""

@@ -60,6 +60,25 @@ def _client(ca: Any, o: int, intakes: list[OwnerIntake], name: str | None = None
     return OwnerClient(ident, "job-1", o, [(f"compute-{r}", i.address) for r, i in enumerate(intakes)])
 
 
+def _connections_to(address: str) -> int:
+    """Established TCP connections whose local end is ``address``'s port (a server's side of them)."""
+    port = int(address.rsplit(":", 1)[1])
+    n = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError), open(table) as f:
+            rows = [line.split() for line in f.readlines()[1:]]
+            n += sum(int(r[1].rsplit(":", 1)[1], 16) == port and r[3] == "01" for r in rows)
+    return n
+
+
+@contextlib.contextmanager
+def _as_owner(c: OwnerClient, intakes: list[OwnerIntake], j: int) -> Iterator[Any]:
+    """A stub to compute party ``j`` under owner ``c``'s identity, on a connection of its own:
+    once enrolled, the client keeps only its explicit party's."""
+    with secure_channel(intakes[j].address, c.identity, f"party/compute-{j}") as ch:
+        yield pb_grpc.OwnerIntakeStub(ch)
+
+
 def _code(fn: Any) -> tuple[grpc.StatusCode, str]:
     with pytest.raises(grpc.RpcError) as info:
         fn()
@@ -72,6 +91,12 @@ def test_owners_enrol_contribute_and_read_the_released_round(ca: Any, intakes: l
         frames = [c.enroll() for c in clients]
         assert [f.owner_index for f in frames] == list(range(len(OWNERS))) and frames[0].grid_bits == GRID
         assert all(i.enrolled == frozenset(range(len(OWNERS))) for i in intakes)
+        # enrolled, each owner keeps one connection, to its explicit party: each compute party now
+        # holds those of the owners whose shares it receives (2 of 6), not one per owner
+        deadline = time.monotonic() + 10
+        while [_connections_to(i.address) for i in intakes] != [2] * K and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [_connections_to(i.address) for i in intakes] == [2] * K
         for i in intakes:
             i.open_round(0)
         for o, c in enumerate(clients):
@@ -80,8 +105,10 @@ def test_owners_enrol_contribute_and_read_the_released_round(ca: Any, intakes: l
         # owner 5 sends nothing: its explicit party (2 = 5 mod 3) alone decides that it is out; the
         # others are ready to derive its share (they hold its key), and take nothing from it per round
         late = clients[5]
-        code, why = _code(lambda: late._stubs[0].Contribute(pb.ContributeRequest(job_id="job-1", round=0,
-                                                                                 share=bytes(8 * DIM)), timeout=10))
+        assert late._stubs.count(None) == K - 1  # enrolled: its connections but to party 2 are closed
+        with _as_owner(late, intakes, 0) as stub:
+            code, why = _code(lambda: stub.Contribute(pb.ContributeRequest(job_id="job-1", round=0,
+                                                                           share=bytes(8 * DIM)), timeout=10))
         assert code == grpc.StatusCode.INVALID_ARGUMENT
         assert why == (f"share: compute party 0 derives its share of owner {OWNERS[5]!r} from the owner's key; the "
                        "round's share goes to compute party 2")
@@ -200,20 +227,29 @@ def test_the_intake_refuses_strangers_and_malformed_requests_naming_the_field(ca
     c0 = _client(ca, 0, intakes)
     try:
         first = c0.enroll()
-        assert c0.enroll() == first  # the same enrolment again (a lost reply): the same answer
-        other = pb.EnrollRequest(job_id="job-1", key=bytes(32))  # another key at a party that derives its share
-        code, why = _code(lambda: c0._stubs[1].Enroll(other, timeout=10))
-        assert code == grpc.StatusCode.ALREADY_EXISTS and "already enrolled here with another key" in why
-        stub = c0._stubs[0]
+        with pytest.raises(RuntimeError, match="enrolled already"):
+            c0.enroll()
+        stub = c0._stubs[0]  # its explicit party's, the connection it keeps
+        # the same enrolment again (a lost reply): the same answer, at its explicit party and at one
+        # that derives its share from the key it gave there
+        assert stub.Enroll(pb.EnrollRequest(job_id="job-1"), timeout=10) == first
+        with _as_owner(c0, intakes, 1) as party1:
+            same = pb.EnrollRequest(job_id="job-1", key=c0.sharer.keys[1])
+            again = party1.Enroll(same, timeout=10)
+            assert again == party1.Enroll(same, timeout=10)
+            assert (again.rank, again.spec_digest) == (1, first.spec_digest)
+            other = pb.EnrollRequest(job_id="job-1", key=bytes(32))  # another key at a party that derives its share
+            code, why = _code(lambda: party1.Enroll(other, timeout=10))
+            assert code == grpc.StatusCode.ALREADY_EXISTS and "already enrolled here with another key" in why
+            code, why = _code(lambda: party1.Contribute(pb.ContributeRequest(job_id="job-1", round=0,
+                                                                              share=b"x" * 8), timeout=10))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "share: compute party 1 derives its share of" in why
         code, why = _code(lambda: stub.Enroll(pb.EnrollRequest(job_id="other-job"), timeout=10))
         assert code == grpc.StatusCode.NOT_FOUND and "job_id: no job 'other-job'" in why
         intakes[0].open_round(0)
         code, why = _code(lambda: stub.Contribute(pb.ContributeRequest(job_id="job-1", round=0, share=b"x" * 8),
                                                   timeout=10))  # owner 0's explicit party is 0: DIM words
         assert code == grpc.StatusCode.INVALID_ARGUMENT and f"share: {8 * DIM} bytes expected" in why
-        code, why = _code(lambda: c0._stubs[1].Contribute(pb.ContributeRequest(job_id="job-1", round=0,
-                                                                               share=b"x" * 8), timeout=10))
-        assert code == grpc.StatusCode.INVALID_ARGUMENT and "share: compute party 1 derives its share of owner" in why
     finally:
         c0.close()
     c1 = _client(ca, 1, intakes)
@@ -457,11 +493,11 @@ def test_an_owner_whose_intake_stopped_reads_the_release_where_it_is_kept_and_a_
             i.stop(0)
         slow = OwnerAggregator(clients[0], round_wait_s=5, fetch_later=fetch_later)
         slow.t = 0
-        slow._send = lambda t, v: True  # type: ignore[method-assign]  # its shares went in above
+        slow.send = lambda t, v: True  # type: ignore[method-assign]  # its shares went in above
         state = slow.aggregate(_value(0, 0)[None], one, NoiseSpec("gaussian", 1.0))
         assert torch.equal(state, kept) and asked == [(0, 5)]
         without = OwnerAggregator(clients[0], round_wait_s=5)
-        without._send = lambda t, v: True  # type: ignore[method-assign]
+        without.send = lambda t, v: True  # type: ignore[method-assign]
         assert _code(lambda: without.aggregate(_value(0, 0)[None], one, NoiseSpec("gaussian", 1.0)))[0] in (
             grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
     finally:
@@ -497,9 +533,10 @@ def test_reads_park_for_the_release_only_while_threads_stay_free_for_the_shares(
             time.sleep(0.05)
         assert intakes[0]._parked == 2
         # a third read asking as long gets the short wait: both slots are taken
-        tic = time.monotonic()
-        code, why = _code(lambda: clients[1]._stubs[0].GetRound(ask, timeout=30))
-        took = time.monotonic() - tic
+        with _as_owner(clients[1], intakes, 0) as stub:  # owner 1 reads at party 0 (not its own) too
+            tic = time.monotonic()
+            code, why = _code(lambda: stub.GetRound(ask, timeout=30))
+            took = time.monotonic() - tic
         assert code == grpc.StatusCode.DEADLINE_EXCEEDED and "round: 0 not released yet" in why
         assert owner_intake.RELEASE_POLL_S - 0.1 <= took < owner_intake.RELEASE_POLL_S + 3
         # the shares still go in meanwhile, and the parked reads get the release as soon as it is out
