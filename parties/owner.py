@@ -122,11 +122,12 @@ def fetch_release(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: st
     it once their intake stopped (``GetOwnerRelease``): asked of the party this owner reads from
     first, then of the others, waiting up to ``wait_s`` while none keeps it yet; RuntimeError at
     once if the job ended everywhere without it."""
-    from mpc_erm.mpc.owner_intake import pauses, release_party, state_from_bytes
+    from mpc_erm.mpc.owner_intake import pauses, state_from_bytes
+    from mpc_erm.mpc.owner_shares import explicit_party
     from parties.rendezvous import grpc_options
 
     names = list(job.job.parties)
-    first = release_party(owner_index, len(names))
+    first = explicit_party(owner_index, len(names))
     digest, end, pause, why = job.spec_digest(), time.monotonic() + wait_s, pauses(ENDPOINT_POLL_S,
                                                                                     ENDPOINT_POLL_MAX_S), ""
     while True:

@@ -10,8 +10,10 @@ the owners *ready* everywhere (:func:`agree_present`: an all-gather of bitmaps, 
 owner's explicit party, that its share of the round arrived; at the others, that its key did
 (enrolment). So an owner's presence is decided by its explicit party alone, every party sums the
 same set, and an owner absent from its explicit party is left out of the round by all of them.
-Then the worker publishes the round's public state, which the owners read with ``GetRound`` from
-the same party (:func:`release_party`).
+Then the worker publishes the round's public state, which each owner reads with ``GetRound`` from
+its explicit party too (every party publishes the same; the owners' reads are spread over them,
+and that party is the one that waits for an owner's read of the last release). Once enrolled, an
+owner keeps only its explicit party's connection open.
 
 Refused, naming the field: a caller the job does not list, or not an owner (PERMISSION_DENIED);
 a second enrolment, or a second contribution in a round (ALREADY_EXISTS); a contribution before
@@ -42,7 +44,7 @@ from .owner_shares import OwnerShareSum, explicit_party
 from .pki import Identity
 from .transport.chunking import grpc_message_options
 
-__all__ = ["OwnerClient", "OwnerIntake", "RoundFrame", "agree_present", "intake_threads", "pauses", "release_party",
+__all__ = ["OwnerClient", "OwnerIntake", "RoundFrame", "agree_present", "intake_threads", "pauses",
            "state_bytes", "state_from_bytes"]
 
 SERVICE = "/mpc_erm.v1.OwnerIntake"
@@ -349,13 +351,6 @@ def state_from_bytes(data: bytes, shape: Sequence[int]) -> torch.Tensor:
     return torch.from_numpy(np.frombuffer(data, dtype="<f8").copy()).reshape(tuple(shape))
 
 
-def release_party(owner_index: int, compute_parties: int) -> int:
-    """The compute party an owner reads each round's release from (every party publishes the same;
-    owners spread their reads), and so the one that waits for its read of the last release: its
-    explicit party, the one party it calls each round (and the one that learns it ``leaving``)."""
-    return explicit_party(owner_index, compute_parties)
-
-
 def agree_present(comm: Any, present: frozenset[int], owners: int) -> list[int]:
     """The owners ready at every compute party (sorted; :meth:`OwnerIntake.close_round`): an
     all-gather of bitmaps over the compute parties' communicator, ANDed. Every party gets the same
@@ -484,7 +479,7 @@ class OwnerClient:
         :data:`RELEASE_WAIT_S` at the server, which holds one of its threads meanwhile and grants
         less (:data:`RELEASE_POLL_S`) once its parked reads would take the threads the next round's
         shares need."""
-        stub = self._stubs[release_party(self.owner_index, len(self._stubs))]
+        stub = self._stubs[self.sharer.explicit]
         end = time.monotonic() + wait_s
         while True:
             poll = max(0.0, min(end - time.monotonic(), RELEASE_WAIT_S))

@@ -23,7 +23,8 @@ import torch
 
 from mpc_erm.protocols.aggregation import NoiseSpec
 
-from .owner_intake import OwnerClient, OwnerIntake, agree_present, pauses, release_party, round_state
+from .owner_intake import OwnerClient, OwnerIntake, agree_present, pauses, round_state
+from .owner_shares import explicit_party
 
 __all__ = ["IntakeAggregator", "LeftAfterSending", "OwnerAggregator"]
 
@@ -98,12 +99,12 @@ class IntakeAggregator:
 
     def wait_last_read(self, deadline_s: float) -> list[int]:
         """After the last release: wait (up to ``deadline_s``) until every owner counted in it that
-        reads from this compute party (:func:`~.owner_intake.release_party`) has read it; the ones
-        that did not."""
+        reads from this compute party (those whose explicit party it is) has read it; the ones that
+        did not."""
         f = self.intake.frame
         if not self.counted:
             return []
-        mine = [o for o in self.agreed if release_party(o, f.compute_parties) == f.rank]
+        mine = [o for o in self.agreed if explicit_party(o, f.compute_parties) == f.rank]
         return self.intake.wait_read(len(self.counted) - 1, mine, deadline_s)
 
 
