@@ -396,7 +396,8 @@ class OwnerClient:
         on): a compute party holds a connection per owner whose share it receives, not one per
         owner of the job (at 50,000 owners and 3 compute parties, 16,667 instead of 50,000)."""
         if self.frame is not None or self._stubs.count(None):
-            raise RuntimeError(f"job {self.job_id}: this owner client has enrolled already")
+            raise RuntimeError(f"job {self.job_id}: this owner client has enrolled already (or tried: once per "
+                               "client, which then keeps one connection; a new client to try again)")
         try:
             replies = [self._enroll_at(j, stub, timeout_s) for j, stub in enumerate(self._stubs)]
         finally:
