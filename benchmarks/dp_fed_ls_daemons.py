@@ -196,6 +196,8 @@ def main(argv: list[str] | None = None) -> None:
         with LocalConsortium(root / "cons", parties=3, dealer=False, max_epsilon_per_job=10.0,
                              peer_timeout_s=600.0) as cons:
             cells = [(float(e), float(s)) for e in a.epsilons.split(",") for s in a.sigmas.split(",")]
+            paper_setting = (a.owners, a.rows, a.rate, a.rounds) == (*SETTINGS[a.sampling][:2], 0.05, 30)
+            table = SETTINGS[a.sampling][2] if paper_setting else {}
             for run, (eps, sig, seed) in enumerate((e, s, int(x)) for e, s in cells for x in a.seeds.split(",")):
                 configs = fresh_owners(cons, root / f"owners-{run}", files, a.owner_device)
                 d = daemons_run(cons, configs, root, epsilon=eps, sigma=sig, seed=seed, owners=a.owners,
@@ -203,8 +205,6 @@ def main(argv: list[str] | None = None) -> None:
                                 owner_procs=a.owner_procs, deadline_s=a.round_deadline)
                 s = simulate(epsilon=eps, ls_sigma=sig, seed=seed, sampling=a.sampling, owners=a.owners,
                              rows=a.rows, rate=a.rate, rounds=a.rounds)
-                paper_setting = (a.owners, a.rows, a.rate, a.rounds) == (*SETTINGS[a.sampling][:2], 0.05, 30)
-                table = SETTINGS[a.sampling][2] if paper_setting else {}
                 paper = table.get(sig, {}).get(int(eps))
                 row = {"epsilon_target": eps, "ls_sigma": sig, "seed": seed, "daemons": d,
                        "simulator": {k: s[k] for k in ("test_accuracy", "epsilon", "noise_multiplier", "seconds")},

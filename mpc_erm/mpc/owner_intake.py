@@ -156,6 +156,12 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         with self._lock:
             return frozenset(self._enrolled)
 
+    @property
+    def explicit_owners(self) -> frozenset[int]:
+        """The owners whose explicit share this party receives (it is their explicit party): the
+        ones that call it each round and read its releases."""
+        return self._mine
+
     def open_round(self, t: int) -> None:
         with self._lock:
             if self._round is not None and not self._round.closed:
@@ -395,7 +401,7 @@ class OwnerClient:
         connections to every compute party but this owner's explicit one (the one it calls from then
         on): a compute party holds a connection per owner whose share it receives, not one per
         owner of the job (at 50,000 owners and 3 compute parties, 16,667 instead of 50,000)."""
-        if self.frame is not None or self._stubs.count(None):
+        if None in self._stubs:  # _keep_only ran: enrolled, or tried
             raise RuntimeError(f"job {self.job_id}: this owner client has enrolled already (or tried: once per "
                                "client, which then keeps one connection; a new client to try again)")
         try:

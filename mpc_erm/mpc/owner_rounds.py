@@ -24,7 +24,6 @@ import torch
 from mpc_erm.protocols.aggregation import NoiseSpec
 
 from .owner_intake import OwnerClient, OwnerIntake, agree_present, pauses, round_state
-from .owner_shares import explicit_party
 
 __all__ = ["IntakeAggregator", "LeftAfterSending", "OwnerAggregator"]
 
@@ -101,10 +100,9 @@ class IntakeAggregator:
         """After the last release: wait (up to ``deadline_s``) until every owner counted in it that
         reads from this compute party (those whose explicit party it is) has read it; the ones that
         did not."""
-        f = self.intake.frame
         if not self.counted:
             return []
-        mine = [o for o in self.agreed if explicit_party(o, f.compute_parties) == f.rank]
+        mine = [o for o in self.agreed if o in self.intake.explicit_owners]
         return self.intake.wait_read(len(self.counted) - 1, mine, deadline_s)
 
 
