@@ -213,6 +213,13 @@ def one_setting(cons: Any, root: Path, train: Any, test: Any, metrics: Any, *, m
 
     theta = load_file(str(run["dir"] / "model.safetensors"))["theta"].double()
     gap, acc = metrics(theta)
+    # the daemons' figures before the baseline's draws (a T = 1,500 baseline takes minutes a draw):
+    # a run stopped during the baseline still leaves them in its log
+    print(f"{method} m = {m} seed {seed} daemons: " + json.dumps(
+        {"optimality_gap": gap, "relative_accuracy_loss": acc, "wall_seconds": run["wall_seconds"],
+         "mpc_wall_seconds": run["metrics"]["wall_seconds"], **_round_times(run["metrics"]),
+         "owners_per_round_min": min(run["metrics"]["owners_per_round"]), "owners_failed": run["owners_failed"],
+         "machine_memory_gib": run["machine_memory_gib"]}, default=float), flush=True)
     same = _SameJob(job_path, train, parts)
     base = [(metrics(th), sec) for th, sec in (same.draw(1000 * seed + k) for k in range(baseline_seeds))]
     gaps, accs = np.array([g for (g, _), _ in base]), np.array([a for (_, a), _ in base])
