@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.aggregate import jsonable, machine_info
-from benchmarks.owners_common import in_spawned_processes, owners_process_setup
+from benchmarks.owners_common import MemoryPeak, in_spawned_processes, owners_process_setup
 
 SIGMA, SENSITIVITY = 1.0, 1.0
 
@@ -168,10 +168,12 @@ def run_one(owners: int, dim: int, rounds: int, threads: int, procs: int = 1) ->
     addr_q = mp.get_context("spawn").Queue()
     box: dict[str, Any] = {}
     th = threading.Thread(target=lambda: box.update(_all_owners(ca, names, dim, rounds, addr_q, threads, procs)))
+    mem = MemoryPeak().start()
     th.start()
     run = run_local_full(_compute, parties=3, trust="replicated", args=(names, dim, rounds, addr_q),
                          timeout_s=7200, deadline_s=600, ca=ca)
     th.join(600)
+    mem.stop()
     if "owner_round_s" not in box:
         raise RuntimeError("the owners did not finish")
     reps = run.results
@@ -201,6 +203,9 @@ def run_one(owners: int, dim: int, rounds: int, threads: int, procs: int = 1) ->
         "simulator_round_s": sim,
         "ratio_round_to_simulator": mid / sim,
         "agreed": [r["rounds"][-1]["agreed"] for r in reps],
+        "machine_memory_gib": {"before": mem.before / 2**30, "peak": mem.peak / 2**30,
+                               "what": "MemTotal - MemAvailable of the whole machine (compute parties and owners), "
+                                       "sampled every 0.5 s from the owners' start to their end"},
     }
 
 

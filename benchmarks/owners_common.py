@@ -109,7 +109,7 @@ def run_job(cons: Any, configs: list[Path], job_path: Path, out_root: Path, owne
     compute parties are done (timed apart: ``send_seconds``, ``fetch_seconds``)."""
     from mpc_erm.jobs.status import TERMINAL
 
-    mem = _MemoryPeak().start()
+    mem = MemoryPeak().start()
     tic = time.perf_counter()
     sent_at: list[float] = []
     with cons.client() as client:
@@ -152,7 +152,7 @@ def run_job(cons: Any, configs: list[Path], job_path: Path, out_root: Path, owne
                                            "owners), sampled every 0.5 s during the job"}}
 
 
-class _MemoryPeak(threading.Thread):
+class MemoryPeak(threading.Thread):
     """The machine's used memory (MemTotal − MemAvailable) before and at its peak during a job."""
 
     def __init__(self) -> None:
@@ -165,7 +165,7 @@ class _MemoryPeak(threading.Thread):
         info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
         return 1024 * (int(info["MemTotal"].split()[0]) - int(info["MemAvailable"].split()[0]))
 
-    def start(self) -> _MemoryPeak:  # type: ignore[override]
+    def start(self) -> MemoryPeak:  # type: ignore[override]
         super().start()
         return self
 
