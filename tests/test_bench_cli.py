@@ -171,15 +171,12 @@ def test_tiny_many_owners_run(tmp_path: pathlib.Path) -> None:
     assert len(r["owner_side"]["owner_round_s"]) == 2
 
 
+@pytest.mark.data
 def test_each_dp_fed_ls_daemons_run_has_owners_with_fresh_ledgers(tmp_path: pathlib.Path) -> None:
     """Runs of ``dp_fed_ls_daemons`` are independent repetitions: each gets new owners (identity,
     ledger, audit log), so no owner's ledger composes one run's job with another's. Three ε = 9
     jobs on the same four owners' rows would compose past the sampler's term and be refused; here
     every run trains with all four owners counted in both rounds. Needs MNIST (the paper's data)."""
-    from mpc_erm.data.sets import _repo_default_root, data_root_or_none
-
-    if data_root_or_none() is None:
-        pytest.skip(f"real data sets absent: set $MPC_ERM_DATA or provide {_repo_default_root()}")
     out = tmp_path / "fed.json"
     subprocess.run([sys.executable, "-m", "benchmarks.dp_fed_ls_daemons", "--owners", "4", "--rows", "20",
                     "--rounds", "2", "--rate", "0.5", "--epsilons", "9", "--sigmas", "0", "--seeds", "0,1,2",

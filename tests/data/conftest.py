@@ -1,33 +1,11 @@
-"""Fixtures for the data-layer tests: the shared data root (or a visible skip) and a private cache."""
+"""Fixtures for the data-layer tests: a private cache (the data root and the ``data`` marker's
+skip are project-wide: ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
-from mpc_erm.data.sets import _repo_default_root, data_root_or_none
-
-_ROOT = data_root_or_none()
-_SKIP_REASON = (f"real data sets absent: set $MPC_ERM_DATA or provide {_repo_default_root()}")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip every @pytest.mark.data test, with the reason, when shared/data is missing."""
-    if _ROOT is not None:
-        return
-    skip = pytest.mark.skip(reason=_SKIP_REASON)
-    here = Path(__file__).parent
-    for item in items:
-        if item.get_closest_marker("data") is not None and here in Path(item.path).parents:
-            item.add_marker(skip)
-
-
-@pytest.fixture(scope="session")
-def data_dir() -> Path:
-    if _ROOT is None:
-        pytest.skip(_SKIP_REASON)
-    return _ROOT
 
 
 @pytest.fixture(scope="session")
