@@ -203,9 +203,8 @@ def run_one(owners: int, dim: int, rounds: int, threads: int, procs: int = 1) ->
         "simulator_round_s": sim,
         "ratio_round_to_simulator": mid / sim,
         "agreed": [r["rounds"][-1]["agreed"] for r in reps],
-        "machine_memory_gib": {"before": mem.before / 2**30, "peak": mem.peak / 2**30,
-                               "what": "MemTotal - MemAvailable of the whole machine (compute parties and owners), "
-                                       "sampled every 0.5 s from the owners' start to their end"},
+        "machine_memory_gib": mem.gib("MemTotal - MemAvailable of the whole machine (compute parties and owners), "
+                                      "sampled every 0.5 s from the owners' start to their end"),
     }
 
 

@@ -213,18 +213,28 @@ def one_setting(cons: Any, root: Path, train: Any, test: Any, metrics: Any, *, m
 
     theta = load_file(str(run["dir"] / "model.safetensors"))["theta"].double()
     gap, acc = metrics(theta)
+    releases = rounds if method == "gradient" else 1
+    rep, met = run["report"], run["metrics"]
+    daemons = {"optimality_gap": gap, "relative_accuracy_loss": acc, "wall_seconds": run["wall_seconds"],
+               "mpc_wall_seconds": met["wall_seconds"], "seconds_per_round": met["wall_seconds"] / releases,
+               **_round_times(met),
+               "owners_per_round_min": min(met["owners_per_round"]), "owners_failed": run["owners_failed"],
+               "epsilon": rep["epsilon"], "delta_total": rep["delta"] + rep["delta_sampler"],
+               "accountant": rep["accountant"], "noise_scale": rep.get("noise_scale"),
+               "sensitivity_l2": rep["plan"]["sensitivity_l2"], "owner_setup_seconds": setup_s,
+               "owner_processes": owner_procs, "machine_memory_gib": run["machine_memory_gib"],
+               "owner_mode": ("owner join --leave, then owner fetch after the job" if leave else "owner join"),
+               "owners_at_once": concurrency and concurrency * owner_procs, "round_deadline_s": deadline,
+               "send_seconds": run["send_seconds"], "fetch_seconds": run["fetch_seconds"],
+               "owners_fetched": run["owners_fetched"] if leave else None,
+               "owners_fetch_failed": run["owners_fetch_failed"]}
     # the daemons' figures before the baseline's draws (a T = 1,500 baseline takes minutes a draw):
     # a run stopped during the baseline still leaves them in its log
-    print(f"{method} m = {m} seed {seed} daemons: " + json.dumps(
-        {"optimality_gap": gap, "relative_accuracy_loss": acc, "wall_seconds": run["wall_seconds"],
-         "mpc_wall_seconds": run["metrics"]["wall_seconds"], **_round_times(run["metrics"]),
-         "owners_per_round_min": min(run["metrics"]["owners_per_round"]), "owners_failed": run["owners_failed"],
-         "machine_memory_gib": run["machine_memory_gib"]}, default=float), flush=True)
+    print(f"{method} m = {m} seed {seed} daemons: " + json.dumps(daemons, default=float), flush=True)
     same = _SameJob(job_path, train, parts)
     base = [(metrics(th), sec) for th, sec in (same.draw(1000 * seed + k) for k in range(baseline_seeds))]
     gaps, accs = np.array([g for (g, _), _ in base]), np.array([a for (_, a), _ in base])
     b_gap, b_acc, base_s = float(gaps.mean()), float(accs.mean()), float(np.mean([sec for _, sec in base]))
-    releases = rounds if method == "gradient" else 1
     if method == "output":  # the noise the daemons added, against the plan's σ
         z = theta - same.without_noise()
         realised = {"noise_std_per_coordinate": float(z.std()), "noise_norm": float(z.norm()),
@@ -232,25 +242,11 @@ def one_setting(cons: Any, root: Path, train: Any, test: Any, metrics: Any, *, m
                     "std_over_sigma": float(z.std()) / float(run["report"].get("noise_scale") or float("nan"))}
     else:
         realised = None
-    rep, met = run["report"], run["metrics"]
     sim = _thesis_simulator("mpc_grad_p" if method == "gradient" else "mpc_out_p", m, rounds, seed)
     row = {
         "method": method, "owners": m, "rows_per_owner": [int(min(map(len, parts))), int(max(map(len, parts)))],
         "rounds": releases, "seed": seed, "job_digest": load_job_file(job_path).spec_digest(),
-        "daemons": {"optimality_gap": gap, "relative_accuracy_loss": acc, "wall_seconds": run["wall_seconds"],
-                    "mpc_wall_seconds": met["wall_seconds"], "seconds_per_round": met["wall_seconds"] / releases,
-                    **_round_times(met),
-                    "owners_per_round_min": min(met["owners_per_round"]), "owners_failed": run["owners_failed"],
-                    "epsilon": rep["epsilon"], "delta_total": rep["delta"] + rep["delta_sampler"],
-                    "accountant": rep["accountant"], "noise_scale": rep.get("noise_scale"),
-                    "sensitivity_l2": rep["plan"]["sensitivity_l2"], "owner_setup_seconds": setup_s,
-                    "owner_processes": owner_procs, "machine_memory_gib": run["machine_memory_gib"],
-                    "owner_mode": ("owner join --leave, then owner fetch after the job" if leave else "owner join"),
-                    "owners_at_once": concurrency and concurrency * owner_procs, "round_deadline_s": deadline,
-                    "send_seconds": run["send_seconds"], "fetch_seconds": run["fetch_seconds"],
-                    "owners_fetched": run["owners_fetched"] if leave else None,
-                    "owners_fetch_failed": run["owners_fetch_failed"],
-                    "realised_noise": realised},
+        "daemons": {**daemons, "realised_noise": realised},
         "same_job_in_process": {"noise_draws": baseline_seeds, "optimality_gap_mean": b_gap,
                                 "optimality_gap_std": float(gaps.std()), "relative_accuracy_loss_mean": b_acc,
                                 "relative_accuracy_loss_std": float(accs.std()), "seconds": base_s,

@@ -147,9 +147,8 @@ def run_job(cons: Any, configs: list[Path], job_path: Path, out_root: Path, owne
             "metrics": json.loads((out / "metrics.json").read_text()),
             "report": json.loads((out / "privacy_report.json").read_text()),
             "owners_failed": {k: repr(v) for k, v in box.items() if isinstance(v, Exception)},
-            "machine_memory_gib": {"before": mem.before / 2**30, "peak": mem.peak / 2**30,
-                                   "what": "MemTotal - MemAvailable of the whole machine (daemons, workers, "
-                                           "owners), sampled every 0.5 s during the job"}}
+            "machine_memory_gib": mem.gib("MemTotal - MemAvailable of the whole machine (daemons, workers, "
+                                          "owners), sampled every 0.5 s during the job")}
 
 
 class MemoryPeak(threading.Thread):
@@ -176,3 +175,7 @@ class MemoryPeak(threading.Thread):
     def stop(self) -> None:
         self._done.set()
         self.join(5)
+
+    def gib(self, what: str) -> dict[str, Any]:
+        """Before and peak in GiB, with ``what`` was sampled (the results' ``machine_memory_gib``)."""
+        return {"before": self.before / 2**30, "peak": self.peak / 2**30, "what": what}
