@@ -1,7 +1,8 @@
 """The training spec: what every party must agree on before a job starts.
 
-One pydantic model serves the simulator, the job TOML of the coordinator and (later) the spec hash
-all parties compare, so a field means the same thing everywhere. Errors name the field.
+One pydantic model serves the simulator, the job TOML of the coordinator and the spec hash all
+parties compare before any share moves (:meth:`JobSpec.digest`), so a field means the same thing
+everywhere. Errors name the field.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Plaintext, in-process implementation of the protocols' SecureAggregator.
 
 It computes exactly what the MPC reveals (Σ w_i c_i + noise) with a seeded torch generator, so
-experiments are reproducible and later MPC runs can be checked against it. It is *not* private
+experiments are reproducible and the daemons' MPC runs are checked against it (the same protocol
+round loop over this aggregator and over ``mpc_erm.mpc``'s). It is *not* private
 against anyone who can read this process: its trust model says so in every report.
 """
 
