@@ -5,7 +5,11 @@ counts and the model's dimension) and nothing downstream re-derives any of it: t
 the weights and the sensitivity, the MPC engine realises the noise (grid, sampler parameters) to
 match the plan's noise multiplier exactly, the ledger reserves and composes the plan's
 :class:`~mpc_erm.privacy.events.DpEvent`, the report states the plan, and ``mpc-erm report
-verify`` recomputes ε from the report's event alone.
+verify`` recomputes ε from the report's event alone. Every caller plans a job through one
+function, :func:`mpc_erm.protocols.common.plan_job` (the job file's check, the daemon's admission,
+the worker, a data owner, the simulator, ``job plan``): the same public inputs give the same plan,
+and the ledger refuses to let a worker reveal under an event other than the one reserved at
+admission.
 
 **What is public** (docs/privacy.md, "What is public"):
 
@@ -396,7 +400,7 @@ class PrivacyPlan:
         return ("replace-one adjacency: the record counts are equal in neighbouring data sets; every party's exact "
                 f"count is shared with the members and published{'' if counts is None else f' ({list(counts)})'}")
 
-    def report(self, *, noise_scale: float, realisation: dict[str, Any] | None, trust_model: str, parties: int,
+    def report(self, *, noise_scale: float, realisation: dict[str, Any] | None, trust_model: str, parties: int | None,
                parameters: dict[str, Any] | None = None, notes: tuple[str, ...] = ()) -> Any:
         """The job's :class:`~mpc_erm.privacy.report.PrivacyReport`, from this (bound) plan and the
         engine's realisation of its noise (``noise_scale`` in real units) — nothing else."""
@@ -405,7 +409,8 @@ class PrivacyPlan:
         counts = self.sizes.counts if self.sizes is not None else None
         common: dict[str, Any] = dict(
             adjacency=self.adjacency, trust_model=trust_model, parties=parties,
-            n=sum(counts) if counts is not None else None, rounds=self.rounds, plan=self.describe(),
+            n=sum(counts) if counts is not None else None, rounds=self.rounds, sampling_rate=self.sampling_rate,
+            plan=self.describe(),
             realisation=realisation, parameters=parameters or {})
         if self.mechanism == "none":
             return PrivacyReport(mechanism="none", noise_scale=0.0, norm="l2", accountant="none", epsilon=math.inf,

@@ -131,3 +131,18 @@ def test_open_jobs_and_an_unused_data_set() -> None:
     assert "**Spent: ε = 0.5 at δ = 1e-05**" in text and "hold ε 0.5 more" in text and "Remaining: ε = 1" in text
     assert "No job has used it yet" in dataset_statement("d", party="p", adjacency="add_remove", epsilon_total=1.0,
                                                          delta_total=1e-6, jobs=[])
+
+
+def test_a_subsampled_jobs_report_and_statement_state_its_sampling_rate() -> None:
+    """A Poisson-subsampled job (DP-SGD) reports its rate q beside the plan that has it, and the
+    statement says each record is sampled with that probability (the report once said 1.0)."""
+    spec = JobSpec.model_validate({
+        "method": "gradient",
+        "model": {"name": "mlp", "input_shape": [28], "n_classes": 2, "hidden": [8], "init_seed": 3},
+        "privacy": {"epsilon": 2.0, "delta": 1e-6, "adjacency": "add_remove", "public_n": 30000, "clip": 1.0},
+        "training": {"iterations": 100, "learning_rate": 0.5, "sampling_rate": 0.01}})
+    plan = plan_job(spec, sampler="mpc", sizes=PublicSizes(public_n=30000))
+    real = realise(plan, 3)
+    rep = plan.report(noise_scale=real.spec.scale, realisation=real.describe(), trust_model=RSS, parties=3)
+    assert rep.sampling_rate == plan.sampling_rate == 0.01
+    assert "sampled with probability 0.01 per round" in job_statement(rep)
