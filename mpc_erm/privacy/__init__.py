@@ -10,7 +10,8 @@ each one against an independent computation or a published number.
 - :mod:`.laplace`      per-coordinate and ℓ2 ("Gamma-norm") Laplace mechanisms
 - :mod:`.accountants`  RDP / PLD (Google dp_accounting), GDP and zCDP behind one interface
 - :mod:`.contraction`  amplification by iteration (paper 004: Thm 4, Prop. 1, Thm 5, Thm 3)
-- :mod:`.calibration`  the entry points protocols call → :class:`Calibration`
+- :mod:`.plan`         a job's :class:`PrivacyPlan`: what protocols, ledger, report and simulator read
+- :mod:`.calibration`  σ or b for a target (ε, δ) outside a job's plan (the baselines) → :class:`Calibration`
 - :mod:`.thesis`       Table 6.1 analytic scales, for reproduction
 - :mod:`.noise`        seedable plaintext samplers for the in-process simulator
 - :mod:`.report`       :class:`PrivacyReport` (JSON)

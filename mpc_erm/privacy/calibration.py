@@ -1,4 +1,6 @@
-"""Calibration entry points the protocols call: sensitivity + budget → noise (docs/privacy.md §2-4).
+"""Sensitivity + budget → noise (docs/privacy.md §2-4), for releases outside a job's plan: the
+simulator's baselines (local DP-GD, local output perturbation, Table 6.1) and an independent check
+of the plan's σ in the tests. A job's own noise is its :class:`~.plan.PrivacyPlan`'s.
 
 Each returns a frozen :class:`Calibration` carrying the noise the sampler takes
 (:func:`.noise.sample_noise` ``(mechanism, scale)``) and everything a report must state.

@@ -14,6 +14,8 @@ import torch
 from mpc_erm.data import Dataset
 from mpc_erm.models import Loss, NetworkSpec, build_network, get_loss, parameter_count
 from mpc_erm.privacy.plan import PrivacyPlan, PublicSizes, Sampler
+from mpc_erm.privacy.report import SIMULATION_SAMPLER_NOTE, PrivacyReport
+from mpc_erm.protocols.aggregation import NoiseSpec
 from mpc_erm.protocols.spec import JobSpec
 
 
@@ -124,6 +126,18 @@ def plan_job(spec: JobSpec, *, sampler: Sampler = "ideal", test_no_noise: bool =
         dim = None if n_features is None else loss_for(spec).param_dim(n_features)
     return PrivacyPlan.make(spec, clip=clip_for(spec), sampler=sampler, test_no_noise=test_no_noise, sizes=sizes,
                             dim=dim)
+
+
+def run_report(plan: PrivacyPlan | None, noise: NoiseSpec | None, trust_model: str, parties: PartySizes | None,
+               parameters: dict[str, Any]) -> PrivacyReport:
+    """The privacy report of a protocol run in process: the plan's report (the one a daemon
+    writes, there with the engine's realisation of the noise), at the noise the run added.
+    The ideal sampler's report says that its floating-point sampler is not bounded."""
+    assert plan is not None and noise is not None
+    ideal = plan.sampler == "ideal" and plan.mechanism != "none"
+    return plan.report(noise_scale=noise.scale, realisation=None, trust_model=trust_model,
+                       parties=None if parties is None else parties.m, parameters=parameters,
+                       notes=(SIMULATION_SAMPLER_NOTE,) if ideal else ())
 
 
 def public_sizes(spec: JobSpec, parties: PartySizes | None) -> PublicSizes:

@@ -14,15 +14,15 @@ unit-ball assumption. σ is calibrated for the T-fold composition by the spec's 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from mpc_erm.models import clip_rows
-from mpc_erm.privacy import Calibration, PrivacyReport, calibrate_gradient_perturbation, no_noise_calibration
-from mpc_erm.privacy.plan import SAMPLER_DELTA_SHARE, PrivacyPlan
+from mpc_erm.privacy import PrivacyReport
+from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.protocols.aggregation import NO_NOISE, NoiseSpec, SecureAggregator
-from mpc_erm.protocols.common import PartySizes, loss_for, plan_job, public_sizes
+from mpc_erm.protocols.common import PartySizes, loss_for, plan_job, public_sizes, run_report
 from mpc_erm.protocols.spec import JobSpec
 from mpc_erm.smoothing import laplacian_smooth
 
@@ -41,7 +41,6 @@ class GradientPerturbation:
     n_features: int
     plan: PrivacyPlan | None = None
     noise: NoiseSpec | None = None
-    calibration: Calibration = field(init=False)
 
     def __post_init__(self) -> None:
         if self.spec.method != "gradient":
@@ -57,19 +56,9 @@ class GradientPerturbation:
         self.sensitivity = pl.sensitivity_l2()
         self.weights = (torch.tensor([pl.weight(j, n) for j, n in enumerate(self.parties.sizes)], dtype=torch.float64)
                         if self.parties is not None else None)
-        pv, tr = self.spec.privacy, self.spec.training
-        if pl.mechanism == "none":
-            self.calibration = no_noise_calibration(self.sensitivity, rounds=tr.iterations, adjacency=pv.adjacency)
-            self.noise = NO_NOISE if self.noise is None else self.noise
-            return
-        # the report of an ideal-noise run (simulator); the daemon reports from the plan
-        self.calibration = calibrate_gradient_perturbation(
-            self.sensitivity, tr.iterations, pv.epsilon, pv.delta * (1.0 - SAMPLER_DELTA_SHARE)
-            if pl.sampler == "mpc" else pv.delta,
-            accountant=pl.accountant, adjacency=pv.adjacency,
-        )
-        if self.noise is None:
-            self.noise = NoiseSpec("gaussian", pl.noise_scale(), sensitivity=self.sensitivity)
+        if self.noise is None:  # the plan's noise, whatever sampler it was planned for
+            self.noise = NO_NOISE if pl.mechanism == "none" else NoiseSpec("gaussian", pl.noise_scale(),
+                                                                           sensitivity=self.sensitivity)
 
     def initial_model(self, dtype: torch.dtype = torch.float64, device: torch.device | str = "cpu") -> torch.Tensor:
         return torch.zeros(self.p, dtype=dtype, device=device)
@@ -158,11 +147,9 @@ class GradientPerturbation:
 
     def report(self, trust_model: str) -> PrivacyReport:
         tr = self.spec.training
-        return self.calibration.report(
-            trust_model=trust_model,
-            parties=None if self.parties is None else self.parties.m,
-            n=None if self.spec.privacy.adjacency == "add_remove" or self.parties is None else self.parties.n,
-            parameters={
+        return run_report(
+            self.plan, self.noise, trust_model, self.parties,
+            {
                 "protocol": "gradient_perturbation",
                 "loss": self.loss.name,
                 "lam": self.spec.model.lam,
@@ -173,6 +160,5 @@ class GradientPerturbation:
                 "ls_sigma": tr.ls_sigma,
                 "smoothing": "post-processing of the revealed noisy gradient (no privacy cost)",
                 "dim": self.p,
-                "plan": self.plan.describe() if self.plan is not None else None,
             },
         )

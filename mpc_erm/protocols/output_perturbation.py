@@ -12,15 +12,15 @@ per-coordinate Laplace with the honest Δ₁ = √p·Δ₂ ("laplace_thesis"); s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from mpc_erm.models import solve_erm
-from mpc_erm.privacy import Calibration, PrivacyReport, calibrate_output_perturbation, no_noise_calibration
+from mpc_erm.privacy import PrivacyReport
 from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.protocols.aggregation import NO_NOISE, NoiseSpec, SecureAggregator
-from mpc_erm.protocols.common import PartySizes, loss_for, plan_job, project_to_unit_ball, public_sizes
+from mpc_erm.protocols.common import PartySizes, loss_for, plan_job, project_to_unit_ball, public_sizes, run_report
 from mpc_erm.protocols.spec import JobSpec
 
 
@@ -39,7 +39,6 @@ class OutputPerturbation:
     n_features: int
     plan: PrivacyPlan | None = None
     noise: NoiseSpec | None = None
-    calibration: Calibration = field(init=False)
 
     def __post_init__(self) -> None:
         if self.spec.method != "output":
@@ -55,18 +54,9 @@ class OutputPerturbation:
         self.sensitivity = pl.sensitivity_l2()
         self.weights = (torch.tensor([pl.weight(j, n) for j, n in enumerate(self.parties.sizes)], dtype=torch.float64)
                         if self.parties is not None else None)
-        pv = self.spec.privacy
-        if pl.mechanism == "none":
-            self.calibration = no_noise_calibration(self.sensitivity, adjacency=pv.adjacency)
-            self.noise = NO_NOISE if self.noise is None else self.noise
-            return
-        # the report of an ideal-noise run (simulator; for the ideal sampler its scale is the
-        # plan's); the daemon reports from the plan
-        self.calibration = calibrate_output_perturbation(
-            self.sensitivity, self.p, pv.epsilon, pv.delta, mechanism=pv.mechanism, adjacency=pv.adjacency
-        )
         if self.noise is None:  # the plan's noise, whatever sampler it was planned for
-            self.noise = NoiseSpec(pl.mechanism, pl.noise_scale(), sensitivity=pl.sensitivity())  # type: ignore[arg-type]
+            self.noise = NO_NOISE if pl.mechanism == "none" else NoiseSpec(
+                pl.mechanism, pl.noise_scale(), sensitivity=pl.sensitivity())  # type: ignore[arg-type]
 
     def local_model(self, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """θ̂_j: the party's exact regularised minimiser, certified to the plan's tolerance for its
@@ -90,11 +80,9 @@ class OutputPerturbation:
         return aggregator.aggregate(local_models, weights.to(local_models.dtype), self.noise)
 
     def report(self, trust_model: str) -> PrivacyReport:
-        return self.calibration.report(
-            trust_model=trust_model,
-            parties=None if self.parties is None else self.parties.m,
-            n=None if self.spec.privacy.adjacency == "add_remove" or self.parties is None else self.parties.n,
-            parameters={
+        return run_report(
+            self.plan, self.noise, trust_model, self.parties,
+            {
                 "protocol": "output_perturbation",
                 "loss": self.loss.name,
                 "lam": self.spec.model.lam,
@@ -102,6 +90,5 @@ class OutputPerturbation:
                 "weighting": self.spec.training.weighting,
                 "solver_tol": self.spec.training.solver_tol,
                 "dim": self.p,
-                "plan": self.plan.describe() if self.plan is not None else None,
             },
         )

@@ -229,7 +229,7 @@ def run_gradient_method(setting: Setting, parties: SimulatedParties, gen: torch.
                                         setting.delta, "per-party-mean weighting", accountant="zcdp (thesis)",
                                         trust="mpc")
         else:
-            sigma = proto.calibration.scale
+            sigma = proto.noise.scale
             privacy = proto.report(InProcessAggregator.trust_model).model_dump(mode="json")
         noise = NoiseSpec("gaussian", sigma)
     elif name == "local_grad_p":
@@ -254,7 +254,7 @@ def run_gradient_method(setting: Setting, parties: SimulatedParties, gen: torch.
                                     trust="local")
     elif name == "rajkumar_agarwal":
         sigma = (thesis_grad_sigma(setting.G, T, setting.epsilon, setting.delta, m, n_min)
-                 if setting.convention == "thesis" else proto.calibration.scale)
+                 if setting.convention == "thesis" else proto.noise.scale)
         noise = NoiseSpec("gaussian", sigma)
         lap_b = 2 * setting.G / (m * n_min * setting.epsilon)
         privacy = _baseline_privacy("gaussian + per-round laplace (trusted aggregator)", sigma,

@@ -9,6 +9,8 @@ import torch
 
 from mpc_erm.data import load_dataset, partition_equal
 from mpc_erm.models import solve_erm
+from mpc_erm.privacy import calibrate_gradient_perturbation, calibrate_output_perturbation
+from mpc_erm.privacy.report import SIMULATION_SAMPLER_NOTE
 from mpc_erm.protocols import NO_NOISE, GradientPerturbation, JobSpec, OutputPerturbation, PartySizes
 from mpc_erm.protocols.aggregation import NoiseSpec
 from mpc_erm.simulate import InProcessAggregator
@@ -136,13 +138,13 @@ def test_noiseless_gradient_rounds_converge_to_the_central_optimum(cancer) -> No
     assert float((theta - star).norm()) < 1e-6
 
 
-def test_in_process_aggregator_noise_matches_the_calibration(cancer) -> None:
+def test_in_process_aggregator_noise_is_the_plans(cancer) -> None:
     X, _, parts = cancer
     proto = GradientPerturbation(_grad_spec(), PartySizes.of([len(p) for p in parts]), X.shape[1])
     agg = InProcessAggregator(torch.Generator().manual_seed(0))
     zero = torch.zeros(3, 20_000, dtype=torch.float64)
     out = agg.aggregate(zero, proto.weights, proto.noise)
-    assert float(out.std()) == pytest.approx(proto.calibration.scale, rel=0.03)
+    assert float(out.std()) == pytest.approx(proto.plan.noise_scale(), rel=0.03)
     with pytest.raises(ValueError, match="weights"):
         agg.aggregate(zero, torch.ones(2, dtype=torch.float64), NoiseSpec("gaussian", 1.0))
 
@@ -150,7 +152,8 @@ def test_in_process_aggregator_noise_matches_the_calibration(cancer) -> None:
 @pytest.mark.parametrize("mechanism,delta", [("gaussian", 1e-5), ("l2_laplace", 0.0), ("laplace_thesis", 0.0)])
 def test_output_noise_is_the_plans_noise_for_either_sampler(cancer, mechanism, delta) -> None:
     """One plan: the noise an output release adds by default is the plan's σ or b. For the ideal
-    sampler it equals the simulator's calibration (same formula reached twice); for a plan made for
+    sampler it equals the independent calibration of :mod:`mpc_erm.privacy.calibration` (the
+    analytic Gaussian, ℓ2-Laplace, honest per-coordinate Laplace); for a plan made for
     the in-MPC sampler (RDP of the discrete Gaussian at δ·0.99) it is that plan's, larger σ — not the
     analytic Gaussian's (the defect that made the KDD Out P baseline 12 % too quiet)."""
     from mpc_erm.protocols.common import plan_job, public_sizes
@@ -160,7 +163,10 @@ def test_output_noise_is_the_plans_noise_for_either_sampler(cancer, mechanism, d
     spec = _out_spec(mechanism=mechanism, delta=delta if delta else 1e-10)
     ideal = OutputPerturbation(spec, sizes, X.shape[1])
     assert ideal.plan.sampler == "ideal"
-    assert ideal.noise.scale == pytest.approx(ideal.calibration.scale, rel=1e-4)
+    pv = spec.privacy
+    independent = calibrate_output_perturbation(ideal.plan.sensitivity_l2(), ideal.p, pv.epsilon, pv.delta,
+                                                mechanism=mechanism, adjacency=pv.adjacency)
+    assert ideal.noise.scale == pytest.approx(independent.scale, rel=1e-4)
     assert ideal.noise.scale == ideal.plan.noise_scale()
     if mechanism == "l2_laplace":
         return  # not sampled inside the MPC (the plan refuses it)
@@ -171,3 +177,26 @@ def test_output_noise_is_the_plans_noise_for_either_sampler(cancer, mechanism, d
     assert proto.noise.sensitivity == mpc_plan.sensitivity()
     if mechanism == "gaussian":
         assert proto.noise.scale > 1.01 * ideal.noise.scale
+
+
+@pytest.mark.parametrize("method", ["gradient", "output"])
+def test_a_run_in_process_reports_its_plan(cancer, method) -> None:
+    """The simulator's report is the plan's (the one a daemon writes), at the noise the run added,
+    with no second calibration beside the plan; its σ is the independent calibration's (GDP for
+    full-batch rounds, the analytic Gaussian for one release) and its ε meets the target."""
+    X, _, parts = cancer
+    sizes = PartySizes.of([len(p) for p in parts])
+    proto = (GradientPerturbation(_grad_spec(), sizes, X.shape[1]) if method == "gradient"
+             else OutputPerturbation(_out_spec(mechanism="gaussian", delta=1e-5), sizes, X.shape[1]))
+    rep = proto.report(InProcessAggregator.trust_model)
+    assert rep.plan == proto.plan.describe() and rep.noise_scale == proto.noise.scale == proto.plan.noise_scale()
+    assert rep.epsilon == proto.plan.guarantee().epsilon and rep.delta_sampler == 0.0
+    assert SIMULATION_SAMPLER_NOTE in rep.notes and rep.parties == len(parts)
+    pv = proto.spec.privacy
+    independent = (calibrate_gradient_perturbation(rep.sensitivity_l2, proto.spec.training.iterations, pv.epsilon,
+                                                   pv.delta, accountant="gdp")
+                   if method == "gradient" else
+                   calibrate_output_perturbation(rep.sensitivity_l2, proto.p, pv.epsilon, pv.delta,
+                                                 mechanism="gaussian"))
+    assert rep.noise_scale == pytest.approx(independent.scale, rel=1e-4)
+    assert pv.epsilon * (1 - 1e-3) <= rep.epsilon <= pv.epsilon * (1 + 1e-9) and rep.delta <= pv.delta
