@@ -74,6 +74,18 @@ def _neighbours(report: PrivacyReport) -> str:
     return f"two runs whose data differ in {who}, present in one run and absent from the other"
 
 
+def _sampling(report: PrivacyReport) -> str:
+    """How each round's records or owners were chosen, as a clause ('' for full batches)."""
+    if report.sampling_rate >= 1:
+        return ""
+    plan = report.plan or {}
+    if plan.get("population") and plan.get("sample_size"):
+        return (f", each drawing exactly {plan['sample_size']:,} of the {plan['population']:,} owner slots uniformly "
+                f"without replacement (probability {_num(report.sampling_rate)} for each owner)")
+    who = "owner" if _unit(report) == "owner" else "record"
+    return f", each {who} sampled with probability {_num(report.sampling_rate)} per round (Poisson)"
+
+
 def _trust(report: PrivacyReport) -> list[str]:
     """The trust model in words: who must not collude for nobody to see more than the release."""
     tm = report.trust_model
@@ -173,9 +185,7 @@ def job_statement(report: PrivacyReport, *, job_name: str | None = None) -> str:
               f"coordinate against a sensitivity of {_num(report.sensitivity_l2 or report.sensitivity_l1, 4)} "
               f"({report.norm}): noise multiplier {_num(plan.get('noise_multiplier'), 4)}.",
               f"- Accounted by: {report.accountant}.",
-              f"- {report.rounds} release(s)"
-              + (f", each {'owner' if unit == 'owner' else 'record'} sampled with probability "
-                 f"{_num(report.sampling_rate)} per round" if report.sampling_rate < 1 else "") + ".",
+              f"- {report.rounds} release(s)" + _sampling(report) + ".",
               "", "## Check it", "",
               "`mpc-erm report verify privacy_report.json` recomputes ε and δ from the report alone with "
               "Google's dp-accounting, and checks the sensitivity against what the report says is public.",

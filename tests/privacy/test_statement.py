@@ -146,3 +146,24 @@ def test_a_subsampled_jobs_report_and_statement_state_its_sampling_rate() -> Non
     rep = plan.report(noise_scale=real.spec.scale, realisation=real.describe(), trust_model=RSS, parties=3)
     assert rep.sampling_rate == plan.sampling_rate == 0.01
     assert "sampled with probability 0.01 per round" in job_statement(rep)
+
+
+@pytest.mark.parametrize("sampling", ["uniform", "poisson"])
+def test_a_federated_statement_says_how_owners_are_drawn(sampling: str) -> None:
+    """Uniform owner sampling draws exactly s of N slots a round (its accounting is that of
+    sampling without replacement); Poisson lets each owner toss its own coin. The statement says
+    which, with the figures of the plan it reports."""
+    privacy: dict = {"epsilon": 6.0, "delta": 1 / 1000**1.1, "clip": 0.4, "adjacency": "add_remove", "public_n": 1000}
+    spec = JobSpec.model_validate({
+        "method": "gradient", "model": {"name": "softmax", "n_classes": 2, "lam": 4e-5}, "privacy": privacy,
+        "training": {"iterations": 30, "sampling_rate": 0.05, "learning_rate": 1.0, "ls_sigma": 1.0},
+        "federated": {"local_epochs": 5, "local_batch": 10, "local_lr": 0.1, "local_lr_decay": 0.99,
+                      "sampling": sampling}})
+    plan = plan_job(spec, sampler="mpc", sizes=PublicSizes(public_n=1000), n_features=6)
+    rep = plan.report(noise_scale=plan.noise_scale(), realisation=None, trust_model=RSS, parties=3)
+    text = job_statement(rep)
+    assert rep.sampling_rate == 0.05
+    if sampling == "uniform":
+        assert "30 release(s), each drawing exactly 50 of the 1,000 owner slots uniformly without replacement" in text
+    else:
+        assert "30 release(s), each owner sampled with probability 0.05 per round (Poisson)" in text
