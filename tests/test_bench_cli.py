@@ -176,7 +176,8 @@ def test_each_dp_fed_ls_daemons_run_has_owners_with_fresh_ledgers(tmp_path: path
     """Runs of ``dp_fed_ls_daemons`` are independent repetitions: each gets new owners (identity,
     ledger, audit log), so no owner's ledger composes one run's job with another's. Three ε = 9
     jobs on the same four owners' rows would compose past the sampler's term and be refused; here
-    every run trains with all four owners counted in both rounds. Needs MNIST (the paper's data)."""
+    every run trains with all four owners counted in both rounds. ``dp_fed_ls_same_z`` then reruns
+    the simulator in those runs' setting at their z. Needs MNIST (the paper's data)."""
     out = tmp_path / "fed.json"
     subprocess.run([sys.executable, "-m", "benchmarks.dp_fed_ls_daemons", "--owners", "4", "--rows", "20",
                     "--rounds", "2", "--rate", "0.5", "--epsilons", "9", "--sigmas", "0", "--seeds", "0,1,2",
@@ -187,3 +188,12 @@ def test_each_dp_fed_ls_daemons_run_has_owners_with_fresh_ledgers(tmp_path: path
         d = r["daemons"]
         assert d["owners_failed"] == {} and d["owners_per_round"] == [4, 4], d
         assert 0.0 < d["test_accuracy"] <= 1.0
+    # the simulator again at these runs' noise multiplier, in their setting (read from the file)
+    same = tmp_path / "same_z.json"
+    subprocess.run([sys.executable, "-m", "benchmarks.dp_fed_ls_same_z", str(out), "--min-runs", "3",
+                    "--out", str(same)], check=True, timeout=600, capture_output=True)
+    res = json.loads(same.read_text())
+    assert res["setting"] == {"sampling": "poisson", "owners": 4, "rows": 20, "rate": 0.5, "rounds": 2, "clip": 0.4}
+    assert [r["noise_multiplier"] for r in res["rows"]] == [r["daemons"]["noise_multiplier"] for r in rows]
+    (cell,) = res["cells"]
+    assert cell["runs"] == 3 and 0.0 < cell["simulator_daemons_z_mean"] <= 100.0
