@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("daemons", type=Path, help="a result file of benchmarks.dp_fed_ls_daemons")
     ap.add_argument("--min-runs", type=int, default=5, help="only cells with at least this many runs")
+    ap.add_argument("--epsilons", help="only these ε (comma list); default: every cell with --min-runs runs")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     logging.getLogger("absl").setLevel(logging.ERROR)  # dp_accounting's per-order convergence notes
@@ -57,7 +58,10 @@ def main(argv: list[str] | None = None) -> None:
                         rounds=int(rounds), clip=clip)
     tic = time.perf_counter()
     rows, cells = [], []
+    only = None if a.epsilons is None else {float(e) for e in a.epsilons.split(",")}
     for (eps, sig), runs in _cells(src["rows"], a.min_runs).items():
+        if only is not None and eps not in only:
+            continue
         same = []
         for r in sorted(runs, key=lambda r: r["seed"]):
             z = r["daemons"]["noise_multiplier"]
