@@ -247,12 +247,9 @@ def cell_table(rows: list[dict[str, Any]]) -> str:
     beside the paper's five; "" when every cell has one run."""
     import statistics
 
-    cells: dict[tuple[float, float, float], list[dict[str, Any]]] = {}
-    for r in rows:
-        cells.setdefault((_deadline(r), r["epsilon_target"], r["ls_sigma"]), []).append(r)
     out = ["| ε | σ_LS | round deadline | runs | daemons | simulator | paper (5 runs) | daemons − paper |",
            "|---|---|---|---|---|---|---|---|"]
-    for (deadline, eps, sig), rs in sorted(cells.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])):
+    for (deadline, eps, sig), rs in cells(rows).items():
         if len(rs) < 2:
             continue
         d = [100 * r["daemons"]["test_accuracy"] for r in rs]
@@ -262,6 +259,15 @@ def cell_table(rows: list[dict[str, Any]]) -> str:
                    f"{statistics.stdev(d):.2f} | {statistics.mean(s):.2f} ± {statistics.stdev(s):.2f} | "
                    f"{100 * p['mean']:.2f} ± {100 * p['std']:.2f} | {statistics.mean(d) - 100 * p['mean']:+.2f} |")
     return "\n".join(out) if len(out) > 2 else ""
+
+
+def cells(rows: list[dict[str, Any]]) -> dict[tuple[float, float, float], list[dict[str, Any]]]:
+    """The rows by cell — (round deadline, ε, σ_LS): one setting, several seeds — in ε, σ_LS,
+    deadline order."""
+    out: dict[tuple[float, float, float], list[dict[str, Any]]] = {}
+    for r in rows:
+        out.setdefault((_deadline(r), r["epsilon_target"], r["ls_sigma"]), []).append(r)
+    return dict(sorted(out.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])))
 
 
 def _deadline(row: dict[str, Any]) -> float:

@@ -27,14 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.aggregate import machine_info
+from benchmarks.dp_fed_ls_daemons import cells as daemon_cells
 from benchmarks.dp_fed_ls_mnist import run
-
-
-def _cells(rows: list[dict[str, Any]], min_runs: int) -> dict[tuple[float, float], list[dict[str, Any]]]:
-    cells: dict[tuple[float, float], list[dict[str, Any]]] = {}
-    for r in rows:
-        cells.setdefault((r["epsilon_target"], r["ls_sigma"]), []).append(r)
-    return {k: v for k, v in sorted(cells.items()) if len(v) >= min_runs}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -59,8 +53,8 @@ def main(argv: list[str] | None = None) -> None:
     tic = time.perf_counter()
     rows, cells = [], []
     only = None if a.epsilons is None else {float(e) for e in a.epsilons.split(",")}
-    for (eps, sig), runs in _cells(src["rows"], a.min_runs).items():
-        if only is not None and eps not in only:
+    for (deadline, eps, sig), runs in daemon_cells(src["rows"]).items():
+        if len(runs) < a.min_runs or (only is not None and eps not in only):
             continue
         same = []
         for r in sorted(runs, key=lambda r: r["seed"]):
@@ -79,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
             return 100 * statistics.mean(x[key] for x in rs)
 
         diffs = [100 * (x["daemons"] - x["simulator_daemons_z"]) for x in same]
-        cells.append({"epsilon_target": eps, "ls_sigma": sig, "runs": len(same),
+        cells.append({"epsilon_target": eps, "ls_sigma": sig, "round_deadline_s": deadline, "runs": len(same),
                       "daemons_mean": mean("daemons"), "simulator_own_z_mean": mean("simulator_own_z"),
                       "simulator_daemons_z_mean": mean("simulator_daemons_z"),
                       "daemons_minus_simulator_daemons_z": statistics.mean(diffs),
