@@ -40,11 +40,11 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     logging.getLogger("absl").setLevel(logging.ERROR)  # dp_accounting's per-order convergence notes
     src = json.loads(a.daemons.read_text())
-    setting = re.search(r"(\d+) owners × (\d+) rows, (\w+) τ = ([\d.]+), T = (\d+)", src["what"])
+    setting = re.search(r"(\d+) owners × (\d+) rows, (\w+) τ = ([\d.]+), T = (\d+),.*𝓛 = ([\d.]+)", src["what"])
     if setting is None:
-        raise SystemExit(f"{a.daemons}: its 'what' does not name the owners, rows, sampling, τ and T")
-    owners, rows_each, sampling, rate, rounds = setting.groups()
-    clip = 0.4  # 𝓛 of the paper's setting (both benchmarks); the noise std on the sum is z·𝓛 (Poisson)
+        raise SystemExit(f"{a.daemons}: its 'what' does not name the owners, rows, sampling, τ, T and 𝓛")
+    owners, rows_each, sampling, rate, rounds, clip_text = setting.groups()
+    clip = float(clip_text)  # 𝓛: the noise std on the sum is z·𝓛 (Poisson)
     if sampling != "poisson":
         raise SystemExit("only the Poisson setting: under uniform sampling the shift is 2𝓛 and the file's "
                          "simulator already uses the same accountant's z")
