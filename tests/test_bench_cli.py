@@ -191,9 +191,18 @@ def test_each_dp_fed_ls_daemons_run_has_owners_with_fresh_ledgers(tmp_path: path
     # the simulator again at these runs' noise multiplier, in their setting (read from the file)
     same = tmp_path / "same_z.json"
     subprocess.run([sys.executable, "-m", "benchmarks.dp_fed_ls_same_z", str(out), "--min-runs", "3",
-                    "--out", str(same)], check=True, timeout=600, capture_output=True)
+                    "--extra-seeds", "2", "--out", str(same)], check=True, timeout=600, capture_output=True)
     res = json.loads(same.read_text())
     assert res["setting"] == {"sampling": "poisson", "owners": 4, "rows": 20, "rate": 0.5, "rounds": 2, "clip": 0.4}
-    assert [r["noise_multiplier"] for r in res["rows"]] == [r["daemons"]["noise_multiplier"] for r in rows]
+    assert [r["noise_multiplier"] for r in res["rows"]] == [rows[0]["daemons"]["noise_multiplier"]] * 5
+    # the daemon runs' seeds, paired, then the simulator's further seeds (no daemon run)
+    assert [(r["seed"], r["daemons"] is None) for r in res["rows"]] == [(0, False), (1, False), (2, False),
+                                                                          (3, True), (4, True)]
     (cell,) = res["cells"]
-    assert cell["runs"] == 3 and 0.0 < cell["simulator_daemons_z_mean"] <= 100.0
+    assert cell["runs"] == 3 and cell["simulator_seeds"] == 5 and 0.0 < cell["simulator_daemons_z_mean"] <= 100.0
+    sim = [100 * r["simulator_daemons_z"] for r in res["rows"]]
+    assert cell["simulator_daemons_z_all_seeds_mean"] == pytest.approx(sum(sim) / 5)
+    assert cell["daemons_minus_simulator_all_seeds"] == pytest.approx(cell["daemons_mean"] - sum(sim) / 5)
+    # one cell: the seed-clustered pooled figures are the cell's own
+    assert res["pooled"]["all"]["paired_by_seed"] == pytest.approx(cell["daemons_minus_simulator_daemons_z"])
+    assert res["pooled"]["all"]["simulator_seeds"] == 5 and res["pooled"]["all"]["daemon_seeds"] == 3
