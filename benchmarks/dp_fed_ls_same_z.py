@@ -19,7 +19,7 @@ the seed as the unit (each seed's mean over the cells, its standard error over s
 than the daemons' five seeds.
 
     .venv/bin/python -m benchmarks.dp_fed_ls_same_z benchmarks/results/dp_fed_ls_daemons_poisson_cpu.json \\
-        --epsilons 7,8,9 --extra-seeds 10 --out benchmarks/results/dp_fed_ls_same_z_poisson.json
+        --epsilons 6,7,8,9 --extra-seeds 5 --out benchmarks/results/dp_fed_ls_same_z_poisson.json
 
 An existing ``--out`` keeps its cells of other (round deadline, ε, σ_LS) and its command for them.
 """
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
                         rounds=int(rounds), clip=clip)
     command = "python -m benchmarks.dp_fed_ls_same_z " + " ".join(sys.argv[1:] if argv is None else argv)
     tic = time.perf_counter()
-    rows, cells = [], []
+    rows: list[dict[str, Any]] = []
     only = None if a.epsilons is None else {float(e) for e in a.epsilons.split(",")}
     for (deadline, eps, sig), runs in daemon_cells(src["rows"]).items():
         if len(runs) < a.min_runs or (only is not None and eps not in only):
@@ -73,29 +73,40 @@ def main(argv: list[str] | None = None) -> None:
         z = runs[0]["daemons"]["noise_multiplier"]  # the plan's: one per ε
         if any(r["daemons"]["noise_multiplier"] != z for r in runs):
             raise SystemExit(f"ε = {eps:g}, σ_LS = {sig:g}: the runs of one cell have different z")
-        same, extra = [], []
-        for r in sorted(runs, key=lambda r: r["seed"]):
-            s = run(epsilon=eps, ls_sigma=sig, seed=r["seed"], nu=z * clip, **same_setting)  # type: ignore[arg-type]
-            rows.append({"epsilon_target": eps, "ls_sigma": sig, "round_deadline_s": deadline, "seed": r["seed"],
-                         "noise_multiplier": z, "daemons": r["daemons"]["test_accuracy"],
-                         "simulator_own_z": r["simulator"]["test_accuracy"],
-                         "simulator_daemons_z": s["test_accuracy"], "seconds": s["seconds"], "command": command})
-            same.append(rows[-1])
-            own = r["simulator"]
-            print(f"ε = {eps:g}, σ_LS = {sig:g}, seed {r['seed']}: daemons {100 * r['daemons']['test_accuracy']:.2f} "
-                  f"%, simulator at the daemons' z {z:.3f}: {100 * s['test_accuracy']:.2f} % (at its own z "
-                  f"{own['noise_multiplier']:.3f}: {100 * own['test_accuracy']:.2f} %)", flush=True)
         top = max(r["seed"] for r in runs)
-        for seed in range(top + 1, top + 1 + a.extra_seeds):
+        # each daemon run's seed (paired), then the simulator's further seeds (no daemon run)
+        seeds = [(r["seed"], r) for r in sorted(runs, key=lambda r: r["seed"])]
+        for seed, r in seeds + [(x, None) for x in range(top + 1, top + 1 + a.extra_seeds)]:
             s = run(epsilon=eps, ls_sigma=sig, seed=seed, nu=z * clip, **same_setting)  # type: ignore[arg-type]
             rows.append({"epsilon_target": eps, "ls_sigma": sig, "round_deadline_s": deadline, "seed": seed,
-                         "noise_multiplier": z, "daemons": None, "simulator_own_z": None,
+                         "noise_multiplier": z, "daemons": None if r is None else r["daemons"]["test_accuracy"],
+                         "simulator_own_z": None if r is None else r["simulator"]["test_accuracy"],
                          "simulator_daemons_z": s["test_accuracy"], "seconds": s["seconds"], "command": command})
-            extra.append(rows[-1])
-            print(f"ε = {eps:g}, σ_LS = {sig:g}, extra seed {seed}: simulator at the daemons' z "
-                  f"{100 * s['test_accuracy']:.2f} %", flush=True)
-        cells.append(cell_summary(eps, sig, deadline, same, extra))
+            print(f"ε = {eps:g}, σ_LS = {sig:g}, seed {seed}: "
+                  + ("(further seed) " if r is None else f"daemons {100 * r['daemons']['test_accuracy']:.2f} %, ")
+                  + f"simulator at the daemons' z {z:.3f}: {100 * s['test_accuracy']:.2f} %"
+                  + ("" if r is None else f" (at its own z {r['simulator']['noise_multiplier']:.3f}: "
+                                          f"{100 * r['simulator']['test_accuracy']:.2f} %)"), flush=True)
+    fill = deadline_default(src)  # rows before they recorded their round deadline
+
+    def key(x: dict[str, Any]) -> tuple[float, float, float]:
+        return x.get("round_deadline_s", fill), x["epsilon_target"], x["ls_sigma"]
+
+    new = {key(r) for r in rows}
+    old = json.loads(a.out.read_text()) if a.out and a.out.exists() else {}
+    if old and old.get("setting") != same_setting:
+        raise SystemExit(f"--out: {a.out} holds another setting: {old.get('setting')}")
+    kept = [{"command": old.get("command"), "round_deadline_s": fill, **r}
+            for r in old.get("rows", []) if key(r) not in new]
+    all_rows = sorted(kept + rows, key=lambda r: (r["epsilon_target"], r["ls_sigma"], r["seed"]))
+    by_cell: dict[tuple[float, float, float], list[dict[str, Any]]] = {}
+    for r in all_rows:
+        by_cell.setdefault(key(r), []).append(r)
+    cells = [cell_summary(e, s, d, [r for r in rs if r["daemons"] is not None], [r for r in rs if r["daemons"] is None])
+             for (d, e, s), rs in sorted(by_cell.items(), key=lambda kv: (kv[0][1], kv[0][2]))]
     for c in cells:
+        if key(c) not in new:
+            continue
         print(f"ε = {c['epsilon_target']:g}, σ_LS = {c['ls_sigma']:g} ({c['runs']} runs): daemons "
               f"{c['daemons_mean']:.2f} %, simulator at the daemons' z {c['simulator_daemons_z_mean']:.2f} %, at its "
               f"own z {c['simulator_own_z_mean']:.2f} %; daemons − simulator at the same z "
@@ -104,21 +115,6 @@ def main(argv: list[str] | None = None) -> None:
               + (f"; over {c['simulator_seeds']} simulator seeds {c['daemons_minus_simulator_all_seeds']:+.2f} ± "
                  f"{c['standard_error_all_seeds']:.2f}" if c["simulator_seeds"] > c["runs"] else ""))
     if a.out:
-        old = json.loads(a.out.read_text()) if a.out.exists() else {}
-        if old and old.get("setting") != same_setting:
-            raise SystemExit(f"--out: {a.out} holds another setting: {old.get('setting')}")
-        fill = deadline_default(src)  # rows before they recorded their round deadline
-
-        def key(x: dict[str, Any]) -> tuple[float, float, float]:
-            return x.get("round_deadline_s", fill), x["epsilon_target"], x["ls_sigma"]
-
-        new = {key(c) for c in cells}
-        kept = [{"command": old.get("command"), "round_deadline_s": fill, **r}
-                for r in old.get("rows", []) if key(r) not in new]
-        all_rows = sorted(kept + rows, key=lambda r: (r["epsilon_target"], r["ls_sigma"], r["seed"]))
-        by_cell: dict[tuple[float, float, float], list[dict[str, Any]]] = {}
-        for r in all_rows:
-            by_cell.setdefault(key(r), []).append(r)
         a.out.write_text(json.dumps({
             "benchmark": "dp_fed_ls_same_z", "machine": machine_info(),
             "command": "several: each row's command" if kept else command,
@@ -126,10 +122,7 @@ def main(argv: list[str] | None = None) -> None:
             "what": "test accuracy of each daemon run beside the simulator's run of the same seed at the daemons' "
                     "noise multiplier and at its own (continuous Gaussian) one; rows with daemons null are the "
                     "simulator's further seeds (--extra-seeds); cell and pooled figures in percentage points",
-            "cells": [cell_summary(e, s, d, [r for r in rs if r["daemons"] is not None],
-                                   [r for r in rs if r["daemons"] is None])
-                      for (d, e, s), rs in sorted(by_cell.items(), key=lambda kv: (kv[0][1], kv[0][2]))],
-            "pooled": pooled(all_rows), "rows": all_rows,
+            "cells": cells, "pooled": pooled(all_rows), "rows": all_rows,
             "wall_seconds_this_command": time.perf_counter() - tic}, indent=1) + "\n")
 
 
@@ -168,15 +161,15 @@ def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
               for e in sorted({r["epsilon_target"] for r in rows})}
     for name, rs in {**groups, "all": rows}.items():
         cells_n = len({(r["epsilon_target"], r["ls_sigma"]) for r in rs})
-        paired = _seed_means([r for r in rs if r["daemons"] is not None],
-                             lambda r: 100 * (r["daemons"] - r["simulator_daemons_z"]))
-        dm = _seed_means([r for r in rs if r["daemons"] is not None], lambda r: 100 * r["daemons"])
+        ran = [r for r in rs if r["daemons"] is not None]  # the rows with a daemon run
+        paired = _seed_means(ran, lambda r: 100 * (r["daemons"] - r["simulator_daemons_z"]))
+        dm = _seed_means(ran, lambda r: 100 * r["daemons"])
         sm = _seed_means(rs, lambda r: 100 * r["simulator_daemons_z"])
         out[name] = {"cells": cells_n, "daemon_seeds": len(dm), "simulator_seeds": len(sm),
                      "paired_by_seed": statistics.mean(paired), "paired_by_seed_standard_error": _se(paired),
                      "all_seeds": statistics.mean(dm) - statistics.mean(sm), "all_seeds_standard_error": _welch(dm, sm),
                      "paired_runs_naive_standard_error": _se([100 * (r["daemons"] - r["simulator_daemons_z"])
-                                                              for r in rs if r["daemons"] is not None])}
+                                                              for r in ran])}
     return out
 
 
