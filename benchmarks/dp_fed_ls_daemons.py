@@ -45,7 +45,7 @@ from benchmarks.aggregate import machine_info
 from benchmarks.deep_mnist import _mnist
 from benchmarks.dp_fed_ls_mnist import SETTINGS
 from benchmarks.dp_fed_ls_mnist import run as simulate
-from benchmarks.owners_common import owners_process_setup, run_job
+from benchmarks.owners_common import benchmark_process_setup, run_job
 
 DEADLINE_S = 30.0  # a round waits this long for the owners (the first, 10×: for every owner to enrol); --round-deadline
 JOB = """\
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":16:8")
     from coordinator.consortium import LocalConsortium
 
-    owners_process_setup()
+    benchmark_process_setup()
     Xte, yte = _mnist("t10k")
     Xte = Xte.reshape(len(Xte), -1)
     rows: list[dict[str, Any]] = []

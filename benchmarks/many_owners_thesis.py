@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from benchmarks.aggregate import machine_info
-from benchmarks.owners_common import owners_process_setup, run_job
+from benchmarks.owners_common import benchmark_process_setup, run_job
 
 N_TRAIN, N_TEST, LAM, EPS, DELTA = 50_000, 20_000, 1e-3, 0.5, 1e-3
 JOB = """\
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     from coordinator.consortium import LocalConsortium
 
-    owners_process_setup()
+    benchmark_process_setup()
     train, test = _data()
     metrics = _scores(train, test)
     settings = [("output", int(m)) for m in a.out_owners.split(",") if m] + \

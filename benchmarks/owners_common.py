@@ -7,7 +7,10 @@ leave (``owner join --leave``) and fetch their model after the job (``owner fetc
 from __future__ import annotations
 
 import json
+import os
 import resource
+import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -26,6 +29,31 @@ def owners_process_setup() -> None:
     logging.getLogger("absl").setLevel(logging.ERROR)
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def benchmark_process_setup() -> None:
+    """:func:`owners_process_setup` for a benchmark's main process, and SIGTERM as ``SystemExit``
+    there: a stopped benchmark then unwinds its ``with`` blocks (the consortium's daemons stopped,
+    its temporary directory removed) and multiprocessing's exit handler terminates the owner
+    processes (daemonic), instead of leaving them running on the cores the next run needs."""
+    owners_process_setup()
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+
+
+def _die_with_parent() -> None:
+    """Linux: this (spawned owner) process gets SIGTERM when the thread that started it ends, so a
+    benchmark killed outright (SIGKILL, no exit handler) does not leave its owners running."""
+    import multiprocessing as mp
+
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    parent = mp.parent_process()
+    if parent is not None and os.getppid() != parent.pid:  # the parent ended before prctl
+        os._exit(1)
 
 
 #: What each owner runs: ``join`` (the whole job), ``leave`` (send its shares and leave: a
@@ -92,13 +120,18 @@ def in_spawned_processes(target: Any, args: list[tuple[Any, ...]], timeout_s: fl
 
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    workers = [ctx.Process(target=target, args=(*a, q), daemon=True) for a in args]
+    workers = [ctx.Process(target=_spawned, args=(target, *a, q), daemon=True) for a in args]
     for w in workers:
         w.start()
     results = [q.get(timeout=timeout_s) for _ in workers]
     for w in workers:
         w.join(60)
     return results
+
+
+def _spawned(target: Any, *args: Any) -> None:
+    _die_with_parent()
+    target(*args)
 
 
 def run_job(cons: Any, configs: list[Path], job_path: Path, out_root: Path, owner_procs: int = 1, *,
