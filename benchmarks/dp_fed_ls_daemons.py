@@ -48,6 +48,7 @@ from benchmarks.dp_fed_ls_mnist import run as simulate
 from benchmarks.owners_common import benchmark_process_setup, run_job
 
 DEADLINE_S = 30.0  # a round waits this long for the owners (the first, 10×: for every owner to enrol); --round-deadline
+DEFAULT_WORKDIR = "the system temp dir"  # a row's "workdir" without --workdir
 JOB = """\
 method = "gradient"
 
@@ -216,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
                        "daemons_within_1.5_points_of_paper_or_above": None if paper is None else
                        bool(d["test_accuracy"] * 100 >= paper[0] - 1.5),
                        "wall_ratio_daemons_to_simulator": d["wall_seconds"] / s["seconds"],
-                       "workdir": str(a.workdir or "the system temp dir"), "command": a.command}
+                       "workdir": str(a.workdir or DEFAULT_WORKDIR), "command": a.command}
                 rows.append(row)
                 print(f"ε = {eps:g}, σ_LS = {sig:g}, seed {seed}: daemons {100 * d['test_accuracy']:.2f} % "
                       f"(ε {d['epsilon']:.3f}, z {d['noise_multiplier']:.3f}, {d['wall_seconds']:.0f} s), "
@@ -229,7 +230,8 @@ def main(argv: list[str] | None = None) -> None:
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """The README's table of daemon runs: one line per row, test accuracy in %, the owner-rounds
     the compute parties left out (owners late for a round's deadline: the compute parties' own
-    count, which includes owners that failed later) and the owners that failed."""
+    count, which includes owners that failed later) and the owners that failed. A run whose state
+    was not in the system's temp dir (``--workdir``) names its workdir after the round time."""
     out = ["| ε | σ_LS | seed | round deadline | daemons | simulator | paper (5 runs) | z daemons / simulator | "
            "wall daemons / simulator | per round | owner-rounds left out | owners failed |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -238,11 +240,12 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
         full = max(d["owners_per_round"])
         short = [full - n for n in d["owners_per_round"] if n < full]
         left = f"{sum(short):,} ({len(short)} round{'s' if len(short) != 1 else ''})" if short else "0"
+        where = f" ({r['workdir']})" if r.get("workdir", DEFAULT_WORKDIR) != DEFAULT_WORKDIR else ""
         out.append(f"| {r['epsilon_target']:g} | {r['ls_sigma']:g} | {r['seed']} | {_deadline(r):g} s | "
                    f"{100 * d['test_accuracy']:.2f} | {100 * s['test_accuracy']:.2f} | {100 * p['mean']:.2f} ± "
                    f"{100 * p['std']:.2f} | {d['noise_multiplier']:.3f} / {s['noise_multiplier']:.3f} | "
-                   f"{d['wall_seconds']:.0f} s / {s['seconds']:.0f} s | {d['per_round_seconds']:.1f} s | {left} | "
-                   f"{len(d['owners_failed'])} |")
+                   f"{d['wall_seconds']:.0f} s / {s['seconds']:.0f} s | {d['per_round_seconds']:.1f} s{where} | "
+                   f"{left} | {len(d['owners_failed'])} |")
     return "\n".join(out)
 
 
