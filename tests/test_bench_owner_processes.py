@@ -58,7 +58,7 @@ def test_owner_processes_end_with_the_benchmark(tmp_path: Path, sig: signal.Sign
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     children: list[int] = []
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while len(children) < 2:
             assert time.monotonic() < deadline, "the owner processes did not start"
             assert parent.poll() is None, parent.communicate()[0].decode()
@@ -66,8 +66,8 @@ def test_owner_processes_end_with_the_benchmark(tmp_path: Path, sig: signal.Sign
             children = [int(x) for x in pids.read_text().split()] if pids.exists() else []
         assert all(_alive(c) for c in children)
         os.kill(parent.pid, sig)
-        assert parent.wait(30) == (128 + sig if sig == signal.SIGTERM else -sig)
-        deadline = time.monotonic() + 20
+        assert parent.wait(60) == (128 + sig if sig == signal.SIGTERM else -sig)
+        deadline = time.monotonic() + 60
         while any(_alive(c) for c in children) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not [c for c in children if _alive(c)], "owner processes outlived the benchmark"
