@@ -22,9 +22,10 @@ Gaussian at the same ε through the same accountant.
     .venv/bin/python -m benchmarks.dp_fed_ls_daemons --out benchmarks/results/dp_fed_ls_daemons.json
     # the uniform half, owners' local epochs on a GPU (a lent CUDA machine: benchmarks/gpu_checks.sh)
     python3 -m benchmarks.dp_fed_ls_daemons --sampling uniform --owner-device cuda --out …
-    # more cells of the uniform half on the CPU, added to the rows already measured
-    .venv/bin/python -m benchmarks.dp_fed_ls_daemons --sampling uniform --owner-procs 2 --epsilons 6 --sigmas 0 \\
-        --append --out benchmarks/results/dp_fed_ls_daemons_uniform_cpu.json
+    # more runs of the uniform half on the CPU, added to the rows already measured
+    .venv/bin/python -m benchmarks.dp_fed_ls_daemons --sampling uniform --owner-procs 8 --round-deadline 120 \\
+        --workdir /dev/shm --epsilons 6 --sigmas 0 --seeds 0,1,2,3,4 \\
+        --append --out benchmarks/results/dp_fed_ls_daemons_uniform_cpu_procs8.json
 """
 
 from __future__ import annotations
