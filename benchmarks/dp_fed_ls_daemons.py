@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
                          "machine loaded by every owner at once, a longer one keeps the owners in")
     ap.add_argument("--workdir", type=Path, default=None,
                     help="where the daemons' and owners' state go (default: the system's temp dir); on one "
-                         "machine the 1,000 owners' ledgers and audit logs sync to one disk every round, so "
+                         "machine all the owners' ledgers and audit logs sync to one disk every round, so "
                          "/dev/shm takes the disk's sync latency out of the round time")
     ap.add_argument("--epsilons", default="7")
     ap.add_argument("--sigmas", default="0,1")
