@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.aggregate import jsonable, machine_info
-from benchmarks.owners_common import MemoryPeak, benchmark_process_setup, in_spawned_processes
+from benchmarks.owners_common import MemoryPeak, in_spawned_processes, owners_process_setup
 
 SIGMA, SENSITIVITY = 1.0, 1.0
 
@@ -120,7 +120,7 @@ def _owners(ca: Any, names: tuple[str, ...], first: int, dim: int, rounds: int, 
 
 def _owners_process(ca: Any, names: tuple[str, ...], first: int, dim: int, rounds: int,
                     compute: list[tuple[str, str]], threads: int, q: Any) -> None:
-    benchmark_process_setup()
+    owners_process_setup()
     try:
         q.put(_owners(ca, names, first, dim, rounds, compute, threads))
     except Exception as exc:  # the parent reports it
