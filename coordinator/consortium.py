@@ -84,6 +84,8 @@ class LocalConsortium:
     # a party's own files instead of its shard of the built-in data set: {party: {"format": "idx",
     # "path": ..., "labels": ...}} (the fields of a party config's [datasets.<id>] entry)
     party_data: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # more data sets at some parties, each with the consortium's budget: {party: {id: fields}}
+    extra_datasets: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=dict)
     max_iterations: int = 2000  # each party's policy: the most rounds a job may ask for
     members: dict[str, Member] = field(default_factory=dict, init=False)
 
@@ -144,6 +146,9 @@ class LocalConsortium:
                           ['format = "builtin"', f'name = "{self.dataset}"', f"part = {index}", f"of = {self.parties}"])
                 lines += [f"[datasets.{ds_id}]", *source, f"epsilon = {self.budget_epsilon!r}",
                           f"delta = {self.budget_delta!r}", ""]
+            for ds_id, fields in self.extra_datasets.get(me.name, {}).items():
+                lines += [f"[datasets.{ds_id}]", *(f"{k} = {_toml_value(v)}" for k, v in fields.items()),
+                          f"epsilon = {self.budget_epsilon!r}", f"delta = {self.budget_delta!r}", ""]
         lines += ["[policy]", f'allowed_coordinators = ["{COORDINATOR}"]', 'allowed_methods = ["output", "gradient"]',
                   f"max_epsilon_per_job = {self.max_epsilon_per_job!r}", f"max_iterations = {self.max_iterations}",
                   f"allow_test_only = {'true' if self.allow_test_only else 'false'}"]

@@ -430,6 +430,8 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # `make test-all`; default suite: test_walkthrough.py starts provisioned kits' start.sh and
+# runs a job through them
 def test_provisioned_kits_run_a_job(tmp_path: Path) -> None:
     from coordinator.client import CoordinatorClient
     from coordinator.consortium import free_port

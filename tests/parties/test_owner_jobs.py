@@ -14,6 +14,7 @@ dealer) run a job for 30 data owners, each an ``OwnerConfig`` with its own certi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -565,6 +566,10 @@ def test_output_perturbation_with_owners_moves_no_more_than_its_stated_sensitivi
             report = json.loads((state / "jobs" / job_id / "privacy_report.json").read_text())
             assert verify_report(PrivacyReport.from_json(json.dumps(report))).ok, report
             assert report["mechanism"] == "gaussian" and 0 < report["epsilon"] <= 1.0
+            # the job's one release in the owner's audit log is exactly the model the daemons wrote
+            records = [json.loads(line) for line in (state / "audit.jsonl").read_text().splitlines()]
+            (rel,) = [r for r in records if r.get("job_id") == job_id and r["event"] == "release"]
+            assert rel["sha256"] == hashlib.sha256(noisy.double().numpy().tobytes()).hexdigest(), rel
             led = Ledger.in_state_dir(state)
             try:
                 r = led.get(job_id)

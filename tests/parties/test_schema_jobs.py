@@ -95,10 +95,13 @@ def test_schema_jobs_through_three_daemons(tmp_path: Path) -> None:
     files = {p: _csv(tmp_path / f"{p}.csv", k) for k, p in enumerate(("alice", "bob", "carol"))}
     public = _csv(tmp_path / "public.csv", 99, n=60)  # a published test set every member holds
     data = {p: {"format": "csv", "path": f, "schema": schema_file, "public_test": public} for p, f in files.items()}
+    # the same files as "visits-other", where carol's copy of the schema has another bound
+    extra = {p: {"visits-other": {"format": "csv", "path": f, "schema": other if p == "carol" else schema_file}}
+             for p, f in files.items()}
     digest = load_schema(schema_file).digest()
     job = tmp_path / "job.toml"
     job.write_text(JOB.format(pin=f'schema_sha256 = "{digest}"'))
-    with LocalConsortium(tmp_path / "cons", dataset="visits", party_data=data, dealer=False,
+    with LocalConsortium(tmp_path / "cons", dataset="visits", party_data=data, extra_datasets=extra, dealer=False,
                          allow_test_only=True, budget_epsilon=50.0) as cons:
         # a job pinning another schema: refused before any share moves, naming the field
         pinned = tmp_path / "pinned.toml"
@@ -106,6 +109,14 @@ def test_schema_jobs_through_three_daemons(tmp_path: Path) -> None:
         _, ends = _run(cons, pinned, tmp_path / "unused")
         reasons = json.dumps(ends)
         assert "job.schema_sha256: party 'alice' holds schema" in reasons, ends
+        # carol holds a schema with another bound: every member refuses, naming carol and the column
+        mismatch = tmp_path / "mismatch.toml"
+        mismatch.write_text(JOB.format(pin="").replace('dataset = "visits"', 'dataset = "visits-other"'))
+        _, ends = _run(cons, mismatch, tmp_path / "unused2")
+        assert all(e["phase"] == "failed" for e in ends.values()), ends
+        alice = json.dumps(ends["alice"], ensure_ascii=False)
+        assert "dataset schema mismatch: party 'carol' holds schema" in alice, ends
+        assert "age: numeric [0, 100]" in alice and "age: numeric [0, 90]" in alice, alice
         # (a zero-noise job exhausts the data set's budget: it runs last)
         _, ends = _run(cons, job, tmp_path / "result")
         assert {m: e["phase"] for m, e in ends.items()} == dict.fromkeys(("alice", "bob", "carol"), "succeeded")
@@ -134,19 +145,6 @@ def test_schema_jobs_through_three_daemons(tmp_path: Path) -> None:
     frame = pd.read_csv(public, dtype=str, keep_default_na=False)
     kept = frame[frame["age"] != ""]  # the schema drops the row with an empty cell
     assert curve[-1]["test"]["accuracy"] == pytest.approx(float((model.predict(kept) == kept["outcome"]).mean()))
-
-    # carol holds a schema with another bound: every member refuses, naming carol and the column
-    data["carol"]["schema"] = other
-    for d in data.values():
-        del d["public_test"]
-    job.write_text(JOB.format(pin=""))
-    with LocalConsortium(tmp_path / "cons2", dataset="visits", party_data=data, dealer=False,
-                         allow_test_only=True, budget_epsilon=50.0) as cons:
-        _, ends = _run(cons, job, tmp_path / "unused2")
-    assert all(e["phase"] == "failed" for e in ends.values()), ends
-    alice = json.dumps(ends["alice"], ensure_ascii=False)
-    assert "dataset schema mismatch: party 'carol' holds schema" in alice, ends
-    assert "age: numeric [0, 100]" in alice and "age: numeric [0, 90]" in alice, alice
 
 
 def test_a_data_owners_bundle_carries_its_schema_and_predicts_raw_rows(tmp_path: Path) -> None:
