@@ -45,6 +45,12 @@ def _toml_value(v: Any) -> str:
     """A party_data value as TOML: numbers as numbers, anything else (paths, names) as a string."""
     return json.dumps(v if isinstance(v, int | float) else str(v))
 
+
+def _toml_fields(fields: Mapping[str, Any]) -> list[str]:
+    """A data set entry's fields as ``key = value`` TOML lines."""
+    return [f"{k} = {_toml_value(v)}" for k, v in fields.items()]
+
+
 @dataclass
 class Member:
     name: str
@@ -141,14 +147,13 @@ class LocalConsortium:
                 lines += [f"[peers.{peer.name}]", f'address = "{peer.address}"', f'role = "{peer.role}"', ""]
         if me.role == "party":
             own = self.party_data.get(me.name)
-            for ds_id in (self.dataset, *self.scratch_datasets):
-                source = ([f"{k} = {_toml_value(v)}" for k, v in own.items()] if own is not None else
-                          ['format = "builtin"', f'name = "{self.dataset}"', f"part = {index}", f"of = {self.parties}"])
-                lines += [f"[datasets.{ds_id}]", *source, f"epsilon = {self.budget_epsilon!r}",
+            source = (_toml_fields(own) if own is not None else
+                      ['format = "builtin"', f'name = "{self.dataset}"', f"part = {index}", f"of = {self.parties}"])
+            blocks = [(ds_id, source) for ds_id in (self.dataset, *self.scratch_datasets)]
+            blocks += [(ds_id, _toml_fields(f)) for ds_id, f in self.extra_datasets.get(me.name, {}).items()]
+            for ds_id, fields in blocks:
+                lines += [f"[datasets.{ds_id}]", *fields, f"epsilon = {self.budget_epsilon!r}",
                           f"delta = {self.budget_delta!r}", ""]
-            for ds_id, fields in self.extra_datasets.get(me.name, {}).items():
-                lines += [f"[datasets.{ds_id}]", *(f"{k} = {_toml_value(v)}" for k, v in fields.items()),
-                          f"epsilon = {self.budget_epsilon!r}", f"delta = {self.budget_delta!r}", ""]
         lines += ["[policy]", f'allowed_coordinators = ["{COORDINATOR}"]', 'allowed_methods = ["output", "gradient"]',
                   f"max_epsilon_per_job = {self.max_epsilon_per_job!r}", f"max_iterations = {self.max_iterations}",
                   f"allow_test_only = {'true' if self.allow_test_only else 'false'}"]
@@ -179,8 +184,7 @@ class LocalConsortium:
                  f'ca = "{self.pki_dir / "ca.crt"}"', "", "[compute]",
                  *(f'{m.name} = "{m.address}"' for m in self.members.values() if m.role == "party")]
         for ds_id, fields in datasets.items():
-            lines += ["", f"[datasets.{ds_id}]", *(f"{k} = {_toml_value(v)}" for k, v in fields.items()),
-                      'adjacency = "add_remove"']
+            lines += ["", f"[datasets.{ds_id}]", *_toml_fields(fields), 'adjacency = "add_remove"']
         (d / "owner.toml").write_text("\n".join(lines) + "\n")
         return d / "owner.toml"
 
