@@ -567,8 +567,7 @@ def test_output_perturbation_with_owners_moves_no_more_than_its_stated_sensitivi
             assert verify_report(PrivacyReport.from_json(json.dumps(report))).ok, report
             assert report["mechanism"] == "gaussian" and 0 < report["epsilon"] <= 1.0
             # the job's one release in the owner's audit log is exactly the model the daemons wrote
-            records = [json.loads(line) for line in (state / "audit.jsonl").read_text().splitlines()]
-            (rel,) = [r for r in records if r.get("job_id") == job_id and r["event"] == "release"]
+            (rel,) = [r for r in _audit_records(state, job_id) if r["event"] == "release"]
             assert rel["sha256"] == hashlib.sha256(noisy.double().numpy().tobytes()).hexdigest(), rel
             led = Ledger.in_state_dir(state)
             try:
@@ -584,9 +583,14 @@ def test_output_perturbation_with_owners_moves_no_more_than_its_stated_sensitivi
                 led.close()
 
 
-def _audit_events(state: Path, job_id: str) -> list[str]:
+def _audit_records(state: Path, job_id: str) -> list[dict[str, Any]]:
+    """A member's audit records of one job (a torn or missing log fails the test)."""
     lines = (state / "audit.jsonl").read_text().splitlines()
-    return [r["event"] for r in map(json.loads, lines) if r.get("job_id") == job_id]
+    return [r for r in map(json.loads, lines) if r.get("job_id") == job_id]
+
+
+def _audit_events(state: Path, job_id: str) -> list[str]:
+    return [r["event"] for r in _audit_records(state, job_id)]
 
 
 @pytest.mark.timeout(900)
