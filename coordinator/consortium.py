@@ -22,7 +22,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,6 +93,7 @@ class LocalConsortium:
     # more data sets at some parties, each with the consortium's budget: {party: {id: fields}}
     extra_datasets: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=dict)
     max_iterations: int = 2000  # each party's policy: the most rounds a job may ask for
+    crl: bool = False  # every daemon's identity.crl is pki/crl.pem (empty at first: publish_crl replaces it)
     members: dict[str, Member] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
@@ -128,14 +129,27 @@ class LocalConsortium:
             d.mkdir(exist_ok=True)
             self.members[name] = Member(name, role, host, free_port(host), d / f"{role}.toml", d / "daemon.log")
         pki.save_identity(pki.issue_identity(ca, COORDINATOR, "coordinator", valid_days=2), self.pki_dir)
+        if self.crl:
+            self.publish_crl(())
         for i, m in enumerate(self.members.values()):
             m.config.write_text(self._daemon_toml(m, i))
         self.coordinator_config.write_text(self._coordinator_toml())
 
+    @property
+    def crl_path(self) -> Path:
+        return self.pki_dir / "crl.pem"
+
+    def publish_crl(self, serials: Iterable[int]) -> None:
+        """The CA revokes ``serials``: a fresh CRL replaces ``crl_path`` whole (as ``mpc-erm certs
+        revoke`` does); the daemons and their jobs' servers honour it from their next look at it."""
+        tmp = self.crl_path.with_suffix(".tmp")
+        tmp.write_bytes(pki.create_crl(pki.load_ca(self.pki_dir), serials, valid_days=2))
+        os.replace(tmp, self.crl_path)
+
     def _identity_toml(self, name: str) -> list[str]:
         p = self.pki_dir
         return ["[identity]", f'name = "{name}"', f'cert = "{p / (name + ".crt")}"', f'key = "{p / (name + ".key")}"',
-                f'ca = "{p / "ca.crt"}"', ""]
+                f'ca = "{p / "ca.crt"}"', *([f'crl = "{self.crl_path}"'] if self.crl else []), ""]
 
     def _daemon_toml(self, me: Member, index: int) -> str:
         lines = [f'listen = "{me.address}"', 'state_dir = "state"', f'device = "{self.device}"',
@@ -172,13 +186,15 @@ class LocalConsortium:
         consortium's CA, and an owner config naming every compute party's daemon and ``datasets``
         ({id: the fields of a ``[datasets.<id>]`` entry: format, path or name/part/of, epsilon,
         delta}; always add/remove), and where its local steps run (``device``: cpu, cuda or auto;
-        default the config's, auto). Written under ``root/<name>/`` (default: ``self.root/owners``);
+        default the config's, auto); its ``peer_timeout_s`` is the daemons'. Written under
+        ``root/<name>/`` (default: ``self.root/owners``);
         returns the config's path, for ``mpc-erm owner join --config``."""
         d = Path(root or self.root / "owners") / name
         d.mkdir(parents=True)
         pki.save_identity(pki.issue_identity(pki.load_ca(self.pki_dir), name, "owner", valid_days=2), d)
         lines = ['state_dir = "state"', f"max_epsilon_per_job = {max_epsilon_per_job!r}",
                  f"allow_test_only = {'true' if allow_test_only else 'false'}",
+                 *([f"peer_timeout_s = {self.peer_timeout_s!r}"] if self.peer_timeout_s else []),
                  *([f'device = "{device}"'] if device else []), "", "[identity]", f'name = "{name}"',
                  f'cert = "{d / (name + ".crt")}"', f'key = "{d / (name + ".key")}"',
                  f'ca = "{self.pki_dir / "ca.crt"}"', "", "[compute]",

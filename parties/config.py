@@ -368,14 +368,16 @@ class PolicyConfig(_Model):
 
 # --- per-peer limits (rate limits of the control service and of the job workers' share transport)
 class LimitsConfig(_Model):
-    """``[limits]``: per caller identity, on the control service and on the workers' share transport;
-    a caller over its rate gets RESOURCE_EXHAUSTED. The defaults are far above what jobs and
-    coordinators use (mpc_erm.mpc.ratelimit)."""
+    """``[limits]``: per caller identity, on the control service, on the workers' share transport and
+    on a job's owner intake; a caller over its rate gets RESOURCE_EXHAUSTED. The defaults are far
+    above what jobs, coordinators and data owners use (mpc_erm.mpc.ratelimit, mpc_erm.mpc.callers)."""
 
     control_calls_per_s: PositiveFloat = 200.0
     control_burst: int = Field(2000, strict=True, ge=1)
     transport_calls_per_s: PositiveFloat = 20_000.0
     transport_burst: int = Field(50_000, strict=True, ge=1)
+    owner_calls_per_s: PositiveFloat = 200.0
+    owner_burst: int = Field(2000, strict=True, ge=1)
     transport_max_message_bytes: int = Field(2 << 30, strict=True, ge=1 << 20)  # one tensor/object
 
 
@@ -448,6 +450,9 @@ class OwnerConfig(_Model):
     device: Literal["cpu", "cuda", "auto"] = "auto"
     max_epsilon_per_job: float = Field(strict=True, gt=0, le=100, allow_inf_nan=False)
     allow_test_only: bool = Field(False, strict=True)
+    # an owner that cannot reach a majority of the compute parties for this long gives the job up
+    # (one that reaches any which says the job failed ends at once: parties.owner_failures)
+    peer_timeout_s: float = Field(120.0, strict=False, ge=5, le=3600, allow_inf_nan=False)
     compute: dict[Name, HostPort] = Field(min_length=2)  # compute party → its daemon's control address
     datasets: dict[Name, DatasetConfig] = Field(min_length=1)
 

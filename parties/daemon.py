@@ -71,11 +71,13 @@ import grpc
 from mpc_erm.jobs.status import BUDGET_RELEASED, BUDGET_SPENT, refusal_of
 from mpc_erm.mpc import pki, tls
 from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
+from mpc_erm.mpc.callers import CallerPolicy
 from mpc_erm.privacy.plan import PlanError, PrivacyPlan
 from mpc_erm.protocols.common import plan_job
 
 from .admission import JOB_ID_RE, MAX_JOB_TOML_BYTES, Admitted, Refused, admit, check_caller, check_request
 from .agreement import ASK_TIMEOUT_S, Agreement
+from .callers import caller_policy
 from .config import DaemonConfig, DealerConfig, PartyConfig, load_daemon_identity, split_host_port
 from .jobs import LIVE, JobExists, JobRecord, JobStore, read_result_manifest, result_files
 from .ledger import (
@@ -88,6 +90,7 @@ from .ledger import (
     UnknownDataset,
 )
 from .logs import LOG_FILE, DaemonLog, log_handlers, one_line
+from .public_errors import storage_problem
 from .rendezvous import Rendezvous, grpc_options
 from .servicer import Servicer, control_policy
 from .supervision import CANCEL_GRACE_S, Supervisor, WorkerSetup
@@ -195,6 +198,7 @@ class PartyDaemon:
                                      commit=self._commit, release=self._release)
         self._server: grpc.Server | None = None
         self._authorizer: tls.Authorizer | None = None
+        self.callers: CallerPolicy | None = None  # who may call this daemon's servers (parties.callers)
         self.started_at = 0.0
         # start-up work after the server starts (Health answers meanwhile, with what it waits for)
         self._ready = threading.Event()  # jobs are taken
@@ -247,7 +251,8 @@ class PartyDaemon:
     def _start(self) -> int:
         cfg = self.config
         self.identity = load_daemon_identity(cfg)  # before touching any file: a bad config changes nothing
-        revoked = self._read_crl()
+        # who may call its servers; the CRL is verified now: a bad one starts nothing
+        self.callers = caller_policy(cfg, self.identity, self.log.logger)
         # before any state is read or settled: a second daemon started on this config (its port in
         # use) must not end the first one's jobs as "interrupted by a daemon restart"
         check_listen(cfg.listen)
@@ -272,10 +277,8 @@ class PartyDaemon:
                                 stopping=self._stopping, log=self.log)
         self.agreement = Agreement(config=cfg, identity=self.identity, store=self.store, log=self.log,
                                    stopping=self._stopping, agreed=self._agreed, abort=self._abort)
-        self._authorizer = tls.Authorizer(
-            control_policy(cfg), revoked_serials=revoked,
-            rate_limit=tls.RateLimit(cfg.limits.control_calls_per_s, cfg.limits.control_burst),
-            field_limits={"*": 1024, "job_toml": MAX_JOB_TOML_BYTES})
+        self._authorizer = self.callers.authorizer(control_policy(cfg), "control",
+                                                   field_limits={"*": 1024, "job_toml": MAX_JOB_TOML_BYTES})
         self._server = grpc.server(
             prestarted_thread_pool(CONTROL_THREADS, f"party-{self.name}"),
             interceptors=[self._authorizer],
@@ -331,32 +334,15 @@ class PartyDaemon:
         finally:
             self._warmed.set()
 
-    def _read_crl(self) -> frozenset[int]:
-        """Serials revoked by the config's CRL (checked against our CA and its validity dates)."""
-        crl = self.config.identity.crl
-        if crl is None:
-            return frozenset()
-        assert self.identity is not None
-        try:
-            return pki.revoked_serials_from_crl(crl.read_bytes(), self.identity.ca_pem)
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"identity.crl: {exc}") from None
-
     def reload_crl(self) -> bool:
-        """Re-read ``identity.crl`` (``mpc-erm party serve`` calls this on SIGHUP) and refuse the
-        newly revoked from the next call on; each new job's transport reads the file itself. A
-        list that does not verify (foreign CA, stale, unreadable) is logged and the old one kept:
-        an operator's mistake must not silently un-revoke anyone. Returns whether it was applied."""
-        try:
-            revoked = self._read_crl()
-        except ValueError as exc:
-            self.log.warning(f"CRL not reloaded, the previous list stays in force: {exc}", phase="crl")
-            return False
-        if self._authorizer is None:
+        """Re-read ``identity.crl`` now (``mpc-erm party serve`` calls this on SIGHUP; without it a
+        changed file is noticed within a second, here and in every running job's worker:
+        :mod:`mpc_erm.mpc.callers`) and refuse the newly revoked from the next call on. A list that
+        does not verify (foreign CA, stale, unreadable) is logged and the old one kept: an
+        operator's mistake must not silently un-revoke anyone. Returns whether it was applied."""
+        if self.callers is None:
             raise RuntimeError("reload_crl: the daemon is not started")
-        self._authorizer.set_revoked(serials=revoked)
-        self.log.info(f"CRL reloaded: {len(revoked)} revoked serial(s)", phase="crl")
-        return True
+        return self.callers.reload()  # the list tells the daemon's log what it did
 
     def _recover(self) -> None:
         """Settle what a dead predecessor left: live jobs end failed, their budget released unless
@@ -443,7 +429,12 @@ class PartyDaemon:
             if refusal is not None:
                 raise Refused.of(refusal)
             with self.agreement.submitting(job_id):
-                rec, new = self._prepare(job_id, job_toml, caller, job_members)
+                try:
+                    rec, new = self._prepare(job_id, job_toml, caller, job_members)
+                except Refused:
+                    raise
+                except Exception as exc:  # never a raw exception text across the boundary
+                    raise self._admission_failure(job_id, exc) from None
         except Refused as exc:
             if JOB_ID_RE.fullmatch(job_id) and self.store.get(job_id) is None:
                 self.agreement.remember(job_id, exc.public_reason(self.name), job_members or None)
@@ -452,6 +443,22 @@ class PartyDaemon:
             self.agreement.forget(job_id)  # an earlier refusal of the same id is no longer the answer
             self.agreement.start(rec)
         return rec, new
+
+    def _admission_failure(self, job_id: str, exc: Exception) -> Refused:
+        """The refusal for a job this daemon could not admit because of its own failure: a state
+        directory that cannot be written (a full disk: SQLite's ``database or disk is full``) is
+        the public ``STORAGE`` code, anything else ``INTERNAL``; the detail goes to this daemon's
+        log only (it may name files)."""
+        disk = storage_problem(exc)
+        if disk is not None:
+            code, status = "STORAGE", grpc.StatusCode.RESOURCE_EXHAUSTED
+            public = f"the state directory of {self.name} is full or cannot be written ({disk}); nothing was reserved"
+        else:
+            code, status = "INTERNAL", grpc.StatusCode.INTERNAL
+            public = f"internal error at {self.name} while admitting the job ({type(exc).__name__}); see its log"
+        self.log.error(f"job not admitted: {type(exc).__name__}: {one_line(exc)}", job_id=job_id[:64] or None,
+                       phase="refused", code=code)
+        return Refused(status, f"{code}: {public}", public_code=code, public=public)
 
     def _prepare(self, job_id: str, job_toml: str, caller: str,
                  job_members: list[tuple[str, str]]) -> tuple[JobRecord, bool]:

@@ -31,6 +31,7 @@ release from the daemons and writes the model.
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,9 +47,11 @@ from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
 from mpc_erm.mpc.pki import Identity
 
 from .config import OwnerConfig
+from .ledger import LedgerError
+from .owner_failures import JobEnded, JobWatch, OwnerDenied, PartiesUnreachable, owner_failure
 
-__all__ = ["OwnerRefused", "check_job", "fetch_owner_model", "fetch_release", "intake_addresses", "run_owner_job",
-           "settle_abandoned"]
+__all__ = ["OwnerRefused", "check_job", "fetch_owner_model", "fetch_release", "intake_addresses", "job_watch",
+           "run_owner_job", "settle_abandoned"]
 
 ENDPOINT_POLL_S, ENDPOINT_POLL_MAX_S = 1.0, 5.0  # an owner asks a daemon for its intake again, pausing longer
 
@@ -88,16 +91,18 @@ def check_job(cfg: OwnerConfig, job: JobFile) -> int:
     return jt.owners.index(name)
 
 
-def intake_addresses(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: str,
-                     wait_s: float) -> list[tuple[str, str]]:
+def intake_addresses(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: str, wait_s: float,
+                     watch: JobWatch | None = None) -> list[tuple[str, str]]:
     """(name, owner-intake address) of each compute party in rank order, asked of its daemon;
-    waits up to ``wait_s`` for each to publish (the job may still be admitted or queued there)."""
-    from mpc_erm.mpc.owner_intake import pauses
+    waits up to ``wait_s`` for each to publish (the job may still be admitted or queued there),
+    asking ``watch`` between tries whether the job ended meanwhile."""
+    from mpc_erm.mpc.owner_intake import SLOW_CHECK_S, pauses
     from parties.rendezvous import grpc_options
 
     out = []
     end = time.monotonic() + wait_s
     pause = pauses(ENDPOINT_POLL_S, ENDPOINT_POLL_MAX_S)
+    asked = time.monotonic()
     for name in job.job.parties:
         with tls.secure_channel(cfg.compute[name], identity, f"party/{name}", grpc_options()) as ch:
             stub = pb_grpc.PartyControlStub(ch)
@@ -109,29 +114,43 @@ def intake_addresses(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id:
                     out.append((name, r.address))
                     break
                 except grpc.RpcError as exc:  # a deadline too: thousands of owners asking queue at its daemon
-                    if exc.code() not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE,
-                                          grpc.StatusCode.DEADLINE_EXCEEDED) or left <= 0:
-                        raise RuntimeError(f"compute party {name}: {exc.details()}") from None
+                    code, details = exc.code(), exc.details() or ""
+                    if code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
+                        raise OwnerDenied(f"compute party {name} refuses {identity.name}: {details}") from None
+                    if code not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE,
+                                    grpc.StatusCode.DEADLINE_EXCEEDED):
+                        raise JobEnded(f"compute party {name}: {details}") from None
+                    if left <= 0:
+                        raise PartiesUnreachable(f"job {job_id}: compute party {name} did not start the job within "
+                                                 f"{wait_s:g} s (--wait): {code.name}: {details}") from None
+                    # a daemon gone: has the job ended at the others? (not yet admitted, or slow: rarely)
+                    if watch is not None and (code == grpc.StatusCode.UNAVAILABLE or
+                                              time.monotonic() - asked >= SLOW_CHECK_S):
+                        asked = time.monotonic()
+                        watch.check()
                     time.sleep(next(pause))  # the daemon answers an owner within 1 s
     return out
 
 
 def fetch_release(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: str, owner_index: int, t: int,
-                  wait_s: float) -> tuple[Any, int]:
+                  wait_s: float, watch: JobWatch | None = None) -> tuple[Any, int]:
     """Round ``t``'s release of ``job_id`` and its owner count, as the compute parties' daemons keep
     it once their intake stopped (``GetOwnerRelease``): asked of the party this owner reads from
-    first, then of the others, waiting up to ``wait_s`` while none keeps it yet; RuntimeError at
-    once if the job ended everywhere without it."""
-    from mpc_erm.mpc.owner_intake import pauses, state_from_bytes
+    first, then of the others, waiting up to ``wait_s`` while none keeps it yet. Between passes
+    ``watch`` (default: one for this job) ends the wait once the job has ended without it
+    (:class:`JobEnded`) or the compute parties are lost (:class:`PartiesUnreachable`)."""
+    from mpc_erm.mpc.owner_intake import SLOW_CHECK_S, pauses, state_from_bytes
     from mpc_erm.mpc.owner_shares import explicit_party
     from parties.rendezvous import grpc_options
 
     names = list(job.job.parties)
     first = explicit_party(owner_index, len(names))
+    watch = watch or job_watch(identity, cfg, job, job_id)
     digest, end, pause, why = job.spec_digest(), time.monotonic() + wait_s, pauses(ENDPOINT_POLL_S,
                                                                                     ENDPOINT_POLL_MAX_S), ""
+    asked = time.monotonic()
     while True:
-        ended = 0  # compute parties where the job ended without a release
+        ended = lost = 0  # compute parties where the job ended without a release they can serve; unreachable
         for name in names[first:] + names[:first]:
             try:
                 with tls.secure_channel(cfg.compute[name], identity, f"party/{name}", grpc_options()) as ch:
@@ -139,23 +158,32 @@ def fetch_release(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: st
                                                                      timeout=30)
             except grpc.RpcError as exc:
                 code = exc.code()
-                if code not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE,
-                                grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.FAILED_PRECONDITION):
-                    raise RuntimeError(f"compute party {name}: {exc.details()}") from None
+                if code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
+                    raise OwnerDenied(f"compute party {name} refuses {identity.name}: {exc.details()}") from None
                 ended += code == grpc.StatusCode.FAILED_PRECONDITION
+                lost += code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
                 why = f"{name}: {exc.details()}"
                 continue
             if r.spec_digest != digest:
-                raise RuntimeError(f"compute party {name} keeps the release of another job under {job_id} (digest "
-                                   f"{r.spec_digest[:12]}… vs this owner's {digest[:12]}…)")
+                raise JobEnded(f"compute party {name} keeps the release of another job under {job_id} (digest "
+                               f"{r.spec_digest[:12]}… vs this owner's {digest[:12]}…)")
             return state_from_bytes(r.state, r.shape), int(r.owners_counted)
         if ended == len(names):
-            raise RuntimeError(f"job {job_id}: no compute party serves round {t}'s release, and the job has ended at "
-                               f"each (last answer: {why})")
+            raise JobEnded(f"job {job_id}: no compute party serves round {t}'s release, and the job has ended at each "
+                           f"(last answer: {why})")
+        if lost or time.monotonic() - asked >= SLOW_CHECK_S:  # raises once none can serve it any more
+            asked = time.monotonic()
+            watch.check(now=True)
         if time.monotonic() >= end:
-            raise TimeoutError(f"job {job_id}: no compute party kept round {t}'s release within {wait_s:g} s "
-                               f"(last answer: {why})")
+            raise PartiesUnreachable(f"job {job_id}: no compute party kept round {t}'s release within {wait_s:g} s "
+                                     f"(--wait; last answer: {why})")
         time.sleep(min(next(pause), max(0.0, end - time.monotonic())))
+
+
+def job_watch(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: str) -> JobWatch:
+    """The watch an owner in trouble asks whether ``job_id`` ended (:mod:`parties.owner_failures`)."""
+    return JobWatch(identity, [(n, cfg.compute[n]) for n in job.job.parties], job_id,
+                    peer_timeout_s=cfg.peer_timeout_s)
 
 
 def _job_lock(state_dir: Path, job_id: str, *, wait: bool) -> Any:
@@ -253,17 +281,23 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
     if running is None:
         ledger.close()
         raise OwnerRefused(f"job_id: {job_id} is already running at {cfg.identity.name} (another owner join)")
+    watch = job_watch(identity, cfg, job, job_id)
+    rounds: OwnerAggregator | None = None
     try:
         settled = settle_abandoned(cfg, ledger)
-        ledger.reserve(job_id, jt.dataset, spec.privacy.epsilon, spec.privacy.delta, digest, plan.event)
         try:
-            client = OwnerClient(identity, job_id, index, intake_addresses(identity, cfg, job, job_id, wait_s))
+            ledger.reserve(job_id, jt.dataset, spec.privacy.epsilon, spec.privacy.delta, digest, plan.event)
+        except LedgerError as exc:
+            raise OwnerRefused(f"budget: {cfg.identity.name}'s ledger refuses job {job_id}: {exc}") from None
+        try:
+            client = OwnerClient(identity, job_id, index, intake_addresses(identity, cfg, job, job_id, wait_s, watch),
+                                 check=watch.check)
             try:
                 client.enroll(timeout_s=wait_s, spec_digest=digest)
                 rounds = OwnerAggregator(client, round_wait_s=wait_s, on_round=on_round,
                                          send_after_s=spec.federated.send_after_s if spec.federated else None,
                                          leave=leave, fetch_later=lambda t, w: fetch_release(identity, cfg, job, job_id,
-                                                                                             index, t, w))
+                                                                                             index, t, w, watch))
 
                 def before_reveal(t: int) -> None:
                     nonlocal revealed
@@ -283,12 +317,15 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
             finally:
                 client.close()
         except BaseException as exc:
-            if not revealed:
-                ledger.release(job_id, f"failed before the first round: {type(exc).__name__}")
-            else:
-                ledger.commit(job_id)  # charged the rounds it revealed
-            raise
+            failure = owner_failure(exc, cfg.identity.name, watch) if isinstance(exc, Exception) else None
+            charged = _settle_failed(ledger, job_id, plan, revealed, 0 if rounds is None else rounds.received, exc)
+            if failure is None:
+                raise
+            failure.charged = charged
+            raise failure from exc
         ledger.commit(job_id)
+    except sqlite3.Error as exc:  # this owner's own ledger (a full disk): one line, its exit code
+        raise owner_failure(exc, cfg.identity.name) or exc from exc
     finally:
         ledger.close()
         running.close()
@@ -313,6 +350,28 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
 
 #: ``owner join --leave`` leaves it in the job's directory: this owner sent shares in the job, in which round.
 SENT_FILE = "sent.json"
+
+
+def _settle_failed(ledger: Any, job_id: str, plan: Any, revealed: bool, received: int, exc: BaseException) -> str:
+    """Settle the job in this owner's ledger after its run failed, as a daemon does: nothing
+    revealed, the reservation released; else the rounds marked revealed are charged. Returns what
+    was charged, and why, for the owner's last line. A round is marked before its shares leave,
+    so a failure after sending charges that round too, released or not: the compute parties may
+    have revealed it before the job ended there (conservative)."""
+    if not revealed:
+        ledger.release(job_id, f"failed before the first round: {type(exc).__name__}")
+        return "nothing charged: no round was revealed"
+    r = ledger.commit(job_id)
+    marked = int(r.revealed_rounds or 0)
+    eps = plan.guarantee(rounds=marked).epsilon
+    text = f"charged ε = {eps:.4g} for {marked} round{'s' if marked != 1 else ''}"
+    if marked > received:
+        late = marked - received
+        return (text + f" ({received} release{'s' if received != 1 else ''} reached this owner; "
+                + (f"the last {late} rounds were" if late > 1 else "the last round was")
+                + " sent and may have been revealed at the compute parties before the job ended: charged, to be "
+                "safe)")
+    return text + " (the rounds revealed before the job ended)"
 
 
 def _one_release(job: JobFile) -> bool:

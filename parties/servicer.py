@@ -40,8 +40,8 @@ RESULT_CHUNK_BYTES = 1 << 20
 def control_policy(cfg: DaemonConfig) -> tls.Policy:
     """Who may call what: the coordinator methods only the allowed coordinators; GetEndpoint and
     GetAdmission any party or dealer, GetEndpoint also a data owner (job membership and the
-    service an owner may ask for are checked per request), GetOwnerRelease only a data owner
-    (the job's: checked per request); Health anyone of
+    service an owner may ask for are checked per request), GetOwnerRelease and GetOwnerJob only a
+    data owner (the job's: checked per request); Health anyone of
     this CA. SubmitJob lets any coordinator through to the daemon, which refuses one not in
     ``policy.allowed_coordinators`` itself (:func:`parties.admission.check_caller`, the same
     status and message) so that the job's other members learn of the refusal at once."""
@@ -51,7 +51,8 @@ def control_policy(cfg: DaemonConfig) -> tls.Policy:
     for m in ("GetEndpoint", "GetAdmission"):
         policy[f"{SERVICE}/{m}"] = [("party", tls.WILDCARD), ("dealer", tls.WILDCARD)]
     policy[f"{SERVICE}/GetEndpoint"].append(("owner", tls.WILDCARD))  # a job's owners: its owner intake only
-    policy[f"{SERVICE}/GetOwnerRelease"] = [("owner", tls.WILDCARD)]  # a job's owners: checked per request
+    for m in ("GetOwnerRelease", "GetOwnerJob"):  # a job's owners: checked per request
+        policy[f"{SERVICE}/{m}"] = [("owner", tls.WILDCARD)]
     policy[f"{SERVICE}/Health"] = [(tls.WILDCARD, tls.WILDCARD)]
     return policy
 
@@ -158,16 +159,28 @@ class Servicer(pb_grpc.PartyControlServicer):
         rec = self._record(request.job_id, context)
         return self.rendezvous.get_endpoint(rec, caller, request, context)
 
+    def _owners_record(self, job_id: str, context: grpc.ServicerContext) -> JobRecord:
+        """The job's record for one of its data owners; NOT_FOUND for anyone else, as for an unknown
+        id (a non-member learns nothing)."""
+        from .rendezvous import job_owners
+
+        rec = self._record(job_id, context)
+        if tls.peer(context).name not in job_owners(rec):
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no job {job_id!r} at {self.d.name}")
+        return rec
+
+    def GetOwnerJob(self, request: pb.JobRef, context: grpc.ServicerContext) -> pb.OwnerJobState:
+        rec = self._owners_record(request.job_id, context)
+        ended = rec.terminal and rec.status != "succeeded"  # a job's reason is public ("<CODE>: ...")
+        return pb.OwnerJobState(job_id=rec.id, member=self.d.name, status=rec.status,
+                                reason=(rec.reason or "") if ended else "")
+
     def GetOwnerRelease(self, request: pb.OwnerReleaseRequest, context: grpc.ServicerContext) -> pb.OwnerRelease:
         from mpc_erm.mpc.owner_intake import state_bytes
 
         from .owner_release import read_release
-        from .rendezvous import job_owners
 
-        caller = tls.peer(context)
-        rec = self._record(request.job_id, context)
-        if caller.name not in job_owners(rec):  # answered as for an unknown id: a non-member learns nothing
-            context.abort(grpc.StatusCode.NOT_FOUND, f"no job {request.job_id!r} at {self.d.name}")
+        rec = self._owners_record(request.job_id, context)
         kept = read_release(self.d.jobs_dir / rec.id)
         if kept is None or kept.job_id != rec.id:
             if not rec.terminal:
@@ -179,9 +192,10 @@ class Servicer(pb_grpc.PartyControlServicer):
                           + ("; its kept release is missing or unreadable)" if rec.status == "succeeded" else
                              " without releasing)"))
         assert kept is not None
-        if request.round != kept.round:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"round: {request.round} is not kept at {self.d.name}, only "
-                                                     f"the job's last release (round {kept.round})")
+        if request.round != kept.round:  # an ended job keeps no other: it will never come
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION if rec.terminal else grpc.StatusCode.NOT_FOUND,
+                          f"round: {request.round} is not kept at {self.d.name}, only the job's last release "
+                          f"(round {kept.round})")
         return pb.OwnerRelease(job_id=rec.id, round=kept.round, state=state_bytes(kept.state),
                                shape=list(kept.state.shape), owners_counted=kept.owners_counted,
                                spec_digest=kept.spec_digest, member=self.d.name)

@@ -31,6 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from mpc_erm.mpc.callers import CallerPolicy
+
+from .callers import caller_policy
 from .context import JobCancelled, WorkerContext
 from .jobs import write_result_manifest
 from .public_errors import PublicError, storage_problem
@@ -147,14 +150,15 @@ def _hosts(ctx: WorkerContext) -> tuple[str, str]:
             str(ctx.config.advertise or ctx.config.listen).rsplit(":", 1)[0])
 
 
-def _join(ctx: WorkerContext) -> tuple[Any, Any]:
-    """Transport server + PartyTable + CrypTen session; returns (server, comm)."""
+def _join(ctx: WorkerContext, callers: CallerPolicy) -> tuple[Any, Any]:
+    """Transport server (its callers checked by ``callers``) + PartyTable + CrypTen session;
+    returns (server, comm)."""
     from mpc_erm.mpc.communicator import init_crypten
     from mpc_erm.mpc.transport import Member, PartyTable, TransportOptions, TransportServer
 
     listen_host, adv_host = _hosts(ctx)
-    server = TransportServer.configured(ctx.identity, f"{listen_host}:0", limits=ctx.config.limits,
-                                        crl=ctx.config.identity.crl)
+    server = TransportServer.configured(ctx.identity, f"{listen_host}:0", callers=callers,
+                                        max_message_bytes=ctx.config.limits.transport_max_message_bytes)
     port = server.start()
     ctx.publish_endpoint(f"{adv_host}:{port}")
     parties, dealer = _members(ctx)
@@ -538,7 +542,8 @@ FIRST_ROUND_FACTOR = 10.0
 LAST_READ_WAIT_S = 30.0  # the longest a compute party keeps its intake up for the counted owners' last reads
 
 
-def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: Any, real: Any) -> _Outcome:
+def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: Any, real: Any,
+                      callers: CallerPolicy) -> _Outcome:
     """A compute party's job with data owners (docs/architecture.md §2): the protocol's own round
     loop (gradient, DP-Fed-LS, or output perturbation's one release), whose aggregate is this
     party's owner intake — the agreed owners' shares summed,
@@ -578,7 +583,7 @@ def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: A
     frame = RoundFrame(ctx.job_id, jt.owners, len(jt.parties), comm.get_rank(), grid,
                        owner_margin_bits(len(jt.owners)), proto.p, ctx.job.spec_digest(), sample_shares=drawn)
     listen_host, adv_host = _hosts(ctx)
-    intake = OwnerIntake(ctx.identity, frame, bind=f"{listen_host}:0",
+    intake = OwnerIntake(ctx.identity, frame, bind=f"{listen_host}:0", callers=callers,
                          max_workers=intake_threads(len(jt.owners), len(jt.parties))).start()
     curve: list[dict[str, Any]] = []
     try:
@@ -824,7 +829,8 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
     builder = None if owners else _plugin_builder(ctx)  # before any peer is joined: refuse first
     dev = device_for(ctx)
     _check_room(ctx)  # disk full: refuse before any member spends ε (issue 14 item 1)
-    server, comm = _join(ctx)
+    callers = caller_policy(ctx.config, ctx.identity)  # this job's servers: the daemon's CRL, roles and rates
+    server, comm = _join(ctx, callers)
     ok = False
     try:
         _trust_setup(ctx, comm)
@@ -847,7 +853,7 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
                                                  else f"add/remove: normaliser n̂ = {plan.public_n}")
                   + f"; {agg.trust_model}"})
         if rows is None:
-            out = _owner_rounds_job(ctx, comm, agg, src, plan, real)
+            out = _owner_rounds_job(ctx, comm, agg, src, plan, real, callers)
         elif spec.model.is_network:
             out = _network_job(ctx, comm, agg, src, rows, plan, real, dev, builder)
         else:
@@ -908,7 +914,7 @@ def run_dealer_job(ctx: WorkerContext) -> dict[str, Any]:
 
     if ctx.config.threads:
         torch.set_num_threads(ctx.config.threads)
-    server, table = _join(ctx)
+    server, table = _join(ctx, caller_policy(ctx.config, ctx.identity))
     try:
         ctx.emit({"phase": "dealing", "message": "serving triples"})
         rep = run_dealer(table, ctx.identity, server=server, options=TransportOptions(deadline_s=_peer_timeout(ctx)),

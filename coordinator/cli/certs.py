@@ -10,6 +10,7 @@ keep each organisation's private key on its own machine.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import cast
 
@@ -252,7 +253,9 @@ def revoke(dir_: Path, cert_paths: tuple[Path, ...], serials: tuple[str, ...], c
             raise ValueError(f"--serial: {s!r} is not a hexadecimal serial number") from None
     pem = pki.create_crl(ca, kept | added, valid_days=days)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pem)
+    tmp = path.with_name(path.name + ".tmp")  # replaced whole: daemons re-read the file when it changes
+    tmp.write_bytes(pem)
+    os.replace(tmp, path)
     crl = x509.load_pem_x509_crl(pem)
     info = {"crl": str(path), "revoked": sorted(f"{s:x}" for s in kept | added),
             "added": sorted(f"{s:x}" for s in added - kept), "next_update": crl.next_update_utc.isoformat()}

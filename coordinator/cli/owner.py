@@ -7,11 +7,17 @@ audit log in its ``state_dir``), sends only additive shares of its contribution 
 parties, and writes the public model and the privacy report to ``state_dir/jobs/<job id>/``.
 With ``--leave`` (a one-release job: output perturbation) it returns once its shares are sent;
 ``fetch`` reads the release from the compute parties later and writes the model.
+
+Every failure is one line on stderr, ``error: owner <name>, job <id>: <reason>`` (and, for a run
+that had begun its rounds, what this owner's ledger was charged and why), with an exit code per
+kind (``parties.owner_failures.EXIT_CODES``, listed in ``--help``); never a traceback.
 """
 
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +33,43 @@ def _job_options(f: Any) -> Any:
     return click.option("--config", "config_path", required=True, type=_PATH, help="the owner's TOML config")(f)
 
 
+_EXITS = ("exit codes: 0 done (--leave: shares sent); 1 internal error; 2 refused before anything was sent (option, "
+          "config, job file, this owner's policy or budget); 3 the job ended at the compute parties without this "
+          "owner's model (a compute party lost, failed, cancelled); 4 a compute party refuses this owner (revoked, "
+          "not listed); 5 the compute parties unreachable or not ready in time; 6 this owner's state directory "
+          "cannot be written")
+
+
 @click.group()
 def owner() -> None:
     """A data owner's light process: no daemon, no MPC engine; one job at a time."""
 
 
-@owner.command("join")
+def _guarded(name: str, job_id: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``run()``, or exit with one line naming this owner, the job and the reason, and the exit
+    code of its kind (``parties.owner_failures``): no traceback reaches the owner's operator."""
+    from parties.owner import OwnerRefused
+    from parties.owner_failures import OwnerFailure, owner_failure
+
+    def fail(code: int, reason: str) -> None:
+        click.echo(f"error: owner {name}, job {job_id}: {' '.join(reason.split())}", err=True)
+        sys.exit(code)
+
+    try:
+        return run()
+    except OwnerFailure as exc:
+        fail(exc.exit_code, str(exc) + (f"; {exc.charged}" if exc.charged else ""))
+    except (OwnerRefused, ValueError) as exc:  # refused here, before anything was sent
+        fail(2, str(exc))
+    except Exception as exc:  # a storage error of this owner's own files, else a bug: one line all the same
+        known = owner_failure(exc, name)
+        if known is not None:
+            fail(known.exit_code, str(known))
+        fail(1, f"internal error ({type(exc).__name__}): {exc}")
+    raise AssertionError("unreachable")
+
+
+@owner.command("join", epilog=_EXITS)
 @_job_options
 @click.option("--wait", "wait_s", default=600.0, show_default=True, type=click.FloatRange(1, 86_400),
               help="seconds to wait for the compute parties (the job's start, each round's release)")
@@ -50,10 +87,8 @@ def join(config_path: Path, job_path: Path, job_id: str, wait_s: float, leave: b
             click.echo(f"round {t + 1}/{job.spec.training.iterations}: {owners} owners summed"
                        + ("" if counted_me else " (this owner was late: left out of this round)"))
 
-    try:
-        summary = run_owner_job(cfg, job, job_id, wait_s=wait_s, on_round=on_round, leave=leave)
-    except (RuntimeError, TimeoutError) as exc:
-        raise click.ClickException(str(exc)) from None
+    summary = _guarded(cfg.identity.name, job_id,
+                       lambda: run_owner_job(cfg, job, job_id, wait_s=wait_s, on_round=on_round, leave=leave))
     where = Path(cfg.state_dir) / "jobs" / job_id
     if as_json:
         click.echo(json.dumps(summary))
@@ -68,7 +103,7 @@ def join(config_path: Path, job_path: Path, job_id: str, wait_s: float, leave: b
                    f"--job-id {job_id}` once the job has released it")
 
 
-@owner.command("fetch")
+@owner.command("fetch", epilog=_EXITS)
 @_job_options
 @click.option("--wait", "wait_s", default=600.0, show_default=True, type=click.FloatRange(0, 86_400),
               help="seconds to wait for the compute parties to keep the release")
@@ -78,10 +113,7 @@ def fetch(config_path: Path, job_path: Path, job_id: str, wait_s: float, as_json
     from parties.owner import fetch_owner_model
 
     cfg, job = _load(config_path, job_path, job_id)
-    try:
-        summary = fetch_owner_model(cfg, job, job_id, wait_s=wait_s)
-    except (RuntimeError, TimeoutError) as exc:
-        raise click.ClickException(str(exc)) from None
+    summary = _guarded(cfg.identity.name, job_id, lambda: fetch_owner_model(cfg, job, job_id, wait_s=wait_s))
     if as_json:
         click.echo(json.dumps(summary))
     else:

@@ -15,6 +15,11 @@ its explicit party too (every party publishes the same; the owners' reads are sp
 and that party is the one that waits for an owner's read of the last release). Once enrolled, an
 owner keeps only its explicit party's connection open.
 
+Who may call is the compute party's :class:`~.callers.CallerPolicy`, the one its other servers
+use: a caller whose certificate the party's CRL revokes (the file is looked at again as each round
+opens, so a CRL published mid-job holds from the next round), or over the party's owner rate
+(RESOURCE_EXHAUSTED), is refused before the servicer runs.
+
 Refused, naming the field: a caller the job does not list, or not an owner (PERMISSION_DENIED);
 a second enrolment, or a second contribution in a round (ALREADY_EXISTS); a contribution before
 enrolling, for a round that is not open, at a party that derives the owner's share, or a share of
@@ -27,7 +32,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -39,12 +44,13 @@ import torch
 from . import tls
 from ._proto import owner_pb2 as pb
 from ._proto import owner_pb2_grpc as pb_grpc
+from .callers import CallerPolicy
 from .keystream import KEY_BYTES
 from .owner_shares import OwnerShareSum, explicit_party
 from .pki import Identity
 from .transport.chunking import grpc_message_options
 
-__all__ = ["OwnerClient", "OwnerIntake", "RoundFrame", "agree_present", "intake_threads", "pauses",
+__all__ = ["IntakeError", "OwnerClient", "OwnerIntake", "RoundFrame", "agree_present", "intake_threads", "pauses",
            "state_bytes", "state_from_bytes"]
 
 SERVICE = "/mpc_erm.v1.OwnerIntake"
@@ -62,11 +68,28 @@ MAX_INTAKE_THREADS = 1024
 #: The longest one enrolment attempt waits for its answer (an owner asks again until its own deadline).
 ENROLL_ATTEMPT_S = 10.0
 ENROLL_RETRY_FIRST_S, ENROLL_RETRY_MAX_S = 0.2, 2.0  # its pauses between attempts (jittered: pauses)
+#: A compute party that is slow (a deadline passed) rather than unreachable: an owner asks whether the
+#: job ended (its client's ``check``) at most this often, so that thousands of owners of a loaded
+#: party do not turn its slowness into a flood of questions to the daemons.
+SLOW_CHECK_S = 30.0
 #: Releases an intake keeps for owners still reading them (an owner more rounds behind has missed them).
 KEEP_RELEASES = 64
 #: Trailing metadata of a contribution refused because its round is not open: the round open here
 #: ("" if none yet) and whether it has closed ("1"/"0"). :func:`round_state` reads them.
 ROUND_KEY, CLOSED_KEY = "mpc-erm-open-round", "mpc-erm-round-closed"
+
+
+class IntakeError(RuntimeError):
+    """An owner's call to compute party ``party``'s intake that failed for good: its gRPC status
+    ``code`` and the party's ``details`` (the owner's process turns it into one line)."""
+
+    def __init__(self, party: str, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"compute party {party}: {code.name}: {details}")
+        self.party, self.code, self.details = party, code, details
+
+    @classmethod
+    def of(cls, party: str, exc: grpc.RpcError) -> IntakeError:
+        return cls(party, exc.code(), exc.details() or "")  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -98,7 +121,8 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
     """The intake of one job at one compute party: a gRPC server of its own (mTLS, owners only)."""
 
     def __init__(self, identity: Identity, frame: RoundFrame, bind: str = "127.0.0.1:0", *,
-                 max_workers: int = 32) -> None:
+                 max_workers: int = 32, callers: CallerPolicy | None = None) -> None:
+        """``callers``: the compute party's identity policy (None: this CA, no CRL, default rates)."""
         if identity.role != "party":
             raise ValueError("an owner intake runs at a compute party")
         self.frame = frame
@@ -127,10 +151,12 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         # reads parked for a release: each holds a pool thread; past this many they wait only briefly
         self._parked, self._park_slots = 0, max(max_workers - CONTRIBUTE_THREADS, 0)
         self._stopping = False
+        self.callers = callers if callers is not None else CallerPolicy(identity.ca_pem)
         policy = {f"{SERVICE}/*": [("owner", name) for name in frame.owners]}
+        auth = self.callers.authorizer(policy, "owners", log_refusals=False,
+                                       field_limits={"job_id": 128, "key": KEY_BYTES})
         self._server = grpc.server(ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="owner-intake"),
-                                   interceptors=[tls.Authorizer(policy, log_refusals=False,
-                                                                field_limits={"job_id": 128, "key": KEY_BYTES})],
+                                   interceptors=[auth],
                                    options=[*grpc_message_options(), ("grpc.so_reuseport", 0)])
         pb_grpc.add_OwnerIntakeServicer_to_server(self, self._server)
         self.port = self._server.add_secure_port(bind, tls.server_credentials(identity))
@@ -163,6 +189,7 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         return self._mine
 
     def open_round(self, t: int) -> None:
+        self.callers.refresh()  # a CRL replaced since the last round holds from this one on
         with self._lock:
             if self._round is not None and not self._round.closed:
                 raise RuntimeError(f"round {self._round.t} is still open")
@@ -372,9 +399,12 @@ class OwnerClient:
     """An owner's side of one job: enrol at every compute party (its key where the party derives
     its share), then per round send its shares and read the released public state."""
 
-    def __init__(self, identity: Identity, job_id: str, owner_index: int, compute: Sequence[tuple[str, str]]) -> None:
+    def __init__(self, identity: Identity, job_id: str, owner_index: int, compute: Sequence[tuple[str, str]], *,
+                 check: Callable[[], None] | None = None) -> None:
         """``owner_index``: this owner's position in the job's public owner list; ``compute``:
-        (name, address) of each compute party, in rank order."""
+        (name, address) of each compute party, in rank order; ``check``: called while a compute
+        party cannot be reached (or, every :data:`SLOW_CHECK_S`, is slow), between tries: raises to
+        stop trying (the job ended)."""
         if identity.role != "owner":
             raise ValueError("an owner client needs an identity with role 'owner'")
         if len(compute) < 2:
@@ -383,6 +413,8 @@ class OwnerClient:
 
         self.identity = identity
         self.job_id = job_id
+        self.names = [name for name, _ in compute]
+        self.check = check if check is not None else (lambda: None)
         self._channels = [tls.secure_channel(addr, identity, f"party/{name}", grpc_message_options())
                           for name, addr in compute]
         self._stubs: list[Any] = [pb_grpc.OwnerIntakeStub(ch) for ch in self._channels]
@@ -393,6 +425,25 @@ class OwnerClient:
     @property
     def owner_index(self) -> int:
         return self.sharer.owner_index
+
+    def trouble(self) -> Callable[[grpc.StatusCode], None]:
+        """A fresh ``on(code)`` for one wait: runs ``check`` after each UNAVAILABLE (a party gone:
+        ``check`` itself asks at most once a second) and once every :data:`SLOW_CHECK_S` of other
+        failed tries (a party slow or silent)."""
+        last = [time.monotonic()]
+
+        def on(code: grpc.StatusCode) -> None:
+            now = time.monotonic()
+            if code == grpc.StatusCode.UNAVAILABLE or now - last[0] >= SLOW_CHECK_S:
+                last[0] = now
+                self.check()
+
+        return on
+
+    @property
+    def explicit_name(self) -> str:
+        """The compute party this owner sends its shares to and reads its releases from."""
+        return self.names[self.sharer.explicit]
 
     def enroll(self, timeout_s: float = 30.0, spec_digest: str | None = None) -> Any:
         """Enrol at every compute party; the public frame they state (grid, margin, dimension,
@@ -446,6 +497,7 @@ class OwnerClient:
         """Enrol at compute party ``j``, asking again (the same request: idempotent there) while it
         is unreachable or slow, until ``timeout_s`` has passed."""
         end = time.monotonic() + timeout_s
+        trouble = self.trouble()
         for pause in pauses(ENROLL_RETRY_FIRST_S, ENROLL_RETRY_MAX_S):
             try:
                 return stub.Enroll(pb.EnrollRequest(job_id=self.job_id, key=self.sharer.keys.get(j, b"")),
@@ -454,7 +506,8 @@ class OwnerClient:
                 code = exc.code()  # type: ignore[attr-defined]
                 if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) or \
                         time.monotonic() + pause >= end:
-                    raise
+                    raise IntakeError.of(self.names[j], exc) from None
+                trouble(code)
             time.sleep(pause)
         raise AssertionError("unreachable")  # pauses() never ends
 
@@ -485,9 +538,10 @@ class OwnerClient:
         the same, so owners spread their reads over them; each read waits at most
         :data:`RELEASE_WAIT_S` at the server, which holds one of its threads meanwhile and grants
         less (:data:`RELEASE_POLL_S`) once its parked reads would take the threads the next round's
-        shares need."""
+        shares need. A release slow to come asks ``check`` every :data:`SLOW_CHECK_S`."""
         stub = self._stubs[self.sharer.explicit]
         end = time.monotonic() + wait_s
+        trouble = self.trouble()
         while True:
             poll = max(0.0, min(end - time.monotonic(), RELEASE_WAIT_S))
             try:
@@ -496,6 +550,7 @@ class OwnerClient:
             except grpc.RpcError as exc:
                 if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED or time.monotonic() >= end:
                     raise
+                trouble(exc.code())
         state = state_from_bytes(r.state, r.shape)
         return state, int(r.owners_counted)
 

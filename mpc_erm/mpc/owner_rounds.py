@@ -23,7 +23,7 @@ import torch
 
 from mpc_erm.protocols.aggregation import NoiseSpec
 
-from .owner_intake import OwnerClient, OwnerIntake, agree_present, pauses, round_state
+from .owner_intake import IntakeError, OwnerClient, OwnerIntake, agree_present, pauses, round_state
 
 __all__ = ["IntakeAggregator", "LeftAfterSending", "OwnerAggregator"]
 
@@ -135,6 +135,7 @@ class OwnerAggregator:
         self.client, self.round_wait_s, self.on_round = client, round_wait_s, on_round
         self.send_after_s, self.leave, self.fetch_later = send_after_s, leave, fetch_later
         self.t = 0
+        self.received = 0  # releases that reached this owner
         self.missed: list[int] = []
         self.overran: list[int] = []  # rounds whose work took longer than send_after_s (sent late)
         self.last: torch.Tensor | None = None  # the latest release
@@ -156,7 +157,7 @@ class OwnerAggregator:
         self._mark = time.monotonic()
         if not sent:
             self.missed.append(t)
-        self.last = state
+        self.last, self.received = state, self.received + 1
         if self.on_round is not None:
             self.on_round(t, sent, counted)
         return state
@@ -169,15 +170,19 @@ class OwnerAggregator:
         except grpc.RpcError as exc:
             if self.fetch_later is None or exc.code() not in (grpc.StatusCode.UNAVAILABLE,  # type: ignore[attr-defined]
                                                               grpc.StatusCode.CANCELLED):
-                raise
+                raise IntakeError.of(self.client.explicit_name, exc) from None
             return self.fetch_later(t, self.round_wait_s)
 
     def send(self, t: int, v: torch.Tensor) -> bool:
         """Send round ``t``'s shares, waiting for the round to open; False if it closed first.
         Asks again with a growing pause (to RETRY_MAX_S, jittered): a thousand owners asking every
-        50 ms held the compute parties' intake busy refusing them (benchmarks.many_owners_thesis)."""
+        50 ms held the compute parties' intake busy refusing them (benchmarks.many_owners_thesis).
+        While the party cannot be reached (or is slow), the client's ``check`` runs between tries
+        (:meth:`~.owner_intake.OwnerClient.trouble`; it raises once the job has ended); a refusal for
+        good is an :class:`~.owner_intake.IntakeError`."""
         end = time.monotonic() + self.round_wait_s
         pause = pauses(RETRY_FIRST_S, RETRY_MAX_S)
+        trouble = self.client.trouble()
         while True:
             try:
                 self.client.contribute(t, v, leaving=self.leave)
@@ -185,11 +190,12 @@ class OwnerAggregator:
             except grpc.RpcError as exc:
                 if exc.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE) and \
                         time.monotonic() < end:  # a loaded compute party: the same shares again
+                    trouble(exc.code())
                     time.sleep(next(pause))
                     continue
                 state = round_state(exc)
                 if state is None:
-                    raise
+                    raise IntakeError.of(self.client.explicit_name, exc) from None
                 now, closed = state
                 if now is not None and (now > t or (now == t and closed)):
                     return False  # the compute parties closed round t without this owner

@@ -43,7 +43,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from cryptography import x509
@@ -197,6 +197,12 @@ def peer_identity(context: grpc.ServicerContext) -> tuple[Role, str]:
 # --------------------------------------------------------------------------- authorisation
 
 
+class RevocationSource(Protocol):
+    """Revoked certificate serials kept current by their owner (e.g. from a CRL file)."""
+
+    def serials(self) -> frozenset[int]: ...
+
+
 Policy = Mapping[str, Iterable[tuple[str, str]]]
 """method ("/pkg.Service/Method" or "/pkg.Service/*") -> allowed (role, name); "*" is a wildcard."""
 
@@ -253,11 +259,15 @@ class Authorizer(grpc.ServerInterceptor):
         *,
         revoked_serials: Iterable[int] = (),
         revoked_identities: Iterable[str | tuple[str, str]] = (),
+        revocation: RevocationSource | None = None,
         rate_limit: RateLimit | RateLimiter | None = None,
         log_refusals: bool = True,
         field_limits: Mapping[str, int] | None = None,
     ) -> None:
-        """``log_refusals``: also log every call the servicer itself ends with an error status (one
+        """``revocation``: a list kept current elsewhere (a CRL file:
+        :class:`~mpc_erm.mpc.callers.RevocationList`), asked on every call, besides ``revoked_serials``.
+
+        ``log_refusals``: also log every call the servicer itself ends with an error status (one
         line: method, status, caller, the first 300 characters of the reason) besides the refusals
         decided here; off for servicers that log their refusals themselves.
 
@@ -273,6 +283,7 @@ class Authorizer(grpc.ServerInterceptor):
         self._write_lock = threading.Lock()  # readers take the current frozensets without locking
         self._revoked_serials: frozenset[int] = frozenset(revoked_serials)
         self._revoked_ids = _normalise_revoked_identities(revoked_identities)
+        self.revocation = revocation
 
     # ---- revocation (swapped atomically: safe while the server runs)
 
@@ -324,10 +335,11 @@ class Authorizer(grpc.ServerInterceptor):
         revoked_ids = self._revoked_ids
         if (caller.role, caller.name) in revoked_ids or (WILDCARD, caller.name) in revoked_ids:
             raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"{caller} is revoked; refused {method}")
-        if self._revoked_serials:
+        listed = self.revocation.serials() if self.revocation is not None else frozenset()
+        if self._revoked_serials or listed:
             if caller.serial is None:  # cannot tell: fail closed
                 raise Denied(grpc.StatusCode.PERMISSION_DENIED, f"{caller}: serial unknown, revocation uncheckable")
-            if caller.serial in self._revoked_serials:
+            if caller.serial in self._revoked_serials or caller.serial in listed:
                 raise Denied(
                     grpc.StatusCode.PERMISSION_DENIED,
                     f"{caller} certificate serial {caller.serial:#x} is revoked; refused {method}",
@@ -547,6 +559,7 @@ __all__ = [
     "Peer",
     "Policy",
     "RateLimit",
+    "RevocationSource",
     "channel_credentials",
     "expected_peer_target_name",
     "parse_expected_peer",

@@ -10,7 +10,8 @@ a legitimate call is served (the daemon: coordinator ListJobs + Health, process 
 transport: a member's message stored and read back).
 
 The daemon is ``mpc-erm party serve`` with ``identity.crl`` set; the transport is bob's
-``TransportServer.configured(..., crl=...)``, as a job worker of a daemon with that CRL runs it.
+``TransportServer.configured(..., callers=...)`` with a ``CallerPolicy`` on that CRL, as a job worker
+of a daemon with that CRL runs it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from mpc_erm.mpc._proto import party_pb2 as cpb
 from mpc_erm.mpc._proto import party_pb2_grpc as cpb_grpc
 from mpc_erm.mpc._proto import transport_pb2 as pb
 from mpc_erm.mpc._proto import transport_pb2_grpc as pb_grpc
+from mpc_erm.mpc.callers import CallerPolicy
 from mpc_erm.mpc.transport import PartyTable, TransportServer
 from parties.config import load_party_config
 from parties.daemon import PartyDaemon
@@ -93,7 +95,7 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
     crl = pki_dir / "ca.crl"
     crl.write_bytes(pki.create_crl(ca, revoked.values()))
     daemon = DaemonProcess(root, pki_dir, crl=crl).start()
-    transport = TransportServer.configured(ids["bob"], "127.0.0.1:0", crl=crl)
+    transport = TransportServer.configured(ids["bob"], "127.0.0.1:0", callers=CallerPolicy(ca.cert_pem, crl=crl))
     port = transport.start()
     table = PartyTable.from_pairs("matrix-job", [("alice", "127.0.0.1:1"), ("bob", f"127.0.0.1:{port}")])
     transport.register_job(table, 1)
@@ -286,7 +288,7 @@ def test_a_stale_or_foreign_crl_is_refused_at_start(matrix: Matrix, tmp_path: Pa
     foreign.write_bytes(pki.create_crl(pki.create_ca("matrix CA"), matrix.revoked.values()))
     for crl, reason in ((stale, "stale since"), (foreign, "not signed by this CA")):
         with pytest.raises(ValueError, match=reason):
-            TransportServer.configured(matrix.ids["bob"], "127.0.0.1:0", crl=crl)
+            CallerPolicy(matrix.ca.cert_pem, crl=crl)
         text = matrix.daemon.config_text().replace(str(matrix.daemon.crl), str(crl))
         cfg = tmp_path / "alice" / "party.toml"
         cfg.parent.mkdir(exist_ok=True)

@@ -36,6 +36,7 @@ import pytest
 import tomllib
 
 from coordinator.consortium import LocalConsortium
+from mpc_erm.mpc import tls
 from mpc_erm.mpc._proto import party_pb2 as pb
 from parties.config import load_party_config
 from parties.daemon import RESTART_REASON, PartyDaemon
@@ -209,6 +210,33 @@ def test_a_full_state_dir_ends_the_jobs_settles_their_budget_and_serves_again(
 
 
 # --------------------------------------------------------------------------- each branch, unit level
+
+
+def test_a_full_disk_at_admission_is_refused_with_the_public_storage_code(
+        tmp_path: Path, pki_dir: Path, stand_ins: dict[str, tuple[str, str]]) -> None:
+    """A submission to a party whose state directory is full: refused with the public ``STORAGE``
+    code and reason (what the coordinator prints), not SQLite's text behind gRPC's "Exception
+    calling application"; nothing reserved; with room again the next submission is taken."""
+    import grpc
+
+    cfg_path = write_config(tmp_path, pki_dir, "alice", peers=stand_ins, budget=20.0)
+    state = cfg_path.parent / "state"
+    with tmpfs(state, 8 << 20), daemon(cfg_path, pki_dir) as (d, s, log):
+        fill(state / "filler")
+        with pytest.raises(grpc.RpcError) as refused:
+            submit(s, "f1", fake_job("block", epsilon=0.5))
+        code, details = refused.value.code(), refused.value.details()  # type: ignore[attr-defined]
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
+        assert details.startswith("STORAGE: the state directory of alice is full or cannot be written ("), details
+        assert "nothing was reserved" in details and "Exception calling application" not in details, details
+        assert str(state) not in details
+        assert log.of("f1", "job not admitted: OperationalError"), log.lines  # the detail: alice's log only
+        assert d.ledger is not None and d.ledger.get("f1") is None
+        state_f1, why = d.agreement.answer("f1", tls.Peer("party", "bob", None), "")  # what the other members hear
+        assert state_f1 == "refused" and why.startswith("STORAGE: refused by alice: the state directory"), why
+        (state / "filler").unlink()
+        assert submit(s, "f2", fake_job("block", epsilon=0.5)).accepted
+        assert s.Cancel(pb.CancelRequest(job_id="f2"), timeout=10).job_id == "f2"
 
 
 def test_a_job_the_store_cannot_start_ends_failed_with_its_budget_released(

@@ -80,6 +80,11 @@ class PartyControlStub:
                 request_serializer=party__pb2.OwnerReleaseRequest.SerializeToString,
                 response_deserializer=party__pb2.OwnerRelease.FromString,
                 _registered_method=True)
+        self.GetOwnerJob = channel.unary_unary(
+                '/mpc_erm.v1.PartyControl/GetOwnerJob',
+                request_serializer=party__pb2.JobRef.SerializeToString,
+                response_deserializer=party__pb2.OwnerJobState.FromString,
+                _registered_method=True)
         self.Health = channel.unary_unary(
                 '/mpc_erm.v1.PartyControl/Health',
                 request_serializer=party__pb2.HealthRequest.SerializeToString,
@@ -159,6 +164,16 @@ class PartyControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetOwnerJob(self, request, context):
+        """A data owner of a job run by compute parties: the job's status at this compute party and, once
+        it has ended, its public reason (the one the coordinator sees). An owner that cannot reach
+        its intake asks every compute party, to end at once when the job ended without its model.
+        Only the owners the job lists may ask; NOT_FOUND for anyone else, as for an unknown id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Health(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -212,6 +227,11 @@ def add_PartyControlServicer_to_server(servicer, server):
                     servicer.GetOwnerRelease,
                     request_deserializer=party__pb2.OwnerReleaseRequest.FromString,
                     response_serializer=party__pb2.OwnerRelease.SerializeToString,
+            ),
+            'GetOwnerJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetOwnerJob,
+                    request_deserializer=party__pb2.JobRef.FromString,
+                    response_serializer=party__pb2.OwnerJobState.SerializeToString,
             ),
             'Health': grpc.unary_unary_rpc_method_handler(
                     servicer.Health,
@@ -462,6 +482,33 @@ class PartyControl:
             '/mpc_erm.v1.PartyControl/GetOwnerRelease',
             party__pb2.OwnerReleaseRequest.SerializeToString,
             party__pb2.OwnerRelease.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetOwnerJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mpc_erm.v1.PartyControl/GetOwnerJob',
+            party__pb2.JobRef.SerializeToString,
+            party__pb2.OwnerJobState.FromString,
             options,
             channel_credentials,
             insecure,

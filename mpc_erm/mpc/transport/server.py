@@ -8,26 +8,27 @@ fits dtype, shape and the limits. Only then is the data streamed into a prealloc
 
 Every refusal is logged as one warning line (job, caller, status, reason: never payload bytes)
 and answered with a gRPC status the sender maps to :class:`~.errors.PeerRejected`. A caller is
-also refused if its certificate serial is revoked (``revoked_serials``, e.g. from the
-deployment's CRL) or once it exceeds its per-identity call rate (``rate_limit``,
-RESOURCE_EXHAUSTED); messages larger than ``max_message_bytes`` are refused from their header.
+also refused if its certificate serial is revoked (the member's CRL: a job worker's server takes
+its authorizer from the member's :class:`~mpc_erm.mpc.callers.CallerPolicy`, as every other server
+of the member does) or once it exceeds its per-identity call rate (RESOURCE_EXHAUSTED); messages
+larger than ``max_message_bytes`` are refused from their header.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import grpc
 
 from .. import tls
 from .._proto import transport_pb2 as pb
 from .._proto import transport_pb2_grpc as pb_grpc
-from ..pki import Identity, load_revoked_serials
+from ..callers import CallerPolicy
+from ..pki import Identity
 from ..ratelimit import TRANSPORT_DEFAULT, LogThrottle, RateLimit
 from . import codec
 from .chunking import Assembler, grpc_message_options
@@ -213,19 +214,12 @@ class TransportServer:
         self.port: int | None = None
 
     @classmethod
-    def configured(
-        cls, identity: Identity, bind: str, *, limits: Any | None = None, crl: str | os.PathLike[str] | None = None
-    ) -> TransportServer:
-        """A server as a daemon's job worker runs it: ``limits`` has the ``transport_*`` fields of the
-        daemon's ``[limits]`` (None: defaults), ``crl`` the daemon's CRL file (its revoked serials are
-        refused here as on the control service; a CRL that is unreadable, not the CA's or stale raises)."""
-        kwargs: dict[str, Any] = {}
-        if limits is not None:
-            kwargs["rate_limit"] = RateLimit(limits.transport_calls_per_s, limits.transport_burst)
-            kwargs["max_message_bytes"] = limits.transport_max_message_bytes
-        if crl is not None:
-            kwargs["revoked_serials"] = load_revoked_serials(crl, identity.ca_pem)
-        return cls(identity, bind, **kwargs)
+    def configured(cls, identity: Identity, bind: str, *, callers: CallerPolicy,
+                   max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> TransportServer:
+        """A server as a daemon's job worker runs it: its callers checked by the member's policy
+        (its CRL, kept current, and its transport rate), ``max_message_bytes`` from its limits."""
+        return cls(identity, bind, max_message_bytes=max_message_bytes,
+                   authorizer=callers.authorizer(transport_policy(), "transport", log_refusals=False))
 
     def start(self) -> int:
         """Listen (mTLS only) and return the bound port (useful with ``host:0``)."""
