@@ -25,7 +25,7 @@ import torch
 from mpc_erm.mpc import pki
 from mpc_erm.mpc._proto import owner_pb2 as pb
 from mpc_erm.mpc._proto import owner_pb2_grpc as pb_grpc
-from mpc_erm.mpc.owner_intake import OwnerClient, OwnerIntake, RoundFrame, round_state
+from mpc_erm.mpc.owner_intake import IntakeError, OwnerClient, OwnerIntake, RoundFrame, round_state
 from mpc_erm.mpc.owner_shares import encode_on_grid, explicit_party, owner_margin_bits
 from mpc_erm.mpc.tls import secure_channel
 from tests.mpc.test_mpc_aggregator import NAMES
@@ -498,8 +498,10 @@ def test_an_owner_whose_intake_stopped_reads_the_release_where_it_is_kept_and_a_
         assert torch.equal(state, kept) and asked == [(0, 5)]
         without = OwnerAggregator(clients[0], round_wait_s=5)
         without.send = lambda t, v: True  # type: ignore[method-assign]
-        assert _code(lambda: without.aggregate(_value(0, 0)[None], one, NoiseSpec("gaussian", 1.0)))[0] in (
-            grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+        with pytest.raises(IntakeError) as gone:  # the owner's one line names the party and the status
+            without.aggregate(_value(0, 0)[None], one, NoiseSpec("gaussian", 1.0))
+        assert gone.value.party == "compute-0" and gone.value.code in (grpc.StatusCode.UNAVAILABLE,
+                                                                       grpc.StatusCode.CANCELLED)
     finally:
         for c in clients:
             c.close()

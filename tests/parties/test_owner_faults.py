@@ -81,6 +81,7 @@ class Setup:
     root: Path
     configs: dict[str, Path]
     d: int
+    procs: list[OwnerProc] = field(default_factory=list)  # every owner process started (killed at the end)
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +96,13 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
                                                            "of": len(OWNERS), "epsilon": 10.0, "delta": 1e-4}},
                                         max_epsilon_per_job=2.0, root=root / "owners")
                    for i, name in enumerate(OWNERS)}
-        yield Setup(cons, root, configs, d)
+        s = Setup(cons, root, configs, d)
+        try:
+            yield s
+        finally:  # a failed test leaves no owner process behind
+            for p in s.procs:
+                if p.proc.poll() is None:
+                    p.proc.kill()
 
 
 def _job(s: Setup, name: str, owners: tuple[str, ...], rounds: int) -> tuple[Path, str]:
@@ -108,11 +115,13 @@ def _job(s: Setup, name: str, owners: tuple[str, ...], rounds: int) -> tuple[Pat
 
 
 def _join(s: Setup, owners: tuple[str, ...], job: Path, job_id: str) -> dict[str, OwnerProc]:
-    env = _child_env() | {"OMP_NUM_THREADS": "1"}
-    return {o: OwnerProc(o, subprocess.Popen(
+    env = _child_env() | {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}  # each round's line as it comes
+    procs = {o: OwnerProc(o, subprocess.Popen(
         [sys.executable, "-m", "coordinator.cli", "owner", "join", "--config", str(s.configs[o]), "--job", str(job),
          "--job-id", job_id, "--wait", "300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         stdin=subprocess.DEVNULL, env=env)) for o in owners}
+    s.procs += procs.values()
+    return procs
 
 
 def _wait_until(what: str, cond: object, timeout: float) -> None:
@@ -144,6 +153,21 @@ def _finish(procs: dict[str, OwnerProc], timeout: float) -> dict[str, tuple[int,
     return out
 
 
+def _intake_address(s: Setup, job_id: str) -> str:
+    """alice's owner intake for ``job_id``, asked of her daemon as owner-00 (a listed owner)."""
+    me = pki.load_identity(s.configs["owner-00"].parent, "owner-00")
+    end = time.monotonic() + 180
+    with tls.secure_channel(s.cons.members["alice"].address, me, "party/alice") as ch:
+        while True:
+            try:
+                return str(pb_grpc.PartyControlStub(ch).GetEndpoint(
+                    pb.EndpointRequest(job_id=job_id, member="alice", service="owners", wait_s=10), timeout=30).address)
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.NOT_FOUND or time.monotonic() > end:  # type: ignore[attr-defined]
+                    raise
+            time.sleep(0.2)
+
+
 def _ledger(s: Setup, owner: str, job_id: str) -> tuple[str, int | None]:
     from parties.ledger import Ledger
 
@@ -161,19 +185,18 @@ def test_a_crl_published_mid_job_refuses_the_revoked_owner_from_the_next_round(s
     s = setup
     job, job_id = _job(s, "crl-mid-job", OWNERS, ROUNDS)
     procs = _join(s, OWNERS, job, job_id)
+    # the intake's address, as every listed owner learns it (asked as owner-00, while the job runs)
+    intake = _intake_address(s, job_id)
     _wait_until("round 2 at owner-00", lambda: procs["owner-00"].rounds_seen() >= 2 or
                 procs["owner-00"].proc.poll() is not None, 240)
     at_publish = procs["owner-00"].rounds_seen()
+    assert procs["owner-00"].proc.poll() is None and at_publish + 4 < ROUNDS, (at_publish, procs["owner-00"].lines)
     revoked = pki.certificate_serial((s.configs[REVOKED].parent / f"{REVOKED}.crt").read_bytes())
     s.cons.publish_crl([revoked])
 
-    # the revoked certificate at the intake itself, whose address every listed owner learns
-    me = pki.load_identity(s.configs["owner-00"].parent, "owner-00")
+    # the revoked certificate at the intake itself (from now on each round waits its deadline for
+    # owner-04, which is enrolled but refused: the job runs on for several seconds)
     gone = pki.load_identity(s.configs[REVOKED].parent, REVOKED)
-    alice = s.cons.members["alice"].address
-    with tls.secure_channel(alice, me, "party/alice") as ch:
-        intake = pb_grpc.PartyControlStub(ch).GetEndpoint(
-            pb.EndpointRequest(job_id=job_id, member="alice", service="owners"), timeout=30).address
     time.sleep(1.5)  # the call path looks at the CRL file at most once a second
     with tls.secure_channel(intake, gone, "party/alice") as ch:
         with pytest.raises(grpc.RpcError) as info:
@@ -195,7 +218,6 @@ def test_a_crl_published_mid_job_refuses_the_revoked_owner_from_the_next_round(s
         # the rounds opened after the publication count 4 (owner-00 may print a round late, and
         # the next round may have opened before the file was replaced: two rounds of slack)
         assert counts[:2] == [5, 5] and all(c == 4 for c in counts[at_publish + 2:]), (at_publish, counts)
-    assert at_publish + 4 < ROUNDS, at_publish  # rounds were left to refuse it in
     state, rounds = _ledger(s, REVOKED, job_id)
     assert state == "committed" and rounds is not None and 2 <= rounds <= at_publish + 3, (state, rounds, at_publish)
     with s.cons.client() as client:
