@@ -105,13 +105,35 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
                     p.proc.kill()
 
 
-def _job(s: Setup, name: str, owners: tuple[str, ...], rounds: int) -> tuple[Path, str]:
+def _job(s: Setup, name: str, owners: tuple[str, ...], rounds: int) -> tuple[dict[str, OwnerProc], str]:
+    """The job's owners started first (each has reserved the job in its ledger and asks the
+    daemons for the intake: on a loaded machine an owner's start-up outlasts the first round's
+    wait), then the job submitted under the id they were given: (their processes, the job id)."""
+    import uuid
+
     path = s.root / f"{name}.toml"
     text = JOB.format(dataset="clinics", d=s.d, owners=", ".join(f'"{o}"' for o in owners), no_noise="false",
                       eps=1.0, n=569, rounds=rounds).replace("round_deadline_s = 3.0", "round_deadline_s = 2.0")
     path.write_text(text.replace('name = "clinics"', f'name = "{name}"'))
+    job_id = uuid.uuid4().hex
+    procs = _join(s, owners, path, job_id)
+    _wait_until("every owner to reserve the job", lambda: all(_reserved(s, o, job_id) or procs[o].proc.poll()
+                                                              is not None for o in owners), 240)
     with s.cons.client() as client:
-        return path, str(client.submit(path)["job_id"])
+        client.submit(path, job_id=job_id)
+    return procs, job_id
+
+
+def _reserved(s: Setup, owner: str, job_id: str) -> bool:
+    import contextlib
+    import sqlite3
+
+    db = s.configs[owner].parent / "state" / "ledger.sqlite3"
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as c:
+            return c.execute("SELECT 1 FROM jobs WHERE job_id = ?", (job_id,)).fetchone() is not None
+    except sqlite3.Error:
+        return False
 
 
 def _join(s: Setup, owners: tuple[str, ...], job: Path, job_id: str) -> dict[str, OwnerProc]:
@@ -183,8 +205,7 @@ def _ledger(s: Setup, owner: str, job_id: str) -> tuple[str, int | None]:
 @pytest.mark.timeout(600)
 def test_a_crl_published_mid_job_refuses_the_revoked_owner_from_the_next_round(setup: Setup) -> None:
     s = setup
-    job, job_id = _job(s, "crl-mid-job", OWNERS, ROUNDS)
-    procs = _join(s, OWNERS, job, job_id)
+    procs, job_id = _job(s, "crl-mid-job", OWNERS, ROUNDS)
     # the intake's address, as every listed owner learns it (asked as owner-00, while the job runs)
     intake = _intake_address(s, job_id)
     _wait_until("round 2 at owner-00", lambda: procs["owner-00"].rounds_seen() >= 2 or
@@ -229,8 +250,7 @@ def test_a_crl_published_mid_job_refuses_the_revoked_owner_from_the_next_round(s
 def test_a_killed_compute_party_ends_every_owner_within_the_peer_timeout(setup: Setup) -> None:
     s = setup
     owners = OWNERS[:4]  # owner-04 is revoked now
-    job, job_id = _job(s, "kill-bob", owners, 40)
-    procs = _join(s, owners, job, job_id)
+    procs, job_id = _job(s, "kill-bob", owners, 40)
     _wait_until("round 2 at owner-00", lambda: procs["owner-00"].rounds_seen() >= 2 or
                 procs["owner-00"].proc.poll() is not None, 240)
     s.cons.kill("bob")
