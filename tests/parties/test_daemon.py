@@ -255,14 +255,14 @@ def test_control_pool_starts_all_its_threads_up_front() -> None:
     """The daemon's thread count must not step up with load (the soak test reads it for leaks)."""
     import threading
 
-    before = {t.ident for t in threading.enumerate()}
+    before = set(threading.enumerate())  # the threads themselves: a dead thread's ident can be reused
     pool = prestarted_thread_pool(8, "pool-test")
     try:
-        started = [t for t in threading.enumerate() if t.ident not in before]
+        started = [t for t in threading.enumerate() if t not in before]
         assert len(started) == 8 and all(t.name.startswith("pool-test") for t in started)
         gate = threading.Event()
         busy = [pool.submit(gate.wait, 5) for _ in range(8)]  # all busy at once: no new thread
-        assert len([t for t in threading.enumerate() if t.ident not in before]) == 8
+        assert len([t for t in threading.enumerate() if t not in before]) == 8
         gate.set()
         assert all(f.result(timeout=5) for f in busy)
     finally:
