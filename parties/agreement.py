@@ -70,7 +70,7 @@ from mpc_erm.mpc.pki import Identity
 from .config import DaemonConfig
 from .jobs import JobRecord, JobStore
 from .logs import DaemonLog
-from .public_errors import code_of, storage_problem
+from .public_errors import code_of, public_failure
 from .rendezvous import grpc_options, members
 
 __all__ = ["ASK_TIMEOUT_S", "MAX_REMEMBERED", "STATES", "UNKNOWN_GRACE_S", "Agreement", "decider"]
@@ -214,12 +214,8 @@ class Agreement:
             self._decide(rec)
         except Exception as exc:  # never leave a job prepared for ever because of a bug or a full disk here
             self.log.exception("admission agreement error", job_id=rec.id, phase="agreement")
-            disk = storage_problem(exc)
             with contextlib.suppress(Exception):
-                self._abort(rec.id, f"STORAGE: the state directory of {self.name} is full or cannot be written "
-                                    f"during admission ({disk}); see {self.name}'s log" if disk else
-                                    f"INTERNAL: internal error in {self.name}'s admission agreement; "
-                                    f"see {self.name}'s log")
+                self._abort(rec.id, public_failure(exc, member=self.name, job_id=rec.id, phase="admission")[1])
 
     def _decide(self, rec: JobRecord) -> None:
         me, lead = self.name, decider(rec)

@@ -10,7 +10,7 @@ from mpc_erm.mpc.callers import CallerPolicy
 from mpc_erm.mpc.pki import Identity
 from mpc_erm.mpc.ratelimit import RateLimit
 
-from .config import DaemonConfig, LimitsConfig
+from .config import DaemonConfig
 
 __all__ = ["caller_policy"]
 
@@ -18,9 +18,9 @@ __all__ = ["caller_policy"]
 def caller_policy(config: DaemonConfig, identity: Identity, logger: logging.Logger | None = None) -> CallerPolicy:
     """The policy ``config`` states; ValueError naming ``identity.crl`` if the CRL does not verify.
     ``logger``: where the CRL's reloads are told (the daemon's log)."""
-    lim = getattr(config, "limits", None) or LimitsConfig()
+    lim = config.limits
     try:
-        return CallerPolicy(identity.ca_pem, crl=getattr(config.identity, "crl", None), logger=logger, rates={
+        return CallerPolicy(identity.ca_pem, crl=config.identity.crl, logger=logger, rates={
             "control": RateLimit(lim.control_calls_per_s, lim.control_burst),
             "transport": RateLimit(lim.transport_calls_per_s, lim.transport_burst),
             "owners": RateLimit(lim.owner_calls_per_s, lim.owner_burst)})

@@ -90,7 +90,7 @@ from .ledger import (
     UnknownDataset,
 )
 from .logs import LOG_FILE, DaemonLog, log_handlers, one_line
-from .public_errors import storage_problem
+from .public_errors import public_failure
 from .rendezvous import Rendezvous, grpc_options
 from .servicer import Servicer, control_policy
 from .supervision import CANCEL_GRACE_S, Supervisor, WorkerSetup
@@ -445,17 +445,13 @@ class PartyDaemon:
         return rec, new
 
     def _admission_failure(self, job_id: str, exc: Exception) -> Refused:
-        """The refusal for a job this daemon could not admit because of its own failure: a state
-        directory that cannot be written (a full disk: SQLite's ``database or disk is full``) is
-        the public ``STORAGE`` code, anything else ``INTERNAL``; the detail goes to this daemon's
-        log only (it may name files)."""
-        disk = storage_problem(exc)
-        if disk is not None:
-            code, status = "STORAGE", grpc.StatusCode.RESOURCE_EXHAUSTED
-            public = f"the state directory of {self.name} is full or cannot be written ({disk}); nothing was reserved"
-        else:
-            code, status = "INTERNAL", grpc.StatusCode.INTERNAL
-            public = f"internal error at {self.name} while admitting the job ({type(exc).__name__}); see its log"
+        """The refusal for a job this daemon could not admit because of its own failure, with the
+        public code and reason every job failure gets (:func:`parties.public_errors.public_failure`:
+        a full disk, SQLite's ``database or disk is full``, is ``STORAGE``; a bug ``INTERNAL``); the
+        detail goes to this daemon's log only (it may name files)."""
+        code, reason = public_failure(exc, member=self.name, job_id=job_id)
+        public = reason.removeprefix(f"{code}: ") + "; nothing was reserved"
+        status = grpc.StatusCode.RESOURCE_EXHAUSTED if code == "STORAGE" else grpc.StatusCode.INTERNAL
         self.log.error(f"job not admitted: {type(exc).__name__}: {one_line(exc)}", job_id=job_id[:64] or None,
                        phase="refused", code=code)
         return Refused(status, f"{code}: {public}", public_code=code, public=public)

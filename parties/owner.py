@@ -48,7 +48,7 @@ from mpc_erm.mpc.pki import Identity
 
 from .config import OwnerConfig
 from .ledger import LedgerError
-from .owner_failures import JobEnded, JobWatch, OwnerDenied, PartiesUnreachable, owner_failure
+from .owner_failures import JobEnded, JobWatch, PartiesUnreachable, denied, owner_failure
 
 __all__ = ["OwnerRefused", "check_job", "fetch_owner_model", "fetch_release", "intake_addresses", "job_watch",
            "run_owner_job", "settle_abandoned"]
@@ -96,13 +96,13 @@ def intake_addresses(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id:
     """(name, owner-intake address) of each compute party in rank order, asked of its daemon;
     waits up to ``wait_s`` for each to publish (the job may still be admitted or queued there),
     asking ``watch`` between tries whether the job ended meanwhile."""
-    from mpc_erm.mpc.owner_intake import SLOW_CHECK_S, pauses
+    from mpc_erm.mpc.owner_intake import on_trouble, pauses
     from parties.rendezvous import grpc_options
 
     out = []
     end = time.monotonic() + wait_s
     pause = pauses(ENDPOINT_POLL_S, ENDPOINT_POLL_MAX_S)
-    asked = time.monotonic()
+    trouble = on_trouble(watch.check if watch is not None else lambda: None)
     for name in job.job.parties:
         with tls.secure_channel(cfg.compute[name], identity, f"party/{name}", grpc_options()) as ch:
             stub = pb_grpc.PartyControlStub(ch)
@@ -115,19 +115,15 @@ def intake_addresses(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id:
                     break
                 except grpc.RpcError as exc:  # a deadline too: thousands of owners asking queue at its daemon
                     code, details = exc.code(), exc.details() or ""
-                    if code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
-                        raise OwnerDenied(f"compute party {name} refuses {identity.name}: {details}") from None
+                    if (refused := denied(name, identity.name, code, details)) is not None:
+                        raise refused from None
                     if code not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE,
                                     grpc.StatusCode.DEADLINE_EXCEEDED):
                         raise JobEnded(f"compute party {name}: {details}") from None
                     if left <= 0:
                         raise PartiesUnreachable(f"job {job_id}: compute party {name} did not start the job within "
                                                  f"{wait_s:g} s (--wait): {code.name}: {details}") from None
-                    # a daemon gone: has the job ended at the others? (not yet admitted, or slow: rarely)
-                    if watch is not None and (code == grpc.StatusCode.UNAVAILABLE or
-                                              time.monotonic() - asked >= SLOW_CHECK_S):
-                        asked = time.monotonic()
-                        watch.check()
+                    trouble(code)  # a daemon gone: has the job ended at the others? (not yet admitted: rarely)
                     time.sleep(next(pause))  # the daemon answers an owner within 1 s
     return out
 
@@ -139,7 +135,7 @@ def fetch_release(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: st
     first, then of the others, waiting up to ``wait_s`` while none keeps it yet. Between passes
     ``watch`` (default: one for this job) ends the wait once the job has ended without it
     (:class:`JobEnded`) or the compute parties are lost (:class:`PartiesUnreachable`)."""
-    from mpc_erm.mpc.owner_intake import SLOW_CHECK_S, pauses, state_from_bytes
+    from mpc_erm.mpc.owner_intake import on_trouble, pauses, state_from_bytes
     from mpc_erm.mpc.owner_shares import explicit_party
     from parties.rendezvous import grpc_options
 
@@ -148,7 +144,7 @@ def fetch_release(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: st
     watch = watch or job_watch(identity, cfg, job, job_id)
     digest, end, pause, why = job.spec_digest(), time.monotonic() + wait_s, pauses(ENDPOINT_POLL_S,
                                                                                     ENDPOINT_POLL_MAX_S), ""
-    asked = time.monotonic()
+    trouble = on_trouble(lambda: watch.check(now=True))  # raises once no compute party can serve it any more
     while True:
         ended = lost = 0  # compute parties where the job ended without a release they can serve; unreachable
         for name in names[first:] + names[:first]:
@@ -158,8 +154,8 @@ def fetch_release(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: st
                                                                      timeout=30)
             except grpc.RpcError as exc:
                 code = exc.code()
-                if code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
-                    raise OwnerDenied(f"compute party {name} refuses {identity.name}: {exc.details()}") from None
+                if (refused := denied(name, identity.name, code, exc.details() or "")) is not None:
+                    raise refused from None
                 ended += code == grpc.StatusCode.FAILED_PRECONDITION
                 lost += code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
                 why = f"{name}: {exc.details()}"
@@ -171,9 +167,7 @@ def fetch_release(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: st
         if ended == len(names):
             raise JobEnded(f"job {job_id}: no compute party serves round {t}'s release, and the job has ended at each "
                            f"(last answer: {why})")
-        if lost or time.monotonic() - asked >= SLOW_CHECK_S:  # raises once none can serve it any more
-            asked = time.monotonic()
-            watch.check(now=True)
+        trouble(grpc.StatusCode.UNAVAILABLE if lost else grpc.StatusCode.NOT_FOUND)
         if time.monotonic() >= end:
             raise PartiesUnreachable(f"job {job_id}: no compute party kept round {t}'s release within {wait_s:g} s "
                                      f"(--wait; last answer: {why})")

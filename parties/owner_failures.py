@@ -46,7 +46,7 @@ from mpc_erm.mpc.pki import Identity
 from .public_errors import storage_problem
 
 __all__ = ["EXIT_CODES", "JobEnded", "JobWatch", "OwnerDenied", "OwnerFailure", "OwnerStorage",
-           "PartiesUnreachable", "owner_failure"]
+           "PartiesUnreachable", "denied", "owner_failure"]
 
 #: How often an owner in trouble asks the compute parties' daemons for the job's state.
 PROBE_EVERY_S = 1.0
@@ -165,6 +165,14 @@ class JobWatch:
         return str(r.status), _short(r.reason)
 
 
+def denied(party: str, owner: str, code: grpc.StatusCode, details: str) -> OwnerDenied | None:
+    """:class:`OwnerDenied` if ``code`` is a compute party's refusal of this owner itself (its
+    certificate revoked, or not one the job lists), else None."""
+    if code not in _DENIED:
+        return None
+    return OwnerDenied(f"compute party {party} refuses {owner}: {_short(details)}")
+
+
 def owner_failure(exc: BaseException, owner: str, watch: JobWatch | None = None) -> OwnerFailure | None:
     """The :class:`OwnerFailure` that ``exc`` is for this owner, or None for an exception that is
     not a failure of the run (a refusal before sending, a bug: the caller reports those). A lost
@@ -172,8 +180,8 @@ def owner_failure(exc: BaseException, owner: str, watch: JobWatch | None = None)
     if isinstance(exc, OwnerFailure):
         return exc
     if isinstance(exc, IntakeError):
-        if exc.code in _DENIED:
-            return OwnerDenied(f"compute party {exc.party} refuses {owner}: {_short(exc.details)}")
+        if (refused := denied(exc.party, owner, exc.code, exc.details)) is not None:
+            return refused
         if exc.code in _UNREACHABLE:
             if watch is not None:
                 try:

@@ -34,7 +34,6 @@ import numpy as np
 from mpc_erm.mpc.callers import CallerPolicy
 
 from .callers import caller_policy
-from .config import LimitsConfig
 from .context import JobCancelled, WorkerContext
 from .jobs import write_result_manifest
 from .public_errors import PublicError, storage_problem
@@ -159,7 +158,7 @@ def _join(ctx: WorkerContext, callers: CallerPolicy) -> tuple[Any, Any]:
 
     listen_host, adv_host = _hosts(ctx)
     server = TransportServer.configured(ctx.identity, f"{listen_host}:0", callers=callers,
-                                        max_message_bytes=(ctx.config.limits or LimitsConfig()).transport_max_message_bytes)  # noqa: E501
+                                        max_message_bytes=ctx.config.limits.transport_max_message_bytes)
     port = server.start()
     ctx.publish_endpoint(f"{adv_host}:{port}")
     parties, dealer = _members(ctx)

@@ -49,7 +49,7 @@ def _guarded(name: str, job_id: str, run: Callable[[], dict[str, Any]]) -> dict[
     """``run()``, or exit with one line naming this owner, the job and the reason, and the exit
     code of its kind (``parties.owner_failures``): no traceback reaches the owner's operator."""
     from parties.owner import OwnerRefused
-    from parties.owner_failures import OwnerFailure, owner_failure
+    from parties.owner_failures import owner_failure
 
     def fail(code: int, reason: str) -> None:
         click.echo(f"error: owner {name}, job {job_id}: {' '.join(reason.split())}", err=True)
@@ -57,15 +57,14 @@ def _guarded(name: str, job_id: str, run: Callable[[], dict[str, Any]]) -> dict[
 
     try:
         return run()
-    except OwnerFailure as exc:
-        fail(exc.exit_code, str(exc) + (f"; {exc.charged}" if exc.charged else ""))
     except (OwnerRefused, ValueError) as exc:  # refused here, before anything was sent
         fail(2, str(exc))
-    except Exception as exc:  # a storage error of this owner's own files, else a bug: one line all the same
+    except Exception as exc:  # a failure of the run (or of this owner's own files), else a bug: one line
         known = owner_failure(exc, name)
-        if known is not None:
-            fail(known.exit_code, str(known))
-        fail(1, f"internal error ({type(exc).__name__}): {exc}")
+        if known is None:
+            fail(1, f"internal error ({type(exc).__name__}): {exc}")
+        else:
+            fail(known.exit_code, str(known) + (f"; {known.charged}" if known.charged else ""))
     raise AssertionError("unreachable")
 
 

@@ -50,8 +50,8 @@ from .owner_shares import OwnerShareSum, explicit_party
 from .pki import Identity
 from .transport.chunking import grpc_message_options
 
-__all__ = ["IntakeError", "OwnerClient", "OwnerIntake", "RoundFrame", "agree_present", "intake_threads", "pauses",
-           "state_bytes", "state_from_bytes"]
+__all__ = ["IntakeError", "OwnerClient", "OwnerIntake", "RoundFrame", "agree_present", "intake_threads",
+           "on_trouble", "pauses", "state_bytes", "state_from_bytes"]
 
 SERVICE = "/mpc_erm.v1.OwnerIntake"
 MAX_WAIT_S = 300.0
@@ -359,6 +359,21 @@ def round_state(exc: grpc.RpcError) -> tuple[int | None, bool] | None:
     return (int(t) if t.isdigit() else None), md.get(CLOSED_KEY) == "1"
 
 
+def on_trouble(check: Callable[[], None]) -> Callable[[grpc.StatusCode], None]:
+    """A fresh ``on(code)`` for one wait of an owner on a compute party: runs ``check`` (which
+    raises once the job has ended) after each UNAVAILABLE (a party gone) and once every
+    :data:`SLOW_CHECK_S` of other failed tries (a party slow, silent, or not there yet)."""
+    last = [time.monotonic()]
+
+    def on(code: grpc.StatusCode) -> None:
+        now = time.monotonic()
+        if code == grpc.StatusCode.UNAVAILABLE or now - last[0] >= SLOW_CHECK_S:
+            last[0] = now
+            check()
+
+    return on
+
+
 def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
     context.abort(code, message)
     raise AssertionError("unreachable")  # context.abort raises
@@ -427,18 +442,8 @@ class OwnerClient:
         return self.sharer.owner_index
 
     def trouble(self) -> Callable[[grpc.StatusCode], None]:
-        """A fresh ``on(code)`` for one wait: runs ``check`` after each UNAVAILABLE (a party gone:
-        ``check`` itself asks at most once a second) and once every :data:`SLOW_CHECK_S` of other
-        failed tries (a party slow or silent)."""
-        last = [time.monotonic()]
-
-        def on(code: grpc.StatusCode) -> None:
-            now = time.monotonic()
-            if code == grpc.StatusCode.UNAVAILABLE or now - last[0] >= SLOW_CHECK_S:
-                last[0] = now
-                self.check()
-
-        return on
+        """:func:`on_trouble` of this client's ``check``, for one wait."""
+        return on_trouble(self.check)
 
     @property
     def explicit_name(self) -> str:

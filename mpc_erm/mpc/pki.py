@@ -476,15 +476,6 @@ def revoked_serials_from_crl(crl_pem: bytes, ca_pem: bytes, *, check_validity: b
     return frozenset(r.serial_number for r in crl)
 
 
-def load_revoked_serials(crl_path: str | os.PathLike[str], ca_pem: bytes) -> frozenset[int]:
-    """:func:`revoked_serials_from_crl` of a CRL file; errors name the file."""
-    path = Path(crl_path)
-    try:
-        return revoked_serials_from_crl(_read(path), ca_pem)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: {exc}") from None
-
-
 # --------------------------------------------------------------------------- files
 
 

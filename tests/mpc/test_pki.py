@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mpc_erm.mpc import pki
+from mpc_erm.mpc.callers import RevocationList
 from tests.cli_main import run_main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -414,7 +415,7 @@ def test_cli_revoke_accumulates_serials_and_daemons_read_the_list(
     assert code == 0, err
     assert sorted(json.loads(out)["revoked"]) == sorted([f"{p1:x}", f"{p2:x}"])  # the first one is kept
     ca_pem = (d / "ca.crt").read_bytes()
-    assert pki.load_revoked_serials(d / "crl.pem", ca_pem) == {p1, p2}  # what a daemon loads
+    assert RevocationList(d / "crl.pem", ca_pem).serials() == {p1, p2}  # what a daemon loads
     other = tmp_path / "other"
     assert _run_main(monkeypatch, capsys, "init", "--dir", str(other))[0] == 0
     code, _, err = _run_main(monkeypatch, capsys, "revoke", "--dir", str(other), "--cert", str(d / "p1.crt"))

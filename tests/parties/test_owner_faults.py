@@ -21,6 +21,7 @@ nothing, after a success).
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -39,6 +40,8 @@ from mpc_erm.mpc._proto import owner_pb2_grpc as opb_grpc
 from mpc_erm.mpc._proto import party_pb2 as pb
 from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
 from tests.parties.test_owner_jobs import JOB
+from tests.reliability.faults import wait_for
+from tests.reliability.test_store_errors import ledger_state
 
 pytestmark = pytest.mark.e2e
 
@@ -117,21 +120,17 @@ def _job(s: Setup, name: str, owners: tuple[str, ...], rounds: int) -> tuple[dic
     path.write_text(text.replace('name = "clinics"', f'name = "{name}"'))
     job_id = uuid.uuid4().hex
     procs = _join(s, owners, path, job_id)
-    _wait_until("every owner to reserve the job", lambda: all(_reserved(s, o, job_id) or procs[o].proc.poll()
-                                                              is not None for o in owners), 240)
+    wait_for(lambda: all(_reserved(s, o, job_id) or procs[o].proc.poll() is not None for o in owners), 240,
+             "every owner to reserve the job", every=0.1)
     with s.cons.client() as client:
         client.submit(path, job_id=job_id)
     return procs, job_id
 
 
 def _reserved(s: Setup, owner: str, job_id: str) -> bool:
-    import contextlib
-    import sqlite3
-
-    db = s.configs[owner].parent / "state" / "ledger.sqlite3"
+    """Whether ``owner``'s ledger holds the job (not yet, while its ledger file is being made)."""
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as c:
-            return c.execute("SELECT 1 FROM jobs WHERE job_id = ?", (job_id,)).fetchone() is not None
+        return ledger_state(s.configs[owner].parent / "state", job_id) is not None
     except sqlite3.Error:
         return False
 
@@ -144,14 +143,6 @@ def _join(s: Setup, owners: tuple[str, ...], job: Path, job_id: str) -> dict[str
         stdin=subprocess.DEVNULL, env=env)) for o in owners}
     s.procs += procs.values()
     return procs
-
-
-def _wait_until(what: str, cond: object, timeout: float) -> None:
-    end = time.monotonic() + timeout
-    while not cond():  # type: ignore[operator]
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def _finish(procs: dict[str, OwnerProc], timeout: float) -> dict[str, tuple[int, list[str], str]]:
@@ -167,7 +158,7 @@ def _finish(procs: dict[str, OwnerProc], timeout: float) -> dict[str, tuple[int,
                 q.proc.kill()
             raise AssertionError(f"{name} still running after {timeout:g} s: {p.lines[-3:]}") from None
     for name, p in procs.items():
-        _wait_until(f"{name}'s output", lambda p=p: p.ended_at is not None, 10)
+        wait_for(lambda p=p: p.ended_at is not None, 10, f"{name}'s output", every=0.1)
         err = p.stderr()
         assert "Traceback" not in err and "_InactiveRpcError" not in err, (name, err)
         assert len([line for line in err.splitlines() if line.strip()]) <= 1, (name, err)
@@ -208,8 +199,8 @@ def test_a_crl_published_mid_job_refuses_the_revoked_owner_from_the_next_round(s
     procs, job_id = _job(s, "crl-mid-job", OWNERS, ROUNDS)
     # the intake's address, as every listed owner learns it (asked as owner-00, while the job runs)
     intake = _intake_address(s, job_id)
-    _wait_until("round 2 at owner-00", lambda: procs["owner-00"].rounds_seen() >= 2 or
-                procs["owner-00"].proc.poll() is not None, 240)
+    wait_for(lambda: procs["owner-00"].rounds_seen() >= 2 or procs["owner-00"].proc.poll() is not None, 240,
+             "round 2 at owner-00", every=0.1)
     at_publish = procs["owner-00"].rounds_seen()
     assert procs["owner-00"].proc.poll() is None and at_publish + 4 < ROUNDS, (at_publish, procs["owner-00"].lines)
     revoked = pki.certificate_serial((s.configs[REVOKED].parent / f"{REVOKED}.crt").read_bytes())
@@ -251,8 +242,8 @@ def test_a_killed_compute_party_ends_every_owner_within_the_peer_timeout(setup: 
     s = setup
     owners = OWNERS[:4]  # owner-04 is revoked now
     procs, job_id = _job(s, "kill-bob", owners, 40)
-    _wait_until("round 2 at owner-00", lambda: procs["owner-00"].rounds_seen() >= 2 or
-                procs["owner-00"].proc.poll() is not None, 240)
+    wait_for(lambda: procs["owner-00"].rounds_seen() >= 2 or procs["owner-00"].proc.poll() is not None, 240,
+             "round 2 at owner-00", every=0.1)
     s.cons.kill("bob")
     killed = time.monotonic()
     ends = _finish(procs, PEER_TIMEOUT_S + 60)

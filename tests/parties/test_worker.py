@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from mpc_erm.mpc import pki
+from parties.config import LimitsConfig
 from tests.procs import preloaded_context
 
 PARTIES = ("alice", "bob", "carol")
@@ -97,7 +98,7 @@ def _config(name: str, part: int, allow_test_only: bool = False, dataset: str = 
     # what parties.worker reads of a PartyConfig (the rest of it at its defaults)
     return SimpleNamespace(listen="127.0.0.1:0", advertise=None, device=device, datasets={"bc": ds},
                            policy=SimpleNamespace(allow_test_only=allow_test_only), peer_timeout_s=120.0,
-                           limits=None, identity=SimpleNamespace(crl=None), threads=None,
+                           limits=LimitsConfig(), identity=SimpleNamespace(crl=None), threads=None,
                            models={k: SimpleNamespace(entry_point=v) for k, v in (models or {}).items()})
 
 
