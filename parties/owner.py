@@ -30,25 +30,38 @@ release from the daemons and writes the model.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TextIO
 
 import grpc
-import numpy as np
+import torch
 
 from mpc_erm.jobs.jobfile import JobFile
 from mpc_erm.mpc import tls
 from mpc_erm.mpc._proto import party_pb2 as pb
 from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
+from mpc_erm.mpc.noise import Realisation, realise
+from mpc_erm.mpc.owner_intake import OwnerClient, on_trouble, pauses, state_from_bytes
+from mpc_erm.mpc.owner_rounds import LeftAfterSending, OwnerAggregator
+from mpc_erm.mpc.owner_shares import explicit_party
 from mpc_erm.mpc.pki import Identity
+from mpc_erm.privacy.plan import PrivacyPlan
+from mpc_erm.privacy.report import PrivacyReport
+from mpc_erm.protocols.common import plan_job, public_sizes
+from mpc_erm.runs import ChargeFacts, FederatedRun, ModelFacts, OutputRun, RevealGuard, RunResult, run_for
 
+from .audit import AuditLog
 from .config import OwnerConfig
-from .ledger import LedgerError
+from .ledger import Ledger, LedgerError
 from .owner_failures import JobEnded, JobWatch, PartiesUnreachable, denied, owner_failure
+from .rendezvous import grpc_options
+from .rows import Rows, device_for, load_rows
 
 __all__ = ["OwnerRefused", "check_job", "fetch_owner_model", "fetch_release", "intake_addresses", "job_watch",
            "run_owner_job", "settle_abandoned"]
@@ -63,7 +76,6 @@ class OwnerRefused(ValueError):
 @dataclass(frozen=True)
 class _OwnerView:
     """What the party worker's row loader reads: the config's data sets, the job, the identity."""
-
     config: OwnerConfig
     job: JobFile
     identity: Identity
@@ -96,9 +108,6 @@ def intake_addresses(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id:
     """(name, owner-intake address) of each compute party in rank order, asked of its daemon;
     waits up to ``wait_s`` for each to publish (the job may still be admitted or queued there),
     asking ``watch`` between tries whether the job ended meanwhile."""
-    from mpc_erm.mpc.owner_intake import on_trouble, pauses
-    from parties.rendezvous import grpc_options
-
     out = []
     end = time.monotonic() + wait_s
     pause = pauses(ENDPOINT_POLL_S, ENDPOINT_POLL_MAX_S)
@@ -129,16 +138,12 @@ def intake_addresses(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id:
 
 
 def fetch_release(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: str, owner_index: int, t: int,
-                  wait_s: float, watch: JobWatch | None = None) -> tuple[Any, int]:
+                  wait_s: float, watch: JobWatch | None = None) -> tuple[torch.Tensor, int]:
     """Round ``t``'s release of ``job_id`` and its owner count, as the compute parties' daemons keep
     it once their intake stopped (``GetOwnerRelease``): asked of the party this owner reads from
     first, then of the others, waiting up to ``wait_s`` while none keeps it yet. Between passes
     ``watch`` (default: one for this job) ends the wait once the job has ended without it
     (:class:`JobEnded`) or the compute parties are lost (:class:`PartiesUnreachable`)."""
-    from mpc_erm.mpc.owner_intake import on_trouble, pauses, state_from_bytes
-    from mpc_erm.mpc.owner_shares import explicit_party
-    from parties.rendezvous import grpc_options
-
     names = list(job.job.parties)
     first = explicit_party(owner_index, len(names))
     watch = watch or job_watch(identity, cfg, job, job_id)
@@ -180,11 +185,9 @@ def job_watch(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: str) -
                     peer_timeout_s=cfg.peer_timeout_s)
 
 
-def _job_lock(state_dir: Path, job_id: str, *, wait: bool) -> Any:
+def _job_lock(state_dir: Path, job_id: str, *, wait: bool) -> TextIO | None:
     """The job's run lock (``state_dir/jobs/<id>/.running``, flock) while an ``owner join`` runs
     it, or None if another holds it and ``wait`` is False. The OS drops it when the process dies."""
-    import fcntl
-
     d = Path(state_dir) / "jobs" / job_id
     d.mkdir(parents=True, exist_ok=True)
     f = open(d / ".running", "a+")
@@ -196,7 +199,7 @@ def _job_lock(state_dir: Path, job_id: str, *, wait: bool) -> Any:
     return f
 
 
-def settle_abandoned(cfg: OwnerConfig, ledger: Any) -> dict[str, str]:
+def settle_abandoned(cfg: OwnerConfig, ledger: Ledger) -> dict[str, str]:
     """Settle what an ``owner join`` that died (killed, power lost) left open in this owner's
     ledger, as a daemon's restart does: a job that revealed a round stays charged the rounds it
     marked (committed); one that revealed nothing is released. Jobs another live ``owner join``
@@ -218,16 +221,12 @@ def settle_abandoned(cfg: OwnerConfig, ledger: Any) -> dict[str, str]:
     return out
 
 
-def _prepare(cfg: OwnerConfig, job: JobFile, job_id: str) -> tuple[Identity, Any, _OwnerView, Any, Any]:
+def _prepare(cfg: OwnerConfig, job: JobFile, job_id: str) -> tuple[Identity, PrivacyPlan, _OwnerView, Rows,
+                                                                   Realisation | None]:
     """What ``owner join`` and ``owner fetch`` both start from: this owner's identity, the job's
     privacy plan (the one the compute parties make), the rows' view and the rows loaded (refused
     unless they have the job's feature count), and the plan's noise as the MPC realises it (None
     for a zero-noise test job)."""
-    from mpc_erm.mpc.noise import realise
-    from mpc_erm.protocols.common import plan_job, public_sizes
-
-    from .rows import load_rows
-
     jt, spec = job.job, job.spec
     identity = cfg.identity.load("owner")
     plan = plan_job(spec, sampler="mpc", test_no_noise=jt.test_no_noise, sizes=public_sizes(spec, None),
@@ -242,17 +241,9 @@ def _prepare(cfg: OwnerConfig, job: JobFile, job_id: str) -> tuple[Identity, Any
 
 
 def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float = 600.0,
-                  on_round: Any = None, leave: bool = False) -> dict[str, Any]:
+                  on_round: Callable[[int, bool, int], None] | None = None, leave: bool = False) -> dict[str, object]:
     """Run this owner's side of ``job`` (see the module); returns the summary it writes. With
     ``leave`` (a one-release job only) return once the shares are sent, without the model."""
-
-    from mpc_erm.mpc.owner_intake import OwnerClient
-    from mpc_erm.mpc.owner_rounds import LeftAfterSending, OwnerAggregator
-
-    from .audit import AuditLog
-    from .ledger import Ledger
-    from .rows import device_for
-
     index = check_job(cfg, job)
     jt, spec = job.job, job.spec
     if leave and not _one_release(job):
@@ -261,22 +252,25 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
                            f"{spec.training.iterations} rounds")
     identity, plan, view, loaded, real = _prepare(cfg, job, job_id)
     rows = loaded.train
-    dev = device_for(view)  # type: ignore[arg-type]
-    side = (_FederatedSide if spec.federated is not None else _OutputSide if spec.method == "output" else
-            _GradientSide)(
-        spec, plan, rows, dev, None if real is None else real.spec, plan_weight=plan.weight(index, int(rows.n)))
+    rounds: OwnerAggregator | None = None
+    run = run_for(spec, plan, loaded, features=rows.d, weight=plan.weight(index, int(rows.n)),
+                  noise=None if real is None else real.spec, device=device_for(view),  # type: ignore[arg-type]
+                  owners=len(jt.owners), drawn=lambda T: rounds.client.drawn(T) if rounds is not None else [])
+    if isinstance(run, OutputRun):  # solved before this owner reserves or enrols: the round does not wait on it
+        run.solve_locally()
     digest = job.spec_digest()
     budgets = {k: (d.epsilon, d.delta, d.adjacency) for k, d in cfg.datasets.items()}
     ledger = Ledger.in_state_dir(cfg.state_dir, budgets)
     audit = AuditLog.in_state_dir(cfg.state_dir)
-    revealed = False
     left: LeftAfterSending | None = None
+    result: RunResult | None = None
     running = _job_lock(Path(cfg.state_dir), job_id, wait=False)
     if running is None:
         ledger.close()
         raise OwnerRefused(f"job_id: {job_id} is already running at {cfg.identity.name} (another owner join)")
     watch = job_watch(identity, cfg, job, job_id)
-    rounds: OwnerAggregator | None = None
+    guard = RevealGuard(plan, ChargeFacts(job_id, jt.dataset, spec.privacy.epsilon, spec.privacy.delta, digest),
+                        ledger=ledger, audit=audit)
     try:
         settled = settle_abandoned(cfg, ledger)
         try:
@@ -293,26 +287,16 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
                                          leave=leave, fetch_later=lambda t, w: fetch_release(identity, cfg, job, job_id,
                                                                                              index, t, w, watch))
 
-                def before_reveal(t: int) -> None:
-                    nonlocal revealed
-                    ledger.mark_revealed(job_id, plan.event, rounds=t)
-                    if not revealed:
-                        audit.charge(job_id, dataset=jt.dataset, epsilon=spec.privacy.epsilon,
-                                     delta=spec.privacy.delta, spec_digest=digest, dp_event=plan.event.as_dict())
-                    revealed = True
-
-                def after_round(t: int) -> None:
-                    audit.release(job_id, what=side.released, value=rounds.last, round=t, rounds=side.rounds)
-
                 try:
-                    side.train(rounds, before_reveal, after_round)
+                    result = run.run(rounds, guard)
                 except LeftAfterSending as exc:
                     left = exc
             finally:
                 client.close()
         except BaseException as exc:
             failure = owner_failure(exc, cfg.identity.name, watch) if isinstance(exc, Exception) else None
-            charged = _settle_failed(ledger, job_id, plan, revealed, 0 if rounds is None else rounds.received, exc)
+            charged = _settle_failed(ledger, job_id, plan, guard.charged, 0 if rounds is None else rounds.received,
+                                     exc)
             if failure is None:
                 raise
             failure.charged = charged
@@ -327,17 +311,23 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
     d.mkdir(parents=True, exist_ok=True)
     notes = ("this owner sent its shares and left before the release (owner join --leave); owner fetch writes the model"
              if left is not None else f"rounds this owner missed (late for the deadline): {rounds.missed or 'none'}",)
-    report = _report(job, plan, real, side, audit.head(), notes)
+    report = _report(job, plan, real, run.parameters(), audit.head(), (*notes, run.note()))
     (d / "privacy_report.json").write_text(report.to_json(indent=2))
     summary = {"job_id": job_id, "owner": cfg.identity.name, "epsilon": report.epsilon, "delta": report.delta_total,
-               "rounds": side.rounds, "settled_abandoned_jobs": settled}
+               "rounds": run.rounds, "settled_abandoned_jobs": settled}
     if left is not None:  # what `owner fetch` needs: that this owner sent shares in this job, which round
         summary |= {"status": "sent" if left.sent else "late", "round": left.round}
         (d / SENT_FILE).write_text(json.dumps({"job_id": job_id, "spec_digest": digest, "round": left.round,
                                                "sent": left.sent}))
     else:
-        summary |= {"status": "done", "missed_rounds": rounds.missed, **side.summary(rounds)}
-        side.write_model(d, plan, _trust(job), _model_job(job, job_id), schema=loaded.schema)
+        assert result is not None and rounds is not None
+        summary |= {"status": "done", "missed_rounds": rounds.missed}
+        if isinstance(run, FederatedRun):
+            # this owner's own file: the sample (and the rounds whose local epochs overran the fixed send
+            # time, which the compute parties could then tell apart) never leaves it
+            summary |= {"rounds_joined": len(run.joined), "joined_rounds": list(run.joined),
+                        "rounds_sent_late": [t + 1 for t in rounds.overran]}
+        result.write_model(d, _model_facts(job, job_id))
     (d / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
     return summary
 
@@ -346,7 +336,8 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
 SENT_FILE = "sent.json"
 
 
-def _settle_failed(ledger: Any, job_id: str, plan: Any, revealed: bool, received: int, exc: BaseException) -> str:
+def _settle_failed(ledger: Ledger, job_id: str, plan: PrivacyPlan, revealed: bool, received: int,
+                   exc: BaseException) -> str:
     """Settle the job in this owner's ledger after its run failed, as a daemon does: nothing
     revealed, the reservation released; else the rounds marked revealed are charged. Returns what
     was charged, and why, for the owner's last line. A round is marked before its shares leave,
@@ -378,27 +369,25 @@ def _trust(job: JobFile) -> str:
             "as additive shares, one per compute party")
 
 
-def _model_job(job: JobFile, job_id: str) -> dict[str, Any]:
-    return {"job_id": job_id, "spec_digest": job.spec_digest(), "name": job.job.name, "dataset": job.job.dataset}
+def _model_facts(job: JobFile, job_id: str) -> ModelFacts:
+    return ModelFacts(job_id, job.spec_digest(), job.job.name, job.job.dataset, _trust(job))
 
 
-def _report(job: JobFile, plan: Any, real: Any, side: _Side, audit_head: str, notes: tuple[str, ...]) -> Any:
-    """This owner's privacy report of ``job`` (the plan's, with this owner's side's parameters)."""
+def _report(job: JobFile, plan: PrivacyPlan, real: Realisation | None, parameters: dict[str, object],
+            audit_head: str, notes: tuple[str, ...]) -> PrivacyReport:
+    """This owner's privacy report of ``job`` (the plan's, with its run's parameters)."""
     return plan.report(noise_scale=0.0 if real is None else real.spec.scale,
                        realisation=None if real is None else real.describe(), trust_model=_trust(job),
                        parties=len(job.job.parties),
-                       parameters={**side.parameters(), "job_digest": job.spec_digest(), "owners": len(job.job.owners),
+                       parameters={**parameters, "job_digest": job.spec_digest(), "owners": len(job.job.owners),
                                    "audit_head": audit_head},
-                       notes=(*notes, *side.notes))
+                       notes=notes)
 
 
-def fetch_owner_model(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float = 600.0) -> dict[str, Any]:
+def fetch_owner_model(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float = 600.0) -> dict[str, object]:
     """After ``owner join --leave``: read the job's release from the compute parties' daemons and
     write this owner's model beside its privacy report; returns the summary. Nothing is charged
     here (the join charged the release); a second fetch of a fetched job returns its summary."""
-    from .audit import AuditLog
-    from .rows import device_for
-
     index = check_job(cfg, job)
     spec, digest = job.spec, job.spec_digest()
     d = Path(cfg.state_dir) / "jobs" / job_id
@@ -420,18 +409,18 @@ def fetch_owner_model(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: fl
         if isinstance(done, dict) and done.get("status") == "done" and (d / "model.safetensors").exists():
             return done
         identity, plan, view, loaded, real = _prepare(cfg, job, job_id)
-        side = _OutputSide(spec, plan, loaded.train, device_for(view), None if real is None else real.spec,  # type: ignore[arg-type]
-                           plan_weight=plan.weight(index, int(loaded.train.n)), solve=False)
+        run = OutputRun(spec, plan, loaded, features=loaded.train.d, weight=plan.weight(index, int(loaded.train.n)),
+                        noise=None if real is None else real.spec, device=device_for(view),  # type: ignore[arg-type]
+                        owners=len(job.job.owners))
         state, counted = fetch_release(identity, cfg, job, job_id, index, int(sent["round"]), wait_s)
-        side.theta = state
         audit = AuditLog.in_state_dir(cfg.state_dir)
-        audit.release(job_id, what=side.released, value=state, round=1, rounds=1)
+        audit.release(job_id, what=run.released, value=state, round=1, rounds=1)
         notes = ("this owner sent its shares and left before the release (owner join --leave); the release was "
                  "read from the compute parties' daemons" if sent.get("sent") else
                  "this owner's shares reached the compute parties after they closed the round: not counted",)
-        report = _report(job, plan, real, side, audit.head(), notes)
+        report = _report(job, plan, real, run.parameters(), audit.head(), (*notes, run.note()))
         (d / "privacy_report.json").write_text(report.to_json(indent=2))
-        side.write_model(d, plan, _trust(job), _model_job(job, job_id), schema=loaded.schema)
+        run.writer(state)(d, _model_facts(job, job_id))
         summary = {"job_id": job_id, "owner": cfg.identity.name, "epsilon": report.epsilon,
                    "delta": report.delta_total, "rounds": 1, "status": "done", "left_after_sending": True,
                    "counted": bool(sent.get("sent")), "owners_counted": counted}
@@ -439,159 +428,3 @@ def fetch_owner_model(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: fl
         return summary
     finally:
         running.close()
-
-
-class _Side:
-    """What ``run_owner_job`` asks of a kind of job: ``train`` this owner's side through the
-    protocol's own loop, then the report's ``parameters`` and ``notes``, the summary, the model."""
-
-    released: str
-    notes: tuple[str, ...] = ()
-
-    def __init__(self, spec: Any) -> None:
-        self.spec = spec
-
-    @property
-    def rounds(self) -> int:
-        return int(self.spec.training.iterations)
-
-    def summary(self, _rounds: Any) -> dict[str, Any]:
-        return {}
-
-
-class _LinearSide(_Side):
-    """A linear model's job: this owner's rows as tensors, its public weight, the weights file."""
-
-    def __init__(self, spec: Any, rows: Any, dev: Any, plan_weight: float) -> None:
-        import torch
-
-        super().__init__(spec)
-        self.dev = dev
-        self.X = torch.as_tensor(np.array(rows.X), dtype=torch.float64, device=dev)
-        self.y = torch.as_tensor(np.array(rows.y), device=dev)
-        self.w = torch.tensor([plan_weight], dtype=torch.float64)
-        self.feature_names = [str(f) for f in (rows.feature_names or ())] or None
-
-    def write_model(self, d: Path, plan: Any, trust: str, job: dict[str, Any], schema: Any = None) -> None:
-        """The owner's bundle: with its data set's schema (if it has one), so that ``predict``
-        takes raw rows as the compute parties' bundle of a schema job does."""
-        from mpc_erm.models.bundle import save_linear_weights
-
-        save_linear_weights(d, self.theta, job_id=job["job_id"], job_digest=job["spec_digest"],
-                            loss=self.spec.model.name, n_classes=self.spec.model.n_classes,
-                            feature_names=self.feature_names, schema=None if schema is None else schema.to_dict(),
-                            privacy=plan.model_statement(plan.rounds, trust),
-                            job={"name": job.get("name"), "dataset": job.get("dataset")})
-
-
-class _GradientSide(_LinearSide):
-    """The thesis's full-batch gradient rounds: this owner's clipped gradient sum each round."""
-
-    released = "noisy sum of the data owners' clipped gradients"
-
-    def __init__(self, spec: Any, plan: Any, rows: Any, dev: Any, noise: Any, *, plan_weight: float) -> None:
-        from mpc_erm.protocols import GradientPerturbation
-
-        super().__init__(spec, rows, dev, plan_weight)
-        self.proto = GradientPerturbation(spec, None, rows.d, plan=plan, noise=noise)
-
-    def train(self, rounds: Any, before_reveal: Any, after_round: Any) -> None:
-        import torch
-
-        def local_sum(theta: Any) -> tuple[Any, Any]:
-            return self.proto.local_contribution(theta.to(self.dev), self.X, self.y).to("cpu", torch.float64), self.w
-
-        self.theta = self.proto.train(rounds, local_sum, before_reveal=before_reveal,
-                                      after_round=lambda t, _theta, _noisy: after_round(t))
-
-    def parameters(self) -> dict[str, Any]:
-        return {"protocol": "gradient_perturbation", "loss": self.spec.model.name}
-
-
-class _OutputSide(_LinearSide):
-    """The thesis's output perturbation: this owner's certified local minimiser θ̂_j, weighted by
-    n_j/n̂ (its own count, applied here; n̂ public), released once with the in-MPC noise."""
-
-    released = "noisy weighted sum of the data owners' local minimisers"
-    rounds = 1  # type: ignore[assignment]
-
-    def __init__(self, spec: Any, plan: Any, rows: Any, dev: Any, noise: Any, *, plan_weight: float,
-                 solve: bool = True) -> None:
-        import torch
-
-        from mpc_erm.protocols import OutputPerturbation
-
-        super().__init__(spec, rows, dev, plan_weight)
-        self.proto = OutputPerturbation(spec, None, rows.d, plan=plan, noise=noise)
-        # solved before this owner reserves or enrols: the compute parties' one round does not wait on it
-        # (not solved by `owner fetch`, which only writes the released model)
-        self.local = self.proto.local_model(self.X, self.y).to("cpu", torch.float64) if solve else None
-
-    def train(self, rounds: Any, before_reveal: Any, after_round: Any) -> None:
-        before_reveal(1)
-        self.theta = self.proto.release(rounds, self.local.reshape(1, -1), self.w)
-        after_round(1)
-
-    def parameters(self) -> dict[str, Any]:
-        return {"protocol": "output_perturbation", "loss": self.spec.model.name, "lam": self.spec.model.lam,
-                "solver_tol": self.spec.training.solver_tol}
-
-
-class _FederatedSide(_Side):
-    """DP-Fed-LS: each round this owner joins with probability τ by its own private coin (Poisson),
-    or when the compute parties' secret shuffle drew it (uniform: its bits, read at enrolment);
-    joined, it sends its update from E local epochs (projected into the 𝓛-ball), else a zero
-    update — shares either way, so the compute parties cannot tell which (docs/architecture.md §2)."""
-
-    released = "noisy mean of the data owners' updates"
-
-    def __init__(self, spec: Any, plan: Any, rows: Any, dev: Any, noise: Any, *, plan_weight: float) -> None:
-        import os
-
-        import torch
-
-        from mpc_erm.protocols.common import network_rows
-        from mpc_erm.protocols.fedls import DpFedLs, timing_statement
-
-        super().__init__(spec)
-        self.plan = plan
-        self.fed = DpFedLs.for_job(spec, plan, rows.d, noise=noise, device=dev)
-        self.X, self.y = network_rows(rows, spec, dev)
-        # private: whether this owner joins a round and its batches are nobody else's to know or replay
-        self.coin = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))
-        self.joined: list[int] = []
-        self.notes = (timing_statement(spec.federated.send_after_s),)
-
-    def train(self, rounds: Any, before_reveal: Any, after_round: Any) -> None:
-        import torch
-
-        tau = self.plan.sampling_rate
-        drawn = rounds.client.drawn(self.rounds) if self.fed.config.uniform else None
-
-        def sample(t: int) -> list[int]:
-            if drawn is not None:
-                return [0] if drawn[t] else []
-            return [0] if float(torch.rand((), generator=self.coin)) < tau else []
-
-        def updates(t: int, _owners: list[int]) -> Any:
-            self.joined.append(t + 1)
-            return self.fed.local_update(self.X, self.y, t, self.coin)[None]
-
-        self.fed.train(rounds, updates, sample, after_round=lambda t, _o: after_round(t), before_reveal=before_reveal)
-
-    def parameters(self) -> dict[str, Any]:
-        f = self.spec.federated
-        return {"protocol": "dp_fed_ls", "model": self.spec.model.name, "local_epochs": f.local_epochs,
-                "local_batch": f.local_batch, "local_lr": f.local_lr, "local_lr_decay": f.local_lr_decay,
-                "global_lr": self.spec.training.learning_rate, "weight_decay": self.spec.model.lam,
-                "ls_sigma": self.spec.training.ls_sigma,
-                "smoothing": "post-processing of the revealed noisy mean, per parameter tensor (no privacy cost)"}
-
-    def summary(self, rounds: Any) -> dict[str, Any]:
-        # this owner's own file: the sample (and the rounds whose local epochs overran the fixed send
-        # time, which the compute parties could then tell apart) never leaves it
-        return {"rounds_joined": len(self.joined), "joined_rounds": list(self.joined),
-                "rounds_sent_late": [t + 1 for t in rounds.overran]}
-
-    def write_model(self, d: Path, plan: Any, trust: str, job: dict[str, Any], schema: Any = None) -> None:
-        self.fed.save(d, plan, trust_model=trust, job=job)  # a network on the owner's own feature rows

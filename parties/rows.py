@@ -9,10 +9,11 @@ owner's view of its config and job.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from mpc_erm.runs import RunRows
 
 from .context import JobCancelled
 from .public_errors import PublicError, data_failure
@@ -20,16 +21,8 @@ from .public_errors import PublicError, data_failure
 __all__ = ["VALIDATION_SEED", "Rows", "device_for", "load_rows", "split_validation"]
 
 
-@dataclass(frozen=True)
-class Rows:
-    """This party's rows for one job: ``train`` (what its gradients see), a public ``test`` set
-    (metrics on it are public), its held-out ``validation`` rows (metrics on them stay here), and
-    the schema they were read through, which the job's agreement and model bundle then use."""
-
-    train: Any
-    test: Any | None = None
-    validation: Any | None = None
-    schema: Any | None = None  # the data set's public schema, parsed once for the whole job (or None)
+#: This party's rows for one job (train, public test, held-out validation, schema): the run layer's type.
+Rows = RunRows
 
 
 def load_rows(ctx: Any) -> Rows:

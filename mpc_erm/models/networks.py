@@ -147,6 +147,10 @@ NETWORKS: dict[str, Callable[[NetworkSpec], nn.Module]] = {
 }
 
 
+#: A plugin network's builder: the party's own code that builds the module for a spec (:mod:`.plugins`).
+NetworkBuilder = Callable[["NetworkSpec"], nn.Module]
+
+
 def build_network(spec: NetworkSpec, device: torch.device | str = "cpu",
                   dtype: torch.dtype = torch.float32, builder: Callable[[NetworkSpec], nn.Module] | None = None
                   ) -> nn.Module:

@@ -21,11 +21,10 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from ..plugin_ids import DIGEST_RE, ENTRY_POINT_RE
+from .networks import NetworkBuilder
 
 __all__ = ["PluginError", "load_builder", "source_digest"]
 
@@ -59,7 +58,7 @@ def source_digest(entry_point: str) -> str:
     return "sha256:" + hashlib.sha256(_source_file(module).read_bytes()).hexdigest()
 
 
-def load_builder(entry_point: str, expected_digest: str) -> Callable[[Any], Any]:
+def load_builder(entry_point: str, expected_digest: str) -> NetworkBuilder:
     """The builder function, after checking its module's source against ``expected_digest``."""
     if not isinstance(expected_digest, str) or not DIGEST_RE.fullmatch(expected_digest):
         raise PluginError(f"plugin digest {expected_digest!r} is not 'sha256:' and 64 hex digits")

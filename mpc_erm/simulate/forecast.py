@@ -21,12 +21,13 @@ import torch
 
 from mpc_erm.data import Dataset
 from mpc_erm.models import solve_erm
-from mpc_erm.protocols import GradientPerturbation, OutputPerturbation
+from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.protocols.aggregation import NoiseSpec
 from mpc_erm.protocols.common import PartySizes, network_rows, plan_job, public_sizes
 from mpc_erm.protocols.dpsgd import DpSgd
-from mpc_erm.protocols.fedls import DpFedLs, owner_updates
+from mpc_erm.protocols.fedls import DpFedLs
 from mpc_erm.protocols.spec import JobSpec
+from mpc_erm.runs import FederatedRun, GradientRun, NetworkRun, OutputRun, RevealGuard
 from mpc_erm.simulate.aggregator import InProcessAggregator
 
 __all__ = ["Forecast", "HOPELESS_NOISE_TO_SIGNAL", "REFERENCE_WORDS", "InProcessFederatedJob", "InProcessJob",
@@ -155,68 +156,52 @@ def _accountants(plan: Any) -> dict[str, float | None]:
 
 
 class InProcessJob:
-    """A linear job's releases computed in one process: each party's contribution as its worker
-    makes it (its local model, solved once; or its clipped gradient sum each round) with the
-    plan's weight, summed by the in-process aggregator with the plan's noise — the daemons'
-    protocol code and round loop, without the MPC."""
+    """A linear job's releases computed in one process: the job's run (:mod:`mpc_erm.runs`, the
+    daemons' run classes) with every party's rows as its members — each contribution as its
+    worker makes it (its local model, solved once; or its clipped gradient sum each round) with
+    the plan's weight — summed by the in-process aggregator with the plan's noise."""
 
-    def __init__(self, spec: JobSpec, plan: Any, parts: Sequence[Dataset]) -> None:
-        d = parts[0].d
-        self.spec, self.tensors = spec, [_tensors(p) for p in parts]
-        self.weights = torch.tensor([plan.weight(j, p.n) for j, p in enumerate(parts)], dtype=torch.float64)
-        if spec.method == "output":
-            self.proto: Any = OutputPerturbation(spec, None, d, plan=plan)
-            self.local = torch.stack([self.proto.local_model(X, y) for X, y in self.tensors])
-        else:
-            self.proto = GradientPerturbation(spec, None, d, plan=plan)
-
-    def _sums(self, theta: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.proto.local_contribution(theta, X, y) for X, y in self.tensors])
+    def __init__(self, spec: JobSpec, plan: PrivacyPlan, parts: Sequence[Dataset]) -> None:
+        self.spec, self.plan = spec, plan
+        self.run = (OutputRun if spec.method == "output" else GradientRun).in_process(spec, plan, parts)
+        if isinstance(self.run, OutputRun):
+            self.run.solve_locally()
 
     def signal(self) -> float:
         """The norm of the noise-free release: the averaged model, or the first round's gradient."""
-        if self.spec.method == "output":
-            return float((self.weights @ self.local).norm())
-        return float((self.weights @ self._sums(self.proto.initial_model())).norm())
+        run = self.run
+        if isinstance(run, OutputRun):
+            return float((run.weights @ run.solve_locally()).norm())
+        return float((run.weights @ run.contributions(run.proto.initial_model())).norm())
 
     def release(self, generator: torch.Generator) -> torch.Tensor:
         """One run of the job: the released (output) or trained (gradient) model."""
-        agg = InProcessAggregator(generator)
-        if self.spec.method == "output":
-            return self.proto.release(agg, self.local, self.weights)
-        return self.proto.train(agg, lambda th: (self._sums(th), self.weights))
+        return self.run.run(InProcessAggregator(generator), RevealGuard.unrecorded(self.plan)).model
 
 
 class InProcessNetworkJob:
-    """A network job's DP-SGD / DP-Adam rounds in one process (``DpSgd.train``, the worker's loop):
-    each party's Poisson batch from its own generator, its clipped sum, all summed by the
-    in-process aggregator with the plan's noise."""
+    """A network job's DP-SGD / DP-Adam rounds in one process (:class:`~mpc_erm.runs.NetworkRun`,
+    the worker's run): each party's Poisson batch from its own generator, its clipped sum, all
+    summed by the in-process aggregator with the plan's noise."""
 
-    def __init__(self, spec: JobSpec, plan: Any, parts: Sequence[Dataset]) -> None:
-        self.spec, self.plan = spec, plan
-        self.tensors = [network_rows(p, spec, "cpu") for p in parts]
+    def __init__(self, spec: JobSpec, plan: PrivacyPlan, parts: Sequence[Dataset]) -> None:
+        self.spec, self.plan, self.parts = spec, plan, list(parts)
 
-    def _sums(self, job: DpSgd, generators: Sequence[torch.Generator]) -> torch.Tensor:
-        return torch.cat([job.local_contribution(X, y, g)[0] for (X, y), g in zip(self.tensors, generators,
-                                                                                   strict=True)])
-
-    @staticmethod
-    def _generators(generator: torch.Generator, k: int) -> list[torch.Generator]:
-        seeds = torch.randint(0, 2**62, (k,), generator=generator).tolist()
-        return [torch.Generator().manual_seed(int(s)) for s in seeds]
+    def _run(self, generator: torch.Generator, noise: NoiseSpec | None = None) -> NetworkRun:
+        seeds = torch.randint(0, 2**62, (len(self.parts),), generator=generator).tolist()
+        gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        return NetworkRun.in_process(self.spec, self.plan, self.parts, gens, noise=noise)
 
     def signal(self) -> float:
         """‖the first round's release without noise‖: the weighted clipped sums of one Poisson batch."""
-        job = DpSgd(self.spec, plan=self.plan)
-        sums = self._sums(job, self._generators(torch.Generator().manual_seed(0), len(self.tensors)))
-        return float((job.weight * sums.sum(dim=0)).norm())
+        run = self._run(torch.Generator().manual_seed(0))
+        return float((run.job.weight * run.contributions().sum(dim=0)).norm())
 
     def train(self, generator: torch.Generator, *, noise: bool = True) -> DpSgd:
         """One run of the job's T rounds; ``noise=False``: the same clipped rounds without noise."""
-        job = DpSgd(self.spec, plan=self.plan, noise=None if noise else NoiseSpec("none", 0.0))
-        gens = self._generators(generator, len(self.tensors))
-        job.train(InProcessAggregator(generator), lambda _m: (self._sums(job, gens), None))
-        return job
+        run = self._run(generator, None if noise else NoiseSpec("none", 0.0))
+        run.run(InProcessAggregator(generator), RevealGuard.unrecorded(self.plan))
+        return run.job
 
 
 def _rounds_forecast(spec: JobSpec, plan: Any, job: Any, target: Dataset, runs: int, seed: int, *,
@@ -239,37 +224,36 @@ def _rounds_forecast(spec: JobSpec, plan: Any, job: Any, target: Dataset, runs: 
 
 
 class InProcessFederatedJob:
-    """A DP-Fed-LS job's rounds in one process (``DpFedLs.train``, the loop the compute parties and
-    owners run): each round's owners drawn as the plan says (each by its own coin, or τN by a
-    uniform draw), every drawn owner's E local epochs on its own rows, the updates summed with
-    the plan's noise and smoothed at the public step."""
+    """A DP-Fed-LS job's rounds in one process (:class:`~mpc_erm.runs.FederatedRun`, the run the
+    compute parties and owners host): each round's owners drawn as the plan says (each by its own
+    coin, or τN by a uniform draw), every drawn owner's E local epochs on its own rows, the updates
+    summed with the plan's noise and smoothed at the public step."""
 
-    def __init__(self, spec: JobSpec, plan: Any, owners: Sequence[Dataset]) -> None:
-        self.spec, self.plan, self.features = spec, plan, owners[0].d
-        self.data = [network_rows(o, spec, "cpu") for o in owners]
+    def __init__(self, spec: JobSpec, plan: PrivacyPlan, owners: Sequence[Dataset]) -> None:
+        self.spec, self.plan, self.owners = spec, plan, list(owners)
 
     def job(self, *, noise: bool = True) -> DpFedLs:
-        return DpFedLs.for_job(self.spec, self.plan, self.features, noise=None if noise else NoiseSpec("none", 0.0))
+        """The job's rounds as the run holds them, before any round (its initial public model)."""
+        return self._run(torch.Generator().manual_seed(0), noise=noise).fed
 
-    def _draws(self, job: DpFedLs, generator: torch.Generator) -> tuple[list[torch.Generator], Any]:
-        seeds = torch.randint(0, 2**62, (len(self.data),), generator=generator).tolist()
-        return [torch.Generator().manual_seed(int(s)) for s in seeds], lambda _t: job.config.draw_owners(generator)
+    def _run(self, generator: torch.Generator, *, noise: bool) -> FederatedRun:
+        return FederatedRun.in_process(self.spec, self.plan, self.owners, generator,
+                                       noise=None if noise else NoiseSpec("none", 0.0))
 
     def signal(self) -> float:
         """‖the first round's release without noise‖: Σ Δ/(τN) over one draw of owners."""
-        job = self.job(noise=False)
-        gens, sample = self._draws(job, torch.Generator().manual_seed(0))
-        owners = sample(0)
+        run = self._run(torch.Generator().manual_seed(0), noise=False)
+        assert run.draw is not None
+        owners = run.draw(0)
         if not owners:
             return 0.0
-        return float((job.weight * owner_updates(job, self.data, gens)(0, owners).sum(dim=0)).norm())
+        return float((run.fed.weight * run.updates(0, owners).sum(dim=0)).norm())
 
     def train(self, generator: torch.Generator, *, noise: bool = True) -> DpFedLs:
         """One run of the job's T rounds; ``noise=False``: the same rounds and draws without noise."""
-        job = self.job(noise=noise)
-        gens, sample = self._draws(job, generator)
-        job.train(InProcessAggregator(generator), owner_updates(job, self.data, gens), sample)
-        return job
+        run = self._run(generator, noise=noise)
+        run.run(InProcessAggregator(generator), RevealGuard.unrecorded(self.plan))
+        return run.fed
 
 
 def deal_to_owners(rows: Dataset, owners: int, seed: int = 0) -> list[Dataset]:
@@ -321,7 +305,7 @@ def forecast_job(spec: JobSpec, parts: Sequence[Dataset], *, evaluate: Dataset |
     sizes = None if owners is not None else PartySizes.of([p.n for p in parts])
     plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, sizes), n_features=d)
     job = InProcessJob(spec, plan, parts)
-    loss = job.proto.loss
+    loss = job.run.proto.loss
     Xp, yp = _tensors(pooled)
     optimum = solve_erm(loss, Xp, yp, spec.model.lam, tol=1e-10).theta
     metric, nonprivate = _metric(loss, optimum, target)

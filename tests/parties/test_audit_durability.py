@@ -241,25 +241,25 @@ def _ctx(tmp_path: Path, *, method: str = "gradient", rounds: int = 40) -> Simpl
 
 def test_the_preflight_refuses_a_job_the_state_directory_cannot_hold(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from parties import worker
+    from parties import spend as worker
 
     ctx = _ctx(tmp_path, rounds=200)
-    worker._check_room(ctx)  # a normal disk: plenty
+    worker.check_room(ctx)  # a normal disk: plenty
     monkeypatch.setattr(worker.os, "statvfs", lambda _p: SimpleNamespace(f_bavail=100, f_frsize=4096))
     with pytest.raises(PublicError) as info:
-        worker._check_room(ctx)
+        worker.check_room(ctx)
     err = info.value
     assert err.code == "STORAGE" and err.reason.startswith("STORAGE: the state directory of alice has 409600 bytes "
                                                            "free; the job's audit records need ~121200 (200 round(s))")
     assert "nothing was revealed" in err.reason and str(tmp_path) not in err.reason
     with pytest.raises(PublicError, match=r"audit records need ~1800 \(1 round"):
-        worker._check_room(_ctx(tmp_path / "o", method="output"))  # one record: refused all the same (the margin)
-    worker._check_room(SimpleNamespace(ledger_path=None))  # the dealer: no state of its own to fill
+        worker.check_room(_ctx(tmp_path / "o", method="output"))  # one record: refused all the same (the margin)
+    worker.check_room(SimpleNamespace(ledger_path=None))  # the dealer: no state of its own to fill
 
 
 def test_a_record_the_worker_cannot_write_is_a_public_storage_failure(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from parties import worker
+    from parties import spend as worker
 
     ctx = _ctx(tmp_path)
 
@@ -267,7 +267,8 @@ def test_a_record_the_worker_cannot_write_is_a_public_storage_failure(tmp_path: 
         raise AuditWriteError(errno.ENOSPC, f"{tmp_path}/state/audit.jsonl: appending a release record failed")
 
     monkeypatch.setattr(AuditLog, "append", full)
-    audit = worker._audit(ctx)
+    audit = worker.party_audit(ctx)
+    assert audit is not None
     with pytest.raises(PublicError) as info:
         audit.release("j1", what="x", value=np.zeros(2), round=7, rounds=40)
     assert info.value.reason == ("STORAGE: alice could not record the release of round 7 of 40 in its audit log "

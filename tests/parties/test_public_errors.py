@@ -185,7 +185,8 @@ class _Comm:
 
 def test_a_schema_mismatch_names_the_party_publicly_and_the_columns_only_in_the_detail() -> None:
     from parties.rows import Rows
-    from parties.worker import AgreementError, _agree, _column_digests, _schema_digest
+    from parties.session import AgreementError, column_digests, schema_digest
+    from parties.session import agree as _agree
 
     def ds(cols: tuple[str, ...]) -> Any:
         return SimpleNamespace(feature_names=cols, task="binary", n_classes=None, n=10)
@@ -197,8 +198,8 @@ def test_a_schema_mismatch_names_the_party_publicly_and_the_columns_only_in_the_
     ctx = SimpleNamespace(job=job, identity=SimpleNamespace(name="alice"))
 
     def obj(name: str, d: Any) -> dict[str, Any]:
-        return {"digest": "d" * 64, "schema": _schema_digest(d), "n": 10, "name": name,
-                "columns": _column_digests(d, "d" * 64)}
+        return {"digest": "d" * 64, "schema": schema_digest(d), "n": 10, "name": name,
+                "columns": column_digests(d, "d" * 64)}
 
     with pytest.raises(AgreementError) as info:
         _agree(ctx, _Comm([obj("alice", mine), obj("bob", mine), obj("carol", theirs)]), Rows(mine))
@@ -239,23 +240,24 @@ def test_members_holding_different_public_test_sets_are_refused_naming_them() ->
 
     from mpc_erm.data import Dataset
     from parties.rows import Rows
-    from parties.worker import AgreementError, _agree, _column_digests, _rows_digest, _schema_digest
+    from parties.session import AgreementError, column_digests, rows_digest, schema_digest
+    from parties.session import agree as _agree
 
     train = SimpleNamespace(feature_names=("age", "bmi"), task="binary", n_classes=None, n=10)
     X = np.array([[0.1, 0.2], [0.3, -0.4]])
     test = Dataset(X, np.array([1.0, -1.0]), "binary", "t", ["age", "bmi"], 2)
     other = Dataset(X, np.array([1.0, 1.0]), "binary", "t", ["age", "bmi"], 2)  # one label differs
-    assert _rows_digest(test) == _rows_digest(Dataset(X.copy(), np.array([1.0, -1.0]), "binary", "u", ["age", "bmi"],
+    assert rows_digest(test) == rows_digest(Dataset(X.copy(), np.array([1.0, -1.0]), "binary", "u", ["age", "bmi"],
                                                       2))
-    assert _rows_digest(test) != _rows_digest(other) and _rows_digest(None) is None
+    assert rows_digest(test) != rows_digest(other) and rows_digest(None) is None
     job = SimpleNamespace(job=SimpleNamespace(dataset="survey", parties=("alice", "bob", "carol")),
                           spec=SimpleNamespace(privacy=SimpleNamespace(adjacency="add_remove")),
                           spec_digest=lambda: "d" * 64)
     ctx = SimpleNamespace(job=job, identity=SimpleNamespace(name="alice"))
 
     def obj(name: str, t: Any) -> dict[str, Any]:
-        return {"digest": "d" * 64, "schema": _schema_digest(train), "n": None, "name": name,
-                "columns": _column_digests(train, "d" * 64), "public_test": _rows_digest(t)}
+        return {"digest": "d" * 64, "schema": schema_digest(train), "n": None, "name": name,
+                "columns": column_digests(train, "d" * 64), "public_test": rows_digest(t)}
 
     with pytest.raises(AgreementError) as info:
         _agree(ctx, _Comm([obj("alice", test), obj("bob", None), obj("carol", other)]), Rows(train, test))

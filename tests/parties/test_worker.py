@@ -293,7 +293,7 @@ def test_local_work_runs_beside_the_mpc_and_errors_reach_the_worker() -> None:
     in the thread that started it); the MPC side's error first, else the local one, else the result."""
     import threading
 
-    from parties.worker import _concurrently
+    from mpc_erm.runs import concurrently as _concurrently
 
     def fail(exc: BaseException) -> Any:
         def run() -> None:

@@ -1,0 +1,170 @@
+"""The reveal guard orders every run's spend: check, then the ledger's mark, then (once) the audit
+charge, then the reveal, then the release record. Checked on real runs of every linear kind and
+the federated kind over an aggregator that logs each reveal, with a ledger and an audit log that
+log what they are asked and can be made to fail."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mpc_erm.data import Dataset, load_dataset, partition_equal
+from mpc_erm.protocols import GradientPerturbation, JobSpec, OutputPerturbation
+from mpc_erm.protocols.common import PartySizes, plan_job, public_sizes
+from mpc_erm.runs import ChargeFacts, CurvePoint, GradientRun, OutputRun, RevealGuard, RunRows, run_for
+from mpc_erm.simulate import InProcessAggregator
+
+
+class Log(list):
+    """Every call the run makes on the ledger, the audit log, the aggregator and the cancel check."""
+
+
+class Ledger:
+    def __init__(self, log: Log, fail_at: int | None = None) -> None:
+        self.log, self.fail_at = log, fail_at
+
+    def mark_revealed(self, job_id, dp_event, *, rounds):
+        if rounds == self.fail_at:
+            raise OSError("disk full")
+        self.log.append(("mark", rounds))
+
+
+class Audit:
+    def __init__(self, log: Log) -> None:
+        self.log = log
+
+    def charge(self, job_id, *, dataset, epsilon, delta, spec_digest, dp_event):
+        self.log.append(("charge", dataset))
+
+    def release(self, job_id, *, what, value, round, rounds):
+        self.log.append(("release", round))
+
+
+class Aggregator:
+    trust_model = "test"
+
+    def __init__(self, log: Log) -> None:
+        self.log, self.inner = log, InProcessAggregator(torch.Generator().manual_seed(0))
+
+    def aggregate(self, contributions, weights, noise):
+        self.log.append(("reveal", self.inner.rounds + 1))
+        return self.inner.aggregate(contributions, weights, noise)
+
+
+class Progress:
+    def __init__(self) -> None:
+        self.events: list[dict] = []
+        self.points: list[CurvePoint] = []
+
+    def event(self, event):
+        self.events.append(event)
+
+    def point(self, point):
+        self.points.append(point)
+
+
+@pytest.fixture(scope="module")
+def parts() -> list[Dataset]:
+    train, _ = load_dataset("breast_cancer")
+    idx = partition_equal(train.n, 3, np.random.default_rng(0))
+    return [Dataset(train.X[i], train.y[i], "binary", f"p{j}") for j, i in enumerate(idx)]
+
+
+def _spec(method: str, T: int = 7) -> JobSpec:
+    return JobSpec(method=method, model={"name": "logistic", "lam": 1e-2}, privacy={"epsilon": 1.0, "delta": 1e-5},
+                   training={"iterations": T} if method == "gradient" else {})
+
+
+def _plan(spec: JobSpec, parts: list[Dataset]):
+    return plan_job(spec, sizes=public_sizes(spec, PartySizes.of([p.n for p in parts])), n_features=parts[0].d)
+
+
+def _guard(plan, log: Log, *, fail_at: int | None = None, cancel_at: int | None = None,
+           progress: Progress | None = None) -> RevealGuard:
+    def check() -> None:
+        log.append(("check",))
+        if cancel_at is not None and sum(1 for e in log if e[0] == "reveal") >= cancel_at:
+            raise RuntimeError("cancelled")
+
+    return RevealGuard(plan, ChargeFacts("j1", "cancer", 1.0, 1e-5, "d" * 64), check=check,
+                       ledger=Ledger(log, fail_at), audit=Audit(log), progress=progress)
+
+
+def _spend(log: Log) -> list[tuple]:
+    return [e for e in log if e[0] != "check"]
+
+
+@pytest.mark.parametrize("method", ["output", "gradient"])
+def test_every_reveal_is_marked_and_charged_before_and_recorded_after(parts, method) -> None:
+    spec = _spec(method, T=4)
+    plan = _plan(spec, parts)
+    log, progress = Log(), Progress()
+    rows = RunRows(parts[0], test=parts[1])
+    run = run_for(spec, plan, rows, features=parts[0].d, weight=plan.weight(0, parts[0].n))
+    out = run.run(Aggregator(log), _guard(plan, log, progress=progress))
+    T = 1 if method == "output" else 4
+    want: list[tuple] = [("mark", 1), ("charge", "cancer"), ("reveal", 1), ("release", 1)]
+    for t in range(2, T + 1):
+        want += [("mark", t), ("reveal", t), ("release", t)]
+    assert _spend(log) == want
+    # a cancel check precedes each mark
+    assert all(log[i - 1] == ("check",) for i, e in enumerate(log) if e[0] == "mark")
+    assert [p.round for p in progress.points] == [p.round for p in out.curve] == ([1] if T == 1 else [4])
+    assert out.curve[-1].test is not None and "train" in out.curve[-1].own  # own rows: private part only
+    assert "own" not in out.curve[-1].public()
+    assert out.curve[-1].epsilon_spent == pytest.approx(plan.guarantee().epsilon)
+
+
+def test_a_ledger_that_cannot_mark_stops_the_run_before_that_reveal(parts) -> None:
+    spec = _spec("gradient", T=5)
+    plan = _plan(spec, parts)
+    log = Log()
+    run = GradientRun(spec, plan, RunRows(parts[0]), features=parts[0].d, weight=plan.weight(0, parts[0].n))
+    with pytest.raises(OSError, match="disk full"):
+        run.run(Aggregator(log), _guard(plan, log, fail_at=3))
+    assert [e for e in _spend(log) if e[0] == "reveal"] == [("reveal", 1), ("reveal", 2)]
+    assert _spend(log)[-1] == ("release", 2)
+
+
+def test_a_cancel_stops_the_run_before_the_next_reveal(parts) -> None:
+    spec = _spec("gradient", T=5)
+    plan = _plan(spec, parts)
+    log = Log()
+    run = GradientRun(spec, plan, RunRows(parts[0]), features=parts[0].d, weight=plan.weight(0, parts[0].n))
+    with pytest.raises(RuntimeError, match="cancelled"):
+        run.run(Aggregator(log), _guard(plan, log, cancel_at=2))
+    assert max(e[1] for e in log if e[0] == "reveal") == 2 and ("mark", 3) not in log
+
+
+def test_a_failed_first_mark_charges_nothing(parts) -> None:
+    spec = _spec("output")
+    plan = _plan(spec, parts)
+    log = Log()
+    guard = _guard(plan, log, fail_at=1)
+    with pytest.raises(OSError):
+        OutputRun(spec, plan, RunRows(parts[0]), features=parts[0].d, weight=plan.weight(0, parts[0].n)).run(
+            Aggregator(log), guard)
+    assert _spend(log) == [] and not guard.charged
+
+
+@pytest.mark.parametrize("method", ["output", "gradient"])
+def test_the_simulator_runs_the_daemons_run_and_the_protocol_loop_unchanged(parts, method) -> None:
+    """The in-process run (every party a member) releases what the protocol's own loop releases
+    over the same aggregator and seed: the simulator predicts the daemons."""
+    spec = _spec(method, T=6)
+    plan = _plan(spec, parts)
+    run = (OutputRun if method == "output" else GradientRun).in_process(spec, plan, parts)
+    got = run.run(InProcessAggregator(torch.Generator().manual_seed(5)), RevealGuard.unrecorded(plan)).model
+    d = parts[0].d
+    tensors = [(torch.as_tensor(np.array(p.X)), torch.as_tensor(np.array(p.y))) for p in parts]
+    weights = torch.tensor([plan.weight(j, p.n) for j, p in enumerate(parts)], dtype=torch.float64)
+    agg = InProcessAggregator(torch.Generator().manual_seed(5))
+    if method == "output":
+        proto = OutputPerturbation(spec, None, d, plan=plan)
+        want = proto.release(agg, torch.stack([proto.local_model(X, y) for X, y in tensors]), weights)
+    else:
+        proto = GradientPerturbation(spec, None, d, plan=plan)
+        want = proto.train(agg, lambda th: (torch.cat([proto.local_contribution(th, X, y) for X, y in tensors]),
+                                            weights))
+    assert torch.equal(got, want)
