@@ -5,7 +5,7 @@ as the baseline in the same script.
 
 Three compute-party daemons (``LocalConsortium``: separate processes, mutual TLS, 3-party
 replicated sharing, no dealer, in-MPC discrete Gaussian noise) run a federated job
-(``[federated]``) for N owners. Every owner is ``parties.owner.run_owner_job`` — what ``mpc-erm
+(``[federated]``) for N owners. Every owner is ``parties.owner.process.run_owner_job`` — what ``mpc-erm
 owner join`` runs — with its own certificate (role ``owner``), config, ledger, audit log and data
 file (100 MNIST rows as .npz); **the owners share this benchmark's process** (one thread each), or
 ``--owner-procs`` spawned processes, on the same cores as the daemons. Each round every owner

@@ -1,7 +1,7 @@
 """End to end across real daemons: private models on UCI Adult, accuracy and time per round.
 
-Runs the demo's jobs (:func:`coordinator.local_jobs.default_jobs`) with
-:func:`coordinator.local_jobs.run_jobs` (3 party daemons + dealer as separate processes, mTLS on
+Runs the demo's jobs (:func:`coordinator.end_to_end.default_jobs`) with
+:func:`coordinator.end_to_end.run_jobs` (3 party daemons + dealer as separate processes, mTLS on
 loopback, in-MPC noise) and, in the same script as the baseline, the same gradient-perturbation
 job in the in-process simulator (plaintext aggregator, same protocol code, same σ): what the MPC
 costs per round is reported as a ratio to it. ``python -m benchmarks e2e --out FILE`` writes the JSON.
@@ -84,7 +84,7 @@ def _job_block(r: dict[str, Any]) -> dict[str, Any]:
 
 def run(*, trust: str = "dealer", iterations: int = 50, parties: int = 3,
         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    from coordinator.local_jobs import default_jobs, run_jobs
+    from coordinator.end_to_end import default_jobs, run_jobs
 
     say = progress or (lambda _m: None)
     jobs = default_jobs(iterations)

@@ -1,12 +1,12 @@
 """Per-round cost of a round with many data owners against their number (issue 17).
 
 Three compute parties (real processes, CrypTen over gRPC + mTLS, 3-party replicated sharing, no
-dealer) each host an :class:`~mpc_erm.mpc.owner_intake.OwnerIntake`; N owners are real gRPC clients
+dealer) each host an :class:`~parties.owner.intake.OwnerIntake`; N owners are real gRPC clients
 with their own certificates, channels and keys — **all in this one process** (threads), or dealt to
 ``--owner-procs`` spawned processes (threads there) — so the owners' CPU competes with the compute
 parties' on the same cores. Each round: every owner encodes a d-dimensional contribution (‖v‖ ≤ 1)
 on the noise's grid and sends its shares; each compute party runs the daemon's own round
-(:class:`~mpc_erm.mpc.owner_rounds.IntakeAggregator`, its intake's pool sized as the worker sizes
+(:class:`~parties.owner.rounds.IntakeAggregator`, its intake's pool sized as the worker sizes
 it: a parked read per owner): it waits for all of them, agrees on the set with the others, adds
 in-MPC discrete Gaussian noise and reveals; every owner reads the release. Measured per N:
 the round's wall time at a compute party (open → published) split into *intake* (open → everyone
@@ -45,10 +45,10 @@ def _compute(ctx: Any, owners: tuple[str, ...], dim: int, rounds: int, addr_q: A
 
     from mpc_erm.mpc.aggregator import MpcAggregator
     from mpc_erm.mpc.noise import InMpcNoise
-    from mpc_erm.mpc.owner_intake import OwnerIntake, RoundFrame, intake_threads
-    from mpc_erm.mpc.owner_rounds import IntakeAggregator
-    from mpc_erm.mpc.owner_shares import owner_margin_bits
     from mpc_erm.protocols.aggregation import NoiseSpec
+    from parties.owner.intake import OwnerIntake, RoundFrame, intake_threads
+    from parties.owner.rounds import IntakeAggregator
+    from parties.owner.shares import owner_margin_bits
 
     src = InMpcNoise()
     spec = NoiseSpec("gaussian", SIGMA, sensitivity=SENSITIVITY)
@@ -87,8 +87,8 @@ def _owners(ca: Any, names: tuple[str, ...], first: int, dim: int, rounds: int, 
             threads: int) -> dict[str, Any]:
     """Owners ``first`` … ``first + len(names) - 1`` of the job, driven by ``threads`` threads here."""
     from mpc_erm.mpc import pki
-    from mpc_erm.mpc.owner_intake import OwnerClient
-    from mpc_erm.mpc.owner_rounds import OwnerAggregator
+    from parties.owner.intake import OwnerClient
+    from parties.owner.rounds import OwnerAggregator
 
     tic = time.perf_counter()
     idents = [pki.issue_identity(ca, n, "owner") for n in names]

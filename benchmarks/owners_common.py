@@ -1,5 +1,5 @@
 """What the owner benchmarks share: run a job through a :class:`LocalConsortium`'s compute
-daemons with every owner's ``parties.owner.run_owner_job`` (what ``mpc-erm owner join`` runs), one
+daemons with every owner's ``parties.owner.process.run_owner_job`` (what ``mpc-erm owner join`` runs), one
 thread each or a bounded pool of them, in this process or spread over ``procs`` spawned processes
 (the benchmarks say which), and collect the results; owners of a one-release job may send and
 leave (``owner join --leave``) and fetch their model after the job (``owner fetch``)."""
@@ -76,7 +76,7 @@ def run_owners(configs: list[Path], job_path: Path, job_id: str, wait_s: float =
 
     from mpc_erm.jobs.jobfile import load_job_file
     from parties.config import load_owner_config
-    from parties.owner import fetch_owner_model, run_owner_job
+    from parties.owner.process import fetch_owner_model, run_owner_job
 
     job = load_job_file(job_path)
     out: dict[str, Any] = {}

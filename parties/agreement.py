@@ -68,7 +68,7 @@ from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
 from mpc_erm.mpc.pki import Identity
 
 from .config import DaemonConfig
-from .jobs import JobRecord, JobStore
+from .job_store import JobRecord, JobStore
 from .logs import DaemonLog
 from .public_errors import code_of, public_failure
 from .rendezvous import grpc_options, members

@@ -451,7 +451,7 @@ class OwnerConfig(_Model):
     max_epsilon_per_job: float = Field(strict=True, gt=0, le=100, allow_inf_nan=False)
     allow_test_only: bool = Field(False, strict=True)
     # an owner that cannot reach a majority of the compute parties for this long gives the job up
-    # (one that reaches any which says the job failed ends at once: parties.owner_failures)
+    # (one that reaches any which says the job failed ends at once: parties.owner.failures)
     peer_timeout_s: float = Field(120.0, strict=False, ge=5, le=3600, allow_inf_nan=False)
     compute: dict[Name, HostPort] = Field(min_length=2)  # compute party → its daemon's control address
     datasets: dict[Name, DatasetConfig] = Field(min_length=1)

@@ -79,7 +79,7 @@ from .admission import JOB_ID_RE, MAX_JOB_TOML_BYTES, Admitted, Refused, admit, 
 from .agreement import ASK_TIMEOUT_S, Agreement
 from .callers import caller_policy
 from .config import DaemonConfig, DealerConfig, PartyConfig, load_daemon_identity, split_host_port
-from .jobs import LIVE, JobExists, JobRecord, JobStore, read_result_manifest, result_files
+from .job_store import LIVE, JobExists, JobRecord, JobStore, read_result_manifest, result_files
 from .ledger import (
     AdjacencyMismatch,
     AlreadyRevealed,

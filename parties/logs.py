@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LOG_FILE", "DaemonLog", "JsonFormatter", "log_handlers", "one_line"]
+__all__ = ["LOG_FILE", "DaemonLog", "JsonFormatter", "log_handlers", "one_line", "os_error_line"]
 
 LOG_FILE = "daemon.log"  # in state_dir: the daemon's lines and its workers'
 
@@ -70,3 +70,11 @@ class DaemonLog:
 
     def exception(self, msg: str, *, job_id: str | None = None, phase: str | None = None) -> None:
         self.logger.exception(msg, extra={"job_id": job_id, "phase": phase})
+
+
+def os_error_line(exc: OSError) -> str:
+    """``<file>: <reason>`` for an OSError about a file (PermissionError, IsADirectoryError, …),
+    its one-line text otherwise: what a command prints as its one ``error:`` line."""
+    if exc.filename is not None and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    return " ".join(str(exc).split())

@@ -40,7 +40,7 @@ from mpc_erm.mpc.pki import Identity
 
 from .admission import JOB_ID_RE
 from .config import DaemonConfig
-from .jobs import JobRecord, JobStore
+from .job_store import JobRecord, JobStore
 from .logs import DaemonLog
 from .public_errors import code_of
 from .supervision import ENDPOINT_SERVICES, Run, Supervisor, endpoint_key

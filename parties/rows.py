@@ -1,5 +1,5 @@
 """A member's own rows for one job, read where they live and never sent anywhere: what a party
-daemon's job worker and a data owner's process (``parties.owner``) both load, the same way, so a
+daemon's job worker and a data owner's process (``parties.owner.process``) both load, the same way, so a
 model trained at a party and at an owner sees the same rows.
 
 ``ctx`` is anything with ``config`` (its ``datasets`` and ``device``), ``job`` (a

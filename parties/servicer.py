@@ -24,7 +24,7 @@ from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
 
 from .admission import Refused
 from .config import DaemonConfig
-from .jobs import JobRecord, content_digest
+from .job_store import JobRecord, content_digest
 
 if TYPE_CHECKING:
     from .daemon import PartyDaemon
@@ -176,9 +176,9 @@ class Servicer(pb_grpc.PartyControlServicer):
                                 reason=(rec.reason or "") if ended else "")
 
     def GetOwnerRelease(self, request: pb.OwnerReleaseRequest, context: grpc.ServicerContext) -> pb.OwnerRelease:
-        from mpc_erm.mpc.owner_intake import state_bytes
+        from parties.owner.intake import state_bytes
 
-        from .owner_release import read_release
+        from .owner.release import read_release
 
         rec = self._owners_record(request.job_id, context)
         kept = read_release(self.d.jobs_dir / rec.id)

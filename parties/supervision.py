@@ -28,7 +28,7 @@ Storage errors (the state directory full, an I/O error, the SQLite file locked o
 end a supervising thread. An event that cannot be written is dropped (one log line per job). A
 job that cannot be started ends ``failed`` (``STORAGE: <member> could not record …``). The budget
 settlement and the terminal status are retried with backoff (``STORE_RETRY_S``) until they are
-written; meanwhile the job store serves the terminal status from memory (``parties.jobs``). Only a
+written; meanwhile the job store serves the terminal status from memory (``parties.job_store``). Only a
 stopping daemon gives up, and its next start settles the job as any interrupted one.
 """
 
@@ -52,7 +52,7 @@ from mpc_erm.mpc.pki import Identity
 
 from .config import DaemonConfig
 from .context import ProcessWorkerContext, worker_main
-from .jobs import LIVE, JobRecord, JobStore, read_result_manifest, result_files
+from .job_store import LIVE, JobRecord, JobStore, read_result_manifest, result_files
 from .logs import DaemonLog, one_line
 from .public_errors import PublicError, storage_problem
 

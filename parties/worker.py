@@ -14,7 +14,7 @@ the budget reservation):
 6. the job's run (:mod:`mpc_erm.runs`: one class per job kind), driven by the party's reveal guard
    (:func:`parties.spend.party_guard`: check, then the ledger's mark and the audit charge, then the
    reveal) — or, at a compute party serving data owners, the same run fed by its owner intake
-   (:mod:`parties.owner_serving`);
+   (:mod:`parties.owner.serving`);
 7. write model.safetensors, privacy_report.json, metrics.json (public: test-set metrics, MPC and
    noise counters) and training_curve.png; metrics on this party's own rows — a function of its
    data that no ε covers — only to ``.private/own_rows.json``, which the daemon never serves.
@@ -45,8 +45,8 @@ from mpc_erm.runs import CurvePoint, ModelFacts, NetworkRun, RunResult, run_for
 from .callers import caller_policy
 from .config import plugin_entry_point
 from .context import WorkerContext
-from .jobs import write_result_manifest
-from .owner_serving import serve_owners
+from .job_store import write_result_manifest
+from .owner.serving import serve_owners
 from .rows import Rows, device_for, load_rows
 from .session import AgreementError, DealerJobAborted, agree, join, peer_timeout, trust_setup
 from .spend import check_room, party_audit, party_guard

@@ -292,7 +292,7 @@ def test_dockerignore_keeps_the_context_small() -> None:
         assert _ignored(p, pats), f"{p} would be sent to the Docker daemon"
     for p in ["docker/wheelhouse/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl", "pyproject.toml",
               "README.md", "mpc_erm/data/bundled/adult/adult.data.gz", "parties/worker.py",
-              "coordinator/cli/party.py", "benchmarks/aggregate.py", "docker/bin/mpc-erm-entrypoint"]:
+              "parties/cli.py", "benchmarks/aggregate.py", "docker/bin/mpc-erm-entrypoint"]:
         assert not _ignored(p, pats), f"{p} is needed by docker/Dockerfile but excluded"
     gitignore = (ROOT / ".gitignore").read_text().split()
     assert "docker/wheelhouse/" in gitignore and "docker/out/" in gitignore

@@ -17,11 +17,11 @@ from coordinator.cli.errors import run_guarded
 from coordinator.cli.job import job
 from coordinator.cli.job_plan import plan as job_plan
 from coordinator.cli.model import model
-from coordinator.cli.owner import owner
-from coordinator.cli.party import dealer, party
 from coordinator.cli.provision import provision
 from coordinator.cli.report import report
 from coordinator.cli.simulate import simulate
+from parties.cli import dealer, party
+from parties.owner.cli import owner
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -101,7 +101,7 @@ def explain(config_path: Path, datasets: tuple[str, ...]) -> None:
     ledger's figures differ from the jobs' reports."""
     from mpc_erm.privacy.statement import JobCharge, dataset_statement
     from parties.config import load_party_config
-    from parties.jobs import JobStore
+    from parties.job_store import JobStore
     from parties.ledger import Ledger
     from parties.ledger_check import check_ledger
 

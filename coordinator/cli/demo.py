@@ -57,7 +57,7 @@ def demo(out: Path, parties: int, trust: str, iterations: int, keep_state: bool,
     from rich.console import Console
     from rich.table import Table
 
-    from coordinator.local_jobs import default_jobs, run_jobs
+    from coordinator.end_to_end import default_jobs, run_jobs
 
     if trust == "replicated" and parties != 3:
         raise click.BadParameter("replicated sharing is for exactly 3 parties", param_hint="--parties")

@@ -7,6 +7,10 @@ import sys
 import click
 from pydantic import ValidationError
 
+from parties.logs import os_error_line
+
+__all__ = ["EXIT_USAGE", "format_validation_error", "os_error_line", "run_guarded"]
+
 EXIT_USAGE = 2
 
 
@@ -39,11 +43,3 @@ def run_guarded(cli: click.Group) -> None:
     except OSError as exc:  # a file that cannot be read or written, an address that cannot be bound
         click.echo(f"error: {os_error_line(exc)}", err=True)
         sys.exit(EXIT_USAGE)
-
-
-def os_error_line(exc: OSError) -> str:
-    """``<file>: <reason>`` for an OSError about a file (PermissionError, IsADirectoryError, …),
-    its one-line text otherwise."""
-    if exc.filename is not None and exc.strerror:
-        return f"{exc.filename}: {exc.strerror}"
-    return " ".join(str(exc).split())

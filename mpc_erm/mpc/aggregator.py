@@ -268,7 +268,7 @@ class MpcAggregator:
 
     def aggregate_shares(self, owner_share_sum: torch.Tensor, grid_bits: int, noise: NoiseSpec) -> torch.Tensor:
         """Reveal ``Σ_owners v + z`` (float64, shape (p,)) from this compute party's sum of its
-        data owners' shares (int64 on the grid 2^-grid_bits: :mod:`mpc_erm.mpc.owner_shares`).
+        data owners' shares (int64 on the grid 2^-grid_bits: :mod:`parties.owner.shares`).
 
         The owners' shares are already an additive sharing of the sum, so steps 1–3 reduce to
         adding this party's pairwise masks (a re-randomisation that keeps one reveal path); the

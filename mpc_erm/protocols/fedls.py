@@ -12,7 +12,7 @@ Round t, for a public model w_t:
    projected back into the 𝓛-ball around w_t after *every* step, w ← w_t + clip(w − w_t, 𝓛) over
    all parameters; Δ = w_K − w_t, so ‖Δ‖ ≤ 𝓛 whatever the data.
 3. **Aggregate**: Σ Δ over the sampled owners plus N(0, (z·𝓛)²) per coordinate, added once
-   (inside the MPC in the product: mpc_erm.mpc.owner_shares / MpcAggregator.aggregate_shares).
+   (inside the MPC in the product: parties.owner.shares / MpcAggregator.aggregate_shares).
    Poisson: adding or removing one owner moves the sum by at most 𝓛, so the rounds are T
    Poisson-sampled Gaussian mechanisms with noise multiplier z at rate τ (client level),
    accounted by :mod:`mpc_erm.privacy` (RDP, PoissonSampledDpEvent). Uniform: the shift is 2𝓛
@@ -27,7 +27,7 @@ Round t, for a public model w_t:
 Through the daemons (:meth:`DpFedLs.for_job`) a job's ``[federated]`` table sets E, b, η_l, γ and
 its privacy plan sets z, τ, 𝓛 and N. Poisson: every owner samples *itself* with a private coin.
 Uniform: the three compute parties draw each round's s owners by a secret shuffle
-(:mod:`mpc_erm.mpc.owner_sample`) and each owner reads only its own bits. Either way an owner not
+(:mod:`parties.owner.sample`) and each owner reads only its own bits. Either way an owner not
 drawn sends shares of a zero update, so no compute party learns the sample.
 """
 

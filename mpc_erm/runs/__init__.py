@@ -6,7 +6,7 @@ takes a :class:`~mpc_erm.protocols.aggregation.SecureAggregator` and a :class:`R
 returns a :class:`RunResult`. The protocol's own round loop runs inside; the guard
 (:mod:`mpc_erm.runs.guard`) is the one place where check, then reveal, then charge happens.
 
-Hosts: a party daemon's job worker (``parties.worker``), a data owner's process (``parties.owner``),
+Hosts: a party daemon's job worker (``parties.worker``), a data owner's process (``parties.owner.process``),
 and the simulator (:mod:`mpc_erm.simulate.forecast`) — the same classes, so a simulated run
 predicts a daemon's.
 """

@@ -7,7 +7,7 @@ import json
 import re
 
 from mpc_erm.jobs import LIVE, TERMINAL, JobStatus
-from parties import jobs
+from parties import job_store as jobs
 
 
 def test_values_are_the_stored_strings() -> None:

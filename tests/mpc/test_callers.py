@@ -23,11 +23,11 @@ from mpc_erm.mpc import pki
 from mpc_erm.mpc._proto import transport_pb2 as tpb
 from mpc_erm.mpc._proto import transport_pb2_grpc as tpb_grpc
 from mpc_erm.mpc.callers import CallerPolicy, RevocationList
-from mpc_erm.mpc.owner_intake import IntakeError, OwnerClient, OwnerIntake, RoundFrame
-from mpc_erm.mpc.owner_shares import owner_margin_bits
 from mpc_erm.mpc.ratelimit import RateLimit
 from mpc_erm.mpc.tls import secure_channel
 from mpc_erm.mpc.transport import TransportServer
+from parties.owner.intake import IntakeError, OwnerClient, OwnerIntake, RoundFrame
+from parties.owner.shares import owner_margin_bits
 
 OWNERS = ("clinic-00", "clinic-01", "clinic-02", "clinic-03")
 DIM, GRID = 8, 16

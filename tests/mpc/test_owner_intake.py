@@ -1,5 +1,5 @@
 """Issue 17: data owners as real gRPC clients (their own certificates, role ``owner``) of the
-compute parties' owner intake (mpc_erm.mpc.owner_intake), over mutual TLS.
+compute parties' owner intake (parties.owner.intake), over mutual TLS.
 
 In one process: three intakes (compute ranks 0–2) and several owners — enrolment, a round's
 shares, an owner that reaches only two compute parties left out by the agreement, the released
@@ -25,9 +25,9 @@ import torch
 from mpc_erm.mpc import pki
 from mpc_erm.mpc._proto import owner_pb2 as pb
 from mpc_erm.mpc._proto import owner_pb2_grpc as pb_grpc
-from mpc_erm.mpc.owner_intake import IntakeError, OwnerClient, OwnerIntake, RoundFrame, round_state
-from mpc_erm.mpc.owner_shares import encode_on_grid, explicit_party, owner_margin_bits
 from mpc_erm.mpc.tls import secure_channel
+from parties.owner.intake import IntakeError, OwnerClient, OwnerIntake, RoundFrame, round_state
+from parties.owner.shares import encode_on_grid, explicit_party, owner_margin_bits
 from tests.mpc.test_mpc_aggregator import NAMES
 from tests.procs import preloaded_context
 
@@ -315,8 +315,8 @@ def _compute_member(rank: int, table: Any, identity: Any, server: Any, *, addr_q
 def _many_owner_rounds(rank: int, identity: Any, comm: Any, *, addr_q: Any, noisy: bool) -> dict[str, Any]:
     from mpc_erm.mpc.aggregator import PRECISION_BITS, MpcAggregator, ZeroNoise
     from mpc_erm.mpc.noise import InMpcNoise
-    from mpc_erm.mpc.owner_intake import agree_present
     from mpc_erm.protocols.aggregation import NO_NOISE, NoiseSpec
+    from parties.owner.intake import agree_present
 
     if noisy:
         src = InMpcNoise()
@@ -453,13 +453,13 @@ def test_an_owner_asks_again_while_a_compute_party_is_not_up_yet(ca: Any) -> Non
 
 def test_an_owner_whose_intake_stopped_reads_the_release_where_it_is_kept_and_a_leaving_owner_only_sends(
         ca: Any) -> None:
-    """The owner's side of ``parties.owner_release``: the compute parties publish round 0 and stop
+    """The owner's side of ``parties.owner.release``: the compute parties publish round 0 and stop
     their intake before owner 0 reads it (a slow owner among thousands); its read fails
     (UNAVAILABLE) and ``fetch_later`` is asked instead, for round 0. An owner made with ``leave``
     returns from the round as soon as every compute party took its shares (LeftAfterSending),
     without reading anything, and the intakes do not wait for its read."""
-    from mpc_erm.mpc.owner_rounds import LeftAfterSending, OwnerAggregator
     from mpc_erm.protocols.aggregation import NoiseSpec
+    from parties.owner.rounds import LeftAfterSending, OwnerAggregator
 
     margin = owner_margin_bits(len(OWNERS))
     live = [OwnerIntake(pki.issue_identity(ca, f"compute-{r}", "party"),
@@ -582,8 +582,8 @@ def _late_owner_member(rank: int, table: Any, identity: Any, server: Any, *, add
     """A compute party running the daemon's round (IntakeAggregator) with a transport deadline
     shorter than the wait for one party's late owner."""
     from mpc_erm.mpc.aggregator import PRECISION_BITS, MpcAggregator, ZeroNoise
-    from mpc_erm.mpc.owner_rounds import IntakeAggregator
     from mpc_erm.protocols.aggregation import NO_NOISE
+    from parties.owner.rounds import IntakeAggregator
 
     if identity.role == "dealer":
         return _serve_dealer(table, identity, server)

@@ -1,4 +1,4 @@
-"""Uniform owner sampling by the compute parties' secret shuffle (mpc_erm.mpc.owner_sample).
+"""Uniform owner sampling by the compute parties' secret shuffle (parties.owner.sample).
 
 What must hold, measured on what each party holds:
 
@@ -27,7 +27,7 @@ from scipy import stats
 
 from mpc_erm.mpc.keystream import new_key
 from mpc_erm.mpc.local import run_local
-from mpc_erm.mpc.owner_sample import (
+from parties.owner.sample import (
     a_share,
     b_message,
     c_share,

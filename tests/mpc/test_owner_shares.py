@@ -1,5 +1,5 @@
 """Issue 17, first layer: data owners' contributions as seed-compressed additive shares for k
-compute parties (mpc_erm.mpc.owner_shares), summed by the compute parties and revealed with the
+compute parties (parties.owner.shares), summed by the compute parties and revealed with the
 in-MPC noise by MpcAggregator.aggregate_shares.
 
 Checked: the shares of every owner sum to its encoding exactly, whatever the round; one compute
@@ -19,7 +19,7 @@ import pytest
 import torch
 from scipy import stats
 
-from mpc_erm.mpc.owner_shares import (
+from parties.owner.shares import (
     OwnerRangeError,
     OwnerSharer,
     OwnerShareSum,

@@ -38,7 +38,7 @@ from mpc_erm.mpc._proto import party_pb2 as pb
 from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
 from parties.config import load_dealer_config, load_party_config
 from parties.daemon import RESTART_REASON, PartyDaemon, prestarted_thread_pool
-from parties.jobs import JobStore, write_result_manifest
+from parties.job_store import JobStore, write_result_manifest
 from parties.ledger import Ledger
 from tests.parties.dp_reference import rdp_curve, rdp_epsilon, with_sampler
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.local_jobs import LocalJob, default_jobs, run_jobs
+from coordinator.end_to_end import LocalJob, default_jobs, run_jobs
 from mpc_erm.privacy.events import event_from_dict
 from parties.audit import verify
 
@@ -147,7 +147,7 @@ def test_a_cancelled_job_is_charged_the_rounds_it_revealed(tmp_path: Path) -> No
     Every party's ledger must charge the plan's event for the rounds revealed before the cancel
     (marked before each round: never fewer than were revealed) — here well below the full job."""
     from coordinator.consortium import LocalConsortium
-    from coordinator.local_jobs import job_toml
+    from coordinator.end_to_end import job_toml
     from mpc_erm.privacy.events import compose
     from parties.ledger import Ledger
 

@@ -17,8 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 from coordinator.cli import cli
-from coordinator.cli.party import health_target
 from mpc_erm.mpc import pki
+from parties.cli import health_target
 from parties.config import load_dealer_config, load_party_config
 from parties.daemon import PartyDaemon
 

@@ -183,7 +183,7 @@ def test_a_broken_audit_log_is_refused(state: Path) -> None:
 
 @pytest.mark.parametrize("store", ["ledger", "jobs"])
 def test_the_stores_name_a_file_sqlite_cannot_read(tmp_path: Path, store: str) -> None:
-    from parties.jobs import JobStore
+    from parties.job_store import JobStore
 
     path = tmp_path / f"{store}.sqlite3"
     _garbage(path)

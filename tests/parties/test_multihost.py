@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.consortium import LocalConsortium
-from coordinator.local_jobs import LocalJob, job_toml
+from coordinator.end_to_end import LocalJob, job_toml
 from tests.netns import Hosts, namespaces_or_skip
 
 pytestmark = pytest.mark.e2e

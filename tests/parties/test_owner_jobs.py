@@ -1,6 +1,6 @@
 """Issue 17 through real daemons: three compute-party daemons (3-party replicated sharing, no
 dealer) run a job for 30 data owners, each an ``OwnerConfig`` with its own certificate (role
-``owner``), its own ledger and audit log, running ``parties.owner.run_owner_job`` (what
+``owner``), its own ledger and audit log, running ``parties.owner.process.run_owner_job`` (what
 ``mpc-erm owner join`` runs) in this test's process, one thread each.
 
 - Test-only zero noise: the model every member ends with equals a plaintext replay of the same
@@ -85,7 +85,7 @@ def _run_owners(configs: list[Path], job_path: Path, job_id: str, *, on_round: A
     with. ``on_round(i, t)`` runs at owner ``i`` after each release; ``leave``: each owner sends
     and leaves (``owner join --leave``)."""
     from parties.config import load_owner_config
-    from parties.owner import run_owner_job
+    from parties.owner.process import run_owner_job
 
     job = load_job_file(job_path)
     out: dict[str, Any] = {}
@@ -153,7 +153,7 @@ def _replay(job_path: Path, configs: list[Path], counted: list[int]) -> torch.Te
     from mpc_erm.protocols import GradientPerturbation
     from mpc_erm.protocols.common import plan_job, public_sizes
     from parties.config import load_owner_config
-    from parties.owner import _OwnerView
+    from parties.owner.process import _OwnerView
     from parties.rows import load_rows
 
     job = load_job_file(job_path)
@@ -241,7 +241,7 @@ def test_thirty_owners_train_through_three_compute_daemons(tmp_path: Path) -> No
 
         # a third job would exceed the owners' budget of 2.5: each owner refuses it, sending nothing
         from parties.config import load_owner_config
-        from parties.owner import OwnerRefused, run_owner_job
+        from parties.owner.process import OwnerRefused, run_owner_job
 
         with pytest.raises(OwnerRefused, match="budget: clinic-00's ledger refuses job"):
             run_owner_job(load_owner_config(configs[0]), load_job_file(noisy), "a" * 32, wait_s=5)
@@ -348,7 +348,7 @@ def _fed_job(job_path: Path, configs: list[Path]) -> tuple[Any, list[tuple[torch
 def _owner_rows(job: Any, configs: list[Path]) -> list[Any]:
     """Each owner's rows as its own process reads them."""
     from parties.config import load_owner_config
-    from parties.owner import _OwnerView
+    from parties.owner.process import _OwnerView
     from parties.rows import load_rows
 
     out = []
@@ -498,7 +498,7 @@ def _output_replay(job_path: Path, configs: list[Path]) -> torch.Tensor:
     from mpc_erm.protocols import OutputPerturbation
     from mpc_erm.protocols.common import plan_job, public_sizes
     from parties.config import load_owner_config
-    from parties.owner import _OwnerView
+    from parties.owner.process import _OwnerView
     from parties.rows import load_rows
 
     job = load_job_file(job_path)
@@ -614,9 +614,9 @@ def test_owners_that_leave_after_sending_fetch_the_released_model_from_the_daemo
     from mpc_erm.mpc._proto import party_pb2_grpc as ppb_grpc
     from parties.config import load_owner_config
     from parties.ledger import Ledger
-    from parties.owner import OwnerRefused, fetch_owner_model, run_owner_job
-    from parties.owner_failures import JobEnded
-    from parties.owner_release import RELEASE_FILE
+    from parties.owner.failures import JobEnded
+    from parties.owner.process import OwnerRefused, fetch_owner_model, run_owner_job
+    from parties.owner.release import RELEASE_FILE
 
     with LocalConsortium(tmp_path / "cons", parties=3, dealer=False, max_epsilon_per_job=2.0) as cons:
         configs, n = _output_owners(tmp_path, cons)

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 from mpc_erm.privacy.events import GaussianRounds
 from parties.ledger import Ledger
-from parties.owner import settle_abandoned
+from parties.owner.process import settle_abandoned
 from tests.procs import preloaded_context
 
 BUDGETS = {"clinics": (50.0, 1e-4, "add_remove")}
@@ -25,7 +25,7 @@ EVENT = GaussianRounds(rounds=10, adjacency="add_remove", sampler_tv=0.0, noise_
 def _hold_job(state: str, job_id: str, reveal_rounds: int, ready: object) -> None:
     import time
 
-    from parties.owner import _job_lock
+    from parties.owner.process import _job_lock
 
     lock = _job_lock(Path(state), job_id, wait=False)
     assert lock is not None

@@ -48,7 +48,7 @@ from typing import Any
 import pytest
 
 from coordinator.consortium import LocalConsortium
-from coordinator.local_jobs import LocalJob, job_toml
+from coordinator.end_to_end import LocalJob, job_toml
 from mpc_erm.jobs.status import TERMINAL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -590,7 +590,7 @@ def _names_a_cause(reason: str, me: str, victim: str) -> bool:
 def _check(fc: FaultConsortium, sc: Scenario, out: Outcome, victim: str, st: dict[str, dict[str, Any]],
            ledger_before: str | None, scratch: Path, restart_reason: str) -> None:
     from parties.audit import verify
-    from parties.jobs import JobStore, read_result_manifest
+    from parties.job_store import JobStore, read_result_manifest
     from parties.ledger import Ledger
 
     job_id, kill = out.job_id, out.kill_time

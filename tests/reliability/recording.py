@@ -331,7 +331,7 @@ PATCHES: dict[str, Callable[[ModuleType], None]] = {
     "mpc_erm.mpc.samplers.discrete_laplace": _patch_sampler,
     "mpc_erm.protocols.output_perturbation": _patch_output,
     "crypten.mpc.primitives.beaver": _patch_beaver,
-    "mpc_erm.mpc.owner_intake": _patch_owner_intake,
+    "parties.owner.intake": _patch_owner_intake,
 }
 
 

@@ -43,7 +43,7 @@ from typing import Any
 import pytest
 
 from coordinator.consortium import LocalConsortium
-from coordinator.local_jobs import LocalJob, job_toml
+from coordinator.end_to_end import LocalJob, job_toml
 from mpc_erm.jobs.status import TERMINAL
 from tests.reliability.faults import audit_records, tmpfs, wait_for
 

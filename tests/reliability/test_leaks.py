@@ -59,7 +59,7 @@ import numpy as np
 import pytest
 
 from coordinator.consortium import LocalConsortium
-from coordinator.local_jobs import LocalJob, job_toml
+from coordinator.end_to_end import LocalJob, job_toml
 from mpc_erm.jobs.status import TERMINAL
 from parties.public_errors import code_of
 

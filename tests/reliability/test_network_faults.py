@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from coordinator.consortium import LocalConsortium
-from coordinator.local_jobs import LocalJob, job_toml
+from coordinator.end_to_end import LocalJob, job_toml
 from mpc_erm.jobs.status import TERMINAL
 from parties.ledger import LEDGER_FILE, Ledger
 from tests.netns import Hosts, iptables_or_skip, namespaces_or_skip

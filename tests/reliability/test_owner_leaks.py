@@ -89,7 +89,7 @@ def _fetch_all(configs: list[Path], job_path: Path, job_id: str) -> dict[str, An
     """Every owner's ``owner fetch`` of a job it left: name → summary, or the exception."""
     from mpc_erm.jobs.jobfile import load_job_file
     from parties.config import load_owner_config
-    from parties.owner import fetch_owner_model
+    from parties.owner.process import fetch_owner_model
 
     job, out = load_job_file(job_path), {}
     for path in configs:
@@ -103,7 +103,7 @@ def _fetch_all(configs: list[Path], job_path: Path, job_id: str) -> dict[str, An
 
 def _capture_owners(mp: pytest.MonkeyPatch, r: OwnerRun) -> None:
     """Wrap the owners' share client in this process: record each contribution and each key."""
-    from mpc_erm.mpc.owner_intake import OwnerClient
+    from parties.owner.intake import OwnerClient
 
     lock = threading.Lock()
     seen: set[tuple[str, str, int]] = set()

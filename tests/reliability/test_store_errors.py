@@ -6,7 +6,7 @@ cancel while the disk was full failed with the same traceback). Now (``parties.s
 supervising loop survives a storage error: an event the store cannot take is dropped (one log
 line), the job ends with its reason, its budget is settled and its terminal status written, each
 retried with backoff until it succeeds; meanwhile the job store serves the terminal status from
-memory (``parties.jobs``), so the job is seen ended while the disk is still full.
+memory (``parties.job_store``), so the job is seen ended while the disk is still full.
 
 * fast (default suite, needs root for the tmpfs; skipped with the reason otherwise): one real
   daemon (stand-in worker, real worker processes) whose state directory is an 8 MiB tmpfs. Two jobs

@@ -42,9 +42,9 @@ import pytest
 from click.testing import CliRunner
 
 from coordinator.consortium import LocalConsortium
-from coordinator.local_jobs import LocalJob, job_toml
+from coordinator.end_to_end import LocalJob, job_toml
 from mpc_erm.jobs.status import TERMINAL
-from parties.jobs import JobStore
+from parties.job_store import JobStore
 from parties.ledger import Ledger
 from tests.reliability.faults import wait_for, worker_pids
 

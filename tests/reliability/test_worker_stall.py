@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from coordinator.consortium import LocalConsortium
-from coordinator.local_jobs import LocalJob, job_toml
+from coordinator.end_to_end import LocalJob, job_toml
 from mpc_erm.mpc._proto import party_pb2 as pb
 from parties.config import load_party_config
 from parties.daemon import PartyDaemon

@@ -40,10 +40,10 @@ import grpc
 from mpc_erm.mpc import tls
 from mpc_erm.mpc._proto import party_pb2 as pb
 from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
-from mpc_erm.mpc.owner_intake import IntakeError
 from mpc_erm.mpc.pki import Identity
+from parties.owner.intake import IntakeError
 
-from .public_errors import storage_problem
+from ..public_errors import storage_problem
 
 __all__ = ["EXIT_CODES", "JobEnded", "JobWatch", "OwnerDenied", "OwnerFailure", "OwnerStorage",
            "PartiesUnreachable", "denied", "owner_failure"]
@@ -148,7 +148,7 @@ class JobWatch:
 
     def _ask(self, name: str, address: str) -> tuple[str, str]:
         """(the job's status at ``name`` or "unreachable"/"absent"/"denied", its public reason)."""
-        from .rendezvous import grpc_options
+        from ..rendezvous import grpc_options
 
         try:
             with tls.secure_channel(address, self.identity, f"party/{name}", grpc_options()) as ch:

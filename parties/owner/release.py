@@ -7,7 +7,7 @@ a phone or a clinic's laptop need not stay online while thousands of others send
 owner that was counted in the last round but had not read its release when the intake stopped,
 would otherwise be charged for a model it never receives. The file holds only what the compute
 parties revealed to every member of the job in that round; it lives under a dot directory, which
-the daemon never serves as the job's result (``parties.jobs.result_files``).
+the daemon never serves as the job's result (``parties.job_store.result_files``).
 """
 
 from __future__ import annotations

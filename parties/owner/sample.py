@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .keystream import KEY_BYTES, KeyedMasks, new_key
+from mpc_erm.mpc.keystream import KEY_BYTES, KeyedMasks, new_key
 
 __all__ = ["OWNER_SAMPLE_PARTIES", "a_share", "b_message", "c_share", "owner_bits", "pack_owner_bits",
            "uniform_sample_shares"]

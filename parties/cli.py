@@ -52,7 +52,7 @@ def _serve(config: object, worker_module: str) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
-    from coordinator.cli.errors import os_error_line
+    from parties.logs import os_error_line
 
     try:
         daemon.start(wait_ready=False)
@@ -216,7 +216,7 @@ def read_progress(state_dir: Path, job_id: str) -> list[dict]:
 
 def _ended(state_dir: Path, job_id: str) -> bool:
     """Whether this party's daemon recorded the job as ended (or never heard of it)."""
-    from parties.jobs import TERMINAL, JobStore
+    from parties.job_store import TERMINAL, JobStore
 
     store = JobStore.in_state_dir(state_dir)
     try:

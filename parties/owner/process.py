@@ -12,7 +12,7 @@ docs/architecture.md §2). No CrypTen and no daemon: ``mpc-erm owner join`` runs
    this job's digest.
 5. **Rounds**: the protocol's own loop (``GradientPerturbation.train``, ``DpFedLs.train``, or
    ``OutputPerturbation.release`` once, after the local solve), whose aggregate is
-   :class:`~mpc_erm.mpc.owner_rounds.OwnerAggregator`: before each round the ledger marks it
+   :class:`~parties.owner.rounds.OwnerAggregator`: before each round the ledger marks it
    revealed and the audit log charges the job once; this owner's weighted contribution (clipped
    gradient sum, update or local minimiser) leaves only as additive shares; the released noisy sum
    comes back.
@@ -22,7 +22,7 @@ docs/architecture.md §2). No CrypTen and no daemon: ``mpc-erm owner join`` runs
    ``owner join`` (:func:`settle_abandoned`).
 
 An owner slow to read the last release after the compute parties closed their intake reads it
-from their daemons instead (``GetOwnerRelease``: :mod:`parties.owner_release`). With ``leave``
+from their daemons instead (``GetOwnerRelease``: :mod:`parties.owner.release`). With ``leave``
 (``owner join --leave``, one-release jobs only) an owner sends its shares, commits its charge,
 writes its privacy report and leaves; ``owner fetch`` (:func:`fetch_owner_model`) later reads the
 release from the daemons and writes the model.
@@ -47,21 +47,21 @@ from mpc_erm.mpc import tls
 from mpc_erm.mpc._proto import party_pb2 as pb
 from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
 from mpc_erm.mpc.noise import Realisation, realise
-from mpc_erm.mpc.owner_intake import OwnerClient, on_trouble, pauses, state_from_bytes
-from mpc_erm.mpc.owner_rounds import LeftAfterSending, OwnerAggregator
-from mpc_erm.mpc.owner_shares import explicit_party
 from mpc_erm.mpc.pki import Identity
 from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.privacy.report import PrivacyReport
 from mpc_erm.protocols.common import plan_job, public_sizes
 from mpc_erm.runs import ChargeFacts, FederatedRun, ModelFacts, OutputRun, RevealGuard, RunResult, run_for
+from parties.owner.intake import OwnerClient, on_trouble, pauses, state_from_bytes
+from parties.owner.rounds import LeftAfterSending, OwnerAggregator
+from parties.owner.shares import explicit_party
 
-from .audit import AuditLog
-from .config import OwnerConfig
-from .ledger import Ledger, LedgerError
-from .owner_failures import JobEnded, JobWatch, PartiesUnreachable, denied, owner_failure
-from .rendezvous import grpc_options
-from .rows import Rows, device_for, load_rows
+from ..audit import AuditLog
+from ..config import OwnerConfig
+from ..ledger import Ledger, LedgerError
+from ..rendezvous import grpc_options
+from ..rows import Rows, device_for, load_rows
+from .failures import JobEnded, JobWatch, PartiesUnreachable, denied, owner_failure
 
 __all__ = ["OwnerRefused", "check_job", "fetch_owner_model", "fetch_release", "intake_addresses", "job_watch",
            "run_owner_job", "settle_abandoned"]
@@ -180,7 +180,7 @@ def fetch_release(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: st
 
 
 def job_watch(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: str) -> JobWatch:
-    """The watch an owner in trouble asks whether ``job_id`` ended (:mod:`parties.owner_failures`)."""
+    """The watch an owner in trouble asks whether ``job_id`` ended (:mod:`parties.owner.failures`)."""
     return JobWatch(identity, [(n, cfg.compute[n]) for n in job.job.parties], job_id,
                     peer_timeout_s=cfg.peer_timeout_s)
 

@@ -10,7 +10,7 @@ With ``--leave`` (a one-release job: output perturbation) it returns once its sh
 
 Every failure is one line on stderr, ``error: owner <name>, job <id>: <reason>`` (and, for a run
 that had begun its rounds, what this owner's ledger was charged and why), with an exit code per
-kind (``parties.owner_failures.EXIT_CODES``, listed in ``--help``); never a traceback.
+kind (``parties.owner.failures.EXIT_CODES``, listed in ``--help``); never a traceback.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ def owner() -> None:
 
 def _guarded(name: str, job_id: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """``run()``, or exit with one line naming this owner, the job and the reason, and the exit
-    code of its kind (``parties.owner_failures``): no traceback reaches the owner's operator."""
-    from parties.owner import OwnerRefused
-    from parties.owner_failures import owner_failure
+    code of its kind (``parties.owner.failures``): no traceback reaches the owner's operator."""
+    from parties.owner.failures import owner_failure
+    from parties.owner.process import OwnerRefused
 
     def fail(code: int, reason: str) -> None:
         click.echo(f"error: owner {name}, job {job_id}: {' '.join(reason.split())}", err=True)
@@ -77,7 +77,7 @@ def _guarded(name: str, job_id: str, run: Callable[[], dict[str, Any]]) -> dict[
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 def join(config_path: Path, job_path: Path, job_id: str, wait_s: float, leave: bool, as_json: bool) -> None:
     """Contribute this owner's data to job JOB-ID: shares to the compute parties, the model back."""
-    from parties.owner import run_owner_job
+    from parties.owner.process import run_owner_job
 
     cfg, job = _load(config_path, job_path, job_id)
 
@@ -109,7 +109,7 @@ def join(config_path: Path, job_path: Path, job_id: str, wait_s: float, leave: b
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 def fetch(config_path: Path, job_path: Path, job_id: str, wait_s: float, as_json: bool) -> None:
     """After `owner join --leave`: the released model of job JOB-ID, from the compute parties."""
-    from parties.owner import fetch_owner_model
+    from parties.owner.process import fetch_owner_model
 
     cfg, job = _load(config_path, job_path, job_id)
     summary = _guarded(cfg.identity.name, job_id, lambda: fetch_owner_model(cfg, job, job_id, wait_s=wait_s))

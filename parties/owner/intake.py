@@ -3,7 +3,7 @@
 One :class:`OwnerIntake` per job at each compute party (its worker hosts it): the owners the job
 lists (certificates with role ``owner``, the caller being the TLS peer) enrol once — their AES
 key for the shares this party derives, nothing at their explicit party — then contribute once per
-round (:mod:`.owner_shares`) with one call: the explicit share, at their explicit party only (the
+round (:mod:`.shares`) with one call: the explicit share, at their explicit party only (the
 others derive their shares from the keys, so a notice to them would carry nothing). The worker
 opens a round, waits until its deadline, closes it, and agrees with the other compute parties on
 the owners *ready* everywhere (:func:`agree_present`: an all-gather of bitmaps, ANDed): at an
@@ -41,14 +41,15 @@ import grpc
 import numpy as np
 import torch
 
-from . import tls
-from ._proto import owner_pb2 as pb
-from ._proto import owner_pb2_grpc as pb_grpc
-from .callers import CallerPolicy
-from .keystream import KEY_BYTES
-from .owner_shares import OwnerShareSum, explicit_party
-from .pki import Identity
-from .transport.chunking import grpc_message_options
+from mpc_erm.mpc import tls
+from mpc_erm.mpc._proto import owner_pb2 as pb
+from mpc_erm.mpc._proto import owner_pb2_grpc as pb_grpc
+from mpc_erm.mpc.callers import CallerPolicy
+from mpc_erm.mpc.keystream import KEY_BYTES
+from mpc_erm.mpc.pki import Identity
+from mpc_erm.mpc.transport.chunking import grpc_message_options
+
+from .shares import OwnerShareSum, explicit_party
 
 __all__ = ["IntakeError", "OwnerClient", "OwnerIntake", "RoundFrame", "agree_present", "intake_threads",
            "on_trouble", "pauses", "state_bytes", "state_from_bytes"]
@@ -104,7 +105,7 @@ class RoundFrame:
     margin_bits: int
     dim: int
     spec_digest: str = ""  # the job's digest (JobFile.spec_digest), stated to every owner at enrolment
-    # uniform owner sampling: this party's XOR share of each owner's sampling bits (.owner_sample),
+    # uniform owner sampling: this party's XOR share of each owner's sampling bits (.sample),
     # one bytes per owner in list order; empty where the owners sample themselves or at rank 1
     sample_shares: tuple[bytes, ...] = ()
 
@@ -424,7 +425,7 @@ class OwnerClient:
             raise ValueError("an owner client needs an identity with role 'owner'")
         if len(compute) < 2:
             raise ValueError("compute: an owner shares among >= 2 compute parties")
-        from .owner_shares import OwnerSharer
+        from .shares import OwnerSharer
 
         self.identity = identity
         self.job_id = job_id
@@ -486,9 +487,9 @@ class OwnerClient:
 
     def drawn(self, rounds: int) -> list[bool]:
         """Whether this owner is drawn in each of ``rounds`` rounds of a job whose owners are
-        sampled uniformly (:mod:`.owner_sample`): the XOR of the two shares compute parties 0 and 2
+        sampled uniformly (:mod:`.sample`): the XOR of the two shares compute parties 0 and 2
         stated at enrolment; refused if they did not state them where the shuffle puts them."""
-        from .owner_sample import SHARE_RANKS, owner_bits
+        from .sample import SHARE_RANKS, owner_bits
 
         if self.frame is None:
             raise RuntimeError("enrol first")
@@ -521,7 +522,7 @@ class OwnerClient:
         ``t``'s explicit share to this owner's explicit party, the one call of its round (the other
         parties derive theirs from the keys given at enrolment; ``leaving``: this owner will not
         read the release there, see ``ContributeRequest``)."""
-        from .owner_shares import encode_on_grid
+        from .shares import encode_on_grid
 
         if self.frame is None:
             raise RuntimeError("enrol first")

@@ -3,12 +3,12 @@ so that a protocol's own round loop (e.g. ``GradientPerturbation.train``) runs u
 compute party and at a data owner (issue 17, docs/architecture.md §2):
 
 - :class:`IntakeAggregator` (a compute party): its own contributions are empty; a call opens the
-  round at its :class:`~.owner_intake.OwnerIntake`, waits for the owners until the deadline
+  round at its :class:`~.intake.OwnerIntake`, waits for the owners until the deadline
   (telling the other compute parties every second whether it is done, so that all stop together),
   agrees with them on the owners ready everywhere, reveals their sum plus
   the in-MPC noise (:meth:`~.aggregator.MpcAggregator.aggregate_shares`) and publishes it.
 - :class:`OwnerAggregator` (an owner): weights its own contribution (public weights), sends its
-  shares (:class:`~.owner_intake.OwnerClient`) and returns the released noisy sum. An owner late
+  shares (:class:`~.intake.OwnerClient`) and returns the released noisy sum. An owner late
   for a round is left out of it and still reads its release, so every member takes the same step.
 """
 
@@ -23,7 +23,7 @@ import torch
 
 from mpc_erm.protocols.aggregation import NoiseSpec
 
-from .owner_intake import IntakeError, OwnerClient, OwnerIntake, agree_present, pauses, round_state
+from .intake import IntakeError, OwnerClient, OwnerIntake, agree_present, pauses, round_state
 
 __all__ = ["IntakeAggregator", "LeftAfterSending", "OwnerAggregator"]
 
@@ -109,7 +109,7 @@ class IntakeAggregator:
 class LeftAfterSending(Exception):
     """Raised by an :class:`OwnerAggregator` made with ``leave=True`` once it has sent round
     ``round``'s shares (``sent``: False if the round closed first): the owner does not wait for
-    the release, which the compute parties keep for it (``parties.owner_release``)."""
+    the release, which the compute parties keep for it (``parties.owner.release``)."""
 
     def __init__(self, round: int, sent: bool) -> None:
         super().__init__(f"round {round}: shares {'sent' if sent else 'too late'}; not waiting for the release")
@@ -178,8 +178,8 @@ class OwnerAggregator:
         Asks again with a growing pause (to RETRY_MAX_S, jittered): a thousand owners asking every
         50 ms held the compute parties' intake busy refusing them (benchmarks.many_owners_thesis).
         While the party cannot be reached (or is slow), the client's ``check`` runs between tries
-        (:meth:`~.owner_intake.OwnerClient.trouble`; it raises once the job has ended); a refusal for
-        good is an :class:`~.owner_intake.IntakeError`."""
+        (:meth:`~.intake.OwnerClient.trouble`; it raises once the job has ended); a refusal for
+        good is an :class:`~.intake.IntakeError`."""
         end = time.monotonic() + self.round_wait_s
         pause = pauses(RETRY_FIRST_S, RETRY_MAX_S)
         trouble = self.client.trouble()

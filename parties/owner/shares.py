@@ -14,7 +14,7 @@ key; party j's share of round t is then the AES-256-CTR keystream of that key at
 computes itself, and party e gets ``enc(v) − Σ_{j≠e} PRG(key_j, t)`` explicitly. Per round the
 owner sends p words to one party and nothing to the others, instead of p words to each: they
 derive theirs, and its explicit party alone says whether it was in the round
-(:mod:`.owner_intake`). Security (semi-honest compute parties that do
+(:mod:`.intake`). Security (semi-honest compute parties that do
 not all collude): a coalition missing party j lacks ``key_j`` and sees shares that are uniform in
 the ring up to AES's pseudo-randomness; all k together learn ``v`` — the trust model the job
 report states.
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .keystream import KEY_BYTES, KeyedMasks, new_key
+from mpc_erm.mpc.keystream import KEY_BYTES, KeyedMasks, new_key
 
 __all__ = ["OwnerRangeError", "OwnerSharer", "OwnerShareSum", "encode_on_grid", "explicit_party", "owner_margin_bits"]
 

@@ -11,17 +11,17 @@ from mpc_erm.mpc.aggregator import PRECISION_BITS, MpcAggregator
 from mpc_erm.mpc.callers import CallerPolicy
 from mpc_erm.mpc.communicator import GrpcCommunicator
 from mpc_erm.mpc.noise import InMpcNoise, Realisation
-from mpc_erm.mpc.owner_intake import OwnerIntake, RoundFrame, intake_threads
-from mpc_erm.mpc.owner_rounds import IntakeAggregator
-from mpc_erm.mpc.owner_sample import pack_owner_bits, uniform_sample_shares
-from mpc_erm.mpc.owner_shares import owner_margin_bits
 from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.runs import FederatedRun, RunResult, run_for
+from parties.owner.intake import OwnerIntake, RoundFrame, intake_threads
+from parties.owner.rounds import IntakeAggregator
+from parties.owner.sample import pack_owner_bits, uniform_sample_shares
+from parties.owner.shares import owner_margin_bits
 
-from .context import WorkerContext
-from .owner_release import StoredRelease, write_release
-from .session import hosts
-from .spend import party_guard
+from ..context import WorkerContext
+from ..session import hosts
+from ..spend import party_guard
+from .release import StoredRelease, write_release
 
 __all__ = ["FIRST_ROUND_FACTOR", "LAST_READ_WAIT_S", "OWNER_ROUND_DEADLINE_S", "ServedOwners", "serve_owners"]
 
@@ -71,7 +71,7 @@ def serve_owners(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator,
                                       while_owners_compute=None if noise is None else lambda: pool.top_up(noise, run.p),
                                       check=guard.check)
             result = run.run(rounds, guard)
-        if rounds.last is not None:  # served by the daemon once the intake has stopped (parties.owner_release)
+        if rounds.last is not None:  # served by the daemon once the intake has stopped (parties.owner.release)
             write_release(ctx.job_dir, StoredRelease(ctx.job_id, ctx.job.spec_digest(), len(rounds.counted) - 1,
                                                      rounds.last, rounds.counted[-1]))
         unread = rounds.wait_last_read(LAST_READ_WAIT_S)  # a fixed 1 s left owners of a loaded 1,000 without it
