@@ -154,9 +154,8 @@ def job_noise(dim: int, rounds: int, parties: int) -> tuple[Any, dict[str, Any]]
     planner and engine (logistic regression, ε = 1, δ = 1e-5, clip 1, replace-one, 10,000 rows a
     party): its NoiseSpec (grid, σ, coin bits) and the realisation's description."""
     from mpc_erm.mpc.noise import realise
-    from mpc_erm.privacy.plan import PublicSizes
-    from mpc_erm.protocols.common import plan_job
-    from mpc_erm.protocols.spec import JobSpec
+    from mpc_erm.privacy.plan import PublicSizes, plan_job
+    from mpc_erm.spec import JobSpec
 
     spec = JobSpec.model_validate({
         "method": "gradient", "model": {"name": "logistic", "lam": 1e-4},

@@ -35,8 +35,8 @@ from benchmarks.aggregate import machine_info
 from mpc_erm.data.sets import _data_file, data_root, read_idx
 from mpc_erm.privacy import epsilon_for
 from mpc_erm.protocols.dpsgd import DpSgd
-from mpc_erm.protocols.spec import JobSpec
 from mpc_erm.simulate.aggregator import InProcessAggregator
+from mpc_erm.spec import JobSpec
 
 N_TRAIN = 60_000
 VALIDATION_ROWS = 10_000  # the learning-rate search's held-out training images

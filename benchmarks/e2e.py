@@ -29,11 +29,12 @@ def _simulated_gradient(job: Any, parties: int, dataset: str) -> dict[str, Any]:
     from mpc_erm.data.partition import partition_equal
     from mpc_erm.models import get_loss
     from mpc_erm.mpc.noise import realise
+    from mpc_erm.privacy.plan import plan_job, public_sizes
     from mpc_erm.protocols import GradientPerturbation
     from mpc_erm.protocols.aggregation import NoiseSpec
-    from mpc_erm.protocols.common import PartySizes, plan_job, public_sizes
-    from mpc_erm.protocols.spec import JobSpec
+    from mpc_erm.protocols.common import PartySizes
     from mpc_erm.simulate.aggregator import InProcessAggregator
+    from mpc_erm.spec import JobSpec
 
     train, test = load_dataset(dataset)
     parts = [np.sort(p) for p in partition_equal(train.n, parties, rng=0)]
@@ -45,7 +46,7 @@ def _simulated_gradient(job: Any, parties: int, dataset: str) -> dict[str, Any]:
         "privacy": {"epsilon": job.epsilon, "delta": job.delta, "accountant": "rdp", "clip": 1.0},
         "training": {"iterations": job.iterations, "learning_rate": job.learning_rate}})
     # the daemons' plan and their σ exactly: the in-MPC realisation of the plan's noise multiplier
-    plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, sizes), n_features=X.shape[1])
+    plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, sizes.sizes), n_features=X.shape[1])
     proto = GradientPerturbation(spec, sizes, X.shape[1], plan=plan, noise=realise(plan, parties).spec)
     noise = proto.noise
     agg = InProcessAggregator(torch.Generator().manual_seed(0))

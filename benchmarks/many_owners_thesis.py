@@ -114,8 +114,8 @@ class _SameJob:
 
     def __init__(self, job_path: Path, train: Any, parts: list[np.ndarray]) -> None:
         from mpc_erm.jobs.jobfile import load_job_file
+        from mpc_erm.privacy.plan import plan_job, public_sizes
         from mpc_erm.protocols import GradientPerturbation, OutputPerturbation
-        from mpc_erm.protocols.common import plan_job, public_sizes
 
         job = load_job_file(job_path)
         self.spec, d = job.spec, int(job.job.features or 0)

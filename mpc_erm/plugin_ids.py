@@ -1,5 +1,5 @@
 """The spelling of model-plugin identifiers, in one torch-free place: the job file's ``model.plugin``
-and ``model.plugin_digest`` (mpc_erm.protocols.spec), a party's ``[models.<id>] entry_point``
+and ``model.plugin_digest`` (mpc_erm.spec), a party's ``[models.<id>] entry_point``
 (parties.config), the network name ``plugin:<id>`` (mpc_erm.models.networks) and the loader
 (mpc_erm.models.plugins) all read these. A party's config is validated without importing torch,
 so they cannot live in the models package."""

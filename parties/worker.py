@@ -37,9 +37,8 @@ from mpc_erm.mpc.communicator import GrpcCommunicator, uninit_crypten
 from mpc_erm.mpc.dealer import run_dealer, stop_dealer_client
 from mpc_erm.mpc.noise import InMpcNoise, Realisation, realise
 from mpc_erm.mpc.transport import PartyTable, TransportError, TransportOptions
-from mpc_erm.privacy.plan import PrivacyPlan
+from mpc_erm.privacy.plan import PrivacyPlan, plan_job, public_sizes
 from mpc_erm.privacy.report import PrivacyReport
-from mpc_erm.protocols.common import PartySizes, plan_job, public_sizes
 from mpc_erm.runs import CurvePoint, ModelFacts, NetworkRun, RunResult, run_for
 
 from .callers import caller_policy
@@ -162,7 +161,7 @@ def run_party_job(ctx: WorkerContext) -> dict[str, object]:
         no_noise = _test_no_noise(ctx)
         spec = ctx.job.spec
         plan = plan_job(spec, sampler="mpc", test_no_noise=no_noise,
-                        sizes=public_sizes(spec, None if counts is None else PartySizes.of(counts)),
+                        sizes=public_sizes(spec, counts),
                         n_features=ctx.job.job.features if rows is None else rows.train.d, builder=builder)
         real = None if no_noise else realise(plan, comm.get_world_size())
         # The MPC (noise, secure sum) runs on the CPU whatever the party's device: its correlated

@@ -1,7 +1,7 @@
 """The job file a user submits with ``mpc-erm job submit job.toml``.
 
 A ``[job]`` table (name, dataset id, parties, trust model, dealer, device) plus the training spec
-of :class:`mpc_erm.protocols.spec.JobSpec` at top level (``method``, ``[model]``, ``[privacy]``,
+of :class:`mpc_erm.spec.JobSpec` at top level (``method``, ``[model]``, ``[privacy]``,
 ``[training]``); see ``coordinator/examples/*.toml``. The text is read by the strict reader of
 :mod:`.toml_reader` (size, UTF-8, syntax, nesting); validation is strict (no string for a number,
 no unknown key) and every problem is one line ``<file>: <dotted.field>: <reason>`` (``(file)``
@@ -33,7 +33,7 @@ from pydantic import (
 )
 
 from mpc_erm.mpc.pki import validate_name
-from mpc_erm.protocols.spec import FEDERATED_TRAINING_FIELDS, NETWORK_MODEL_FIELDS, NETWORK_TRAINING_FIELDS, JobSpec
+from mpc_erm.spec import FEDERATED_TRAINING_FIELDS, NETWORK_MODEL_FIELDS, NETWORK_TRAINING_FIELDS, JobSpec
 
 from .toml_reader import (
     MAX_DEPTH,
@@ -242,8 +242,7 @@ class JobFile(BaseModel):
                             "set mechanism = \"gaussian\" ((ε, δ)) or \"laplace_thesis\" (pure ε, per-coordinate "
                             "discrete Laplace with Δ₁ = √d·Δ₂)")
         elif not problems:  # the job's privacy must be plannable as written (the daemons plan it the same way)
-            from mpc_erm.privacy.plan import PlanError
-            from mpc_erm.protocols.common import plan_job
+            from mpc_erm.privacy.plan import PlanError, plan_job
 
             try:
                 plan_job(self.spec, sampler="mpc", test_no_noise=self.job.test_no_noise)

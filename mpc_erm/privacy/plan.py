@@ -50,14 +50,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from mpc_erm.spec import JobSpec
 
 from . import _checks
 from .accountants import noise_multiplier_for
 from .events import Composition, DpEvent, GaussianRounds, NonPrivate, PureDp, compose, wor_sample_size
 from .sensitivity import gradient_sensitivity, l1_from_l2, output_perturbation_sensitivity
 
-__all__ = ["SAMPLER_DELTA_SHARE", "PlanError", "PrivacyPlan", "PublicSizes"]
+if TYPE_CHECKING:  # a type only: the plan's arithmetic is loaded without torch
+    from mpc_erm.models.networks import NetworkBuilder
+
+__all__ = ["SAMPLER_DELTA_SHARE", "PlanError", "PrivacyPlan", "PublicSizes", "plan_job", "public_sizes"]
 
 SAMPLER_DELTA_SHARE = 0.01  # of the job's δ, for the in-MPC samplers' total-variation term
 Sampler = Literal["mpc", "ideal"]
@@ -129,9 +134,9 @@ class PrivacyPlan:
     # ------------------------------------------------------------------ construction
 
     @classmethod
-    def make(cls, spec: Any, *, clip: float, sampler: Sampler = "mpc", test_no_noise: bool = False,
+    def make(cls, spec: JobSpec, *, clip: float, sampler: Sampler = "mpc", test_no_noise: bool = False,
              sizes: PublicSizes | None = None, dim: int | None = None) -> PrivacyPlan:
-        """Plan ``spec`` (a :class:`mpc_erm.protocols.spec.JobSpec`); ``clip`` is C (gradient) or
+        """Plan ``spec`` (a :class:`mpc_erm.spec.JobSpec`); ``clip`` is C (gradient) or
         the loss's Lipschitz constant G (output), which the protocol layer knows.
 
         The event does not depend on ``sizes`` or ``dim`` (the noise multiplier is relative to the
@@ -205,7 +210,7 @@ class PrivacyPlan:
                    sampler_tv_per_release=tv, **base)._bound(sizes, dim)
 
     @staticmethod
-    def _population(spec: Any) -> int | None:
+    def _population(spec: JobSpec) -> int | None:
         """N for a federated job that draws exactly τ·N owners a round ("uniform"), else None."""
         fed = getattr(spec, "federated", None)
         if fed is None or getattr(fed, "sampling", "poisson") != "uniform":
@@ -458,7 +463,25 @@ class PrivacyPlan:
         return out
 
 
-def public_sizes_for(adjacency: str, counts: Sequence[int] | None, public_n: int | None) -> PublicSizes:
-    """The :class:`PublicSizes` of a job: the agreed counts (replace) or n̂ (add_remove)."""
-    return PublicSizes(counts=tuple(int(c) for c in counts)) if adjacency == "replace" else PublicSizes(
-        public_n=public_n)
+def public_sizes(spec: JobSpec, counts: Sequence[int] | None) -> PublicSizes:
+    """What the plan may use about the counts: the agreed ``counts`` (replace), n̂ (add_remove)."""
+    if spec.privacy.adjacency == "add_remove":
+        return PublicSizes(public_n=spec.privacy.public_n)
+    if counts is None:
+        raise ValueError("sizes: a replace-one job needs the parties' agreed counts")
+    return PublicSizes(counts=tuple(int(c) for c in counts))
+
+
+def plan_job(spec: JobSpec, *, sampler: Sampler = "ideal", test_no_noise: bool = False,
+             sizes: PublicSizes | None = None, n_features: int | None = None,
+             builder: NetworkBuilder | None = None) -> PrivacyPlan:
+    """The job's :class:`PrivacyPlan`: what the daemon reserves at admission (no sizes yet), and,
+    bound with the agreed sizes and the model's dimension, what the runs, the ledger and the report
+    use (a network's dimension is its parameter count, known from the spec alone — for a plugin
+    network, from its ``builder``, which only a party that has it can give)."""
+    # imported here: the model (and torch) only for planning a job, not for the plan's arithmetic,
+    # which light commands (a ledger check, a report verify) load without torch
+    from mpc_erm.models.job_model import clip_for, parameter_dim
+
+    return PrivacyPlan.make(spec, clip=clip_for(spec), sampler=sampler, test_no_noise=test_no_noise, sizes=sizes,
+                            dim=parameter_dim(spec, n_features, builder))

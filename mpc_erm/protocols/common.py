@@ -1,5 +1,8 @@
-"""Pieces both protocols share: public party sizes, the aggregation weights, the loss and its
-Lipschitz constant, and the data-independent projection onto the unit ball."""
+"""Pieces the protocols share: the parties' row counts as a caller knows them (the simulator; the
+agreed counts under replace-one adjacency), the data-independent projection onto the unit ball,
+a network's rows, and the report of a run in process. The job's plan and what it may use of the
+counts are :func:`mpc_erm.privacy.plan.plan_job` and :class:`~mpc_erm.privacy.plan.PublicSizes`;
+the model a spec names is :mod:`mpc_erm.models.job_model`."""
 
 from __future__ import annotations
 
@@ -12,16 +15,17 @@ import numpy as np
 import torch
 
 from mpc_erm.data import Dataset
-from mpc_erm.models import Loss, NetworkSpec, build_network, get_loss, parameter_count
-from mpc_erm.privacy.plan import PrivacyPlan, PublicSizes, Sampler
+from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.privacy.report import SIMULATION_SAMPLER_NOTE, PrivacyReport
 from mpc_erm.protocols.aggregation import NoiseSpec
-from mpc_erm.protocols.spec import JobSpec
+from mpc_erm.spec import JobSpec
 
 
 @dataclass(frozen=True)
 class PartySizes:
-    """Row counts n_j of the parties: public (all parties learn them before a job starts)."""
+    """Row counts n_j of the parties, as the caller knows them. What the plan may use of them is a
+    :class:`~mpc_erm.privacy.plan.PublicSizes` (:func:`~mpc_erm.privacy.plan.public_sizes`): the
+    counts themselves under replace-one adjacency, only n̂ under add/remove."""
 
     sizes: tuple[int, ...]
 
@@ -49,25 +53,6 @@ class PartySizes:
         return min(self.sizes)
 
 
-def loss_for(spec: JobSpec) -> Loss:
-    kw: dict[str, object] = {}
-    if spec.model.name == "softmax":
-        kw["n_classes"] = spec.model.n_classes
-    if spec.model.name == "huber_svm":
-        kw["h"] = spec.model.huber_h
-    return get_loss(spec.model.name, **kw)
-
-
-def lipschitz_for(loss: Loss, lam: float) -> float:
-    """G on the region where the λ-regularised minimisers live.
-
-    For globally Lipschitz losses the radius is ignored. Squared loss is not globally Lipschitz:
-    J(θ*) ≤ J(0) ≤ ½ (|y| ≤ 1) gives ‖θ*‖ ≤ 1/√λ, so G = 1 + 1/√λ (models.ridge_lipschitz_for).
-    """
-    radius = 1.0 / math.sqrt(lam) if lam > 0 else None
-    return loss.lipschitz(radius=radius)
-
-
 def project_to_unit_ball(X: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Scale rows with ‖x‖ > 1 onto the sphere; return the rows and how many were moved.
 
@@ -82,52 +67,6 @@ def project_to_unit_ball(X: torch.Tensor) -> tuple[torch.Tensor, int]:
     return torch.where(outside, X / norms, X), moved
 
 
-def clip_for(spec: JobSpec) -> float:
-    """The per-release contribution bound the plan needs: the gradient clip C (default: the loss's
-    Lipschitz constant) or, for output perturbation, the loss's Lipschitz constant G."""
-    if spec.method == "gradient" and spec.privacy.clip is not None:
-        return float(spec.privacy.clip)  # networks always name it (JobSpec refuses them without)
-    return lipschitz_for(loss_for(spec), spec.model.lam)
-
-
-def network_spec(spec: JobSpec) -> NetworkSpec:
-    """The :class:`~mpc_erm.models.NetworkSpec` a job's model section names."""
-    m = spec.model
-    if not m.is_network or m.input_shape is None or m.n_classes is None:
-        raise ValueError(f"model.name: {m.name!r} is not a network")
-    name = f"plugin:{m.plugin}" if m.name == "plugin" else m.name
-    return NetworkSpec(name, tuple(m.input_shape), int(m.n_classes), hidden=tuple(m.hidden), vocab=m.vocab or 0,
-                       init_seed=m.init_seed)
-
-
-def federated_network(spec: JobSpec, features: int) -> NetworkSpec:
-    """A federated job's model (``[federated]``), which every member builds bit for bit from its
-    seed: a built-in network, or ``softmax`` as the ``mlp`` with no hidden layer (multinomial
-    logistic regression with a bias per class, from ``model.init_seed``)."""
-    m = spec.model
-    if m.is_network:
-        return network_spec(spec)
-    return NetworkSpec("mlp", (int(features),), int(m.n_classes or 0), hidden=(), init_seed=int(m.init_seed))
-
-
-def plan_job(spec: JobSpec, *, sampler: Sampler = "ideal", test_no_noise: bool = False,
-             sizes: PublicSizes | None = None, n_features: int | None = None, builder: Any = None) -> PrivacyPlan:
-    """The job's :class:`PrivacyPlan`: what the daemon reserves at admission (no sizes yet), and,
-    bound with the agreed sizes and the model's dimension, what the protocol and the report use
-    (a network's dimension is its parameter count, known from the spec alone — for a plugin
-    network, from its ``builder``, which only a party that has it can give)."""
-    if spec.model.name == "plugin" and builder is None:
-        dim: int | None = None
-    elif spec.federated is not None and not spec.model.is_network:
-        dim = None if n_features is None else parameter_count(build_network(federated_network(spec, n_features)))
-    elif spec.model.is_network:
-        dim = parameter_count(build_network(network_spec(spec), builder=builder))
-    else:
-        dim = None if n_features is None else loss_for(spec).param_dim(n_features)
-    return PrivacyPlan.make(spec, clip=clip_for(spec), sampler=sampler, test_no_noise=test_no_noise, sizes=sizes,
-                            dim=dim)
-
-
 def run_report(plan: PrivacyPlan | None, noise: NoiseSpec | None, trust_model: str, parties: PartySizes | None,
                parameters: dict[str, Any]) -> PrivacyReport:
     """The privacy report of a protocol run in process: the plan's report (the one a daemon
@@ -138,15 +77,6 @@ def run_report(plan: PrivacyPlan | None, noise: NoiseSpec | None, trust_model: s
     return plan.report(noise_scale=noise.scale, realisation=None, trust_model=trust_model,
                        parties=None if parties is None else parties.m, parameters=parameters,
                        notes=(SIMULATION_SAMPLER_NOTE,) if ideal else ())
-
-
-def public_sizes(spec: JobSpec, parties: PartySizes | None) -> PublicSizes:
-    """What the plan may use about the counts: the exact ones (replace), n̂ (add_remove)."""
-    if spec.privacy.adjacency == "add_remove":
-        return PublicSizes(public_n=spec.privacy.public_n)
-    if parties is None:
-        raise ValueError("sizes: a replace-one job needs the parties' agreed counts")
-    return PublicSizes(counts=parties.sizes)
 
 
 def network_rows(ds: Dataset, spec: JobSpec, dev: Any) -> tuple[torch.Tensor, torch.Tensor]:

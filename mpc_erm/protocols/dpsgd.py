@@ -34,11 +34,11 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from mpc_erm.models import build_network, clip_rows, flatten_grads, per_example_grads
 from mpc_erm.models.bundle import save_network_bundle
-from mpc_erm.privacy.plan import PrivacyPlan, PublicSizes
+from mpc_erm.models.job_model import network_spec
+from mpc_erm.privacy.plan import PrivacyPlan, PublicSizes, plan_job
 from mpc_erm.protocols.aggregation import NoiseSpec, SecureAggregator
-from mpc_erm.protocols.common import network_spec, plan_job
-from mpc_erm.protocols.spec import JobSpec
 from mpc_erm.smoothing import smooth_parameters
+from mpc_erm.spec import JobSpec
 
 __all__ = ["DpSgd", "network_spec", "poisson_batch"]
 

@@ -43,11 +43,11 @@ from torch import Tensor, nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from mpc_erm.models import NetworkSpec, build_network
+from mpc_erm.models.job_model import federated_network
 from mpc_erm.privacy.events import Composition, GaussianRounds, compose, wor_sample_size
 from mpc_erm.smoothing import smooth_parameters
 
 from .aggregation import NoiseSpec
-from .common import federated_network
 
 __all__ = ["SAMPLINGS", "DpFedLs", "FedLsConfig", "owner_updates", "poisson_owners", "timing_statement",
            "uniform_owners"]

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 import torch
 
 from mpc_erm.models import solve_erm
+from mpc_erm.models.job_model import loss_for
 from mpc_erm.privacy import PrivacyReport
-from mpc_erm.privacy.plan import PrivacyPlan
+from mpc_erm.privacy.plan import PrivacyPlan, plan_job, public_sizes
 from mpc_erm.protocols.aggregation import NO_NOISE, NoiseSpec, SecureAggregator
-from mpc_erm.protocols.common import PartySizes, loss_for, plan_job, project_to_unit_ball, public_sizes, run_report
-from mpc_erm.protocols.spec import JobSpec
+from mpc_erm.protocols.common import PartySizes, project_to_unit_ball, run_report
+from mpc_erm.spec import JobSpec
 
 
 class LocalSolveError(RuntimeError):
@@ -46,7 +47,8 @@ class OutputPerturbation:
         self.loss = loss_for(self.spec)
         self.p = self.loss.param_dim(self.n_features)
         if self.plan is None:
-            self.plan = plan_job(self.spec, sizes=public_sizes(self.spec, self.parties), n_features=self.n_features)
+            counts = None if self.parties is None else self.parties.sizes
+            self.plan = plan_job(self.spec, sizes=public_sizes(self.spec, counts), n_features=self.n_features)
         pl = self.plan
         if pl.dim != self.p:
             raise ValueError(f"plan.dim {pl.dim} is not the model's {self.p} parameters")

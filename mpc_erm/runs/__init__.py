@@ -20,7 +20,7 @@ import torch
 from mpc_erm.models.networks import NetworkBuilder
 from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.protocols.aggregation import NoiseSpec
-from mpc_erm.protocols.spec import JobSpec
+from mpc_erm.spec import JobSpec
 
 from .curve import CurvePoint, ModelFacts, ModelWriter, RunResult
 from .federated import FederatedRun

@@ -20,7 +20,7 @@ from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.protocols.aggregation import NoiseSpec, SecureAggregator
 from mpc_erm.protocols.common import network_rows
 from mpc_erm.protocols.fedls import DpFedLs, timing_statement
-from mpc_erm.protocols.spec import JobSpec
+from mpc_erm.spec import JobSpec
 
 from .curve import CurvePoint, ModelFacts, ModelWriter, RunResult
 from .guard import RevealGuard

@@ -19,7 +19,7 @@ from mpc_erm.models.bundle import save_linear_weights
 from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.protocols import GradientPerturbation, OutputPerturbation
 from mpc_erm.protocols.aggregation import NoiseSpec, SecureAggregator
-from mpc_erm.protocols.spec import JobSpec
+from mpc_erm.spec import JobSpec
 
 from .curve import CurvePoint, ModelFacts, ModelWriter, RunResult
 from .guard import RevealGuard

@@ -21,14 +21,14 @@ import torch
 
 from mpc_erm.data import Dataset
 from mpc_erm.models import solve_erm
-from mpc_erm.privacy.plan import PrivacyPlan
+from mpc_erm.privacy.plan import PrivacyPlan, plan_job, public_sizes
 from mpc_erm.protocols.aggregation import NoiseSpec
-from mpc_erm.protocols.common import PartySizes, network_rows, plan_job, public_sizes
+from mpc_erm.protocols.common import network_rows
 from mpc_erm.protocols.dpsgd import DpSgd
 from mpc_erm.protocols.fedls import DpFedLs
-from mpc_erm.protocols.spec import JobSpec
 from mpc_erm.runs import FederatedRun, GradientRun, NetworkRun, OutputRun, RevealGuard
 from mpc_erm.simulate.aggregator import InProcessAggregator
+from mpc_erm.spec import JobSpec
 
 __all__ = ["Forecast", "HOPELESS_NOISE_TO_SIGNAL", "REFERENCE_WORDS", "InProcessFederatedJob", "InProcessJob",
            "InProcessNetworkJob", "NoiseFloor", "Reference", "deal_to_owners", "forecast_job", "least_rows",
@@ -302,8 +302,8 @@ def forecast_job(spec: JobSpec, parts: Sequence[Dataset], *, evaluate: Dataset |
                              "forecast it with a built-in network of the same shape")
         plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, None))
         return _rounds_forecast(spec, plan, InProcessNetworkJob(spec, plan, parts), target, runs, seed)
-    sizes = None if owners is not None else PartySizes.of([p.n for p in parts])
-    plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, sizes), n_features=d)
+    sizes = public_sizes(spec, None if owners is not None else [p.n for p in parts])
+    plan = plan_job(spec, sampler="mpc", sizes=sizes, n_features=d)
     job = InProcessJob(spec, plan, parts)
     loss = job.run.proto.loss
     Xp, yp = _tensors(pooled)
@@ -312,7 +312,7 @@ def forecast_job(spec: JobSpec, parts: Sequence[Dataset], *, evaluate: Dataset |
     scores = [_metric(loss, job.release(torch.Generator().manual_seed(seed + r)), target)[1] for r in range(runs)]
     noise_free = None
     if spec.method == "gradient":  # what the rounds reach without noise: the optimiser's share of the gap
-        quiet = plan_job(spec, sampler="mpc", test_no_noise=True, sizes=public_sizes(spec, sizes), n_features=d)
+        quiet = plan_job(spec, sampler="mpc", test_no_noise=True, sizes=sizes, n_features=d)
         noise_free = _metric(loss, InProcessJob(spec, quiet, parts).release(torch.Generator().manual_seed(seed)),
                              target)[1]
     g = plan.guarantee()
@@ -371,7 +371,7 @@ def noise_floor(spec: JobSpec, *, features: int | None = None,
     ``features``: each row's public width (``job.features`` of a job with owners), if known."""
     if spec.privacy.adjacency != "add_remove" and counts is None:
         return None
-    sizes = public_sizes(spec, None if counts is None else PartySizes.of(counts))
+    sizes = public_sizes(spec, counts)
     plan = plan_job(spec, sampler="mpc", sizes=sizes, n_features=features or 1)
     known = plan.dim is not None and (features is not None or spec.model.is_network)  # a plugin's: only at a party
     ceiling = plan.clip if spec.method == "gradient" else plan.clip / plan.lam

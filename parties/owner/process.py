@@ -48,9 +48,8 @@ from mpc_erm.mpc._proto import party_pb2 as pb
 from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
 from mpc_erm.mpc.noise import Realisation, realise
 from mpc_erm.mpc.pki import Identity
-from mpc_erm.privacy.plan import PrivacyPlan
+from mpc_erm.privacy.plan import PrivacyPlan, plan_job, public_sizes
 from mpc_erm.privacy.report import PrivacyReport
-from mpc_erm.protocols.common import plan_job, public_sizes
 from mpc_erm.runs import ChargeFacts, FederatedRun, ModelFacts, OutputRun, RevealGuard, RunResult, run_for
 from parties.owner.intake import OwnerClient, on_trouble, pauses, state_from_bytes
 from parties.owner.rounds import LeftAfterSending, OwnerAggregator

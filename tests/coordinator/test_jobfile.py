@@ -10,7 +10,7 @@ import pytest
 import tomllib
 
 from mpc_erm.jobs.jobfile import JobFile, JobFileError, _toml_value, load_job_file, parse_job_file
-from mpc_erm.protocols.spec import NETWORK_MODEL_FIELDS, NETWORK_TRAINING_FIELDS, JobSpec
+from mpc_erm.spec import NETWORK_MODEL_FIELDS, NETWORK_TRAINING_FIELDS, JobSpec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "coordinator" / "examples"
 KNOWN = {"alice", "bob", "carol", "dave", "dealer"}

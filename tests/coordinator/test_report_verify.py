@@ -11,9 +11,8 @@ from click.testing import CliRunner
 
 from coordinator.cli import cli
 from mpc_erm.mpc.noise import realise
-from mpc_erm.privacy.plan import PublicSizes
-from mpc_erm.protocols.common import plan_job
-from mpc_erm.protocols.spec import JobSpec
+from mpc_erm.privacy.plan import PublicSizes, plan_job
+from mpc_erm.spec import JobSpec
 
 
 def _report(method: str = "gradient", adjacency: str = "replace", mechanism: str = "gaussian") -> dict:

@@ -96,7 +96,7 @@ def test_a_plugin_models_bundle_loads_only_with_its_entry_point_and_source(plugi
 
 
 def test_the_job_spec_and_the_daemon_admission_pin_the_plugin(plugin: Path) -> None:
-    from mpc_erm.protocols.spec import JobSpec
+    from mpc_erm.spec import JobSpec
     from parties.admission import _check_plugin
 
     digest = source_digest(_entry(plugin))

@@ -9,9 +9,8 @@ import pytest
 
 from mpc_erm.mpc.noise import GAUSSIAN_COIN_BITS, realise
 from mpc_erm.mpc.samplers.guarantee import gaussian_tv_bound
-from mpc_erm.privacy.plan import PublicSizes
-from mpc_erm.protocols.common import plan_job
-from mpc_erm.protocols.spec import JobSpec
+from mpc_erm.privacy.plan import PublicSizes, plan_job
+from mpc_erm.spec import JobSpec
 
 
 def _plan(n_features: int, iterations: int):

@@ -12,8 +12,7 @@ import grpc
 import pytest
 
 from mpc_erm.jobs.jobfile import JobFile, parse_job_file
-from mpc_erm.privacy.plan import PlanError
-from mpc_erm.protocols.common import plan_job
+from mpc_erm.privacy.plan import PlanError, plan_job
 from parties.admission import MAX_JOB_TOML_BYTES, Admitted, Refusal, Refused, admit, check_caller, check_request
 from parties.config import DaemonConfig, load_dealer_config, load_party_config
 

@@ -21,7 +21,7 @@ import pytest
 from mpc_erm.privacy.accountants import noise_multiplier_for
 from mpc_erm.privacy.events import ApproxDp, GaussianRounds, NonPrivate, PureDp
 from mpc_erm.privacy.plan import PrivacyPlan
-from mpc_erm.protocols.spec import JobSpec, PrivacySpec, TrainingSpec
+from mpc_erm.spec import JobSpec, PrivacySpec, TrainingSpec
 from parties.ledger import AdjacencyMismatch, BudgetExceeded, Ledger, LedgerError
 from tests.parties.dp_reference import rdp_curve, rdp_epsilon, with_sampler
 

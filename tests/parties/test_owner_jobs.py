@@ -150,8 +150,8 @@ def _replay(job_path: Path, configs: list[Path], counted: list[int]) -> torch.Te
     """The same rounds in plaintext: each owner's weighted clipped gradient sum, rounded onto the
     grid as its shares encode it, over the owners counted in each round."""
     from mpc_erm.mpc.aggregator import PRECISION_BITS
+    from mpc_erm.privacy.plan import plan_job, public_sizes
     from mpc_erm.protocols import GradientPerturbation
-    from mpc_erm.protocols.common import plan_job, public_sizes
     from parties.config import load_owner_config
     from parties.owner.process import _OwnerView
     from parties.rows import load_rows
@@ -335,7 +335,8 @@ SEND_AFTER_S = 1.5  # the noisy federated job's fixed send time
 
 def _fed_job(job_path: Path, configs: list[Path]) -> tuple[Any, list[tuple[torch.Tensor, torch.Tensor]]]:
     """A federated job's zero-noise protocol object as every member builds it, and each owner's rows."""
-    from mpc_erm.protocols.common import network_rows, plan_job, public_sizes
+    from mpc_erm.privacy.plan import plan_job, public_sizes
+    from mpc_erm.protocols.common import network_rows
     from mpc_erm.protocols.fedls import DpFedLs
 
     job = load_job_file(job_path)
@@ -405,7 +406,7 @@ def test_dp_fed_ls_through_three_compute_daemons_hides_which_owners_joined(tmp_p
         assert torch.allclose(released, replay, atol=2e-6, rtol=0), float((released - replay).abs().max())
         # `job plan`'s forecast runs the same rounds: without noise, on these owners' rows, it
         # predicts the release up to the grid (each owner's share rounded: ≤ N·2^-17 a round)
-        from mpc_erm.protocols.common import plan_job, public_sizes
+        from mpc_erm.privacy.plan import plan_job, public_sizes
         from mpc_erm.simulate.forecast import InProcessFederatedJob
 
         jf = load_job_file(exact)
@@ -495,8 +496,8 @@ def _output_replay(job_path: Path, configs: list[Path]) -> torch.Tensor:
     """Σ_j round((n_j/n̂)·θ̂_j · 2^g)/2^g: each owner's certified local minimiser, weighted and
     rounded onto the grid as its shares encode it."""
     from mpc_erm.mpc.aggregator import PRECISION_BITS
+    from mpc_erm.privacy.plan import plan_job, public_sizes
     from mpc_erm.protocols import OutputPerturbation
-    from mpc_erm.protocols.common import plan_job, public_sizes
     from parties.config import load_owner_config
     from parties.owner.process import _OwnerView
     from parties.rows import load_rows

@@ -82,14 +82,14 @@ def test_a_regression_on_raw_units_through_three_daemons(tmp_path: Path, monkeyp
     # the zero-noise release is the protocol run in process on the schema-mapped rows
     from mpc_erm import load_model
     from mpc_erm.jobs import load_job_file
-    from mpc_erm.protocols.common import PartySizes, plan_job, public_sizes
+    from mpc_erm.privacy.plan import plan_job, public_sizes
     from mpc_erm.simulate.forecast import InProcessJob
 
     schema = load_schema(SCHEMA)
     parts = [read_csv_with_schema(f, schema) for f in files.values()]
     assert all(p.task == "regression" and np.abs(p.y).max() <= 1.0 for p in parts)
     spec = load_job_file(quiet).spec
-    plan = plan_job(spec, sampler="mpc", test_no_noise=True, sizes=public_sizes(spec, PartySizes.of([118] * 3)),
+    plan = plan_job(spec, sampler="mpc", test_no_noise=True, sizes=public_sizes(spec, [118] * 3),
                     n_features=parts[0].d)
     theta = InProcessJob(spec, plan, parts).release(torch.Generator().manual_seed(0))
     model = load_model(tmp_path / "zero")

@@ -124,14 +124,14 @@ def test_schema_jobs_through_three_daemons(tmp_path: Path) -> None:
     # the release equals the protocol run in process on the schema-mapped rows (zero noise)
     from mpc_erm import load_model
     from mpc_erm.jobs import load_job_file
-    from mpc_erm.protocols.common import PartySizes, plan_job, public_sizes
+    from mpc_erm.privacy.plan import plan_job, public_sizes
     from mpc_erm.simulate.forecast import InProcessJob
 
     model = load_model(tmp_path / "result")
     parts = [read_csv_with_schema(f, load_schema(schema_file)) for f in files.values()]
     assert [p.n for p in parts] == [39, 39, 39]
     spec = load_job_file(job).spec
-    plan = plan_job(spec, sampler="mpc", test_no_noise=True, sizes=public_sizes(spec, PartySizes.of([39] * 3)),
+    plan = plan_job(spec, sampler="mpc", test_no_noise=True, sizes=public_sizes(spec, [39] * 3),
                     n_features=parts[0].d)
     theta = InProcessJob(spec, plan, parts).release(torch.Generator().manual_seed(0))
     np.testing.assert_allclose(model.theta, theta.numpy(), atol=1e-4)  # the MPC's fixed-point grid

@@ -13,7 +13,7 @@ from scipy.stats import norm
 
 from mpc_erm.mpc.noise import realise
 from mpc_erm.privacy.events import GaussianRounds, PureDp
-from mpc_erm.privacy.plan import PublicSizes
+from mpc_erm.privacy.plan import PublicSizes, plan_job
 from mpc_erm.privacy.report import SIMULATION_TRUST_MODEL, PrivacyReport
 from mpc_erm.privacy.statement import (
     JobCharge,
@@ -22,8 +22,7 @@ from mpc_erm.privacy.statement import (
     job_statement,
     posterior_bound,
 )
-from mpc_erm.protocols.common import plan_job
-from mpc_erm.protocols.spec import JobSpec
+from mpc_erm.spec import JobSpec
 
 RSS = ("MPC: CrypTen 3-party replicated sharing (honest majority, no dealer; products re-randomised); binary "
        "triples and B2A bits made by the 3 parties under RSS (ABY3), no dealer")

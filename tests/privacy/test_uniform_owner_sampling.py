@@ -29,7 +29,7 @@ from mpc_erm.privacy.accountants import epsilon_for, noise_multiplier_for, wor_g
 from mpc_erm.privacy.events import AdjacencyError, GaussianRounds, compose, event_from_dict, event_from_json
 from mpc_erm.privacy.plan import PlanError, PrivacyPlan
 from mpc_erm.privacy.subsampled import DP_ACCOUNTING_ORDERS, LARGE_ORDERS, RDP_ORDERS
-from mpc_erm.protocols.spec import JobSpec
+from mpc_erm.spec import JobSpec
 
 # the paper's CNN setting (N = 2000 owners, τ = 0.05, T = 200, δ = 1/N^1.1) and its published ε
 CNN_N, CNN_TAU, CNN_T = 2000, 0.05, 200

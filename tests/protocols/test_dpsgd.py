@@ -15,12 +15,11 @@ from scipy import stats
 import mpc_erm
 from mpc_erm.data import load_dataset
 from mpc_erm.privacy.events import AdjacencyError, GaussianRounds, compose, event_from_dict, event_from_json
-from mpc_erm.privacy.plan import PlanError
+from mpc_erm.privacy.plan import PlanError, plan_job
 from mpc_erm.protocols.aggregation import NoiseSpec
-from mpc_erm.protocols.common import plan_job
 from mpc_erm.protocols.dpsgd import DpSgd, poisson_batch
-from mpc_erm.protocols.spec import JobSpec
 from mpc_erm.simulate.aggregator import InProcessAggregator
+from mpc_erm.spec import JobSpec
 
 
 def _spec(**over: object) -> JobSpec:

@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from mpc_erm.privacy.plan import PlanError, PublicSizes
+from mpc_erm.privacy.plan import PlanError, PublicSizes, plan_job
 from mpc_erm.protocols import GradientPerturbation, OutputPerturbation, PartySizes
-from mpc_erm.protocols.common import plan_job
-from mpc_erm.protocols.spec import JobSpec
+from mpc_erm.spec import JobSpec
 
 
 def _data(n: int = 240, d: int = 6, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -156,7 +156,7 @@ def test_output_noise_is_the_plans_noise_for_either_sampler(cancer, mechanism, d
     analytic Gaussian, ℓ2-Laplace, honest per-coordinate Laplace); for a plan made for
     the in-MPC sampler (RDP of the discrete Gaussian at δ·0.99) it is that plan's, larger σ — not the
     analytic Gaussian's (the defect that made the KDD Out P baseline 12 % too quiet)."""
-    from mpc_erm.protocols.common import plan_job, public_sizes
+    from mpc_erm.privacy.plan import plan_job, public_sizes
 
     X, _, parts = cancer
     sizes = PartySizes.of([len(p) for p in parts])
@@ -170,7 +170,7 @@ def test_output_noise_is_the_plans_noise_for_either_sampler(cancer, mechanism, d
     assert ideal.noise.scale == ideal.plan.noise_scale()
     if mechanism == "l2_laplace":
         return  # not sampled inside the MPC (the plan refuses it)
-    mpc_plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, sizes), n_features=X.shape[1])
+    mpc_plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, sizes.sizes), n_features=X.shape[1])
     proto = OutputPerturbation(spec, sizes, X.shape[1], plan=mpc_plan)
     assert proto.noise.mechanism == mpc_plan.mechanism
     assert proto.noise.scale == mpc_plan.noise_scale()

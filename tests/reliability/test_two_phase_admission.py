@@ -168,7 +168,7 @@ def _budget_for_one(job_text: str, delta: float) -> tuple[float, float, float]:
     """(ε of one such job, of two, a budget between them) by the ledger's own composition."""
     from mpc_erm.jobs.jobfile import parse_job_file
     from mpc_erm.privacy.events import compose
-    from mpc_erm.protocols.common import plan_job
+    from mpc_erm.privacy.plan import plan_job
 
     jf = parse_job_file(job_text, source="job.toml", known_parties=set(MEMBERS))
     ev = plan_job(jf.spec, sampler="mpc").event

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from mpc_erm.data import Dataset, load_dataset, partition_equal
+from mpc_erm.privacy.plan import plan_job, public_sizes
 from mpc_erm.protocols import GradientPerturbation, JobSpec, OutputPerturbation
-from mpc_erm.protocols.common import PartySizes, plan_job, public_sizes
 from mpc_erm.runs import ChargeFacts, CurvePoint, GradientRun, OutputRun, RevealGuard, RunRows, run_for
 from mpc_erm.simulate import InProcessAggregator
 
@@ -77,7 +77,7 @@ def _spec(method: str, T: int = 7) -> JobSpec:
 
 
 def _plan(spec: JobSpec, parts: list[Dataset]):
-    return plan_job(spec, sizes=public_sizes(spec, PartySizes.of([p.n for p in parts])), n_features=parts[0].d)
+    return plan_job(spec, sizes=public_sizes(spec, [p.n for p in parts]), n_features=parts[0].d)
 
 
 def _guard(plan, log: Log, *, fail_at: int | None = None, cancel_at: int | None = None,

@@ -13,7 +13,8 @@ import torch
 from mpc_erm.data import Dataset
 from mpc_erm.jobs import parse_job_file
 from mpc_erm.models import build_network
-from mpc_erm.protocols.common import network_spec, plan_job, public_sizes
+from mpc_erm.models.job_model import network_spec
+from mpc_erm.privacy.plan import plan_job, public_sizes
 from mpc_erm.simulate.forecast import InProcessNetworkJob, forecast_job
 
 JOB = """

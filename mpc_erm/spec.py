@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..plugin_ids import DIGEST, PLUGIN_ID
+from .plugin_ids import DIGEST, PLUGIN_ID
 
 Method = Literal["output", "gradient"]
 LINEAR_MODELS = ("logistic", "ridge", "huber_svm", "softmax")
