@@ -363,7 +363,7 @@ def _gloo_member(index: int, count: int, rendezvous: str, dim: int, rounds: int,
 
 
 def default_crypten_rounds(dim: int, rounds: int, with_randn: bool) -> int:
-    """As many rounds as fit ≈ CRYPTEN_BUDGET_S by docs/architecture.md §2's figures (randn(100) 0.79 s,
+    """As many rounds as fit ≈ CRYPTEN_BUDGET_S by docs/explanation/architecture.md §2's figures (randn(100) 0.79 s,
     randn(10^6) 60 s), at least 1, at most ``rounds``."""
     est = 0.8 + 6e-5 * dim if with_randn else 0.05 + 5e-7 * dim
     return max(1, min(rounds, int(CRYPTEN_BUDGET_S // est)))

@@ -1,5 +1,5 @@
 """A data owner's light process: its side of a job run by compute parties (issue 17,
-docs/architecture.md §2). No CrypTen and no daemon: ``mpc-erm owner join`` runs one job.
+docs/explanation/architecture.md §2). No CrypTen and no daemon: ``mpc-erm owner join`` runs one job.
 
 1. **Consent, checked here**: the job lists this owner; its data set is one of this owner's, with
    add/remove adjacency; ε within ``max_epsilon_per_job``; no test-only noise unless allowed.
@@ -541,7 +541,7 @@ class _FederatedSide(_Side):
     """DP-Fed-LS: each round this owner joins with probability τ by its own private coin (Poisson),
     or when the compute parties' secret shuffle drew it (uniform: its bits, read at enrolment);
     joined, it sends its update from E local epochs (projected into the 𝓛-ball), else a zero
-    update — shares either way, so the compute parties cannot tell which (docs/architecture.md §2)."""
+    update — shares either way, so the compute parties cannot tell which (docs/explanation/architecture.md §2)."""
 
     released = "noisy mean of the data owners' updates"
 

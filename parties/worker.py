@@ -544,7 +544,7 @@ LAST_READ_WAIT_S = 30.0  # the longest a compute party keeps its intake up for t
 
 def _owner_rounds_job(ctx: WorkerContext, comm: Any, agg: Any, src: Any, plan: Any, real: Any,
                       callers: CallerPolicy) -> _Outcome:
-    """A compute party's job with data owners (docs/architecture.md §2): the protocol's own round
+    """A compute party's job with data owners (docs/explanation/architecture.md §2): the protocol's own round
     loop (gradient, DP-Fed-LS, or output perturbation's one release), whose aggregate is this
     party's owner intake — the agreed owners' shares summed,
     the in-MPC noise added, the sum revealed and published to the owners. No rows here, so no

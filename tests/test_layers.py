@@ -1,4 +1,4 @@
-"""Imports go one way (docs/architecture.md §3): mpc_erm → parties → coordinator, and benchmarks
+"""Imports go one way (docs/explanation/architecture.md §3): mpc_erm → parties → coordinator, and benchmarks
 are a leaf. Read from the source (every import statement, also those inside functions), so a lazy
 import cannot hide a dependency."""
 

@@ -10,7 +10,7 @@ applied by the daemon itself before any gradient is taken. A schema is that agre
 (``job.schema_sha256``). A model bundle carries the schema, so ``predict`` applies the same
 mapping to new rows.
 
-A schema file (TOML; the full reference is docs/data-schema.md)::
+A schema file (TOML; the full reference is docs/how-to/write-a-schema.md)::
 
     intercept = true                 # a constant feature 1 (the model's bias)
     missing = "error"                # or "drop" (leave the row out) or "fill" (each column's `fill`)

@@ -115,7 +115,7 @@ class JobTable(BaseModel):
     # Tests only: the aggregate gets NO noise (to compare daemons with the simulator bit for bit).
     # Every party refuses such a job unless its policy sets allow_test_only.
     test_no_noise: bool = False
-    # Many data owners (docs/architecture.md §2): ``parties`` are then the compute parties, which
+    # Many data owners (docs/explanation/architecture.md §2): ``parties`` are then the compute parties, which
     # hold no rows; each owner (a certificate with role "owner") sends shares of its contribution.
     owners: tuple[Identity, ...] = ()
     features: int | None = None  # with owners: the public feature count of every owner's rows

@@ -2,7 +2,7 @@
 
 CrypTen 0.4.1's replicated protocol covers arithmetic products only; every binary AND (and so every
 comparison and the noise samplers' coins) and every B2A conversion still asks the tuple provider
-for binary triples and random bits (docs/crypten-findings.md #3). Without a dealer that provider
+for binary triples and random bits (docs/explanation/crypten-findings.md #3). Without a dealer that provider
 would be TFP, where party 0 sees everything. :class:`ReplicatedProvider` produces those tuples
 with ABY3's semi-honest 3-party protocols (Mohassel–Rindal, CCS 2018, §3.2 and §5.3), secure
 against any single corrupt party (honest majority), which is exactly the RSS trust model.

@@ -9,7 +9,7 @@
   q < 1 (the CLT approximation of subsampled GDP is not an upper bound).
 - ``"zcdp"``: the thesis route (:mod:`.zcdp`), full batch only.
 
-docs/privacy.md §4: the subsampled Gaussian is never hand-written here; it is ``dp_accounting``'s.
+docs/explanation/privacy.md §4: the subsampled Gaussian is never hand-written here; it is ``dp_accounting``'s.
 
 Noise-multiplier convention (read this before passing numbers in): ``z = σ/Δ`` where σ is the
 noise std added to the aggregate and Δ is the ℓ2-sensitivity of the *unsampled* aggregate under

@@ -11,7 +11,7 @@ the worker, a data owner, the simulator, ``job plan``): the same public inputs g
 and the ledger refuses to let a worker reveal under an event other than the one reserved at
 admission.
 
-**What is public** (docs/privacy.md, "What is public"):
+**What is public** (docs/explanation/privacy.md, "What is public"):
 
 * ``replace`` (one record replaced): the number of records is the same in neighbouring data sets,
   so every party's exact count n_j is shared with the other members at the job's agreement,

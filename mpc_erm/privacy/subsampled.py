@@ -15,7 +15,7 @@ log 3/(α−1) in ε'(α)).
 Why the product needs it: dp_accounting's ``PoissonSampledDpEvent`` of a Gaussian is derived for
 the continuous Gaussian — its bound on the "addition" direction uses that distribution's own
 properties. The in-MPC noise is the discrete Gaussian on the grid, whose RDP at integer orders
-and integer shifts is exactly the continuous one's, ε(ℓ) = ℓ/(2z²) with z = σ/Δ₂ (docs/privacy.md
+and integer shifts is exactly the continuous one's, ε(ℓ) = ℓ/(2z²) with z = σ/Δ₂ (docs/explanation/privacy.md
 §4 has the two-line computation), so this theorem applies to it with that curve. At TF-Privacy's
 MNIST setting (q = 256/60,000, z = 1.2, 2,344 rounds, δ = 10⁻⁵) it states ε = 1.02, against 0.93
 for the continuous Gaussian.

@@ -58,7 +58,7 @@ def test_both_directions_of_the_real_subsampled_discrete_gaussian_stay_under_the
         alpha: int, q: float, sigma: float, shift: int) -> None:
     """What the MPC samples (1-D, integer shift = Δ in grid units): its exact Rényi divergences
     with the record and without, each way, are at most the bound for z = σ/Δ; and the removal
-    direction equals the binomial sum of the continuous Gaussian at integer α (docs/privacy.md §4)."""
+    direction equals the binomial sum of the continuous Gaussian at integer α (docs/explanation/privacy.md §4)."""
     remove, add = _exact_subsampled_discrete_gaussian(alpha, q, sigma, shift)
     z = sigma / shift
     bound = float(subsampled_discrete_gaussian_rdp([alpha], q, z)[0])
