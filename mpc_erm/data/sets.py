@@ -43,7 +43,8 @@ import numpy as np
 import pandas as pd
 
 from .dataset import DataError, Dataset
-from .loaders import is_gzip, read_idx_file
+from .files import is_gzip
+from .images import read_idx_file
 from .preprocess import (
     Preprocessor,
     RowNorm,
