@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from benchmarks.aggregate import machine_info
-from benchmarks.deep_mnist import _mnist
+from benchmarks.deep_mnist import mnist_tensors
 from benchmarks.dp_fed_ls_mnist import SETTINGS
 from benchmarks.dp_fed_ls_mnist import run as simulate
 from benchmarks.owners_common import benchmark_process_setup, run_job
@@ -95,7 +95,7 @@ def _owner_files(root: Path, owners: int, rows: int) -> list[Path]:
     from mpc_erm.data import Dataset
     from mpc_erm.data.loaders import save_numpy
 
-    X, y = _mnist("train")
+    X, y = mnist_tensors("train")
     X, y = X.reshape(len(X), -1)[: owners * rows].numpy(), y[: owners * rows].numpy()
     perm = torch.randperm(owners * rows, generator=torch.Generator().manual_seed(12345)).numpy()
     out = []
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     from coordinator.consortium import LocalConsortium
 
     benchmark_process_setup()
-    Xte, yte = _mnist("t10k")
+    Xte, yte = mnist_tensors("t10k")
     Xte = Xte.reshape(len(Xte), -1)
     rows: list[dict[str, Any]] = []
     tic = time.perf_counter()
