@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--append", action="store_true",
                     help="keep the rows already in --out (the same setting) and add this run's after them")
     ap.add_argument("--table", type=Path, metavar="JSON",
-                    help="print the README's markdown tables of the rows in JSON (a file this script wrote): one "
+                    help="print the docs' markdown tables of the rows in JSON (a file this script wrote): one "
                          "line per run, then, where a cell has several runs, their mean and spread; and exit")
     a = ap.parse_args(argv)
     if a.table is not None:
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    """The README's table of daemon runs: one line per row, test accuracy in %, the owner-rounds
+    """The table of daemon runs (docs/how-to/benchmarks.md): one line per row, test accuracy in %, the owner-rounds
     the compute parties left out (owners late for a round's deadline: the compute parties' own
     count, which includes owners that failed later) and the owners that failed. A run whose state
     was not in the system's temp dir (``--workdir``) names its workdir after the round time."""

@@ -846,7 +846,7 @@ def run_party_job(ctx: WorkerContext) -> dict[str, Any]:
         # randomness (CrypTen's shared generators, the dealer's per-party streams) is drawn by
         # torch generators whose CPU and CUDA streams differ for one seed, so parties on different
         # devices would draw different "common" values; and the sampler is bound by bytes, not
-        # arithmetic (README, "Noise sampled inside the MPC": CUDA gains nothing there).
+        # arithmetic (docs/how-to/gpu.md, "Why the MPC stays on the CPU": CUDA gains nothing there).
         src = InMpcNoise(device="cpu")
         agg = MpcAggregator(ZeroNoise() if no_noise else src, allow_test_only=no_noise)
         ctx.emit({"phase": "agreed", "message": (f"n = {sum(counts)} rows over {len(counts)} parties" if counts

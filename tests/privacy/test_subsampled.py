@@ -91,7 +91,7 @@ def test_non_integer_orders_are_infinite_and_bad_rates_refused() -> None:
 
 def test_the_mnist_setting_states_epsilon_1_02() -> None:
     """TF-Privacy's MNIST tutorial (q = 256/60,000, z = 1.2, 10 epochs = 2,344 rounds, δ = 1e-5):
-    ε = 1.02 for the in-MPC discrete Gaussian, 0.93 for the continuous one (the README's figure)."""
+    ε = 1.02 for the in-MPC discrete Gaussian, 0.93 for the continuous one (the figure in docs/how-to/benchmarks.md)."""
     from mpc_erm.privacy import epsilon_for
 
     q = 256 / 60_000
