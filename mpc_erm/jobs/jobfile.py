@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from mpc_erm.mpc.pki import validate_name
+from mpc_erm.identity_names import validate_name
 from mpc_erm.protocols.spec import FEDERATED_TRAINING_FIELDS, NETWORK_MODEL_FIELDS, NETWORK_TRAINING_FIELDS, JobSpec
 
 from .toml_reader import (
