@@ -486,8 +486,9 @@ def gen_grpc() -> None:
                 text += ["| RPC | request | reply | what it does |", "|---|---|---|---|"]
                 for rpc in item["children"]:
                     if rpc["kind"] == "rpc":
-                        text.append(f"| `{rpc['name']}` | [`{rpc['request']}`](#{rpc['request'].split()[-1].lower()}) | "
-                                    f"[`{rpc['reply']}`](#{rpc['reply'].split()[-1].lower()}) | {cell(rpc['doc'])} |")
+                        req, rep = rpc["request"], rpc["reply"]
+                        text.append(f"| `{rpc['name']}` | [`{req}`](#{req.split()[-1].lower()}) | "
+                                    f"[`{rep}`](#{rep.split()[-1].lower()}) | {cell(rpc['doc'])} |")
                 text.append("")
         for item in file_item["children"]:
             if item["kind"] == "message":
@@ -674,7 +675,8 @@ def _result_section(rel: str, d: Any, plots_out: dict[str, str]) -> list[str]:
             out.append(f"\n*(first 80 of {len(items)} fields)*")
         out.append("")
     for name, rows in _lists_of_dicts(d):
-        nested = any(isinstance(v, list) and v and all(isinstance(x, dict) for x in v) for r in rows for v in r.values())
+        nested = any(isinstance(v, list) and v and all(isinstance(x, dict) for x in v)
+                     for r in rows for v in r.values())
         if nested:
             for i, r in enumerate(rows[:MAX_ROWS]):
                 label = next((str(r[k]) for k in ("setting", "dataset", "method", "name", "job") if k in r), str(i))
@@ -683,7 +685,8 @@ def _result_section(rel: str, d: Any, plots_out: dict[str, str]) -> list[str]:
                 out.append(f"### `{name}`: {cell(label)}\n")
                 flat = _flat(r)
                 if flat:
-                    out += ["| field | value |", "|---|---|", *[f"| `{cell(k)}` | {fmt(v)} |" for k, v in flat.items()], ""]
+                    out += ["| field | value |", "|---|---|",
+                            *[f"| `{cell(k)}` | {fmt(v)} |" for k, v in flat.items()], ""]
                 for sub, subrows in _lists_of_dicts(r):
                     out += [f"`{sub}`:\n", *_table_of(subrows)]
                 for p in r.get("plots", []) if isinstance(r.get("plots"), list) else []:

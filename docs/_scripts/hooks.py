@@ -9,8 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scrub import scrub  # noqa: E402
-
+from scrub import scrub
 
 _ROLE = re.compile(r":(?:mod|class|func|meth|attr|data|exc|obj|py:\w+):(?=<code>)")
 
