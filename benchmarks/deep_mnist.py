@@ -1,4 +1,4 @@
-"""DP-SGD on MNIST with TF-Privacy's tutorial CNN, through the product's protocol (issue 16).
+"""DP-SGD on MNIST with TF-Privacy's tutorial CNN, through the product's protocol.
 
 Setting (TF-Privacy's MNIST tutorial, which DP-LSSGD also uses): the 26,010-parameter CNN of
 ``mpc_erm.models.networks`` ("mnist_cnn"), Poisson sampling q = 256/60,000, clip C = 1, noise

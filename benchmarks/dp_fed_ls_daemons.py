@@ -1,4 +1,4 @@
-"""DP-Fed-LS on MNIST through the real daemons (issue 17): paper 002's Table 2 settings (Poisson,
+"""DP-Fed-LS on MNIST through the real daemons: paper 002's Table 2 settings (Poisson,
 or with ``--sampling uniform`` the uniform half: 1,000 owners of 50 rows, exactly τN drawn a round
 by the compute parties' secret shuffle), with the in-process simulator's run of the same setting
 as the baseline in the same script.

@@ -1,5 +1,5 @@
-"""DP-Fed / DP-Fed-LS on MNIST logistic regression, paper 002's Table 2 setting (issue 17), in
-the in-process simulator — both halves: Poisson and uniform owner sampling.
+"""DP-Fed / DP-Fed-LS on MNIST logistic regression, paper 002's Table 2 setting, in the
+in-process simulator — both halves: Poisson and uniform owner sampling.
 
 Setting (paper 002 §B5, Table H.7): the first 50,000 training images split iid into N = 500
 owners of 100 rows, each round every owner joining with probability τ = 0.05 (Poisson); or into

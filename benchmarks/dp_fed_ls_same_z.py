@@ -1,5 +1,5 @@
 """Is the daemons' small deficit against the simulator their larger noise? The simulator again, at
-the daemons' noise multiplier (issue 17).
+the daemons' noise multiplier.
 
 ``benchmarks.dp_fed_ls_daemons`` compares each daemon run with the in-process simulator at the same
 ε, but the simulator calibrates the *continuous* Gaussian while the job's plan accounts the

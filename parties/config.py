@@ -451,7 +451,7 @@ class ModelPluginConfig(ConfigModel):
 
 
 class OwnerConfig(ConfigModel):
-    """A data owner's light process (``mpc-erm owner join``, issue 17): its identity (role
+    """A data owner's light process (``mpc-erm owner join``): its identity (role
     ``owner``), the compute parties' daemons it may send shares to, its data sets with their
     lifetime budgets (kept in its own ledger), and the largest ε it lets one job spend."""
 

@@ -53,7 +53,7 @@ __all__ = ["MAX_JOB_FILE_BYTES", "MAX_PARTIES", "MIN_PARTIES", "Device", "JobFil
 Trust = Literal["dealer", "replicated"]
 Device = Literal["cpu", "cuda", "auto"]
 MIN_PARTIES, MAX_PARTIES = 2, 16
-#: A job with data owners names them all (issue 17: the thesis runs up to 50,000).
+#: A job with data owners names them all (the thesis's experiments run up to 50,000).
 MAX_OWNERS = 100_000
 #: A job file is a few hundred bytes, but its owner list may hold MAX_OWNERS names of up to 64
 #: characters (about 6.7 MB); anything over this is refused before it is read (the daemon has the

@@ -48,7 +48,7 @@ from ..identity_names import validate_name
 
 log = logging.getLogger(__name__)
 
-Role = Literal["party", "dealer", "coordinator", "owner"]  # owner: a data owner of many (issue 17)
+Role = Literal["party", "dealer", "coordinator", "owner"]  # owner: one of a job's many data owners
 ROLES: tuple[str, ...] = get_args(Role)
 
 URI_SCHEME = "mpc-erm"
