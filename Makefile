@@ -4,11 +4,12 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.docs-installed
 PYTEST_ARGS ?=
 # two workers on the 2-core CI machine (a test file stays on one worker: module fixtures run once)
 PYTEST_WORKERS ?= 2
 
-.PHONY: install demo simulate test test-all test-reliability test-soak lint clean
+.PHONY: install demo simulate test test-all test-reliability test-soak lint clean docs
 
 install: $(STAMP)
 
@@ -45,7 +46,7 @@ test: install
 test-all: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# Issue 6's long suites: the full fault-injection campaign and the soak (see README "Reliability").
+# Issue 6's long suites: the full fault-injection campaign and the soak (see docs/explanation/reliability.md).
 test-reliability: install
 	$(BIN)/python -m pytest -m reliability tests/reliability $(PYTEST_ARGS)
 
@@ -54,6 +55,15 @@ test-soak: install
 
 lint: install
 	$(BIN)/ruff check mpc_erm parties coordinator tests benchmarks
+
+# The docs site (mkdocs.yml → site/), warnings as errors. Its tools are pyproject's `docs` extra,
+# installed once after the rest (stamp: `.venv/.docs-installed`).
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(BIN)/mkdocs build --strict --site-dir site
+
+$(DOCS_STAMP): $(STAMP) pyproject.toml Makefile
+	$(BIN)/python -m pip install --quiet -e ".[docs]"
+	touch $(DOCS_STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

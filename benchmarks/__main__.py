@@ -1,5 +1,5 @@
 """``python -m benchmarks aggregate|sampler|e2e``: benchmarks of the MPC engine with real party
-processes on this machine, each writing the JSON the README quotes (``--out FILE``).
+processes on this machine, each writing the JSON the docs quote (``--out FILE``; docs/how-to/benchmarks.md).
 
 Benchmarks are a leaf: they use the product (``mpc_erm``, ``parties``, ``coordinator``), the
 product never imports them, so ``mpc-erm`` has no ``bench`` command. Nothing heavy is imported here

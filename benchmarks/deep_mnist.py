@@ -1,4 +1,4 @@
-"""DP-SGD on MNIST with TF-Privacy's tutorial CNN, through the product's protocol (issue 16).
+"""DP-SGD on MNIST with TF-Privacy's tutorial CNN, through the product's protocol.
 
 Setting (TF-Privacy's MNIST tutorial, which DP-LSSGD also uses): the 26,010-parameter CNN of
 ``mpc_erm.models.networks`` ("mnist_cnn"), Poisson sampling q = 256/60,000, clip C = 1, noise
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from benchmarks.aggregate import machine_info
-from mpc_erm.data.sets import _data_file, data_root, read_idx
+from mpc_erm.data.sets import data_file, data_root, read_idx
 from mpc_erm.privacy import epsilon_for
 from mpc_erm.protocols.dpsgd import DpSgd
 from mpc_erm.simulate.aggregator import InProcessAggregator
@@ -42,10 +42,12 @@ N_TRAIN = 60_000
 VALIDATION_ROWS = 10_000  # the learning-rate search's held-out training images
 
 
-def _mnist(split: str) -> tuple[torch.Tensor, torch.Tensor]:
+def mnist_tensors(split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """MNIST's ``split`` ("train" or "t10k") from the data root: images (n, 1, 28, 28) as float32
+    in [0, 1] and labels (n,) as int64 (also the DP-Fed-LS benchmarks' data)."""
     r = data_root(None)
-    img = read_idx(_data_file(r, f"mnist/{split}-images-idx3-ubyte.gz"))
-    lab = read_idx(_data_file(r, f"mnist/{split}-labels-idx1-ubyte.gz"))
+    img = read_idx(data_file(r, f"mnist/{split}-images-idx3-ubyte.gz"))
+    lab = read_idx(data_file(r, f"mnist/{split}-labels-idx1-ubyte.gz"))
     X = torch.from_numpy(img.astype(np.float32) / 255.0).unsqueeze(1)  # (n, 1, 28, 28)
     return X, torch.from_numpy(lab.astype(np.int64))
 
@@ -56,11 +58,11 @@ def run(*, epochs: float = 10.0, noise: float = 1.2, lr: float = 0.32, batch: in
     """One simulated job. ``holdout`` > 0: train on the first 60,000 − holdout training images and
     evaluate on the last ``holdout`` (a validation split for choosing hyper-parameters; the test
     set stays unseen); the reported accuracy is then the validation accuracy."""
-    Xtr, ytr = (t.to(device) for t in _mnist("train"))
+    Xtr, ytr = (t.to(device) for t in mnist_tensors("train"))
     if holdout:
         Xte, yte, Xtr, ytr = Xtr[-holdout:], ytr[-holdout:], Xtr[:-holdout], ytr[:-holdout]
     else:
-        Xte, yte = (t.to(device) for t in _mnist("t10k"))
+        Xte, yte = (t.to(device) for t in mnist_tensors("t10k"))
     n_train = int(Xtr.shape[0])
     q = batch / n_train
     rounds = int(round(epochs / q))
@@ -131,9 +133,9 @@ def run_daemons(out: Path, *, epochs: float = 10.0, noise: float = 1.2, lr: floa
     from mpc_erm.jobs.status import TERMINAL, JobStatus
 
     r = data_root(None)
-    img = read_idx(_data_file(r, "mnist/train-images-idx3-ubyte.gz"))
-    lab = read_idx(_data_file(r, "mnist/train-labels-idx1-ubyte.gz"))
-    Xte, yte = _mnist("t10k")
+    img = read_idx(data_file(r, "mnist/train-images-idx3-ubyte.gz"))
+    lab = read_idx(data_file(r, "mnist/train-labels-idx1-ubyte.gz"))
+    Xte, yte = mnist_tensors("t10k")
     q = batch / N_TRAIN
     rounds = int(round(epochs / q))
     delta = 1e-5

@@ -1,4 +1,4 @@
-"""DP-Fed-LS on MNIST through the real daemons (issue 17): paper 002's Table 2 settings (Poisson,
+"""DP-Fed-LS on MNIST through the real daemons: paper 002's Table 2 settings (Poisson,
 or with ``--sampling uniform`` the uniform half: 1,000 owners of 50 rows, exactly τN drawn a round
 by the compute parties' secret shuffle), with the in-process simulator's run of the same setting
 as the baseline in the same script.
@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from benchmarks.aggregate import machine_info
-from benchmarks.deep_mnist import _mnist
+from benchmarks.deep_mnist import mnist_tensors
 from benchmarks.dp_fed_ls_mnist import SETTINGS
 from benchmarks.dp_fed_ls_mnist import run as simulate
 from benchmarks.owners_common import benchmark_process_setup, run_job
@@ -95,7 +95,7 @@ def _owner_files(root: Path, owners: int, rows: int) -> list[Path]:
     from mpc_erm.data import Dataset
     from mpc_erm.data.loaders import save_numpy
 
-    X, y = _mnist("train")
+    X, y = mnist_tensors("train")
     X, y = X.reshape(len(X), -1)[: owners * rows].numpy(), y[: owners * rows].numpy()
     perm = torch.randperm(owners * rows, generator=torch.Generator().manual_seed(12345)).numpy()
     out = []
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--append", action="store_true",
                     help="keep the rows already in --out (the same setting) and add this run's after them")
     ap.add_argument("--table", type=Path, metavar="JSON",
-                    help="print the README's markdown tables of the rows in JSON (a file this script wrote): one "
+                    help="print the docs' markdown tables of the rows in JSON (a file this script wrote): one "
                          "line per run, then, where a cell has several runs, their mean and spread; and exit")
     a = ap.parse_args(argv)
     if a.table is not None:
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     from coordinator.consortium import LocalConsortium
 
     benchmark_process_setup()
-    Xte, yte = _mnist("t10k")
+    Xte, yte = mnist_tensors("t10k")
     Xte = Xte.reshape(len(Xte), -1)
     rows: list[dict[str, Any]] = []
     tic = time.perf_counter()
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    """The README's table of daemon runs: one line per row, test accuracy in %, the owner-rounds
+    """The table of daemon runs (docs/how-to/benchmarks.md): one line per row, test accuracy in %, the owner-rounds
     the compute parties left out (owners late for a round's deadline: the compute parties' own
     count, which includes owners that failed later) and the owners that failed. A run whose state
     was not in the system's temp dir (``--workdir``) names its workdir after the round time."""

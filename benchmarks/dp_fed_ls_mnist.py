@@ -1,5 +1,5 @@
-"""DP-Fed / DP-Fed-LS on MNIST logistic regression, paper 002's Table 2 setting (issue 17), in
-the in-process simulator — both halves: Poisson and uniform owner sampling.
+"""DP-Fed / DP-Fed-LS on MNIST logistic regression, paper 002's Table 2 setting, in the
+in-process simulator — both halves: Poisson and uniform owner sampling.
 
 Setting (paper 002 §B5, Table H.7): the first 50,000 training images split iid into N = 500
 owners of 100 rows, each round every owner joining with probability τ = 0.05 (Poisson); or into
@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from benchmarks.aggregate import machine_info
-from benchmarks.deep_mnist import _mnist
+from benchmarks.deep_mnist import mnist_tensors
 from mpc_erm.privacy import noise_multiplier_for
 from mpc_erm.protocols.fedls import DpFedLs, FedLsConfig, owner_updates
 from mpc_erm.simulate.aggregator import InProcessAggregator
@@ -70,8 +70,8 @@ def run(*, epsilon: float, ls_sigma: float, seed: int, sampling: str = "poisson"
     owners, rows = owners or SETTINGS[sampling][0], rows or SETTINGS[sampling][1]
     uniform = sampling == "uniform"
     shift = (2.0 if uniform else 1.0) * clip  # what one owner moves the sum by (replace-one / add-remove)
-    X, y = _mnist("train")
-    Xte, yte = _mnist("t10k")
+    X, y = mnist_tensors("train")
+    Xte, yte = mnist_tensors("t10k")
     X, y = X.reshape(len(X), -1)[: owners * rows], y[: owners * rows]
     Xte = Xte.reshape(len(Xte), -1)
     perm = torch.randperm(owners * rows, generator=torch.Generator().manual_seed(12345))  # iid split, fixed

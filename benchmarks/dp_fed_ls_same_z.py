@@ -1,10 +1,10 @@
 """Is the daemons' small deficit against the simulator their larger noise? The simulator again, at
-the daemons' noise multiplier (issue 17).
+the daemons' noise multiplier.
 
 ``benchmarks.dp_fed_ls_daemons`` compares each daemon run with the in-process simulator at the same
 ε, but the simulator calibrates the *continuous* Gaussian while the job's plan accounts the
 in-MPC *discrete* Gaussian (by the general Zhu–Wang bound for Poisson subsampling,
-docs/privacy.md §4), so the daemons add more noise at the same ε (16 % at ε = 6, 1–2 % at
+docs/explanation/privacy.md §4), so the daemons add more noise at the same ε (16 % at ε = 6, 1–2 % at
 ε = 7–9). This script reads a result file of ``dp_fed_ls_daemons`` and, for every run of a cell
 with at least ``--min-runs`` runs, runs the simulator with the same seed at the noise the daemons
 added (ν = z_daemons·𝓛 on the sum): if the daemons match it, what separates them from the

@@ -1,10 +1,10 @@
 """DP-LSSGD Table 2 setting with a valid accountant: does Laplacian smoothing still help?
 
-Setting (paper 000 §4.1, docs/papers.md §A4.1): multinomial logistic regression on MNIST, λ = 1e-4, 50
+Setting (paper 000 §4.1, docs/explanation/papers.md §A4.1): multinomial logistic regression on MNIST, λ = 1e-4, 50
 epochs, batch 128, step a/t, train 50K / validation 10K (we report the 10K MNIST test set too),
 δ = 1e-5, ε ∈ {0.30, 0.25, 0.20, 0.15, 0.10}, LS σ ∈ {0, 1, 2, 3}, 5 runs.
 
-The paper calibrates ν with its Theorem 2, whose conditions cannot hold at these settings (docs/papers.md
+The paper calibrates ν with its Theorem 2, whose conditions cannot hold at these settings (docs/explanation/papers.md
 §A2, verified). Here each step is a Poisson-subsampled Gaussian (rate q = b/n, expected batch b,
 per-example clip C, add/remove adjacency, sum divided by the public b) and σ is the smallest
 noise multiplier for which Google's dp-accounting PLD accountant certifies (ε, δ) after all

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The GPU checks of issues 15 and 16 in one call on a lent CUDA machine (CI stays CPU-only):
+# The GPU checks in one call on a lent CUDA machine (CI stays CPU-only):
 #   1. the CUDA tests: solver and smoothing inputs stay on the device; a 3-worker + dealer CNN job
 #      with bob on CUDA and alice, carol on the CPU ends with the same public model bit for bit;
 #   2. per-example gradients, torch.func vs Opacus vs the per-example loop, CUDA and this machine's CPU;
 #   3. DP-SGD on MNIST (the deep_mnist setting, in-process simulator) on CUDA;
 #   4. the in-MPC discrete Gaussian sampler with each party's local arithmetic on CUDA, and on the
 #      CPU of the same machine (same run), replicated and dealer;
-#   5. issue 17: data owners on CUDA beside owners on the CPU end with the CPU replay's model
+#   5. data owners on CUDA beside owners on the CPU end with the CPU replay's model
 #      (tests/parties/test_owner_cuda.py), and paper 002's uniform DP-Fed-LS setting (1,000 owners
 #      of 50 MNIST rows, exactly 50 drawn a round by the compute parties' secret shuffle) through
 #      three compute-party daemons with every owner's local epochs on CUDA (step fed_uniform).

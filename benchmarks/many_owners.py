@@ -1,4 +1,4 @@
-"""Per-round cost of a round with many data owners against their number (issue 17).
+"""Per-round cost of a round with many data owners against their number.
 
 Three compute parties (real processes, CrypTen over gRPC + mTLS, 3-party replicated sharing, no
 dealer) each host an :class:`~parties.owner.intake.OwnerIntake`; N owners are real gRPC clients

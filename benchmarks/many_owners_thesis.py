@@ -1,4 +1,4 @@
-"""The thesis's MPC Grad P and MPC Out P with many data owners, through the real daemons (issue 17).
+"""The thesis's MPC Grad P and MPC Out P with many data owners, through the real daemons.
 
 KDD Cup 99 (50,000 training rows, 20,000 test rows, 122 features, rows in the unit ball),
 logistic regression, λ = 1e-3, G = C = 1, ε = 0.5, δ = 1e-3 (thesis Figs. 6.1–6.4). The 50,000
@@ -18,7 +18,7 @@ protocol code in process (``InProcessAggregator``: plaintext sum + continuous no
 (``run_experiment``: replace-one adjacency, weights n_j/n, the ideal Gaussian) at the same m.
 The Out P baseline adds the plan's σ (RDP of the Gaussian at δ·0.99, ``PrivacyPlan.noise_scale``),
 as ``OutputPerturbation`` does by default since the fix; the first run of this script used its older
-default, the analytic Gaussian's, 12 % smaller at this setting (see the issue 17 note). Reported:
+default, the analytic Gaussian's, 12 % smaller at this setting. Reported:
 optimality gap F(θ) − F(θ*) on the training rows and relative accuracy loss s* − s on the test
 rows (the simulator's metrics), wall time and time per round.
 

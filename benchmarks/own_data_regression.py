@@ -1,6 +1,6 @@
 """A regression from raw CSV files through the daemons: California housing as three parties' files.
 
-What a user of issue 18 does, measured: the rows (20,640 block groups, dollars, raw counts) split
+What a user bringing their own CSV files does, measured: the rows (20,640 block groups, dollars, raw counts) split
 into three parties' CSV files and 4,000 held-out rows; a data schema with public bounds (the
 census's extent and top-codes, not the data's minimum and maximum); the dry run (``forecast_job``,
 what ``mpc-erm job plan`` prints) of ridge gradient perturbation; the same job through three

@@ -1,6 +1,6 @@
 """Per-example gradients for DP-SGD: torch.func (what ``mpc_erm.models.per_example_grads`` uses)
 against Opacus's ``GradSampleModule`` and the plain loop of one backward pass per example, on the
-networks a job can name (issue 16: "measure both and say which you keep and why").
+networks a job can name, so that the one the product keeps is chosen by measurement.
 
 For each network and device: examples per second of the per-example gradient of a batch (the
 expected Poisson batch of the MNIST setting, 256), the median of ``--repeats`` timed calls after a

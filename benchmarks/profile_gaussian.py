@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import importlib
+import importlib.util
 import io
 import multiprocessing as mp
 import os
@@ -63,6 +65,17 @@ def _profile_text(prof: cProfile.Profile, top: int, sort: str) -> str:
     return text[text.find("   ncalls"):] if "   ncalls" in text else text
 
 
+def _sampler_module(name: str) -> Any:
+    """The in-MPC sampler module that defines the constant ``name`` (the coin circuit, the bit
+    layer or the discrete Laplace, in that order; older checkouts kept them all in the last),
+    or None."""
+    for mod in ("coins", "bits", "discrete_laplace"):
+        full = f"mpc_erm.mpc.samplers.{mod}"
+        if importlib.util.find_spec(full) is not None and hasattr(module := importlib.import_module(full), name):
+            return module
+    return None
+
+
 def _party(rank: int, identity: Any, port_q: Any, table_q: Any, out_q: Any, args: argparse.Namespace) -> None:
     try:
         import torch
@@ -96,20 +109,21 @@ def _party(rank: int, identity: Any, port_q: Any, table_q: Any, out_q: Any, args
 
             start_dealer_client(comm)
         crypten.generators["local"][torch.device("cpu")].manual_seed(1000 + rank)
-        from mpc_erm.mpc.samplers import discrete_laplace
         from mpc_erm.mpc.samplers.discrete_gaussian import sample_discrete_gaussian_integers
         from mpc_erm.mpc.samplers.discrete_laplace import sample_discrete_laplace_integers
 
         if args.coin_planes:
-            if not hasattr(discrete_laplace, "COIN_PLANES"):
+            owner = _sampler_module("COIN_PLANES")
+            if owner is None:
                 raise SystemExit("this checkout has no COIN_PLANES switch")
-            discrete_laplace.COIN_PLANES = args.coin_planes
+            owner.COIN_PLANES = args.coin_planes
         for item in args.set:
             name, _, value = item.partition("=")
-            if not hasattr(discrete_laplace, name):
-                raise SystemExit(f"discrete_laplace has no {name}")
-            old = getattr(discrete_laplace, name)
-            setattr(discrete_laplace, name, type(old)(int(value)) if isinstance(old, bool | int) else value)
+            owner = _sampler_module(name)
+            if owner is None:
+                raise SystemExit(f"no sampler module has {name}")
+            old = getattr(owner, name)
+            setattr(owner, name, type(old)(int(value)) if isinstance(old, bool | int) else value)
 
         params = _params(args)
         report: dict[str, Any] = {"rank": rank, "params": _describe(params), "runs": [], "profile": {}}
@@ -240,9 +254,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--check", action="store_true", help="reveal the last batch and print its std (sanity only)")
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                    help="set a module constant of discrete_laplace (e.g. PREFETCH_TRIPLES=0)")
+                    help="set a module constant of the in-MPC samplers (coins, bits or discrete_laplace; "
+                         "e.g. B2A_CHUNK=65536)")
     ap.add_argument("--coin-planes", choices=("local", "triple"), default=None,
-                    help="set discrete_laplace.COIN_PLANES (where the chain's planes of U come from)")
+                    help="set COIN_PLANES of the coin circuit (where the chain's planes of U come from)")
     ap.add_argument("--comm-bench", type=int, nargs="*", default=[],
                     help="also time all-reduces of 2 × WORDS int64 (the transport alone)")
     args = ap.parse_args(argv)

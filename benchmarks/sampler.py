@@ -41,7 +41,7 @@ MECHANISMS = ("gaussian", "laplace")
 SCALE_LOG2 = 14  # noise scale ≈ 2^14 grid units, as mpc_erm.mpc.noise plans it
 TAILS = (3, 4, 5)
 KS_TARGET = 3e-3
-RATE_TARGET = 150_000  # issue 15: discrete Gaussian with 3 parties on 2 cores (Laplace at least as fast)
+RATE_TARGET = 150_000  # samples/s: discrete Gaussian with 3 parties on 2 cores (Laplace at least as fast)
 REF_CHUNK = 1 << 17
 DEFAULT_BATCH = 1 << 15  # mpc_erm.mpc.noise.InMpcNoise's default
 

@@ -32,8 +32,8 @@ import grpc
 
 from mpc_erm.jobs.status import TERMINAL, refusal_of
 from mpc_erm.mpc import pki, tls
-from mpc_erm.mpc._proto import party_pb2 as pb
-from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
+from mpc_erm.mpc.party_api import party_pb2 as pb
+from mpc_erm.mpc.party_api import party_pb2_grpc as pb_grpc
 from parties.job_store import content_digest
 
 from .config import CoordinatorConfig

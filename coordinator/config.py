@@ -28,12 +28,12 @@ import os
 
 from pydantic import Field, model_validator
 
-from parties.config import HostPort, IdentityConfig, Name, _Model, load_model
+from parties.config import ConfigModel, HostPort, IdentityConfig, Name, load_model
 
 __all__ = ["CoordinatorConfig", "load_coordinator_config"]
 
 
-class CoordinatorConfig(_Model):
+class CoordinatorConfig(ConfigModel):
     identity: IdentityConfig
     parties: dict[Name, HostPort] = Field(min_length=1)
     dealers: dict[Name, HostPort] = Field(default_factory=dict)

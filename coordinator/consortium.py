@@ -182,7 +182,7 @@ class LocalConsortium:
 
     def add_owner(self, name: str, datasets: Mapping[str, Mapping[str, Any]], *, max_epsilon_per_job: float = 10.0,
                   allow_test_only: bool = False, root: Path | None = None, device: str | None = None) -> Path:
-        """A data owner of this consortium (issue 17): its identity (role ``owner``) from the
+        """A data owner of this consortium: its identity (role ``owner``) from the
         consortium's CA, and an owner config naming every compute party's daemon and ``datasets``
         ({id: the fields of a ``[datasets.<id>]`` entry: format, path or name/part/of, epsilon,
         delta}; always add/remove), and where its local steps run (``device``: cpu, cuda or auto;

@@ -44,8 +44,9 @@ from coordinator.config import CoordinatorConfig
 from mpc_erm.jobs.toml_reader import short_repr
 from mpc_erm.mpc import pki
 from parties.config import (
-    _WILDCARD_HOSTS,
+    WILDCARD_HOSTS,
     ConfigError,
+    ConfigModel,
     DatasetConfig,
     DealerConfig,
     HostPort,
@@ -53,10 +54,9 @@ from parties.config import (
     OwnerConfig,
     PartyConfig,
     PolicyConfig,
-    _Model,
-    _problems,
     load_model,
     split_host_port,
+    validation_problems,
 )
 
 __all__ = ["DEFAULT_POLICY", "Consortium", "ConsortiumSpec", "Kit", "Member", "MemberSpec", "Provisioned",
@@ -97,7 +97,7 @@ def _host(v: str) -> str:
         except ValueError:
             raise ValueError(f"{short_repr(v)} is not a DNS name or an IP address") from None
         return v
-    if str(ip) in _WILDCARD_HOSTS:
+    if str(ip) in WILDCARD_HOSTS:
         raise ValueError(f"{v!r} is a wildcard; host is the address peers dial (bind a wildcard with listen)")
     return str(ip)
 
@@ -105,7 +105,7 @@ def _host(v: str) -> str:
 Host = Annotated[str, AfterValidator(_host)]
 
 
-class MemberSpec(_Model):
+class MemberSpec(ConfigModel):
     """One ``[members.<name>]`` table. Which keys a role takes is checked with the whole file."""
 
     role: Role
@@ -130,7 +130,7 @@ class MemberSpec(_Model):
         return cast(MemberSpec, m)
 
 
-class ConsortiumSpec(_Model):
+class ConsortiumSpec(ConfigModel):
     """The whole consortium file."""
 
     name: str = Field("mpc-erm", min_length=1, max_length=61)  # the CA is "<name> CA"
@@ -237,7 +237,7 @@ def _addresses(m: MemberSpec) -> tuple[str | None, str | None, tuple[str, ...]]:
     address = _join(m.host, m.port)
     listen = m.listen or address
     bind_host = split_host_port(listen)[0]
-    hosts = (m.host,) if bind_host in _WILDCARD_HOSTS or bind_host.lower() == m.host.lower() else (m.host, bind_host)
+    hosts = (m.host,) if bind_host in WILDCARD_HOSTS or bind_host.lower() == m.host.lower() else (m.host, bind_host)
     return address, listen, hosts
 
 
@@ -256,7 +256,7 @@ def _policy(name: str, m: MemberSpec, coordinators: list[str]) -> tuple[dict[str
     try:
         PolicyConfig.model_validate(merged)
     except ValidationError as exc:
-        problems += [(f"{where}.{f}" if f else where, reason) for f, reason in _problems(exc)]
+        problems += [(f"{where}.{f}" if f else where, reason) for f, reason in validation_problems(exc)]
     listed = merged["allowed_coordinators"] if m.role != "owner" else []
     for c in listed if isinstance(listed, list) else []:
         if c not in coordinators:

@@ -1,17 +1,18 @@
-"""Laplacian smoothing A_sigma^{-1} (DP-LSSGD / DP-Fed-LS; docs/papers.md §0).
+"""Laplacian smoothing A_sigma^{-1} (DP-LSSGD / DP-Fed-LS; docs/explanation/papers.md §0).
 
 A_sigma = I + sigma L with L the 1-D periodic (cycle-graph) Laplacian, stencil [-1, 2, -1]
-(Paper A writes I - sigma L' with L' = -L; same matrix, docs/papers.md §0.1).  A_sigma is circulant, so
-its eigenvectors are the Fourier modes and (docs/papers.md §0.2-0.3)
+(Paper A writes I - sigma L' with L' = -L; same matrix, docs/explanation/papers.md §0.1).  A_sigma is circulant, so
+its eigenvectors are the Fourier modes and (docs/explanation/papers.md §0.2-0.3)
 
     A_sigma^{-1} v = ifft( fft(v) / (1 + 2 sigma (1 - cos(2 pi k / p))) ),   k = 0..p-1,
 
 with divisor 1 + 4 sigma sin^2(pi k / p) >= 1 (never zero; the DC mode k = 0 is untouched, so
 the mean of v is preserved).  For real v we use rfft/irfft (half the work, real output).
 
-It is applied to the *noisy* gradient: post-processing, no privacy cost (docs/papers.md §A7, docs/privacy.md §7).
+It is applied to the *noisy* gradient: post-processing, no privacy cost (docs/explanation/papers.md §A7,
+docs/explanation/privacy.md §7).
 
-Small p (neither paper defines these, docs/papers.md §0.5).  We take the operator the FFT formula gives,
+Small p (neither paper defines these, docs/explanation/papers.md §0.5).  We take the operator the FFT formula gives,
 which is the dense matrix obtained by *accumulating* the periodic stencil (A[i, i] += 2 sigma,
 A[i, (i +- 1) mod p] -= sigma):
   * p = 1: both neighbours are the element itself, L = 2 - 1 - 1 = 0, A = [1]: the identity.
@@ -86,7 +87,7 @@ def smooth_parameters(
     tensors: Sequence[Tensor] | Mapping[str, Tensor], sigma: float
 ) -> list[Tensor] | dict[str, Tensor]:
     """Smooth each parameter tensor separately, flattened in PyTorch's natural (row-major) order
-    and reshaped back (Paper B's layer-wise LS, docs/papers.md §0.5; weights and biases separately).
+    and reshaped back (Paper B's layer-wise LS, docs/explanation/papers.md §0.5; weights and biases separately).
 
     A mapping gives a dict with the same keys/order, a sequence a list.  sigma = 0 returns the
     same tensor objects.
@@ -107,7 +108,7 @@ def smooth_parameters(
 
 
 def ls_constants(d: int, sigma: float) -> tuple[float, float]:
-    """(gamma, beta) of DP-LSSGD (Paper A, Theorems 4 and 7; docs/papers.md §0.3):
+    """(gamma, beta) of DP-LSSGD (Paper A, Theorems 4 and 7; docs/explanation/papers.md §0.3):
 
         gamma = (1/d) sum_{i=1}^d 1 / (1 + 2 sigma - 2 sigma cos(2 pi i / d))
         beta  = (1/d) sum_{i=1}^d 1 / (1 + 2 sigma - 2 sigma cos(2 pi i / d))^2,

@@ -166,7 +166,7 @@ class JobSpec(_Strict):
     model: ModelSpec = ModelSpec()
     privacy: PrivacySpec
     training: TrainingSpec = TrainingSpec()
-    # DP-Fed-LS with data owners (issue 17): the owner is the unit of privacy, each runs local epochs
+    # DP-Fed-LS with data owners: the owner is the unit of privacy, each runs local epochs
     federated: FederatedSpec | None = None
     seed: int | None = Field(None, ge=0, description="simulation only: seeds the plaintext noise")
 

@@ -63,8 +63,8 @@ import grpc
 
 from mpc_erm.jobs.status import refusal_of
 from mpc_erm.mpc import tls
-from mpc_erm.mpc._proto import party_pb2 as pb
-from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
+from mpc_erm.mpc.party_api import party_pb2 as pb
+from mpc_erm.mpc.party_api import party_pb2_grpc as pb_grpc
 from mpc_erm.mpc.pki import Identity
 
 from .config import DaemonConfig

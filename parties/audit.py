@@ -22,7 +22,7 @@ Events:
 
 ``mpc-erm audit verify --config party.toml [--expect-head H]`` checks a log (:func:`verify`).
 
-Durability (issue 14 item 1): an append writes the whole record, then fsyncs; when either fails
+Durability: an append writes the whole record, then fsyncs; when either fails
 (ENOSPC, EIO, a quota) the file is truncated back to its length before the append, so a failed
 append leaves no half record and the caller gets the error (:class:`AuditWriteError`, an
 ``OSError`` with the errno). A crash in the middle of a write can still leave a *torn tail*: a

@@ -137,8 +137,8 @@ def _health(config_path: Path, role: str, address: str | None, timeout_s: float)
     import grpc
 
     from mpc_erm.mpc import tls
-    from mpc_erm.mpc._proto import party_pb2 as pb
-    from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
+    from mpc_erm.mpc.party_api import party_pb2 as pb
+    from mpc_erm.mpc.party_api import party_pb2_grpc as pb_grpc
     from parties.config import ConfigError, load_daemon_identity, load_dealer_config, load_party_config, split_host_port
 
     def fail(msg: str) -> NoReturn:

@@ -39,7 +39,9 @@ from mpc_erm.jobs.toml_reader import MAX_PROBLEMS, MAX_TOML_BYTES, TomlProblem, 
 from mpc_erm.plugin_ids import ENTRY_POINT
 
 __all__ = [
+    "WILDCARD_HOSTS",
     "ConfigError",
+    "ConfigModel",
     "DaemonConfig",
     "DatasetConfig",
     "DealerConfig",
@@ -53,13 +55,16 @@ __all__ = [
     "load_dealer_config",
     "load_owner_config",
     "load_party_config",
+    "check_name",
     "split_host_port",
+    "validation_problems",
 ]
 
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 _HOST_RE = re.compile(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
                       r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
-_WILDCARD_HOSTS = {"0.0.0.0", "::"}
+#: Hosts that bind every interface: a daemon may listen on one, but peers cannot dial it.
+WILDCARD_HOSTS = {"0.0.0.0", "::"}
 #: A config is a few kB; a bigger file is refused before it is read (no /dev/zero, no 1 GB TOML).
 MAX_CONFIG_BYTES = MAX_TOML_BYTES
 #: Default and ceiling of ``datasets.<id>.max_bytes``: a data file larger than this is refused
@@ -78,7 +83,9 @@ class ConfigError(ValueError):
                                    for f, r in problems))
 
 
-def _name(v: str) -> str:
+def check_name(v: str) -> str:
+    """``v`` if it is a valid member, data set or plugin name (the :data:`Name` of every config),
+    else a ValueError saying which characters are allowed."""
     if not _NAME_RE.fullmatch(v):
         raise ValueError(f"{short_repr(v)} is not a valid name: lower-case letters, digits, '_' and '-', "
                          "starting with a letter or digit, at most 63 characters")
@@ -117,7 +124,7 @@ def _listen_address(v: str) -> str:
     return v
 
 
-Name = Annotated[str, AfterValidator(_name)]
+Name = Annotated[str, AfterValidator(check_name)]
 HostPort = Annotated[str, AfterValidator(_host_port)]
 ListenAddress = Annotated[str, AfterValidator(_listen_address)]  # port 0: any free port
 PositiveFloat = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
@@ -166,11 +173,14 @@ def _existing_file(v: Path | None, info: ValidationInfo) -> Path | None:
     return p
 
 
-class _Model(BaseModel):
+class ConfigModel(BaseModel):
+    """The base of every config table: unknown keys refused, values frozen once validated (the
+    party, dealer, owner and coordinator configs and the consortium file of ``mpc-erm provision``)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
-class IdentityConfig(_Model):
+class IdentityConfig(ConfigModel):
     """This party's name (the CN/SAN of its certificate) and its TLS material."""
 
     name: Name
@@ -208,14 +218,14 @@ class IdentityConfig(_Model):
         return identity
 
 
-class PeerConfig(_Model):
+class PeerConfig(ConfigModel):
     """Another identity this party talks to, and where to reach it."""
 
     address: HostPort
     role: Literal["party", "dealer"]
 
 
-class DatasetConfig(_Model):
+class DatasetConfig(ConfigModel):
     """A data set this party offers, with its lifetime privacy budget (ε, δ).
 
     ``csv``/``libsvm``/``npz`` read ``path`` (``label`` names the csv label column; an npz may hold
@@ -347,7 +357,7 @@ class DatasetConfig(_Model):
         return self
 
 
-class PolicyConfig(_Model):
+class PolicyConfig(ConfigModel):
     """What this party accepts; checked for every job before the ledger is asked for budget."""
 
     allowed_coordinators: list[Name] = Field(min_length=1)
@@ -367,7 +377,7 @@ class PolicyConfig(_Model):
 
 
 # --- per-peer limits (rate limits of the control service and of the job workers' share transport)
-class LimitsConfig(_Model):
+class LimitsConfig(ConfigModel):
     """``[limits]``: per caller identity, on the control service, on the workers' share transport and
     on a job's owner intake; a caller over its rate gets RESOURCE_EXHAUSTED. The defaults are far
     above what jobs, coordinators and data owners use (mpc_erm.mpc.ratelimit, mpc_erm.mpc.callers)."""
@@ -381,7 +391,7 @@ class LimitsConfig(_Model):
     transport_max_message_bytes: int = Field(2 << 30, strict=True, ge=1 << 20)  # one tensor/object
 
 
-class _DaemonConfig(_Model):
+class _DaemonConfig(ConfigModel):
     """What every daemon (party or dealer) has: identity, addresses, state, peers, policy."""
 
     identity: IdentityConfig
@@ -412,7 +422,7 @@ class _DaemonConfig(_Model):
         if listen is None:
             raise ValueError("defaults to listen, which is missing or invalid")
         host, port = split_host_port(listen, allow_zero=True)
-        if host in _WILDCARD_HOSTS:
+        if host in WILDCARD_HOSTS:
             raise ValueError(f"required when listen ({listen!r}) binds a wildcard address: "
                              "peers need an address to dial")
         if port == 0:
@@ -432,7 +442,7 @@ class _DaemonConfig(_Model):
         return self
 
 
-class ModelPluginConfig(_Model):
+class ModelPluginConfig(ConfigModel):
     """A network architecture installed at this party: ``entry_point`` is "package.module:function",
     the function building a torch.nn.Module from the job's NetworkSpec. A job pins the sha256 of the
     module's source (``mpc-erm model digest ENTRY_POINT``); a different source here refuses the job."""
@@ -440,8 +450,8 @@ class ModelPluginConfig(_Model):
     entry_point: str = Field(pattern=f"^{ENTRY_POINT}$")
 
 
-class OwnerConfig(_Model):
-    """A data owner's light process (``mpc-erm owner join``, issue 17): its identity (role
+class OwnerConfig(ConfigModel):
+    """A data owner's light process (``mpc-erm owner join``): its identity (role
     ``owner``), the compute parties' daemons it may send shares to, its data sets with their
     lifetime budgets (kept in its own ledger), and the largest ε it lets one job spend."""
 
@@ -536,7 +546,9 @@ def _reason(err: dict[str, Any]) -> str:
     return msg
 
 
-def _problems(exc: ValidationError) -> list[tuple[str, str]]:
+def validation_problems(exc: ValidationError) -> list[tuple[str, str]]:
+    """A pydantic error as (dotted field, reason) pairs, at most :data:`MAX_PROBLEMS` of them: the
+    lines of a :class:`ConfigError`."""
     out = []
     errors = exc.errors(include_url=False)
     for err in errors[:MAX_PROBLEMS]:
@@ -576,7 +588,7 @@ def load_model(path: str | os.PathLike[str], model: type[_C], *, context: dict[s
     try:
         return model.model_validate(raw, context={**(context or {}), "base_dir": p.absolute().parent})
     except ValidationError as e:
-        raise ConfigError(p, _problems(e)) from None
+        raise ConfigError(p, validation_problems(e)) from None
     except RecursionError:  # tomllib nests ~1000 deep; pydantic gives up earlier on some shapes
         raise ConfigError(p, [("", "tables or arrays nested too deeply")]) from None
 

@@ -70,8 +70,8 @@ import grpc
 
 from mpc_erm.jobs.status import BUDGET_RELEASED, BUDGET_SPENT, refusal_of
 from mpc_erm.mpc import pki, tls
-from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
 from mpc_erm.mpc.callers import CallerPolicy
+from mpc_erm.mpc.party_api import party_pb2_grpc as pb_grpc
 from mpc_erm.privacy.plan import PlanError, PrivacyPlan, plan_job
 
 from .admission import JOB_ID_RE, MAX_JOB_TOML_BYTES, Admitted, Refused, admit, check_caller, check_request

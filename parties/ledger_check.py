@@ -25,7 +25,7 @@ anything and refuses to start; ``budget show`` refuses to print. Nothing is repa
 One thing is repaired first, with a log line: a *torn tail* of the audit log (a final line without
 its newline or not JSON, what a crash or a full disk in the middle of an append leaves) is moved
 aside to ``audit.jsonl.torn-<UTC time>`` (:func:`parties.audit.repair_tail`), so that a party
-whose disk filled up mid-job serves again once space is freed (issue 14 item 1). The ledger was
+whose disk filled up mid-job serves again once space is freed. The ledger was
 marked before any record was appended, so dropping a torn record never makes the ledger hold less
 than the log. A torn line anywhere before the last one is damage, and still refused.
 

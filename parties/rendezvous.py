@@ -34,8 +34,8 @@ from typing import Any
 import grpc
 
 from mpc_erm.mpc import tls
-from mpc_erm.mpc._proto import party_pb2 as pb
-from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
+from mpc_erm.mpc.party_api import party_pb2 as pb
+from mpc_erm.mpc.party_api import party_pb2_grpc as pb_grpc
 from mpc_erm.mpc.pki import Identity
 
 from .admission import JOB_ID_RE

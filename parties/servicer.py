@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 import grpc
 
 from mpc_erm.mpc import tls
-from mpc_erm.mpc._proto import party_pb2 as pb
-from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
+from mpc_erm.mpc.party_api import party_pb2 as pb
+from mpc_erm.mpc.party_api import party_pb2_grpc as pb_grpc
 
 from .admission import Refused
 from .config import DaemonConfig

@@ -9,7 +9,7 @@ the budget reservation):
 4. **agree** (:mod:`parties.session`): every member all-gathers (job digest, feature schema, row
    count) and aborts unless all digests and schemas are identical — the row counts are the public
    weights n_j/n;
-5. plan the job once (:func:`~mpc_erm.protocols.common.plan_job` with the agreed sizes) and realise
+5. plan the job once (:func:`~mpc_erm.privacy.plan.plan_job` with the agreed sizes) and realise
    its noise for the exact mechanism sampled inside the MPC (:mod:`mpc_erm.mpc.noise`);
 6. the job's run (:mod:`mpc_erm.runs`: one class per job kind), driven by the party's reveal guard
    (:func:`parties.spend.party_guard`: check, then the ledger's mark and the audit charge, then the
@@ -168,7 +168,7 @@ def run_party_job(ctx: WorkerContext) -> dict[str, object]:
         # randomness (CrypTen's shared generators, the dealer's per-party streams) is drawn by
         # torch generators whose CPU and CUDA streams differ for one seed, so parties on different
         # devices would draw different "common" values; and the sampler is bound by bytes, not
-        # arithmetic (docs: "Noise sampled inside the MPC": CUDA gains nothing there).
+        # arithmetic (docs/how-to/gpu.md, "Why the MPC stays on the CPU": CUDA gains nothing there).
         pool = InMpcNoise(device="cpu")
         agg = MpcAggregator(ZeroNoise() if no_noise else pool, allow_test_only=no_noise)
         ctx.emit({"phase": "agreed", "message": (f"n = {sum(counts)} rows over {len(counts)} parties" if counts

@@ -1,5 +1,6 @@
 """Project-wide test hooks: the ``data`` marker (pyproject: "needs ../shared/data") skips, with
-the reason, wherever the real data sets are absent; ``data_dir`` is their root."""
+the reason, wherever the real data sets are absent; ``data_dir`` is their root. Under pytest-xdist
+the longest files are handed out first (see :data:`FILE_SECONDS`)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,63 @@ _ROOT = data_root_or_none()
 _SKIP_REASON = f"real data sets absent: set $MPC_ERM_DATA or provide {_repo_default_root()}"
 
 
+#: About how long each of the longest files of the default suite takes on the 2-core CI machine
+#: (seconds: setup + call + teardown of its tests, from ``--durations=0``). With ``--dist loadfile``
+#: (``make test``) a file runs whole on one worker, and the workers take the files in the order
+#: collected; these are put first, longest first, so that no long file starts near the end while
+#: the other worker runs out of work (the wall time is then about the sum over the workers). Only
+#: the order depends on these figures, never what runs: a stale one costs balance, nothing else.
+FILE_SECONDS = {
+    "tests/parties/test_owner_faults.py": 170,
+    "tests/reliability/test_owner_leaks.py": 110,
+    "tests/parties/test_owner_jobs.py": 105,
+    "tests/simulate/test_cli.py": 105,
+    "tests/test_bench_cli.py": 105,
+    "tests/coordinator/test_walkthrough.py": 100,
+    "tests/parties/test_serve_errors.py": 85,
+    "tests/parties/test_end_to_end.py": 80,
+    "tests/reliability/test_faults.py": 80,
+    "tests/coordinator/test_dry_run_gate.py": 70,
+    "tests/reliability/test_disk_full.py": 65,
+    "tests/reliability/test_error_boundary.py": 65,
+    "tests/reliability/test_leaks.py": 65,
+    "tests/reliability/test_two_phase_admission.py": 60,
+    "tests/protocols/test_fedls.py": 50,
+    "tests/reliability/test_network_faults.py": 50,
+    "tests/parties/test_worker.py": 50,
+    "tests/parties/test_network_daemons.py": 45,
+    "tests/reliability/test_concurrency.py": 40,
+    "tests/parties/test_schema_jobs.py": 35,
+    "tests/parties/test_multihost.py": 30,
+    "tests/parties/test_regression_job.py": 30,
+    "tests/mpc/test_crypten_compat.py": 30,
+    "tests/mpc/test_owner_intake.py": 25,
+    "tests/privacy/test_uniform_owner_sampling.py": 25,
+    "tests/mpc/test_samplers.py": 25,
+    "tests/reliability/test_worker_stall.py": 20,
+    "tests/simulate/test_simulator.py": 20,
+    "tests/parties/test_readiness.py": 20,
+    "tests/test_bench_owner_processes.py": 20,
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``--dist loadfile`` hands out the files in the collected order (:data:`FILE_SECONDS`), not
+    xdist's default of the files with the most tests first (that put the long end-to-end files,
+    one or two tests each, last)."""
+    if config.getoption("dist", "no") == "loadfile" and not hasattr(config, "workerinput"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip every @pytest.mark.data test, with the reason, when shared/data is missing."""
+    """Skip every @pytest.mark.data test, with the reason, when shared/data is missing; at an xdist
+    worker, order the files longest first (:data:`FILE_SECONDS`; the others keep their order)."""
+    if hasattr(config, "workerinput"):
+        def file_of(item: pytest.Item) -> str:
+            return item.nodeid.split("::", 1)[0]
+
+        first = {f: i for i, f in enumerate(dict.fromkeys(map(file_of, items)))}
+        items.sort(key=lambda item: (-FILE_SECONDS.get(file_of(item), 0), first[file_of(item)]))
     if _ROOT is not None:
         return
     skip = pytest.mark.skip(reason=_SKIP_REASON)

@@ -87,16 +87,16 @@ def test_tiny_aggregate_run() -> None:
 
 
 def test_the_readme_table_of_daemon_runs_is_the_json_s() -> None:
-    """The README's tables of DP-Fed-LS cells through the daemons on this machine (uniform with the
+    """docs/how-to/benchmarks.md's tables of DP-Fed-LS cells through the daemons on this machine (uniform with the
     owners in 2 or in 8 processes, and Poisson) are what ``benchmarks.dp_fed_ls_daemons --table``
-    makes of the committed JSONs, line for line: a figure in the README cannot drift from the
+    makes of the committed JSONs, line for line: a figure in docs/how-to/benchmarks.md cannot drift from the
     measurement."""
     from pathlib import Path
 
     from benchmarks.dp_fed_ls_daemons import cell_table, markdown_table
 
     root = Path(__file__).resolve().parents[1]
-    readme = (root / "README.md").read_text().splitlines()
+    readme = (root / "docs" / "how-to" / "benchmarks.md").read_text().splitlines()  # the benchmarks how-to page
     for name in ("uniform_cpu", "uniform_cpu_procs8", "poisson_cpu"):
         rows = json.loads((root / f"benchmarks/results/dp_fed_ls_daemons_{name}.json").read_text())["rows"]
         for made in (markdown_table(rows), cell_table(rows)):
@@ -133,7 +133,7 @@ def test_append_keeps_rows_only_of_the_same_setting(tmp_path: pathlib.Path) -> N
     """``dp_fed_ls_daemons --append`` adds rows to a result file whose one description ("what")
     must hold for all of them: a run of another setting (owners, sampling, processes, …) into
     that file is refused before anything runs, and the file is left as it was. The committed
-    file is the uniform setting its README command appends to (--owner-procs 2)."""
+    file is the uniform setting its documented command (docs/how-to/benchmarks.md) appends to (--owner-procs 2)."""
     from pathlib import Path
 
     from benchmarks import dp_fed_ls_daemons as bench

@@ -19,7 +19,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
 from mpc_erm.mpc import pki
-from parties.config import _name as _config_name
+from parties.config import check_name as _config_name
 
 _DIR = click.option(
     "--dir", "dir_", required=True, type=click.Path(file_okay=False, path_type=Path),

@@ -40,7 +40,7 @@ def check_dataset(ds_id: str, cfg: Any) -> dict[str, Any]:
     if schema is None:
         out["schema"] = None
         out["note"] = ("no schema: rows are used as they are, only clipped into the unit ball; a schema file "
-                       "(docs/data-schema.md) makes the scaling, labels and encoding public and identical")
+                       "(docs/how-to/write-a-schema.md) makes the scaling, labels and encoding public and identical")
         return out
     frame = read_table(cfg.path, max_bytes=cfg.max_bytes)
     ds = schema.dataset(frame, str(cfg.path), name=ds_id)

@@ -89,8 +89,8 @@ def _print_summary(result: dict) -> None:
         t.add_row(s["convention"], s["method"], "—" if eps is None else f"{eps:g}",
                   f"{s['optimality_gap_mean']:.2e}", f"{s['test_score_mean']:.4f}", f"{s['seconds_mean']:.1f}")
     Console().print(t)
-    click.echo("exact: the product's calibration; thesis: the thesis's formulas as printed (see README). "
-               "rajkumar_agarwal spends ε per round.")
+    click.echo("exact: the product's calibration; thesis: the thesis's formulas as printed "
+               "(see docs/explanation/privacy-arithmetic.md). rajkumar_agarwal spends ε per round.")
 
 
 @simulate.command("table-6-1")

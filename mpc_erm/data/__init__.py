@@ -1,6 +1,6 @@
 """Data layer: validated Datasets, loaders, unit-ball preprocessing, real sets, partitioners.
 
-Everything that leaves this package satisfies docs/CONTRACTS.md: float64 X, labels in the
+Everything that leaves this package satisfies docs/explanation/contracts.md: float64 X, labels in the
 task's domain, and -- after ``preprocess`` or any ``sets.load_*`` -- every row in the unit ball.
 """
 

@@ -1,7 +1,7 @@
 """The in-memory data set every other layer consumes, and the one error type of the data layer.
 
 A ``Dataset`` is validated once, when it is built, so that models, privacy calibration and the
-protocols can rely on the conventions of docs/CONTRACTS.md (float64 features, labels in the
+protocols can rely on the conventions of docs/explanation/contracts.md (float64 features, labels in the
 task's domain) without re-checking them.  Whether rows lie in the unit ball is *reported*
 (``is_unit_ball``) rather than enforced, because raw loaders legitimately produce unscaled data
 that ``preprocess`` then maps into the ball.

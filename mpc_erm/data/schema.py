@@ -10,7 +10,7 @@ applied by the daemon itself before any gradient is taken. A schema is that agre
 (``job.schema_sha256``). A model bundle carries the schema, so ``predict`` applies the same
 mapping to new rows.
 
-A schema file (TOML; the full reference is docs/data-schema.md)::
+A schema file (TOML; the full reference is docs/how-to/write-a-schema.md)::
 
     intercept = true                 # a constant feature 1 (the model's bias)
     missing = "error"                # or "drop" (leave the row out) or "fill" (each column's `fill`)
@@ -56,6 +56,7 @@ import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .dataset import DataError, Dataset, Task
+from .files import DEFAULT_MAX_BYTES, check_file, check_size, open_limited
 from .preprocess import (
     CategoricalColumn,
     NumericColumn,
@@ -421,14 +422,12 @@ def read_table(path: str | os.PathLike[str], *, max_bytes: int | None = None,
 
     Every cell is read as a string: the schema decides what is numeric, so a ZIP code or a
     category "1" keeps its spelling, and numbers are parsed (with the row named) by the schema."""
-    from .loaders import DEFAULT_MAX_BYTES, _check_file, _check_size, _open_limited
-
-    p = _check_file(path)
+    p = check_file(path)
     limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
     if p.stat().st_size == 0:
         raise DataError(f"{p}: file is empty")
-    _check_size(p, limit)
-    with _open_limited(p, limit) as stream:
+    check_size(p, limit)
+    with open_limited(p, limit) as stream:
         try:
             frame = pd.read_csv(stream, dtype=str, keep_default_na=False, skipinitialspace=True,
                                 usecols=(lambda c: str(c).strip() in set(columns)) if columns is not None else None,

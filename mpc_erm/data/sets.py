@@ -43,7 +43,8 @@ import numpy as np
 import pandas as pd
 
 from .dataset import DataError, Dataset
-from .loaders import is_gzip, read_idx_file
+from .files import is_gzip
+from .images import read_idx_file
 from .preprocess import (
     Preprocessor,
     RowNorm,
@@ -98,7 +99,9 @@ def data_root_or_none(root: str | os.PathLike[str] | None = None) -> Path | None
         return None
 
 
-def _data_file(root: Path, rel: str) -> Path:
+def data_file(root: Path, rel: str) -> Path:
+    """The file ``rel`` of a set under the data root ``root`` (:func:`data_root`), or a DataError
+    naming where it was looked for."""
     p = root / rel
     if not p.is_file():
         raise DataError(f"{p}: data file not found under data root {root}")
@@ -210,7 +213,7 @@ def load_adult(root: str | os.PathLike[str] | None = None, n_train: int | None =
     # The bundled copy only when nobody named a data root (a wrong $MPC_ERM_DATA stays an error).
     explicit = root is not None or bool(os.environ.get(ENV_DATA))
     r = data_root(root) if explicit else (data_root_or_none() or BUNDLED_DATA)
-    ptr, pte = _data_file(r, "adult/adult.data.gz"), _data_file(r, "adult/adult.test.gz")
+    ptr, pte = data_file(r, "adult/adult.data.gz"), data_file(r, "adult/adult.test.gz")
     tr, te = _read_adult(ptr, 0), _read_adult(pte, 1)  # adult.test opens with '|1x3 Cross...'
     if missing == "drop":
         tr, te = tr.dropna().reset_index(drop=True), te.dropna().reset_index(drop=True)
@@ -322,7 +325,7 @@ def load_kddcup99(root: str | os.PathLike[str] | None = None, n_train: int = 50_
     if flags not in ("onehot", "numeric"):
         raise DataError(f"load_kddcup99: flags must be 'onehot' or 'numeric', got {flags!r}")
     r = data_root(root)
-    path = _data_file(r, "kddcup99/kddcup.data_10_percent.gz")
+    path = data_file(r, "kddcup99/kddcup.data_10_percent.gz")
     for arg, v in (("n_train", n_train), ("n_test", n_test)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise DataError(f"load_kddcup99: {arg} must be a positive integer, got {v!r}")
@@ -376,8 +379,8 @@ def load_mnist(root: str | os.PathLike[str] | None = None, flatten: bool = True,
     r = data_root(root)
     out: list[tuple[np.ndarray, np.ndarray, Path]] = []
     for split in ("train", "t10k"):
-        pi = _data_file(r, f"mnist/{split}-images-idx3-ubyte.gz")
-        pl = _data_file(r, f"mnist/{split}-labels-idx1-ubyte.gz")
+        pi = data_file(r, f"mnist/{split}-images-idx3-ubyte.gz")
+        pl = data_file(r, f"mnist/{split}-labels-idx1-ubyte.gz")
         img, lab = read_idx(pi), read_idx(pl)
         if img.ndim != 3 or lab.ndim != 1 or img.shape[0] != lab.shape[0]:
             raise DataError(f"{pi}: images {img.shape} do not match labels {lab.shape} in {pl}")
@@ -445,7 +448,7 @@ def load_communities_crime(root: str | os.PathLike[str] | None = None, *,
     [-1, 1]; test values beyond it are clipped.  Split: deterministic, ``test_fraction`` held out.
     """
     r = data_root(root)
-    path = _data_file(r, "communities_crime/CommViolPredUnnormalizedData.txt.gz")
+    path = data_file(r, "communities_crime/CommViolPredUnnormalizedData.txt.gz")
     df = pd.read_csv(path, na_values=["?"], compression="gzip" if is_gzip(path) else None)
     if target not in COMMUNITIES_TARGETS:
         raise DataError(f"{path}: target {target!r} is not one of the candidate targets "
@@ -484,7 +487,7 @@ def load_california_housing(root: str | os.PathLike[str] | None = None, *,
     (a public bound, not fitted).  Deterministic ``test_fraction`` split.
     """
     r = data_root(root)
-    path = _data_file(r, "california_housing/cal_housing.csv.gz")
+    path = data_file(r, "california_housing/cal_housing.csv.gz")
     df = pd.read_csv(path, compression="gzip" if is_gzip(path) else None)
     miss = [c for c in (*CAL_FEATURES, "median_house_value") if c not in df.columns]
     if miss:

@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from mpc_erm.mpc.pki import validate_name
+from mpc_erm.identity_names import validate_name
 from mpc_erm.spec import FEDERATED_TRAINING_FIELDS, NETWORK_MODEL_FIELDS, NETWORK_TRAINING_FIELDS, JobSpec
 
 from .toml_reader import (
@@ -53,7 +53,7 @@ __all__ = ["MAX_JOB_FILE_BYTES", "MAX_PARTIES", "MIN_PARTIES", "Device", "JobFil
 Trust = Literal["dealer", "replicated"]
 Device = Literal["cpu", "cuda", "auto"]
 MIN_PARTIES, MAX_PARTIES = 2, 16
-#: A job with data owners names them all (issue 17: the thesis runs up to 50,000).
+#: A job with data owners names them all (the thesis's experiments run up to 50,000).
 MAX_OWNERS = 100_000
 #: A job file is a few hundred bytes, but its owner list may hold MAX_OWNERS names of up to 64
 #: characters (about 6.7 MB); anything over this is refused before it is read (the daemon has the
@@ -115,7 +115,7 @@ class JobTable(BaseModel):
     # Tests only: the aggregate gets NO noise (to compare daemons with the simulator bit for bit).
     # Every party refuses such a job unless its policy sets allow_test_only.
     test_no_noise: bool = False
-    # Many data owners (docs/architecture.md §2): ``parties`` are then the compute parties, which
+    # Many data owners (docs/explanation/architecture.md §2): ``parties`` are then the compute parties, which
     # hold no rows; each owner (a certificate with role "owner") sends shares of its contribution.
     owners: tuple[Identity, ...] = ()
     features: int | None = None  # with owners: the public feature count of every owner's rows

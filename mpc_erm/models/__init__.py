@@ -1,7 +1,7 @@
 """Models layer: losses with their Lipschitz/smoothness constants, the regularised objective,
 per-example gradients (closed form and torch.func), clipping, and certified exact solvers.
 
-Conventions (docs/CONTRACTS.md): torch.float64, rows ||x|| <= 1, labels {-1,+1} / 0..K-1 /
+Conventions (docs/explanation/contracts.md): torch.float64, rows ||x|| <= 1, labels {-1,+1} / 0..K-1 /
 [-1, 1], theta flat with softmax laid out as nn.Linear(d, K, bias=False).weight.flatten().
 """
 

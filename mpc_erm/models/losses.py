@@ -2,7 +2,7 @@
 
 Every loss here is a loss of a *linear* model: the parameter vector ``theta`` (length p) is
 reshaped to ``W = theta.reshape(K_out, d)`` (``K_out = 1`` for binary/regression, ``K`` for
-softmax, i.e. ``nn.Linear(d, K, bias=False).weight`` flattened row-major, docs/CONTRACTS.md) and
+softmax, i.e. ``nn.Linear(d, K, bias=False).weight`` flattened row-major, docs/explanation/contracts.md) and
 the loss depends on ``theta`` only through the scores ``z = W x`` (length ``K_out``).  So each
 concrete loss only supplies the scalar/vector *link* ``phi(z, y)`` and its first two derivatives
 in ``z``; gradients, Hessian-vector products and the batched solver (solvers.py) are written
@@ -94,7 +94,7 @@ class Loss(ABC):
 
     # ------------------------------------------------------------------ helpers
     def weight_matrix(self, theta: Tensor, d: int) -> Tensor:
-        """theta (..., p) -> W (..., K_out, d), the row-major layout of docs/CONTRACTS.md."""
+        """theta (..., p) -> W (..., K_out, d), the row-major layout of docs/explanation/contracts.md."""
         if theta.shape[-1] != self.param_dim(d):
             raise ValueError(
                 f"theta: last dimension {theta.shape[-1]} != param_dim({d}) = "

@@ -1,4 +1,4 @@
-"""The regularised ERM objective of docs/CONTRACTS.md: J(theta) = mean_i l_i(theta) + lam/2 ||theta||^2.
+"""The regularised ERM objective of docs/explanation/contracts.md: J(theta) = mean_i l_i(theta) + lam/2 ||theta||^2.
 
 With ``weights`` the mean is the weighted mean sum_i w_i l_i / sum_i w_i (how a party's rows are
 re-weighted, or how padded rows are masked out with w_i = 0).

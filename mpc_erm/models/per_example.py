@@ -1,6 +1,6 @@
 """Per-example gradients of any torch model via torch.func (functional_call + vmap(grad)).
 
-Gradient perturbation clips every example's gradient before the secure sum (docs/architecture.md §1), so a
+Gradient perturbation clips every example's gradient before the secure sum (docs/explanation/architecture.md §1), so a
 per-example gradient is needed for models other than the closed-form linear losses.  vmap over a
 single-example loss is the standard way to get them in one batched pass.
 

@@ -1,6 +1,6 @@
 """Exact local solvers for the lam-strongly-convex regularised ERM objectives, with a certificate.
 
-Output perturbation (docs/privacy.md §2) calibrates noise to the sensitivity 2G/(n lam) of the
+Output perturbation (docs/explanation/privacy.md §2) calibrates noise to the sensitivity 2G/(n lam) of the
 *exact* minimiser theta*.  A solver only returns an approximation, so it certifies its error:
 J is lam-strongly convex (convex loss + lam/2 ||theta||^2 + a linear term), hence
 

@@ -14,8 +14,8 @@ What one ``aggregate`` call does at party i (all parties call it in the same ord
    revealed sum is uniform and independent of every input and of the noise: if the count is not
    zero every party raises :class:`FixedPointRangeError` and what was revealed carries nothing.
    (A party refusing alone would leave the others waiting for a reveal until their deadline.
-   Until issue 15 the check was a message step of its own before the reveal: 2.1× the raw
-   all-reduce at d = 122.)
+   The check as a message step of its own before the reveal cost 2.1× the raw all-reduce at
+   d = 122.)
 3. Input sharing without a round: party i's share is ``enc(v_i) + Σ_{j≠i} ±PRG(k_ij, t)`` with one
    AES-256-CTR key per pair of parties (exchanged once, at construction) and the call counter t
    as nonce; the masks cancel in the sum. Why not ``crypten.cryptensor(src=i)``: its PRZS masks

@@ -22,7 +22,7 @@ Trust models (``trust=``):
 * ``"replicated"``: CrypTen's 3-party replicated sharing (honest majority) hardened with
   :func:`~mpc_erm.mpc.dealer.harden_crypten_rss`, ``cfg.mpc.protocol = "replicated"``. Exactly 3
   parties, no dealer. Arithmetic products need no triples; the binary triples and B2A bits that
-  CrypTen 0.4.1 still asks its provider for (docs/crypten-findings.md item 3) come from
+  CrypTen 0.4.1 still asks its provider for (docs/explanation/crypten-findings.md item 3) come from
   :class:`~mpc_erm.mpc.rss_provider.ReplicatedProvider`, made by the three parties under RSS.
 * ``"tfp"``: CrypTen's default provider, party 0 generates every triple and could unmask every
   product. TESTS AND BENCHMARKS ONLY; its trust model says so.

@@ -71,7 +71,7 @@ LAPLACE_K = 56  # bits per coin: TV to the ideal Laplace ≈ 23·2^-56 per sampl
 # Bits per coin of the in-MPC Gaussian, cheapest first: realise() takes the first whose TV bound
 # fits the plan's sampler budget. Each 2 more bits cut the TV 4× (coins' error 2^-k and the
 # uncoined low bits of N, 2^-(k−4)) for ≈ 4 % more AND gates; 56 covers ≈ 2·10^7 samples per job
-# at ε = 1, δ = 1e-5, 62 ≈ 1.5·10^9 (docs/privacy.md §5).
+# at ε = 1, δ = 1e-5, 62 ≈ 1.5·10^9 (docs/explanation/privacy.md §5).
 GAUSSIAN_COIN_BITS = (56, 58, 60, 62)
 
 

@@ -41,9 +41,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+# the spelling of identity names lives below the PKI (the job file checks names without it); the
+# PKI's own names for it stay importable from here
+from ..identity_names import RESERVED_NAMES as RESERVED_NAMES
+from ..identity_names import validate_name
+
 log = logging.getLogger(__name__)
 
-Role = Literal["party", "dealer", "coordinator", "owner"]  # owner: a data owner of many (issue 17)
+Role = Literal["party", "dealer", "coordinator", "owner"]  # owner: one of a job's many data owners
 ROLES: tuple[str, ...] = get_args(Role)
 
 URI_SCHEME = "mpc-erm"
@@ -55,10 +60,7 @@ ANY_ROLE_LABEL = "id"
 CA_CERT_FILE = "ca.crt"
 CA_KEY_FILE = "ca.key"
 DEFAULT_HOSTS: tuple[str, ...] = ("localhost", "127.0.0.1", "::1")
-RESERVED_NAMES = frozenset({"ca"})
-"""``ca`` would collide with ``ca.crt``/``ca.key`` in the shared certificate directory."""
 
-_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _PLAIN_LABEL_RE = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _HOST_LABEL_RE = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 _CLOCK_SKEW = dt.timedelta(minutes=5)
@@ -101,19 +103,6 @@ class IdentityFiles(NamedTuple):
 
 
 # --------------------------------------------------------------------------- validation / naming
-
-
-def validate_name(name: object, field: str = "name") -> str:
-    """Names become file names and certificate fields: keep them to a safe, portable alphabet."""
-    if not isinstance(name, str):
-        raise ValueError(f"{field}: must be a string")
-    if not _NAME_RE.fullmatch(name):
-        raise ValueError(f"{field}: must be 1-64 characters from [A-Za-z0-9._-], got {name!r}")
-    if name.startswith("."):
-        raise ValueError(f"{field}: must not start with '.', got {name!r}")
-    if name.lower() in RESERVED_NAMES:
-        raise ValueError(f"{field}: {name!r} is reserved (it would collide with the CA's files)")
-    return name
 
 
 def validate_role(role: object, field: str = "role") -> Role:

@@ -2,7 +2,7 @@
 
 CrypTen 0.4.1's replicated protocol covers arithmetic products only; every binary AND (and so every
 comparison and the noise samplers' coins) and every B2A conversion still asks the tuple provider
-for binary triples and random bits (docs/crypten-findings.md #3). Without a dealer that provider
+for binary triples and random bits (docs/explanation/crypten-findings.md #3). Without a dealer that provider
 would be TFP, where party 0 sees everything. :class:`ReplicatedProvider` produces those tuples
 with ABY3's semi-honest 3-party protocols (Mohassel–Rindal, CCS 2018, §3.2 and §5.3), secure
 against any single corrupt party (honest majority), which is exactly the RSS trust model.
@@ -16,8 +16,8 @@ pairwise Mersenne twisters, which are not cryptographic PRGs and cost 2–4× mo
   none holds a third — a replicated sharing made without sending anything (ABY3 §2.2, shared
   random values); b likewise. Party i keeps z_i = a_i b_i ⊕ a_i b_{i-1} ⊕ a_{i-1} b_i ⊕ α_i with α
   a pseudo-random XOR sharing of zero; ⊕_i z_i = (⊕a_i)(⊕b_i), the three cross pairs once each.
-  The zero sharing is what stops z_i from revealing a cross term. (Until issue 15 each party drew
-  a_i, b_i locally and sent them to its neighbour: 2 words per AND word, more than the opening.)
+  The zero sharing is what stops z_i from revealing a cross term. (Drawing a_i, b_i locally and
+  sending them to the neighbour would cost 2 words per AND word, more than the opening.)
 - **B2A bit** (the same random bit r as an arithmetic and a binary sharing), one message of one
   word per bit from one party to one other (:func:`_random_bits`): r = c_0 ⊕ c_1 ⊕ c_2 with c_i
   drawn from the stream of the pair (i, i+1), so party i knows c_i and c_{i−1}, not c_{i+1}.
@@ -27,8 +27,8 @@ pairwise Mersenne twisters, which are not cryptographic PRGs and cost 2–4× mo
   which sum to r. B sees u under a uniform mask, C and A see nothing. Both sharings are then
   re-randomised with zero sharings (a share sent on later, e.g. in a Beaver opening, must not show
   a neighbour what it already half knows). The three roles rotate over thirds of the bits, so
-  every party sends the same bytes. (Until issue 15's last step: two hardened RSS products, four
-  replicated 64-bit words per bit per party: 55 % of the replicated sampler's bytes.)
+  every party sends the same bytes. (Two hardened RSS products instead send four replicated
+  64-bit words per bit per party: 55 % of the replicated sampler's bytes.)
 - **native ANDs** (:meth:`ReplicatedProvider.and_shares`, :meth:`~ReplicatedProvider.and_random`):
   the samplers ask for these when the provider has them, instead of a Beaver AND. Party i sends
   its XOR shares x_i, y_i to party i+1 only, then holds z_i = x_i y_i ⊕ x_i y_{i−1} ⊕ x_{i−1} y_i ⊕

@@ -1,7 +1,7 @@
 """mpc_erm.privacy: sensitivities, noise calibration, accountants, samplers and reports.
 
-Everything numeric a privacy claim rests on lives here (docs/privacy.md); each module cites the
-paper section its formula comes from (recorded in docs/papers.md), and ``tests/privacy`` checks
+Everything numeric a privacy claim rests on lives here (docs/explanation/privacy.md); each module cites the
+paper section its formula comes from (recorded in docs/explanation/papers.md), and ``tests/privacy`` checks
 each one against an independent computation or a published number.
 
 - :mod:`.sensitivity`  ℓ2/ℓ1 sensitivities of the aggregated model and gradient

@@ -1,7 +1,7 @@
 """Argument validation shared by the privacy modules.
 
 Every error is a ``ValueError`` whose message starts with the argument's name, so that a caller
-(CLI, job spec, protocol) can point at the field at fault (docs/CONTRACTS.md, "Errors").
+(CLI, job spec, protocol) can point at the field at fault (docs/explanation/contracts.md, "Errors").
 That holds for wrong *types* too (hence the ``noqa: TRY004``): one exception class to catch.
 """
 

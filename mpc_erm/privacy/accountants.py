@@ -9,7 +9,7 @@
   q < 1 (the CLT approximation of subsampled GDP is not an upper bound).
 - ``"zcdp"``: the thesis route (:mod:`.zcdp`), full batch only.
 
-docs/privacy.md §4: the subsampled Gaussian is never hand-written here; it is ``dp_accounting``'s.
+docs/explanation/privacy.md §4: the subsampled Gaussian is never hand-written here; it is ``dp_accounting``'s.
 
 Noise-multiplier convention (read this before passing numbers in): ``z = σ/Δ`` where σ is the
 noise std added to the aggregate and Δ is the ℓ2-sensitivity of the *unsampled* aggregate under
@@ -35,24 +35,23 @@ the per-record contribution bound C, for ``"replace"`` Δ = 2C.
     Accounted as ``SampledWithoutReplacementDpEvent(N, s, GaussianDpEvent(z))`` under
     ``REPLACE_ONE`` (Wang–Balle–Kasiviswanathan 2019, Thm 27; fractional orders by their
     Cor. 10), RDP only; the continuous and the in-MPC discrete Gaussian alike
-    (:func:`wor_gaussian_curve`).
+    (:func:`~.subsampled.wor_gaussian_curve`, re-exported here).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from typing import Literal
 
 import dp_accounting
-import numpy as np
 from dp_accounting.pld import PLDAccountant
-from dp_accounting.rdp import RdpAccountant
+from dp_accounting.rdp.rdp_privacy_accountant import compute_delta, compute_epsilon
 
 from . import _checks
 from .events import wor_sample_size
 from .gaussian import gdp_delta, gdp_epsilon, gdp_mu
+from .subsampled import RDP_ORDERS, discrete_gaussian_curve, poisson_gaussian_curve, wor_gaussian_curve
 from .zcdp import zcdp_epsilon, zcdp_rho_for
 
 AccountantName = Literal["rdp", "pld", "gdp", "zcdp"]
@@ -92,41 +91,7 @@ def gaussian_rounds_event(
     return dp_accounting.SelfComposedDpEvent(ev, t), _NR.REPLACE_ONE
 
 
-@functools.lru_cache(maxsize=256)
-def wor_gaussian_curve(noise_multiplier: float, population: int, sample_size: int) -> np.ndarray:
-    """One release's RDP on :data:`~.subsampled.RDP_ORDERS`: the Gaussian (z relative to the
-    replace-one shift) on ``sample_size`` of ``population`` slots drawn without replacement —
-    dp_accounting's ``SampledWithoutReplacementDpEvent`` under ``REPLACE_ONE``. Cached (each
-    costs ~0.15 s; calibration and the ledger ask often). Read-only: callers scale a copy.
-
-    Valid for the in-MPC discrete Gaussian too: the bound (WBK 2019 Thm 27) reads the base
-    mechanism through its RDP curve α/(2z²) and, in its sharper terms, its ternary
-    |χ|^j-divergences at integer j, both made of the moments E_q[(p/q)^a·(r/q)^b] at integer
-    a, b; at integer shifts the discrete Gaussian's moments equal the continuous one's (the
-    shifted lattice sum is the unshifted one; CKS 2020 Prop. 5 is the case b = 0). Fractional
-    orders interpolate the CGF, which is convex for any mechanism (WBK Cor. 10).
-
-    On :data:`~.subsampled.LARGE_ORDERS` (dp_accounting's sum costs ~26 s a curve there) the curve
-    is the unsampled Gaussian's α/(2z²): sampling never increases a Rényi divergence (each side
-    is a mixture over the same draws, and Rényi divergence is jointly quasi-convex: van Erven &
-    Harremoës 2014, Thm 13), so it bounds the sampled one, crediting no amplification at orders
-    that matter only for ε ≲ log(1/δ)/1,000."""
-    from .subsampled import DP_ACCOUNTING_ORDERS, unsampled_large_orders
-
-    acc = RdpAccountant(orders=DP_ACCOUNTING_ORDERS, neighboring_relation=_NR.REPLACE_ONE)
-    acc.compose(dp_accounting.SampledWithoutReplacementDpEvent(
-        population, sample_size, dp_accounting.GaussianDpEvent(noise_multiplier)))
-    ours = np.asarray(acc._rdp, dtype=np.float64)  # dp_accounting keeps the curve in _rdp
-    curve = np.concatenate([ours, unsampled_large_orders(noise_multiplier)])
-    curve.flags.writeable = False
-    return curve
-
-
 def _wor_epsilon(z: float, t: int, delta: float, q: float, population: int) -> float:
-    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
-
-    from .subsampled import RDP_ORDERS
-
     curve = wor_gaussian_curve(z, population, wor_sample_size(population, q))
     return float(compute_epsilon(RDP_ORDERS, t * curve, delta)[0])
 
@@ -189,20 +154,12 @@ def epsilon_for(
     if discrete and q < 1.0:
         if acc != "rdp":
             raise ValueError(f"accountant {acc!r}: subsampled rounds of the discrete Gaussian are accounted by 'rdp'")
-        from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
-
-        from .subsampled import RDP_ORDERS, discrete_gaussian_curve
-
         return float(compute_epsilon(RDP_ORDERS, t * discrete_gaussian_curve(q, z), dl)[0])
     if acc == "gdp":
         return gdp_epsilon(math.sqrt(t) / z, dl)
     if acc == "zcdp":
         return zcdp_epsilon(t / (2.0 * z * z), dl)
     if acc == "rdp":
-        from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
-
-        from .subsampled import RDP_ORDERS, poisson_gaussian_curve
-
         return float(compute_epsilon(RDP_ORDERS, t * poisson_gaussian_curve(q, z), dl)[0])
     return float(_pld(z, t, q, adj, pld_discretization).get_epsilon(dl))
 
@@ -230,10 +187,6 @@ def delta_for(
             return 1.0
         return min(1.0, math.exp(-((eps - rho) ** 2) / (4.0 * rho)))
     if acc == "rdp":
-        from dp_accounting.rdp.rdp_privacy_accountant import compute_delta
-
-        from .subsampled import RDP_ORDERS, poisson_gaussian_curve
-
         return float(compute_delta(RDP_ORDERS, t * poisson_gaussian_curve(q, z), eps)[0])
     return float(_pld(z, t, q, adj, pld_discretization).get_delta(eps))
 

@@ -1,4 +1,4 @@
-"""Sensitivity + budget → noise (docs/privacy.md §2-4), for releases outside a job's plan: the
+"""Sensitivity + budget → noise (docs/explanation/privacy.md §2-4), for releases outside a job's plan: the
 simulator's baselines (local DP-GD, local output perturbation, Table 6.1) and an independent check
 of the plan's σ in the tests. A job's own noise is its :class:`~.plan.PrivacyPlan`'s.
 

@@ -1,7 +1,7 @@
 """Privacy amplification by iteration via contraction coefficients (paper 004, Asoodeh–Diaz–
-Calmon; docs/papers.md §004).
+Calmon; docs/explanation/papers.md §004).
 
-Setting (docs/papers.md §004.5): projected noisy SGD (PNSGD) over a compact convex set 𝕂 of diameter D,
+Setting (docs/explanation/papers.md §004.5): projected noisy SGD (PNSGD) over a compact convex set 𝕂 of diameter D,
 one pass in a fixed order, record i used at step i of n, update
 Y_{t+1} = Π_𝕂(Y_t − η[∇ℓ(Y_t, x_{t+1}) + Z_{t+1}]), and ONLY the final iterate is released.
 The loss is L-Lipschitz, β-smooth and ρ-strongly convex (0 ≤ ρ ≤ β) and η < 2/(β+ρ), so the
@@ -12,7 +12,7 @@ All guarantees are "(ε, δ)-DP for the i-th input" (replace-one adjacency at po
 θ_γ(r) = Q(log γ/r − r/2) − γ·Q(log γ/r + r/2) (Definition 1, eq. 10) is the hockey-stick
 divergence of two unit Gaussians at distance r, i.e. the δ(ε = log γ) of r-GDP:
 the same function as :func:`.gaussian.gdp_delta`, which is reused (one θ implementation,
-docs/papers.md §X).
+docs/explanation/papers.md §X).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def theta_gamma(gamma: float, r: float) -> float:
 def contraction_factor(eta: float, beta: float, rho: float = 0.0) -> float:
     """M = √(1 − 2ηβρ/(β+ρ)) of Lemma 4 (eq. 14), checking its hypotheses ρ ≤ β and
     η < 2/(β+ρ). The paper's Fig. 3 setting has ρ = 0.4 > β = 0.3, which no real loss satisfies
-    (docs/papers.md §004.9); it is refused here."""
+    (docs/explanation/papers.md §004.9); it is refused here."""
     e = _checks.positive("eta", eta)
     b = _checks.positive("beta", beta)
     r = _checks.nonnegative("rho", rho)
@@ -91,9 +91,9 @@ def pnsgd_gaussian_log_delta(
 ) -> float:
     """log δ of Theorem 4: log θ_{e^ε}(2L/σ) + (n − i)·log θ_{e^ε}(M·D/(η·σ)).
 
-    Parameters are those of docs/papers.md §004.7: L the Lipschitz constant, σ the std of the gradient
+    Parameters are those of docs/explanation/papers.md §004.7: L the Lipschitz constant, σ the std of the gradient
     noise Z (so the parameter-space noise is η·σ), η the step size, D the diameter of 𝕂, M from
-    :func:`contraction_factor`. Computed in log space (values like 1e-113 occur, docs/papers.md §004.11).
+    :func:`contraction_factor`. Computed in log space (values like 1e-113 occur, docs/explanation/papers.md §004.11).
     """
     eps = _checks.nonnegative("epsilon", epsilon)
     ii, nn = _check_record(i, n)
@@ -107,7 +107,7 @@ def pnsgd_gaussian_log_delta(
     gamma = math.exp(eps)
     first = log_theta_gamma(gamma, 2.0 * lip / s)
     k = nn - ii
-    if k == 0:  # 0**0 = 1 convention of docs/papers.md §004.6: the last record gets no amplification
+    if k == 0:  # 0**0 = 1 convention of docs/explanation/papers.md §004.6: the last record gets no amplification
         return first
     step = log_theta_gamma(gamma, m * dk / (e * s))
     if step == -math.inf or first == -math.inf:
@@ -120,15 +120,15 @@ def pnsgd_gaussian_delta(
 ) -> float:
     """δ = θ_{e^ε}(2L/σ)·θ_{e^ε}(M·D/(η·σ))^{n−i} — Theorem 4 of paper 004 (Gaussian PNSGD),
     (ε, δ)-DP for the i-th input for every ε ≥ 0. Independent of the dimension, but degrades
-    to no amplification when D ≫ η·σ (docs/papers.md §004.9 caveat)."""
+    to no amplification when D ≫ η·σ (docs/explanation/papers.md §004.9 caveat)."""
     return math.exp(pnsgd_gaussian_log_delta(epsilon, i, n, L, sigma, eta, diameter, M))
 
 
 def feldman_balle_kappa(i: int, n: int, L: float, sigma: float, M: float) -> float:
-    """κ of Proposition 1 (main-text version, docs/papers.md §004.8): PNSGD is (α, κα)-RDP for input i,
+    """κ of Proposition 1 (main-text version, docs/explanation/papers.md §004.8): PNSGD is (α, κα)-RDP for input i,
     κ = 2L²·M^{n−i+1}/((n−i)·σ²) for i < n and κ = 2L²/σ² for i = n.
 
-    The appendix's variants (no σ², a stray α) are typos (docs/papers.md §004.8); that section
+    The appendix's variants (no σ², a stray α) are typos (docs/explanation/papers.md §004.8); that section
     also flags as UNCLEAR whether Feldman et al.'s original has n−i+1 in the denominator. The
     paper's formula is used as written.
     """
@@ -178,7 +178,7 @@ def pnsgd_best_delta(
     epsilon: float, i: int, n: int, L: float, sigma: float, eta: float, diameter: float, M: float
 ) -> ContractionBound:
     """min(δ_Thm4, δ̃_Prop1) at ε: both are valid upper bounds for the same mechanism and input,
-    so the minimum is too (docs/papers.md §004.9: Thm 4 wins at small ε / late records, Prop. 1 at large ε
+    so the minimum is too (docs/explanation/papers.md §004.9: Thm 4 wins at small ε / late records, Prop. 1 at large ε
     or large diameter). Ties go to Theorem 4."""
     d4 = pnsgd_gaussian_delta(epsilon, i, n, L, sigma, eta, diameter, M)
     dp = feldman_balle_delta(epsilon, i, n, L, sigma, M)
@@ -200,7 +200,7 @@ def pnsgd_epsilon(
     """Smallest ε whose δ is ≤ ``delta`` under Theorem 4, Prop. 1, or their minimum.
 
     Both δ curves decrease in ε (E_γ decreases in γ), so ε_min = min(ε_Thm4, ε_Prop1). ε_Thm4
-    is 0 when the ε = 0 (total-variation) bound already meets the target (docs/papers.md §004.11).
+    is 0 when the ε = 0 (total-variation) bound already meets the target (docs/explanation/papers.md §004.11).
     """
     dl = _checks.probability_open("delta", delta)
     meth = _checks.choice("method", method, ("min", "theorem4", "feldman_balle"))
@@ -251,7 +251,7 @@ def pnsgd_random_stop_delta(
 
     ``tight=False``: eq. (16), θ(2L/σ)/(n·(1 − θ_c)) with θ_c = θ_{e^ε}(M·D/(ησ)), capped at 1.
     ``tight=True`` (default): the finite sum of the proof at the worst record i = 1,
-    θ(2L/σ)·(1 − θ_c^n)/(n·(1 − θ_c)) — never larger, and finite as θ_c → 1 (docs/papers.md §004.10).
+    θ(2L/σ)·(1 − θ_c^n)/(n·(1 − θ_c)) — never larger, and finite as θ_c → 1 (docs/explanation/papers.md §004.10).
     """
     eps = _checks.nonnegative("epsilon", epsilon)
     nn = _checks.positive_int("n", n)
@@ -280,7 +280,7 @@ def pnsgd_laplace_delta(
     epsilon: float, i: int, n: int, L: float, v: float, eta: float, a: float, b: float, M: float
 ) -> float:
     """δ of Theorem 3 (1-D Laplace PNSGD on 𝕂 = [a, b], noise Lap(scale v) times η):
-    [1 − e^{ε/2 − L/v}]₊ · [1 − e^{ε/2 − M(b−a)/(2ηv)}]₊^{n−i}, with 0⁰ = 1 at i = n (docs/papers.md
+    [1 − e^{ε/2 − L/v}]₊ · [1 − e^{ε/2 − M(b−a)/(2ηv)}]₊^{n−i}, with 0⁰ = 1 at i = n (docs/explanation/papers.md
     §004.6: the paper's "δ = 0 if ε ≥ min{…}" is wrong for i = n)."""
     eps = _checks.nonnegative("epsilon", epsilon)
     ii, nn = _check_record(i, n)

@@ -22,7 +22,7 @@ Events:
   adds zero), and z is relative to the replace-one shift of the sum (2𝓛 for updates of norm
   ≤ 𝓛): dp_accounting's RDP of ``SampledWithoutReplacementDpEvent`` under ``REPLACE_ONE``
   (Wang–Balle–Kasiviswanathan 2019, Thm 27; fractional orders by their Cor. 10), for the
-  continuous and the in-MPC discrete Gaussian alike (:func:`~.accountants.wor_gaussian_curve`).
+  continuous and the in-MPC discrete Gaussian alike (:func:`~.subsampled.wor_gaussian_curve`).
   Such an event holds unchanged under either adjacency (:meth:`GaussianRounds.under`).
 * :class:`PureDp` — ``rounds`` releases, each ε-DP (per-coordinate discrete Laplace with the ℓ1
   sensitivity). Composed either by summing ε or through the Rényi curve of binary randomized
@@ -333,8 +333,7 @@ def _rdp_curve(parts: tuple[_Part, ...]) -> Any:
     import numpy as np
     from dp_accounting.rdp import RdpAccountant
 
-    from .accountants import wor_gaussian_curve
-    from .subsampled import RDP_ORDERS, discrete_gaussian_curve, poisson_gaussian_curve
+    from .subsampled import RDP_ORDERS, discrete_gaussian_curve, poisson_gaussian_curve, wor_gaussian_curve
 
     full: list[Any] = []
     rdp = np.zeros(len(RDP_ORDERS))

@@ -7,9 +7,9 @@ between N(0,1) and N(μ,1) (Balle–Wang 2018, "analytic Gaussian mechanism"):
 
     δ(ε) = Φ(−ε/μ + μ/2) − e^ε·Φ(−ε/μ − μ/2)
 
-which is the function θ_{e^ε}(μ) of paper 004 (docs/papers.md §004.3, Definition 1) and the "exact
-alternative" of docs/papers.md §003.8. So T full-batch gradient steps are calibrated exactly, with no
-slack from an RDP/zCDP→(ε,δ) conversion (docs/privacy.md §4: ~20 % less noise than the thesis's zCDP
+which is the function θ_{e^ε}(μ) of paper 004 (docs/explanation/papers.md §004.3, Definition 1) and the "exact
+alternative" of docs/explanation/papers.md §003.8. So T full-batch gradient steps are calibrated exactly, with no
+slack from an RDP/zCDP→(ε,δ) conversion (docs/explanation/privacy.md §4: ~20 % less noise than the thesis's zCDP
 route). One implementation serves both uses; :mod:`.contraction` calls :func:`gdp_delta`.
 
 Numerics: δ is computed in log space with ``scipy.special.log_ndtr`` and a log-difference, so
@@ -114,7 +114,7 @@ def gdp_epsilon(mu: float, delta: float) -> float:
 def gdp_mu(epsilon: float, delta: float) -> float:
     """Largest μ such that a μ-GDP mechanism is (ε, δ)-DP.
 
-    δ(μ) is strictly increasing in μ (θ_γ is increasing, docs/papers.md §004.3), so the root is unique;
+    δ(μ) is strictly increasing in μ (θ_γ is increasing, docs/explanation/papers.md §004.3), so the root is unique;
     the result is rounded down so that ``gdp_delta(mu, epsilon) <= delta``.
     """
     eps = _checks.nonnegative("epsilon", epsilon)

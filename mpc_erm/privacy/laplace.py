@@ -15,7 +15,7 @@ Two mechanisms, both ε-DP, for a d-dimensional query f with sensitivity Δ:
 Comparison at equal ε with Δ₂ known: per-coordinate Laplace with Δ₁ = √d·Δ₂ has coordinate std
 √2·√d·Δ₂/ε, ℓ2-Laplace √(d+1)·Δ₂/ε — about √2 less noise, which is why the product offers it.
 
-Thesis note (docs/privacy.md §3, thesis Thm 6.3.1, Table 6.1): the thesis writes "Lap(Δ/ε)" with Δ
+Thesis note (docs/explanation/privacy.md §3, thesis Thm 6.3.1, Table 6.1): the thesis writes "Lap(Δ/ε)" with Δ
 an **ℓ2** sensitivity. Its proof bounds a ratio of exp(·‖θ‖) terms, i.e. it is the ℓ2-Laplace
 argument; but Table 6.1's "generated noise" std (1150e-3 for scale 800e-3 ≈ √2·scale) shows
 per-coordinate Laplace(Δ₂/ε) was sampled. That literal mechanism is NOT ε-DP: its worst-case
@@ -91,7 +91,7 @@ def l2_laplace_coordinate_std(dim: int, scale: float) -> float:
 
 def laplace_hockey_stick(epsilon: float, shift: float, scale: float) -> float:
     """E_{e^ε}(Lap(m₁, v) ‖ Lap(m₂, v)) = [1 − exp(ε/2 − |m₁ − m₂|/(2v))]₊ in one dimension
-    (paper 004, Lemma 1, docs/papers.md §004.3; also the δ(ε) curve of the 1-D Laplace mechanism)."""
+    (paper 004, Lemma 1, docs/explanation/papers.md §004.3; also the δ(ε) curve of the 1-D Laplace mechanism)."""
     eps = _checks.nonnegative("epsilon", epsilon)
     sh = _checks.nonnegative("shift", shift)
     v = _checks.positive("scale", scale)

@@ -3,7 +3,7 @@
 These draw the *ideal* continuous distributions in float64, seeded only through the caller's
 ``torch.Generator`` (so a simulation is reproducible from its seed). They are NOT the MPC
 sampler: the MPC engine samples inside CrypTen, and a float sampler carries no DP proof on its
-own grid (Mironov, CCS'12; docs/privacy.md §5, "The sampler is part of the mechanism"). Reports made
+own grid (Mironov, CCS'12; docs/explanation/privacy.md §5, "The sampler is part of the mechanism"). Reports made
 from simulator runs therefore state ``delta_sampler = 0.0`` for the ideal mechanism and a
 trusted, in-process trust model.
 

@@ -6,12 +6,12 @@ the weights and the sensitivity, the MPC engine realises the noise (grid, sample
 match the plan's noise multiplier exactly, the ledger reserves and composes the plan's
 :class:`~mpc_erm.privacy.events.DpEvent`, the report states the plan, and ``mpc-erm report
 verify`` recomputes ε from the report's event alone. Every caller plans a job through one
-function, :func:`mpc_erm.protocols.common.plan_job` (the job file's check, the daemon's admission,
+function, :func:`mpc_erm.privacy.plan.plan_job` (the job file's check, the daemon's admission,
 the worker, a data owner, the simulator, ``job plan``): the same public inputs give the same plan,
 and the ledger refuses to let a worker reveal under an event other than the one reserved at
 admission.
 
-**What is public** (docs/privacy.md, "What is public"):
+**What is public** (docs/explanation/privacy.md, "What is public"):
 
 * ``replace`` (one record replaced): the number of records is the same in neighbouring data sets,
   so every party's exact count n_j is shared with the other members at the job's agreement,

@@ -1,8 +1,8 @@
-"""The JSON privacy report attached to every result (docs/privacy.md §8: mechanism, σ, accountant,
+"""The JSON privacy report attached to every result (docs/explanation/privacy.md §8: mechanism, σ, accountant,
 ε, δ incl. the sampler term, parties, n, trust model).
 
 ``delta_sampler`` is the extra δ charged for deviations of the actual sampler from the ideal
-distribution (truncation, grid holes; docs/privacy.md §5). The plaintext simulator samples the ideal
+distribution (truncation, grid holes; docs/explanation/privacy.md §5). The plaintext simulator samples the ideal
 float64 distribution and reports 0.0 with a note saying so; the MPC engine must fill in its
 measured/bounded term. ``delta_total`` = ``delta`` + ``delta_sampler`` is the guarantee.
 """

@@ -1,6 +1,6 @@
-"""ℓ2 (and ℓ1) sensitivities of the two aggregates the MPC perturbs (docs/privacy.md §2).
+"""ℓ2 (and ℓ1) sensitivities of the two aggregates the MPC perturbs (docs/explanation/privacy.md §2).
 
-Setting (docs/CONTRACTS.md, thesis ch. 6): m parties, party j holds n_j records, n = Σ n_j.
+Setting (docs/explanation/contracts.md, thesis ch. 6): m parties, party j holds n_j records, n = Σ n_j.
 The loss ℓ(·, x, y) is convex and G-Lipschitz in θ (so every per-example gradient, or clipped
 gradient, has norm ≤ G), the regulariser is N(θ) = ½‖θ‖², and the local objective
 J_j(θ) = (1/n_j)·Σ_{i∈D_j} ℓ_i(θ) + λN(θ) is λ-strongly convex.
@@ -10,7 +10,7 @@ Two weightings of the parties:
 - ``"thesis"``: weights 1/m, as in thesis Thms 6.3.1/6.3.4 — worse when sizes are unequal,
   since the sensitivity is driven by the smallest party n₍₁₎ = min_j n_j.
 
-Two adjacency relations (CONTRACTS.md): ``"replace"`` (replace one record; default) and
+Two adjacency relations (docs/explanation/contracts.md): ``"replace"`` (replace one record; default) and
 ``"add_remove"`` (add or remove one record).
 """
 
@@ -112,7 +112,7 @@ def gradient_sensitivity(
 
 def l1_from_l2(delta2: float, dim: int) -> float:
     """ℓ1-sensitivity implied by an ℓ2 bound in d dimensions: Δ₁ = √d·Δ₂ (Cauchy–Schwarz; tight
-    for a difference along (1,…,1)/√d). Per-coordinate Laplace needs Δ₁ (docs/papers.md §T6)."""
+    for a difference along (1,…,1)/√d). Per-coordinate Laplace needs Δ₁ (docs/explanation/papers.md §T6)."""
     d2 = _checks.positive("delta2", delta2)
     d = _checks.positive_int("dim", dim)
     return math.sqrt(d) * d2

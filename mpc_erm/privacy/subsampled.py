@@ -15,7 +15,7 @@ log 3/(α−1) in ε'(α)).
 Why the product needs it: dp_accounting's ``PoissonSampledDpEvent`` of a Gaussian is derived for
 the continuous Gaussian — its bound on the "addition" direction uses that distribution's own
 properties. The in-MPC noise is the discrete Gaussian on the grid, whose RDP at integer orders
-and integer shifts is exactly the continuous one's, ε(ℓ) = ℓ/(2z²) with z = σ/Δ₂ (docs/privacy.md
+and integer shifts is exactly the continuous one's, ε(ℓ) = ℓ/(2z²) with z = σ/Δ₂ (docs/explanation/privacy.md
 §4 has the two-line computation), so this theorem applies to it with that curve. At TF-Privacy's
 MNIST setting (q = 256/60,000, z = 1.2, 2,344 rounds, δ = 10⁻⁵) it states ε = 1.02, against 0.93
 for the continuous Gaussian.
@@ -26,6 +26,12 @@ that curve on those orders, the one form the ledger's composition and the plan's
 ``tests/privacy/test_subsampled.py`` checks it against autodp's implementation of the same theorem
 and against dp_accounting's exact curve of the subsampled continuous Gaussian, which it must bound
 from above.
+
+The other curves every accountant of the product sums live here too, on the same orders:
+:func:`poisson_gaussian_curve` (the continuous Gaussian, Poisson-subsampled) and
+:func:`wor_gaussian_curve` (a fixed number of public slots drawn without replacement, for either
+noise). :mod:`.events` composes them and :mod:`.accountants` states ε from them; neither needs
+the other.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from scipy.special import gammaln, logsumexp
 
 __all__ = ["DP_ACCOUNTING_ORDERS", "LARGE_ORDERS", "RDP_ORDERS", "discrete_gaussian_curve", "discrete_gaussian_rdp",
            "poisson_gaussian_curve", "poisson_subsampled_rdp", "subsampled_discrete_gaussian_rdp",
-           "unsampled_large_orders"]
+           "unsampled_large_orders", "wor_gaussian_curve"]
 
 
 def discrete_gaussian_rdp(order: float, noise_multiplier: float) -> float:
@@ -149,5 +155,36 @@ def discrete_gaussian_curve(q: float, noise_multiplier: float) -> np.ndarray:
     """One subsampled discrete-Gaussian release's RDP on :data:`RDP_ORDERS` (cached: a job's
     progress and the ledger ask for the same curve often). Read-only: callers scale a copy."""
     curve = subsampled_discrete_gaussian_rdp(RDP_ORDERS, q, noise_multiplier)
+    curve.flags.writeable = False
+    return curve
+
+
+@functools.lru_cache(maxsize=256)
+def wor_gaussian_curve(noise_multiplier: float, population: int, sample_size: int) -> np.ndarray:
+    """One release's RDP on :data:`RDP_ORDERS`: the Gaussian (z relative to the replace-one
+    shift) on ``sample_size`` of ``population`` slots drawn without replacement — dp_accounting's
+    ``SampledWithoutReplacementDpEvent`` under ``REPLACE_ONE``. Cached (each costs ~0.15 s;
+    calibration and the ledger ask often). Read-only: callers scale a copy.
+
+    Valid for the in-MPC discrete Gaussian too: the bound (WBK 2019 Thm 27) reads the base
+    mechanism through its RDP curve α/(2z²) and, in its sharper terms, its ternary
+    |χ|^j-divergences at integer j, both made of the moments E_q[(p/q)^a·(r/q)^b] at integer
+    a, b; at integer shifts the discrete Gaussian's moments equal the continuous one's (the
+    shifted lattice sum is the unshifted one; CKS 2020 Prop. 5 is the case b = 0). Fractional
+    orders interpolate the CGF, which is convex for any mechanism (WBK Cor. 10).
+
+    On :data:`LARGE_ORDERS` (dp_accounting's sum costs ~26 s a curve there) the curve is the
+    unsampled Gaussian's α/(2z²): sampling never increases a Rényi divergence (each side is a
+    mixture over the same draws, and Rényi divergence is jointly quasi-convex: van Erven &
+    Harremoës 2014, Thm 13), so it bounds the sampled one, crediting no amplification at orders
+    that matter only for ε ≲ log(1/δ)/1,000."""
+    import dp_accounting
+    from dp_accounting.rdp import RdpAccountant
+
+    acc = RdpAccountant(orders=DP_ACCOUNTING_ORDERS, neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    acc.compose(dp_accounting.SampledWithoutReplacementDpEvent(
+        population, sample_size, dp_accounting.GaussianDpEvent(noise_multiplier)))
+    ours = np.asarray(acc._rdp, dtype=np.float64)  # dp_accounting keeps the curve in _rdp
+    curve = np.concatenate([ours, unsampled_large_orders(noise_multiplier)])
     curve.flags.writeable = False
     return curve

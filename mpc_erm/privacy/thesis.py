@@ -1,4 +1,4 @@
-"""The thesis's analytic noise scales (thesis ch. 6, Table 6.1; docs/papers.md §T6), for reproduction.
+"""The thesis's analytic noise scales (thesis ch. 6, Table 6.1; docs/explanation/papers.md §T6), for reproduction.
 
 These are the formulas *as printed*, so the simulator can reproduce Table 6.1 and its baselines.
 They are not all valid calibrations: "L(·)" is per-coordinate Laplace with an ℓ2 sensitivity

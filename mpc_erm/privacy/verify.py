@@ -6,7 +6,7 @@ rounds, the noise multiplier, the sampler budget, the event) and the engine's re
 σ or t in grid units, the grid sensitivity), and checks, each with the formula written out here
 rather than taken from the code that made the report:
 
-1. the sensitivity follows from the stated public facts (docs/privacy.md, "What is public");
+1. the sensitivity follows from the stated public facts (docs/explanation/privacy.md, "What is public");
 2. the realised noise meets the event's multiplier on the stated grid (σ_grid ≥ z·s_grid with
    s_grid = Δ·2^g + m·√d; or s_grid/t ≤ ε with s_grid = Δ₁·2^g + m·d) and the sampler's TV
    bound per release is within the event's budget;

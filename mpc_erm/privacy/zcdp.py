@@ -4,7 +4,7 @@ Kept as the "thesis" accountant for reproduction. The product's default is the e
 (:mod:`.gaussian`), which needs less noise for the same guarantee, because the zCDP→(ε,δ)
 conversion ε = ρ + 2√(ρ·log(1/δ)) (Bun–Steinke 2016, Prop. 1.3; thesis Lemma 6.2.6) is loose.
 
-Facts used (thesis Lemmas 6.2.4–6.2.6, docs/papers.md §T1.2 and §T6):
+Facts used (thesis Lemmas 6.2.4–6.2.6, docs/explanation/papers.md §T1.2 and §T6):
 - a Gaussian mechanism with ℓ2-sensitivity Δ and std σ is Δ²/(2σ²)-zCDP;
 - zCDP composes additively (adaptively);
 - ρ-zCDP ⇒ (ρ + 2√(ρ log(1/δ)), δ)-DP, whose exact inverse is
@@ -64,7 +64,7 @@ def zcdp_rho_for(epsilon: float, delta: float) -> float:
 
 def zcdp_sigma(sensitivity: float, rounds: int, epsilon: float, delta: float) -> float:
     """σ = √(T·Δ²/(2ρ)) with the exact ρ of :func:`zcdp_rho_for`: T Gaussian steps, (ε,δ)-DP
-    through zCDP. docs/papers.md §T5.3 / §T7.1: calibrate with an explicit Δ, not the thesis's
+    through zCDP. docs/explanation/papers.md §T5.3 / §T7.1: calibrate with an explicit Δ, not the thesis's
     TG²/(n²ρ) of ch. 2 (which drops a factor 2)."""
     d = _checks.positive("sensitivity", sensitivity)
     t = _checks.positive_int("rounds", rounds)
@@ -83,7 +83,7 @@ def thesis_grad_sigma(G: float, T: int, eps: float, delta: float, m: int, n_min:
 
     It plugs the approximation ρ ≈ ε²/(4T log(1/δ)) into the zCDP route with Δ = 2G/(m·n₍₁₎),
     so under the thesis's own Lemma 6.2.6 it certifies ε + ε²/(4 log(1/δ)), slightly *more* than
-    ε (docs/papers.md §T6, §003.3); :func:`zcdp_sigma` is the exact zCDP value. Under exact GDP
+    ε (docs/explanation/papers.md §T6, §003.3); :func:`zcdp_sigma` is the exact zCDP value. Under exact GDP
     accounting the formula does hold with slack (see ``tests/privacy``).
     """
     g = _checks.positive("G", G)
@@ -100,7 +100,7 @@ def thesis_table_6_1_grad_scale(G: float, T: int, eps: float, m: int, n_min: int
     parameters).
 
     This is NOT eq. (6.3.1): the table drops the √log(1/δ) factor and uses √2 where (6.3.1) has
-    √8 (i.e. it equals (6.3.1) divided by 2√log(1/δ)); docs/papers.md §T6 marks it UNCLEAR. It is
+    √8 (i.e. it equals (6.3.1) divided by 2√log(1/δ)); docs/explanation/papers.md §T6 marks it UNCLEAR. It is
     reproduced for comparison with the printed table only: it carries no (ε, δ) guarantee.
     """
     g = _checks.positive("G", G)

@@ -1,5 +1,5 @@
 """DP-Fed and DP-Fed-LS (paper 002, Algorithm 1): federated rounds over many data owners with
-client-level differential privacy and Laplacian smoothing of the noisy aggregate (issue 17).
+client-level differential privacy and Laplacian smoothing of the noisy aggregate.
 
 Round t, for a public model w_t:
 

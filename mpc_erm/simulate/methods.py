@@ -8,7 +8,7 @@ Two conventions:
 - ``exact``: the product's calibration. ℓ2-Laplace (pure ε) for one-shot releases, the analytic
   Gaussian / GDP accountant for T Gaussian rounds, pooled weights.
 - ``thesis``: the formulas as printed in the thesis, for reproduction: per-coordinate
-  Lap(Δ₂/ε) (NOT ε-DP for d > 1: it is calibrated to the ℓ2 sensitivity, see docs/privacy.md §3),
+  Lap(Δ₂/ε) (NOT ε-DP for d > 1: it is calibrated to the ℓ2 sensitivity, see docs/explanation/privacy.md §3),
   σ² = 8G²T log(1/δ)/(m² n₍₁₎² ε²) (eq. 6.3.1), per-party-mean weights 1/(m·n_j).
 
 Rajkumar–Agarwal (AISTATS'12) is modelled from the thesis's description only (the paper is not

@@ -1,5 +1,4 @@
-"""`mpc-erm owner join` / `owner fetch`: a data owner's side of one job run by compute parties
-(issue 17).
+"""`mpc-erm owner join` / `owner fetch`: a data owner's side of one job run by compute parties.
 
 The owner's operator runs ``join`` with the job file and the job id the coordinator printed at
 ``job submit``: the owner checks the job against its own policy and budget (its own ledger and

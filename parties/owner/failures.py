@@ -14,7 +14,7 @@ compute parties keep it, asks every compute party's daemon for the job's state
 * a majority of the compute parties cannot be reached for this owner's ``peer_timeout_s``.
 
 The owner never asks while its rounds go well: the daemons see these calls only from owners in
-trouble. Exit codes (``mpc-erm owner join --help`` and the README's data-owner section list them):
+trouble. Exit codes (``mpc-erm owner join --help`` and docs/reference/errors.md list them):
 
 == =========================================================================================
 0  done: the model and the privacy report are written (``--leave``: the shares are sent)
@@ -38,12 +38,12 @@ from collections.abc import Sequence
 import grpc
 
 from mpc_erm.mpc import tls
-from mpc_erm.mpc._proto import party_pb2 as pb
-from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
+from mpc_erm.mpc.party_api import party_pb2 as pb
+from mpc_erm.mpc.party_api import party_pb2_grpc as pb_grpc
 from mpc_erm.mpc.pki import Identity
-from parties.owner.intake import IntakeError
 
 from ..public_errors import storage_problem
+from .intake import IntakeError
 
 __all__ = ["EXIT_CODES", "JobEnded", "JobWatch", "OwnerDenied", "OwnerFailure", "OwnerStorage",
            "PartiesUnreachable", "denied", "owner_failure"]

@@ -1,4 +1,4 @@
-"""Data owners' intake at a compute party, over gRPC with mutual TLS (issue 17).
+"""Data owners' intake at a compute party, over gRPC with mutual TLS.
 
 One :class:`OwnerIntake` per job at each compute party (its worker hosts it): the owners the job
 lists (certificates with role ``owner``, the caller being the TLS peer) enrol once — their AES
@@ -42,10 +42,10 @@ import numpy as np
 import torch
 
 from mpc_erm.mpc import tls
-from mpc_erm.mpc._proto import owner_pb2 as pb
-from mpc_erm.mpc._proto import owner_pb2_grpc as pb_grpc
 from mpc_erm.mpc.callers import CallerPolicy
 from mpc_erm.mpc.keystream import KEY_BYTES
+from mpc_erm.mpc.owner_api import owner_pb2 as pb
+from mpc_erm.mpc.owner_api import owner_pb2_grpc as pb_grpc
 from mpc_erm.mpc.pki import Identity
 from mpc_erm.mpc.transport.chunking import grpc_message_options
 

@@ -1,21 +1,20 @@
-"""A data owner's light process: its side of a job run by compute parties (issue 17,
-docs/architecture.md §2). No CrypTen and no daemon: ``mpc-erm owner join`` runs one job.
+"""A data owner's light process: its side of a job run by compute parties
+(docs/explanation/architecture.md §2). No CrypTen and no daemon: ``mpc-erm owner join`` runs one job.
 
 1. **Consent, checked here**: the job lists this owner; its data set is one of this owner's, with
    add/remove adjacency; ε within ``max_epsilon_per_job``; no test-only noise unless allowed.
-2. **Plan**: the job's privacy plan (:func:`mpc_erm.protocols.common.plan_job`, the one the
+2. **Plan**: the job's privacy plan (:func:`mpc_erm.privacy.plan.plan_job`, the one the
    compute parties make) and its reservation in this owner's own ledger: a budget that would be
    exceeded refuses the job before anything is sent.
 3. **Rows**: loaded and clipped exactly as a party daemon loads its own (``parties.rows``).
 4. **Enrol** at every compute party's owner intake (its address from that party's daemon,
    ``GetEndpoint`` with ``service = "owners"``, over mutual TLS): the frame they state must carry
    this job's digest.
-5. **Rounds**: the protocol's own loop (``GradientPerturbation.train``, ``DpFedLs.train``, or
-   ``OutputPerturbation.release`` once, after the local solve), whose aggregate is
-   :class:`~parties.owner.rounds.OwnerAggregator`: before each round the ledger marks it
-   revealed and the audit log charges the job once; this owner's weighted contribution (clipped
-   gradient sum, update or local minimiser) leaves only as additive shares; the released noisy sum
-   comes back.
+5. **Rounds**: the job's run (:mod:`mpc_erm.runs`, the class the compute parties and the simulator
+   run too), whose aggregator is :class:`~parties.owner.rounds.OwnerAggregator`, driven by this
+   owner's :class:`~mpc_erm.runs.RevealGuard`: before each round the ledger marks it revealed and
+   the audit log charges the job once; this owner's weighted contribution (clipped gradient sum,
+   update or local minimiser) leaves only as additive shares; the released noisy sum comes back.
 6. **Results** in ``state_dir/jobs/<job_id>/``: the public model, the privacy report; the ledger
    commits the rounds revealed. A failure before the first round releases the reservation. A
    run that died (its run lock gone with its process) is settled the same way at the next
@@ -44,9 +43,9 @@ import torch
 
 from mpc_erm.jobs.jobfile import JobFile
 from mpc_erm.mpc import tls
-from mpc_erm.mpc._proto import party_pb2 as pb
-from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
 from mpc_erm.mpc.noise import Realisation, realise
+from mpc_erm.mpc.party_api import party_pb2 as pb
+from mpc_erm.mpc.party_api import party_pb2_grpc as pb_grpc
 from mpc_erm.mpc.pki import Identity
 from mpc_erm.privacy.plan import PrivacyPlan, plan_job, public_sizes
 from mpc_erm.privacy.report import PrivacyReport

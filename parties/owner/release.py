@@ -1,5 +1,5 @@
 """The last public release of a job with data owners, kept by each compute party after its owner
-intake has closed (issue 17), and served to the job's owners by the daemon (``GetOwnerRelease``).
+intake has closed, and served to the job's owners by the daemon (``GetOwnerRelease``).
 
 Why: the intake is the job worker's own server and stops with the job. An owner of a one-release
 job that sent its shares and left (``mpc-erm owner join --leave``, the two-server model's own flow:

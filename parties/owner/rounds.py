@@ -1,6 +1,6 @@
 """The two sides of one owner round as :class:`~mpc_erm.protocols.aggregation.SecureAggregator`\\ s,
 so that a protocol's own round loop (e.g. ``GradientPerturbation.train``) runs unchanged at a
-compute party and at a data owner (issue 17, docs/architecture.md §2):
+compute party and at a data owner (docs/explanation/architecture.md §2):
 
 - :class:`IntakeAggregator` (a compute party): its own contributions are empty; a call opens the
   round at its :class:`~.intake.OwnerIntake`, waits for the owners until the deadline

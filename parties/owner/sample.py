@@ -1,4 +1,4 @@
-"""Uniform owner sampling without replacement, hidden from every single compute party (issue 17).
+"""Uniform owner sampling without replacement, hidden from every single compute party.
 
 DP-Fed-LS with uniform sampling (paper 002, Algorithm 1) draws exactly s = τ·N of the job's N
 listed owners each round. The amplification by subsampling holds only against someone who does

@@ -1,4 +1,4 @@
-"""A compute party's job with data owners (docs/architecture.md §2): the job's run with no rows of
+"""A compute party's job with data owners (docs/explanation/architecture.md §2): the job's run with no rows of
 its own, whose aggregator is this party's owner intake — the agreed owners' shares summed, the
 in-MPC noise added, the sum revealed and published to the owners. No ledger spend here: each
 owner charges its own ledger for its data."""

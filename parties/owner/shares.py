@@ -1,4 +1,4 @@
-"""Data owners' contributions as additive shares for k compute parties (issue 17, the thesis's
+"""Data owners' contributions as additive shares for k compute parties (the thesis's
 two-server model after Tian et al.).
 
 A data owner never runs CrypTen. Each round it encodes its contribution ``v`` (float64, already

@@ -1,4 +1,4 @@
-"""README's "Your own consortium, your own data", run as written: the shell blocks between the
+"""docs/tutorials/own-csv.md ("Your own consortium from CSV files"), run as written: the shell blocks between the
 walkthrough markers, in a fresh directory, with real daemons from provisioned kits. Only the three
 ports are replaced by free ones (so the test cannot collide with another listener).
 
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+README = ROOT / "docs" / "tutorials" / "own-csv.md"  # the walkthrough tutorial
 BIN = Path(sys.executable).parent
 
 pytestmark = [pytest.mark.e2e]

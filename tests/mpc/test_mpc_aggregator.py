@@ -212,7 +212,7 @@ def _crypten_party(rank: int, table: Any, identity: Any, server: Any, *, sizes: 
     finally:
         del comm.all_reduce  # the class's method again
     rep["range_revealed"] = seen
-    # Latency (zero noise) for the README figures.
+    # Latency (zero noise) for the benchmark figures (docs/how-to/benchmarks.md).
     for d in latency_dims:
         c = contribution(rank, d, seed=7).reshape(1, -1)
         w = torch.tensor([weight(rank)], dtype=torch.float64)

@@ -514,7 +514,7 @@ def test_reads_park_for_the_release_only_while_threads_stay_free_for_the_shares(
     as long as they ask (the owner's RELEASE_WAIT_S) only up to its pool less CONTRIBUTE_THREADS;
     a read past that waits RELEASE_POLL_S and is answered DEADLINE_EXCEEDED (the owner asks
     again), so parked reads never take the threads that the round's shares need."""
-    from mpc_erm.mpc import owner_intake
+    from parties.owner import intake as owner_intake
 
     margin = owner_margin_bits(len(OWNERS))
     intakes = [OwnerIntake(pki.issue_identity(ca, f"compute-{r}", "party"),

@@ -1,4 +1,4 @@
-"""Privacy of the distribution actually sampled (docs/privacy.md §5: "the sampler is part of the
+"""Privacy of the distribution actually sampled (docs/explanation/privacy.md §5: "the sampler is part of the
 mechanism"): ε(δ) from the exact PMF of the implemented discrete Laplace, via numpy's exact
 hockey-stick divergence and Google dp_accounting's PLD, compared with the ideal discrete
 Laplace's ε = Δ/t; a badly parameterised sampler (k too small) must come out visibly worse.

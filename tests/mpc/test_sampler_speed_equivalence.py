@@ -2,14 +2,14 @@
 (3 real CrypTen processes over gRPC + mTLS, TFP; every check reveals test-only values and
 compares bit for bit with a plaintext computation, so none is statistical except the last):
 
-* ``_and_many``: several independent ANDs sharing one triple and one opening;
-* both chain variants (``COIN_PLANES`` "local" and "triple"): the coins are [U < c] for the U
+* ``bits.and_many``: several independent ANDs sharing one triple and one opening;
+* both chain variants (``coins.COIN_PLANES`` "local" and "triple"): the coins are [U < c] for the U
   actually used, reassembled from the revealed planes (for "triple": the triples' a ⊕ the public
   words, recorded as they are drawn);
 * ``_acceptance``: the bit-sliced A2B of N (carry-save + ripple over the parties' shares) fused
   with fail_i = n_i ∧ ¬C_i and ⋀_i ¬fail_i, against the plaintext acceptance of N values that
   include 0, 2^n_bits − 1 and values whose shares carry through every bit;
-* ``_b2a_bits`` and the packed lanes;
+* ``bits.b2a_bits`` and the packed lanes;
 * end to end, the production regime (σ ≈ 2^14 grid units, k = 56, R from for_sigma): KS distance
   of MPC samples to the exact PMF ``DiscreteGaussianParams.log_pmf()``, for both chain variants.
 """
@@ -46,28 +46,30 @@ def _party(rank: int, identity: pki.Identity, port_q: Any, table_q: Any, out_q: 
         crypten, _comm, server = join_as_party(rank, identity, port_q, table_q, local_seed=777)
         from crypten.mpc.primitives.arithmetic import ArithmeticSharedTensor
 
+        from mpc_erm.mpc.samplers import bits, coins
         from mpc_erm.mpc.samplers import discrete_gaussian as dg
-        from mpc_erm.mpc.samplers import discrete_laplace as dl
 
         cpu = torch.device("cpu")
         report: dict[str, Any] = {"rank": rank}
 
         def reveal(x: torch.Tensor) -> np.ndarray:
-            return dl._open(x).numpy()
+            return bits.open_words(x).numpy()
 
-        # _and_many: three independent ANDs of different shapes in one round.
+        # and_many: three independent ANDs of different shapes in one round.
         shapes = [(3, 5), (7,), (2, 2, 4)]
-        xs = [dl._local_words(s, cpu) for s in shapes]
-        ys = [dl._local_words(s, cpu) for s in shapes]
-        zs = dl._and_many(list(zip(xs, ys)))
+        xs = [bits.local_words(s, cpu) for s in shapes]
+        ys = [bits.local_words(s, cpu) for s in shapes]
+        zs = bits.and_many(list(zip(xs, ys)))
         report["and"] = [(reveal(x), reveal(y), reveal(z)) for x, y, z in zip(xs, ys, zs)]
 
         # Both chain variants, with the planes of U recorded as drawn.
-        masks = dl._threshold_masks(THRESHOLDS, 16, cpu)
+        masks = coins.threshold_masks(THRESHOLDS, 16, cpu)
         provider = crypten.mpc.get_default_provider()
         for mode in ("local", "triple"):
             drawn: list[tuple[str, torch.Tensor]] = []
-            real_local, real_public, real_triple = dl._local_words, dl._public_words, provider.generate_binary_triple
+            # the coin circuit's own names for the word sources (it imports them from bits)
+            real_local, real_public = coins.local_words, coins.public_words
+            real_triple = provider.generate_binary_triple
 
             def local_words(shape: Any, device: Any, _real: Any = real_local, _d: list = drawn) -> torch.Tensor:
                 w = _real(shape, device)
@@ -84,16 +86,16 @@ def _party(rank: int, identity: pki.Identity, port_q: Any, table_q: Any, out_q: 
                 _d.append(("a", t[0].share.clone()))
                 return t
 
-            dl._local_words, dl._public_words = local_words, public_words
+            coins.local_words, coins.public_words = local_words, public_words
             provider.generate_binary_triple = triple
-            dl.COIN_PLANES = mode
+            coins.COIN_PLANES = mode
             try:
-                coins = dl._random_coins(masks, 3, cpu)
+                drawn_coins = coins.random_coins(masks, 3, cpu)
             finally:
-                dl._local_words, dl._public_words = real_local, real_public
+                coins.local_words, coins.public_words = real_local, real_public
                 del provider.generate_binary_triple  # the class's method again
             report[f"chain_{mode}"] = ([(kind, reveal(w) if kind != "public" else w.numpy()) for kind, w in drawn],
-                                       reveal(coins))
+                                       reveal(drawn_coins))
 
         # _acceptance against plaintext N: arithmetic shares with random masks (carries everywhere).
         p = SMALL_GAUSS
@@ -106,19 +108,19 @@ def _party(rank: int, identity: pki.Identity, port_q: Any, table_q: Any, out_q: 
         n_shared = ArithmeticSharedTensor(n_plain, precision=0, src=0).share
         cmp_bits = [i for i, c in enumerate(p.coin_thresholds, start=p.low_bit) if c > 0]
         w = -(-n // 64)
-        acc_coins = dl._local_words((len(cmp_bits), rows, w), cpu)
+        acc_coins = bits.local_words((len(cmp_bits), rows, w), cpu)
         accept = dg._acceptance(n_shared, p, acc_coins, {b: r for r, b in enumerate(cmp_bits)})
         report["acceptance"] = (n_plain.numpy(), reveal(acc_coins), reveal(accept), cmp_bits)
 
         # B2A of packed bits.
-        words = dl._local_words((3, 4), cpu)
-        report["b2a"] = (reveal(words), crypten.mpc.MPCTensor.from_shares(dl._b2a_bits(words, 250), precision=0)
+        words = bits.local_words((3, 4), cpu)
+        report["b2a"] = (reveal(words), crypten.mpc.MPCTensor.from_shares(bits.b2a_bits(words, 250), precision=0)
                          ._tensor.reveal().numpy())
 
         # End to end in the production regime, both chain variants.
         params = _prod_params()
         for mode in ("local", "triple"):
-            dl.COIN_PLANES = mode
+            coins.COIN_PLANES = mode
             out = dg.sample_discrete_gaussian_integers(params, N_E2E)
             report[f"e2e_{mode}"] = out.reveal().numpy()
         uninit_crypten()

@@ -181,15 +181,16 @@ def _party(rank: int, identity: pki.Identity, port_q: Any, table_q: Any, out_q: 
         # Both comparison circuits against plaintext (test only: reveals the uniforms).
         from crypten.mpc.primitives.binary import BinarySharedTensor
 
-        from mpc_erm.mpc.samplers import discrete_laplace as dl
+        from mpc_erm.mpc.samplers.bits import local_words
+        from mpc_erm.mpc.samplers.coins import less_than_public_chain, less_than_public_tree, threshold_masks
         from mpc_erm.mpc.samplers.discrete_gaussian import sample_discrete_gaussian_integers
 
         cpu = torch.device("cpu")
-        u = dl._local_words((16, len(CMP_THRESHOLDS), 4), cpu)
-        masks = dl._threshold_masks(CMP_THRESHOLDS, 16, cpu)
+        u = local_words((16, len(CMP_THRESHOLDS), 4), cpu)
+        masks = threshold_masks(CMP_THRESHOLDS, 16, cpu)
         report["cmp"] = tuple(
             BinarySharedTensor.from_shares(x).reveal().numpy()
-            for x in (u, dl._less_than_public_chain(u, masks), dl._less_than_public_tree(u, masks))
+            for x in (u, less_than_public_chain(u, masks), less_than_public_tree(u, masks))
         )
 
         gpool = NoisePool(GAUSS_SMALL, batch=1500)

@@ -37,7 +37,8 @@ def _session(ctx: LocalContext) -> dict[str, Any]:
     crypten = import_crypten()
     from crypten.mpc.primitives import BinarySharedTensor
 
-    from mpc_erm.mpc.samplers import discrete_laplace as dl
+    from mpc_erm.mpc.samplers.bits import and_many
+    from mpc_erm.mpc.samplers.coins import random_coins, threshold_masks
     from mpc_erm.mpc.samplers.discrete_gaussian import sample_discrete_gaussian_integers
     from mpc_erm.mpc.samplers.discrete_laplace import ring_to_grid_units
     from mpc_erm.mpc.samplers.pool import NoisePool
@@ -54,10 +55,10 @@ def _session(ctx: LocalContext) -> dict[str, Any]:
     out["and_bytes"] = comm.get_communication_stats()["bytes"] - before
     out["and"] = (BinarySharedTensor.from_shares(z).reveal(), x & y)
     out["y"] = y
-    out["and_many"] = [BinarySharedTensor.from_shares(t).reveal() for t in dl._and_many([(bx.share, by.share),
-                                                                                       (by.share, by.share)])]
-    masks = dl._threshold_masks(THRESHOLDS, 16, torch.device("cpu"))
-    coins = dl._random_coins(masks, 512, torch.device("cpu"))  # 32,768 coins per threshold
+    out["and_many"] = [BinarySharedTensor.from_shares(t).reveal() for t in and_many([(bx.share, by.share),
+                                                                                    (by.share, by.share)])]
+    masks = threshold_masks(THRESHOLDS, 16, torch.device("cpu"))
+    coins = random_coins(masks, 512, torch.device("cpu"))  # 32,768 coins per threshold
     out["coins"] = BinarySharedTensor.from_shares(coins).reveal()
     pool = NoisePool(LAPLACE, batch=8192)
     pool.produce(N_LAPLACE)

@@ -10,6 +10,10 @@ dealer) run a job for 30 data owners, each an ``OwnerConfig`` with its own certi
   compute parties charged nothing (no rows there), and a second job that would exceed an owner's
   budget is refused by that owner before it sends anything.
 - An owner the job does not list learns nothing from a compute party's daemon (NOT_FOUND).
+
+The tests that leave the compute parties' daemons running and as configured share one set of them
+(the ``cons`` fixture: started once for the module; each test brings its own owners, under its own
+``tmp_path``, and its own jobs); a test that kills or stops a daemon starts its own.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -176,87 +181,94 @@ def _replay(job_path: Path, configs: list[Path], counted: list[int]) -> torch.Te
     return theta
 
 
+@pytest.fixture(scope="module")
+def cons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsortium]:
+    """Three compute-party daemons (replicated sharing, no dealer, test-only jobs allowed, ε ≤ 2 a
+    job) for every test of the module that neither kills nor stops one of them."""
+    with LocalConsortium(tmp_path_factory.mktemp("owner-jobs") / "cons", parties=3, dealer=False,
+                         allow_test_only=True, max_epsilon_per_job=2.0) as c:
+        yield c
+
+
 @pytest.mark.timeout(900)
-def test_thirty_owners_train_through_three_compute_daemons(tmp_path: Path) -> None:
+def test_thirty_owners_train_through_three_compute_daemons(cons: LocalConsortium, tmp_path: Path) -> None:
     from mpc_erm.data import load_dataset
     from parties.ledger import Ledger
 
     d = load_dataset("breast_cancer")[0].d
     names = ", ".join(f'"{o}"' for o in OWNERS)
-    with LocalConsortium(tmp_path / "cons", parties=3, dealer=False, allow_test_only=True,
-                         max_epsilon_per_job=2.0) as cons:
-        configs = [_owner_config(tmp_path / "owners", o, i, cons, budget=2.5) for i, o in enumerate(OWNERS)]
-        exact = tmp_path / "exact.toml"
-        exact.write_text(JOB.format(dataset="clinics-exact", d=d, owners=names, no_noise="true", eps=1.0, n=400,
-                                    rounds=ROUNDS))
-        job_id, ends, owners = _submit_and_run(cons, exact, configs)
-        assert {m: e["phase"] for m, e in ends.items()} == dict.fromkeys(("alice", "bob", "carol"), "succeeded"), ends
-        dropped = OWNERS[next(iter(DROPS_AFTER))]
-        assert isinstance(owners.pop(dropped), ConnectionAbortedError)
-        assert all(isinstance(s, dict) and s["missed_rounds"] == [] for s in owners.values()), owners
-        with cons.client() as client:
-            client.result(job_id, tmp_path / "exact-result")  # the same model file at every compute party
-        from safetensors.torch import load_file
+    configs = [_owner_config(tmp_path / "owners", o, i, cons, budget=2.5) for i, o in enumerate(OWNERS)]
+    exact = tmp_path / "exact.toml"
+    exact.write_text(JOB.format(dataset="clinics-exact", d=d, owners=names, no_noise="true", eps=1.0, n=400,
+                                rounds=ROUNDS))
+    job_id, ends, owners = _submit_and_run(cons, exact, configs)
+    assert {m: e["phase"] for m, e in ends.items()} == dict.fromkeys(("alice", "bob", "carol"), "succeeded"), ends
+    dropped = OWNERS[next(iter(DROPS_AFTER))]
+    assert isinstance(owners.pop(dropped), ConnectionAbortedError)
+    assert all(isinstance(s, dict) and s["missed_rounds"] == [] for s in owners.values()), owners
+    with cons.client() as client:
+        client.result(job_id, tmp_path / "exact-result")  # the same model file at every compute party
+    from safetensors.torch import load_file
 
-        metrics = json.loads((tmp_path / "exact-result" / "metrics.json").read_text())
-        counted = metrics["owners_per_round"]
-        assert counted == [30, 30, 29, 29, 29, 29]  # the dropped owner left out of rounds 3..6 by all three
-        theta = load_file(str(tmp_path / "exact-result" / "model.safetensors"))["theta"]
-        replay = _replay(exact, configs, counted)
-        assert torch.allclose(theta, replay, atol=1e-9, rtol=0), float((theta - replay).abs().max())
-        for name in OWNERS[:3]:  # every owner ends with the same public model
-            mine = load_file(str(tmp_path / "owners" / name / "state" / "jobs" / job_id / "model.safetensors"))
-            assert torch.equal(mine["theta"], theta)
+    metrics = json.loads((tmp_path / "exact-result" / "metrics.json").read_text())
+    counted = metrics["owners_per_round"]
+    assert counted == [30, 30, 29, 29, 29, 29]  # the dropped owner left out of rounds 3..6 by all three
+    theta = load_file(str(tmp_path / "exact-result" / "model.safetensors"))["theta"]
+    replay = _replay(exact, configs, counted)
+    assert torch.allclose(theta, replay, atol=1e-9, rtol=0), float((theta - replay).abs().max())
+    for name in OWNERS[:3]:  # every owner ends with the same public model
+        mine = load_file(str(tmp_path / "owners" / name / "state" / "jobs" / job_id / "model.safetensors"))
+        assert torch.equal(mine["theta"], theta)
 
-        # in-MPC noise: each owner's ε from the plan, charged in its own ledger, none at the compute parties
-        noisy = tmp_path / "noisy.toml"
-        noisy.write_text(JOB.format(dataset="clinics", d=d, owners=names, no_noise="false", eps=2.0, n=400,
-                                    rounds=ROUNDS))
-        job_id2, ends, owners = _submit_and_run(cons, noisy, configs)
-        assert {m: e["phase"] for m, e in ends.items()} == dict.fromkeys(("alice", "bob", "carol"), "succeeded"), ends
-        owners.pop(dropped)
-        eps = {round(s["epsilon"], 9) for s in owners.values()}
-        assert len(eps) == 1 and 0 < eps.pop() <= 2.0
-        led = Ledger.in_state_dir(tmp_path / "owners" / OWNERS[0] / "state")
+    # in-MPC noise: each owner's ε from the plan, charged in its own ledger, none at the compute parties
+    noisy = tmp_path / "noisy.toml"
+    noisy.write_text(JOB.format(dataset="clinics", d=d, owners=names, no_noise="false", eps=2.0, n=400,
+                                rounds=ROUNDS))
+    job_id2, ends, owners = _submit_and_run(cons, noisy, configs)
+    assert {m: e["phase"] for m, e in ends.items()} == dict.fromkeys(("alice", "bob", "carol"), "succeeded"), ends
+    owners.pop(dropped)
+    eps = {round(s["epsilon"], 9) for s in owners.values()}
+    assert len(eps) == 1 and 0 < eps.pop() <= 2.0
+    led = Ledger.in_state_dir(tmp_path / "owners" / OWNERS[0] / "state")
+    try:
+        r = led.get(job_id2)
+        assert r is not None and r.state == "committed" and r.revealed_rounds == ROUNDS, r
+        assert 0 < led.spent("clinics") <= 2.0  # composed at the data set's δ = 1e-4 (the job's: 1e-5)
+    finally:
+        led.close()
+    report = json.loads((tmp_path / "owners" / OWNERS[0] / "state" / "jobs" / job_id2 /
+                         "privacy_report.json").read_text())
+    assert report["adjacency"] == "add_remove" and report["realisation"]["grid_bits"] > 0
+    from parties.ledger_check import check_ledger
+
+    for p in ("alice", "bob", "carol"):  # nothing reserved or charged at a compute party (no rows there)
+        led = Ledger.in_state_dir(cons.root / p / "state")
         try:
-            r = led.get(job_id2)
-            assert r is not None and r.state == "committed" and r.revealed_rounds == ROUNDS, r
-            assert 0 < led.spent("clinics") <= 2.0  # composed at the data set's δ = 1e-4 (the job's: 1e-5)
+            assert led.get(job_id2) is None and led.get(job_id) is None
         finally:
             led.close()
-        report = json.loads((tmp_path / "owners" / OWNERS[0] / "state" / "jobs" / job_id2 /
-                             "privacy_report.json").read_text())
-        assert report["adjacency"] == "add_remove" and report["realisation"]["grid_bits"] > 0
-        from parties.ledger_check import check_ledger
+        audit = cons.root / p / "state" / "audit.jsonl"
+        assert not audit.exists() or job_id2 not in audit.read_text()
+        check_ledger(cons.root / p / "state")  # what a restarted daemon runs first
 
-        for p in ("alice", "bob", "carol"):  # nothing reserved or charged at a compute party (no rows there)
-            led = Ledger.in_state_dir(cons.root / p / "state")
-            try:
-                assert led.get(job_id2) is None and led.get(job_id) is None
-            finally:
-                led.close()
-            audit = cons.root / p / "state" / "audit.jsonl"
-            assert not audit.exists() or job_id2 not in audit.read_text()
-            check_ledger(cons.root / p / "state")  # what a restarted daemon runs first
+    # a third job would exceed the owners' budget of 2.5: each owner refuses it, sending nothing
+    from parties.config import load_owner_config
+    from parties.owner.process import OwnerRefused, run_owner_job
 
-        # a third job would exceed the owners' budget of 2.5: each owner refuses it, sending nothing
-        from parties.config import load_owner_config
-        from parties.owner.process import OwnerRefused, run_owner_job
+    with pytest.raises(OwnerRefused, match="budget: clinic-00's ledger refuses job"):
+        run_owner_job(load_owner_config(configs[0]), load_job_file(noisy), "a" * 32, wait_s=5)
 
-        with pytest.raises(OwnerRefused, match="budget: clinic-00's ledger refuses job"):
-            run_owner_job(load_owner_config(configs[0]), load_job_file(noisy), "a" * 32, wait_s=5)
+    # an owner the job does not list: the compute party's daemon answers as for an unknown job
+    stranger = pki.issue_identity(pki.load_ca(cons.pki_dir), "stranger", "owner", valid_days=1)
+    from mpc_erm.mpc import tls
+    from mpc_erm.mpc._proto import party_pb2 as pb
+    from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
 
-        # an owner the job does not list: the compute party's daemon answers as for an unknown job
-        stranger = pki.issue_identity(pki.load_ca(cons.pki_dir), "stranger", "owner", valid_days=1)
-        from mpc_erm.mpc import tls
-        from mpc_erm.mpc._proto import party_pb2 as pb
-        from mpc_erm.mpc._proto import party_pb2_grpc as pb_grpc
-
-        with tls.secure_channel(cons.members["alice"].address, stranger, "party/alice") as ch:
-            with pytest.raises(grpc.RpcError) as info:
-                pb_grpc.PartyControlStub(ch).GetEndpoint(pb.EndpointRequest(job_id=job_id2, member="alice",
-                                                                            service="owners"), timeout=10)
-            assert info.value.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
+    with tls.secure_channel(cons.members["alice"].address, stranger, "party/alice") as ch:
+        with pytest.raises(grpc.RpcError) as info:
+            pb_grpc.PartyControlStub(ch).GetEndpoint(pb.EndpointRequest(job_id=job_id2, member="alice",
+                                                                        service="owners"), timeout=10)
+        assert info.value.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
     assert np.isfinite(theta.numpy()).all()
 
 
@@ -373,7 +385,8 @@ def _fed_replay(job_path: Path, configs: list[Path]) -> torch.Tensor:
 
 
 @pytest.mark.timeout(900)
-def test_dp_fed_ls_through_three_compute_daemons_hides_which_owners_joined(tmp_path: Path) -> None:
+def test_dp_fed_ls_through_three_compute_daemons_hides_which_owners_joined(cons: LocalConsortium,
+                                                                            tmp_path: Path) -> None:
     """DP-Fed-LS (``[federated]``) through the daemons, 20 owners:
 
     - zero noise, τ = 1: the model the compute parties release (a bundle ``mpc_erm.load_model``
@@ -391,66 +404,64 @@ def test_dp_fed_ls_through_three_compute_daemons_hides_which_owners_joined(tmp_p
     d = load_dataset("breast_cancer")[0].d
     owners = OWNERS[:FED_OWNERS]
     names = ", ".join(f'"{o}"' for o in owners)
-    with LocalConsortium(tmp_path / "cons", parties=3, dealer=False, allow_test_only=True,
-                         max_epsilon_per_job=2.0) as cons:
-        configs = [_owner_config(tmp_path / "owners", o, i, cons, budget=5.0) for i, o in enumerate(owners)]
+    configs = [_owner_config(tmp_path / "owners", o, i, cons, budget=5.0) for i, o in enumerate(owners)]
 
-        exact = tmp_path / "fed-exact.toml"
-        exact.write_text(FED_JOB.format(dataset="clinics-exact", d=d, owners=names, no_noise="true", eps=1.0,
-                                        n=FED_OWNERS, rounds=FED_ROUNDS, tau=1.0))
-        job_id, summaries = _run_to_success(cons, exact, configs, tmp_path)
-        assert all(s["rounds_joined"] == FED_ROUNDS for s in summaries.values())  # τ = 1
-        model = mpc_erm.load_model(tmp_path / job_id)
-        released = torch.cat([p.detach().reshape(-1) for p in model.module.parameters()]).double()
-        replay = _fed_replay(exact, configs)
-        assert torch.allclose(released, replay, atol=2e-6, rtol=0), float((released - replay).abs().max())
-        # `job plan`'s forecast runs the same rounds: without noise, on these owners' rows, it
-        # predicts the release up to the grid (each owner's share rounded: ≤ N·2^-17 a round)
-        from mpc_erm.privacy.plan import plan_job, public_sizes
-        from mpc_erm.simulate.forecast import InProcessFederatedJob
+    exact = tmp_path / "fed-exact.toml"
+    exact.write_text(FED_JOB.format(dataset="clinics-exact", d=d, owners=names, no_noise="true", eps=1.0,
+                                    n=FED_OWNERS, rounds=FED_ROUNDS, tau=1.0))
+    job_id, summaries = _run_to_success(cons, exact, configs, tmp_path)
+    assert all(s["rounds_joined"] == FED_ROUNDS for s in summaries.values())  # τ = 1
+    model = mpc_erm.load_model(tmp_path / job_id)
+    released = torch.cat([p.detach().reshape(-1) for p in model.module.parameters()]).double()
+    replay = _fed_replay(exact, configs)
+    assert torch.allclose(released, replay, atol=2e-6, rtol=0), float((released - replay).abs().max())
+    # `job plan`'s forecast runs the same rounds: without noise, on these owners' rows, it
+    # predicts the release up to the grid (each owner's share rounded: ≤ N·2^-17 a round)
+    from mpc_erm.privacy.plan import plan_job, public_sizes
+    from mpc_erm.simulate.forecast import InProcessFederatedJob
 
-        jf = load_job_file(exact)
-        plan = plan_job(jf.spec, sampler="mpc", sizes=public_sizes(jf.spec, None), n_features=d)
-        forecast = InProcessFederatedJob(jf.spec, plan, _owner_rows(jf, configs)).train(
-            torch.Generator().manual_seed(0), noise=False).w
-        assert torch.allclose(released, forecast, atol=FED_ROUNDS * FED_OWNERS * 2.0**-17, rtol=0), \
-            float((released - forecast).abs().max())
-        mine = load_file(str(tmp_path / "owners" / owners[0] / "state" / "jobs" / job_id / "model.safetensors"))
-        theirs = load_file(str(tmp_path / job_id / "model.safetensors"))
-        assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    jf = load_job_file(exact)
+    plan = plan_job(jf.spec, sampler="mpc", sizes=public_sizes(jf.spec, None), n_features=d)
+    forecast = InProcessFederatedJob(jf.spec, plan, _owner_rows(jf, configs)).train(
+        torch.Generator().manual_seed(0), noise=False).w
+    assert torch.allclose(released, forecast, atol=FED_ROUNDS * FED_OWNERS * 2.0**-17, rtol=0), \
+        float((released - forecast).abs().max())
+    mine = load_file(str(tmp_path / "owners" / owners[0] / "state" / "jobs" / job_id / "model.safetensors"))
+    theirs = load_file(str(tmp_path / job_id / "model.safetensors"))
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
 
-        noisy = tmp_path / "fed-noisy.toml"
-        noisy.write_text(FED_JOB.format(dataset="clinics", d=d, owners=names, no_noise="false", eps=2.0,
-                                        n=FED_OWNERS, rounds=FED_ROUNDS, tau=0.5) + f"send_after_s = {SEND_AFTER_S}\n")
-        job_id2, summaries = _run_to_success(cons, noisy, configs, tmp_path)
-        metrics = json.loads((tmp_path / job_id2 / "metrics.json").read_text())
-        assert metrics["owners_per_round"] == [FED_OWNERS] * FED_ROUNDS  # presence says nothing of the sample
-        # nor timing: every owner sent each round's shares at the fixed time, none late
-        assert metrics["wall_seconds"] >= FED_ROUNDS * SEND_AFTER_S
-        assert all(s["rounds_sent_late"] == [] for s in summaries.values()), summaries
-        for where in (tmp_path / "owners" / owners[0] / "state" / "jobs" / job_id2, tmp_path / job_id2):
-            notes = json.loads((where / "privacy_report.json").read_text())["notes"]
-            assert any(f"share {SEND_AFTER_S:g} s after it read the previous release" in n for n in notes), notes
-        joined = [s["rounds_joined"] for s in summaries.values()]
-        assert 0 < sum(joined) < FED_OWNERS * FED_ROUNDS, joined  # 40 expected; P(0 or all 80) ≈ 2e-24
-        eps = {round(s["epsilon"], 9) for s in summaries.values()}
-        assert len(eps) == 1 and 0 < eps.pop() <= 2.0
-        report = json.loads((tmp_path / "owners" / owners[0] / "state" / "jobs" / job_id2 /
-                             "privacy_report.json").read_text())
-        assert report["plan"]["unit"] == "owner" and report["plan"]["sampling_rate"] == 0.5
-        assert report["parameters"]["protocol"] == "dp_fed_ls"
-        assert any("no member learns who was sampled" in n for n in report["notes"])
-        from mpc_erm.privacy.report import PrivacyReport
-        from mpc_erm.privacy.verify import verify_report
+    noisy = tmp_path / "fed-noisy.toml"
+    noisy.write_text(FED_JOB.format(dataset="clinics", d=d, owners=names, no_noise="false", eps=2.0,
+                                    n=FED_OWNERS, rounds=FED_ROUNDS, tau=0.5) + f"send_after_s = {SEND_AFTER_S}\n")
+    job_id2, summaries = _run_to_success(cons, noisy, configs, tmp_path)
+    metrics = json.loads((tmp_path / job_id2 / "metrics.json").read_text())
+    assert metrics["owners_per_round"] == [FED_OWNERS] * FED_ROUNDS  # presence says nothing of the sample
+    # nor timing: every owner sent each round's shares at the fixed time, none late
+    assert metrics["wall_seconds"] >= FED_ROUNDS * SEND_AFTER_S
+    assert all(s["rounds_sent_late"] == [] for s in summaries.values()), summaries
+    for where in (tmp_path / "owners" / owners[0] / "state" / "jobs" / job_id2, tmp_path / job_id2):
+        notes = json.loads((where / "privacy_report.json").read_text())["notes"]
+        assert any(f"share {SEND_AFTER_S:g} s after it read the previous release" in n for n in notes), notes
+    joined = [s["rounds_joined"] for s in summaries.values()]
+    assert 0 < sum(joined) < FED_OWNERS * FED_ROUNDS, joined  # 40 expected; P(0 or all 80) ≈ 2e-24
+    eps = {round(s["epsilon"], 9) for s in summaries.values()}
+    assert len(eps) == 1 and 0 < eps.pop() <= 2.0
+    report = json.loads((tmp_path / "owners" / owners[0] / "state" / "jobs" / job_id2 /
+                         "privacy_report.json").read_text())
+    assert report["plan"]["unit"] == "owner" and report["plan"]["sampling_rate"] == 0.5
+    assert report["parameters"]["protocol"] == "dp_fed_ls"
+    assert any("no member learns who was sampled" in n for n in report["notes"])
+    from mpc_erm.privacy.report import PrivacyReport
+    from mpc_erm.privacy.verify import verify_report
 
-        assert verify_report(PrivacyReport.from_json(json.dumps(report))).ok  # recomputed from the report alone
-        led = Ledger.in_state_dir(tmp_path / "owners" / owners[0] / "state")
-        try:
-            r = led.get(job_id2)
-            assert r is not None and r.state == "committed" and r.revealed_rounds == FED_ROUNDS, r
-        finally:
-            led.close()
-        assert mpc_erm.load_model(tmp_path / job_id2).meta["privacy"]["unit"] == "owner"
+    assert verify_report(PrivacyReport.from_json(json.dumps(report))).ok  # recomputed from the report alone
+    led = Ledger.in_state_dir(tmp_path / "owners" / owners[0] / "state")
+    try:
+        r = led.get(job_id2)
+        assert r is not None and r.state == "committed" and r.revealed_rounds == FED_ROUNDS, r
+    finally:
+        led.close()
+    assert mpc_erm.load_model(tmp_path / job_id2).meta["privacy"]["unit"] == "owner"
 
 
 OUT_OWNERS = 12  # the last one holds a single row
@@ -516,7 +527,8 @@ def _output_replay(job_path: Path, configs: list[Path]) -> torch.Tensor:
 
 
 @pytest.mark.timeout(900)
-def test_output_perturbation_with_owners_moves_no_more_than_its_stated_sensitivity(tmp_path: Path) -> None:
+def test_output_perturbation_with_owners_moves_no_more_than_its_stated_sensitivity(cons: LocalConsortium,
+                                                                                  tmp_path: Path) -> None:
     """The thesis's MPC Out P with 12 data owners through three compute daemons (one release):
 
     - zero noise: the released model is the owners' weighted local minimisers summed on the grid
@@ -532,55 +544,53 @@ def test_output_perturbation_with_owners_moves_no_more_than_its_stated_sensitivi
     from mpc_erm.privacy.verify import verify_report
     from parties.ledger import Ledger
 
-    with LocalConsortium(tmp_path / "cons", parties=3, dealer=False, allow_test_only=True,
-                         max_epsilon_per_job=2.0) as cons:
-        configs, n = _output_owners(tmp_path, cons)
-        names = ", ".join(f'"clinic-{i:02d}"' for i in range(OUT_OWNERS))
+    configs, n = _output_owners(tmp_path, cons)
+    names = ", ".join(f'"clinic-{i:02d}"' for i in range(OUT_OWNERS))
 
-        def run(name: str, dataset: str, no_noise: bool, joining: list[Path]) -> tuple[str, torch.Tensor, dict]:
-            job_path = tmp_path / f"{name}.toml"
-            job_path.write_text(OUT_JOB.format(dataset=dataset, d=30, owners=names, eps=1.0, n=n,
-                                               no_noise="true" if no_noise else "false").replace(
-                                                   "round_deadline_s = 3.0", "round_deadline_s = 1.0"))
-            job_id, box = _run_to_success(cons, job_path, joining, tmp_path)
-            metrics = json.loads((tmp_path / job_id / "metrics.json").read_text())
-            assert metrics["owners_per_round"] == [len(joining)]
-            return job_id, load_file(str(tmp_path / job_id / "model.safetensors"))["theta"], box
+    def run(name: str, dataset: str, no_noise: bool, joining: list[Path]) -> tuple[str, torch.Tensor, dict]:
+        job_path = tmp_path / f"{name}.toml"
+        job_path.write_text(OUT_JOB.format(dataset=dataset, d=30, owners=names, eps=1.0, n=n,
+                                           no_noise="true" if no_noise else "false").replace(
+                                               "round_deadline_s = 3.0", "round_deadline_s = 1.0"))
+        job_id, box = _run_to_success(cons, job_path, joining, tmp_path)
+        metrics = json.loads((tmp_path / job_id / "metrics.json").read_text())
+        assert metrics["owners_per_round"] == [len(joining)]
+        return job_id, load_file(str(tmp_path / job_id / "model.safetensors"))["theta"], box
 
-        job_id, full, _ = run("full", "full", True, configs)
-        replay = _output_replay(tmp_path / "full.toml", configs)
-        assert torch.allclose(full, replay, atol=1e-9, rtol=0), float((full - replay).abs().max())
-        mine = load_file(str(tmp_path / "owners" / "clinic-03" / "state" / "jobs" / job_id / "model.safetensors"))
-        assert torch.equal(mine["theta"], full)
-        delta2 = json.loads((tmp_path / job_id / "privacy_report.json").read_text())["plan"]["sensitivity_l2"]
-        _, minus_row, _ = run("minus", "minus", True, configs)
-        _, minus_owner, _ = run("gone", "gone", True, configs[:-1])
-        for neighbour in (minus_row, minus_owner):
-            moved = float((full - neighbour).norm())
-            assert 0 < moved <= delta2, (moved, delta2)
+    job_id, full, _ = run("full", "full", True, configs)
+    replay = _output_replay(tmp_path / "full.toml", configs)
+    assert torch.allclose(full, replay, atol=1e-9, rtol=0), float((full - replay).abs().max())
+    mine = load_file(str(tmp_path / "owners" / "clinic-03" / "state" / "jobs" / job_id / "model.safetensors"))
+    assert torch.equal(mine["theta"], full)
+    delta2 = json.loads((tmp_path / job_id / "privacy_report.json").read_text())["plan"]["sensitivity_l2"]
+    _, minus_row, _ = run("minus", "minus", True, configs)
+    _, minus_owner, _ = run("gone", "gone", True, configs[:-1])
+    for neighbour in (minus_row, minus_owner):
+        moved = float((full - neighbour).norm())
+        assert 0 < moved <= delta2, (moved, delta2)
 
-        job_id, noisy, summaries = run("noisy", "noisy", False, configs)
-        assert float((noisy - full).norm()) > 0
-        for i in (0, OUT_OWNERS - 1):
-            state = tmp_path / "owners" / f"clinic-{i:02d}" / "state"
-            report = json.loads((state / "jobs" / job_id / "privacy_report.json").read_text())
-            assert verify_report(PrivacyReport.from_json(json.dumps(report))).ok, report
-            assert report["mechanism"] == "gaussian" and 0 < report["epsilon"] <= 1.0
-            # the job's one release in the owner's audit log is exactly the model the daemons wrote
-            (rel,) = [r for r in _audit_records(state, job_id) if r["event"] == "release"]
-            assert rel["sha256"] == hashlib.sha256(noisy.double().numpy().tobytes()).hexdigest(), rel
-            led = Ledger.in_state_dir(state)
-            try:
-                r = led.get(job_id)
-                assert r is not None and r.state == "committed" and r.revealed_rounds == 1, r
-            finally:
-                led.close()
-        for p in ("alice", "bob", "carol"):
-            led = Ledger.in_state_dir(cons.root / p / "state")
-            try:
-                assert led.get(job_id) is None
-            finally:
-                led.close()
+    job_id, noisy, summaries = run("noisy", "noisy", False, configs)
+    assert float((noisy - full).norm()) > 0
+    for i in (0, OUT_OWNERS - 1):
+        state = tmp_path / "owners" / f"clinic-{i:02d}" / "state"
+        report = json.loads((state / "jobs" / job_id / "privacy_report.json").read_text())
+        assert verify_report(PrivacyReport.from_json(json.dumps(report))).ok, report
+        assert report["mechanism"] == "gaussian" and 0 < report["epsilon"] <= 1.0
+        # the job's one release in the owner's audit log is exactly the model the daemons wrote
+        (rel,) = [r for r in _audit_records(state, job_id) if r["event"] == "release"]
+        assert rel["sha256"] == hashlib.sha256(noisy.double().numpy().tobytes()).hexdigest(), rel
+        led = Ledger.in_state_dir(state)
+        try:
+            r = led.get(job_id)
+            assert r is not None and r.state == "committed" and r.revealed_rounds == 1, r
+        finally:
+            led.close()
+    for p in ("alice", "bob", "carol"):
+        led = Ledger.in_state_dir(cons.root / p / "state")
+        try:
+            assert led.get(job_id) is None
+        finally:
+            led.close()
 
 
 def _audit_records(state: Path, job_id: str) -> list[dict[str, Any]]:
@@ -594,7 +604,8 @@ def _audit_events(state: Path, job_id: str) -> list[str]:
 
 
 @pytest.mark.timeout(900)
-def test_owners_that_leave_after_sending_fetch_the_released_model_from_the_daemons(tmp_path: Path) -> None:
+def test_owners_that_leave_after_sending_fetch_the_released_model_from_the_daemons(cons: LocalConsortium,
+                                                                                   tmp_path: Path) -> None:
     """``owner join --leave`` on a one-release job (output perturbation, in-MPC noise) through
     three compute daemons, 12 owners, one through the CLI: each owner returns once its shares are
     sent, charged one release (ledger committed, audit charge) with its privacy report written and
@@ -619,120 +630,119 @@ def test_owners_that_leave_after_sending_fetch_the_released_model_from_the_daemo
     from parties.owner.process import OwnerRefused, fetch_owner_model, run_owner_job
     from parties.owner.release import RELEASE_FILE
 
-    with LocalConsortium(tmp_path / "cons", parties=3, dealer=False, max_epsilon_per_job=2.0) as cons:
-        configs, n = _output_owners(tmp_path, cons)
-        names = ", ".join(f'"clinic-{i:02d}"' for i in range(OUT_OWNERS))
-        job_path = tmp_path / "leave.toml"
-        job_path.write_text(OUT_JOB.format(dataset="leave", d=30, owners=names, eps=1.0, n=n, no_noise="false"))
-        job = load_job_file(job_path)
-        cfgs = [load_owner_config(p) for p in configs]
-        state = [Path(c.state_dir) for c in cfgs]
+    configs, n = _output_owners(tmp_path, cons)
+    names = ", ".join(f'"clinic-{i:02d}"' for i in range(OUT_OWNERS))
+    job_path = tmp_path / "leave.toml"
+    job_path.write_text(OUT_JOB.format(dataset="leave", d=30, owners=names, eps=1.0, n=n, no_noise="false"))
+    job = load_job_file(job_path)
+    cfgs = [load_owner_config(p) for p in configs]
+    state = [Path(c.state_dir) for c in cfgs]
 
-        grad_path = tmp_path / "grad.toml"
-        grad_path.write_text(JOB.format(dataset="leave", d=30, owners=names, eps=1.0, n=n, no_noise="false",
-                                        rounds=3))
-        other = uuid.uuid4().hex
-        with pytest.raises(OwnerRefused, match="--leave: only a job with one release"):
-            run_owner_job(cfgs[1], load_job_file(grad_path), other, leave=True)
-        with pytest.raises(OwnerRefused, match="job_id: clinic-01 has not sent shares"):
-            fetch_owner_model(cfgs[1], job, other, wait_s=1)
-        led = Ledger.in_state_dir(state[1])
+    grad_path = tmp_path / "grad.toml"
+    grad_path.write_text(JOB.format(dataset="leave", d=30, owners=names, eps=1.0, n=n, no_noise="false",
+                                    rounds=3))
+    other = uuid.uuid4().hex
+    with pytest.raises(OwnerRefused, match="--leave: only a job with one release"):
+        run_owner_job(cfgs[1], load_job_file(grad_path), other, leave=True)
+    with pytest.raises(OwnerRefused, match="job_id: clinic-01 has not sent shares"):
+        fetch_owner_model(cfgs[1], job, other, wait_s=1)
+    led = Ledger.in_state_dir(state[1])
+    try:
+        assert led.get(other) is None
+    finally:
+        led.close()
+
+    with cons.client() as client:
+        job_id = client.submit(job_path)["job_id"]
+        box: dict[int, Any] = {}
+
+        def one(i: int) -> None:
+            try:
+                box[i] = run_owner_job(cfgs[i], job, job_id, wait_s=120, leave=True)
+            except Exception as exc:  # collected: asserted below
+                box[i] = exc
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(1, OUT_OWNERS)]
+        for th in threads:
+            th.start()
+        res = CliRunner().invoke(cli, ["owner", "join", "--config", str(configs[0]), "--job", str(job_path),
+                                       "--job-id", job_id, "--leave", "--wait", "120"])
+        assert res.exit_code == 0 and "shares sent" in res.output and "owner fetch" in res.output, res.output
+        for th in threads:
+            th.join(300)
+        ends = {e["member"]: e["phase"] for e in client.watch(job_id) if e["phase"] in TERMINAL}
+        assert set(ends.values()) == {"succeeded"}, ends
+        client.result(job_id, tmp_path / job_id)
+    assert all(isinstance(v, dict) and v["status"] == "sent" for v in box.values()) and len(box) == 11, box
+    theirs = load_file(str(tmp_path / job_id / "model.safetensors"))["theta"]
+    assert json.loads((tmp_path / job_id / "metrics.json").read_text())["owners_per_round"] == [OUT_OWNERS]
+    for i in range(OUT_OWNERS):
+        d = state[i] / "jobs" / job_id
+        assert (d / "privacy_report.json").exists() and not (d / "model.safetensors").exists()
+        assert _audit_events(state[i], job_id) == ["charge"]
+        led = Ledger.in_state_dir(state[i])
         try:
-            assert led.get(other) is None
+            r = led.get(job_id)
+            assert r is not None and r.state == "committed" and r.revealed_rounds == 1, r
         finally:
             led.close()
 
-        with cons.client() as client:
-            job_id = client.submit(job_path)["job_id"]
-            box: dict[int, Any] = {}
+    res = CliRunner().invoke(cli, ["owner", "fetch", "--config", str(configs[0]), "--job", str(job_path),
+                                   "--job-id", job_id])
+    assert res.exit_code == 0 and f"{OUT_OWNERS} owners summed" in res.output, res.output
+    for i in range(1, OUT_OWNERS):
+        got = fetch_owner_model(cfgs[i], job, job_id, wait_s=30)
+        assert got["status"] == "done" and got["counted"] and got["owners_counted"] == OUT_OWNERS
+    for i in range(OUT_OWNERS):
+        mine = load_file(str(state[i] / "jobs" / job_id / "model.safetensors"))["theta"]
+        assert torch.equal(mine, theirs)
+        assert _audit_events(state[i], job_id) == ["charge", "release"]
+    assert fetch_owner_model(cfgs[2], job, job_id)["status"] == "done"  # again: the same, nothing appended
+    assert _audit_events(state[2], job_id) == ["charge", "release"]
 
-            def one(i: int) -> None:
-                try:
-                    box[i] = run_owner_job(cfgs[i], job, job_id, wait_s=120, leave=True)
-                except Exception as exc:  # collected: asserted below
-                    box[i] = exc
+    # a job that ends without its release: 11 of the 12 owners send and leave, the job is cancelled while
+    # the compute parties wait for the twelfth; nothing is revealed, and a fetch says so at once (the
+    # leavers stay charged: an owner cannot know that no compute party revealed)
+    gone_path = tmp_path / "cancelled.toml"
+    gone_path.write_text(job_path.read_text().replace('name = "clinics"', 'name = "clinics-cancelled"'))
+    gone = load_job_file(gone_path)
+    with cons.client() as client:
+        gone_id = client.submit(gone_path)["job_id"]
+        left = [run_owner_job(cfgs[i], gone, gone_id, wait_s=120, leave=True) for i in range(1, OUT_OWNERS)]
+        assert all(v["status"] == "sent" for v in left), left
+        client.cancel(gone_id, "test: no release")
+        ends = {e["member"]: e["phase"] for e in client.watch(gone_id) if e["phase"] in TERMINAL}
+        assert set(ends.values()) == {"cancelled"}, ends
+    tic = time.monotonic()
+    with pytest.raises(JobEnded, match="no compute party serves round 0's release, and the job has ended at each "
+                                       r".*\(the job cancelled without releasing\)"):
+        fetch_owner_model(cfgs[1], gone, gone_id, wait_s=120)
+    assert time.monotonic() - tic < 30
+    assert not (state[1] / "jobs" / gone_id / "model.safetensors").exists()
+    assert all(not (cons.root / p / "state" / "jobs" / gone_id / RELEASE_FILE).exists()
+               for p in ("alice", "bob", "carol"))
 
-            threads = [threading.Thread(target=one, args=(i,)) for i in range(1, OUT_OWNERS)]
-            for th in threads:
-                th.start()
-            res = CliRunner().invoke(cli, ["owner", "join", "--config", str(configs[0]), "--job", str(job_path),
-                                           "--job-id", job_id, "--leave", "--wait", "120"])
-            assert res.exit_code == 0 and "shares sent" in res.output and "owner fetch" in res.output, res.output
-            for th in threads:
-                th.join(300)
-            ends = {e["member"]: e["phase"] for e in client.watch(job_id) if e["phase"] in TERMINAL}
-            assert set(ends.values()) == {"succeeded"}, ends
-            client.result(job_id, tmp_path / job_id)
-        assert all(isinstance(v, dict) and v["status"] == "sent" for v in box.values()) and len(box) == 11, box
-        theirs = load_file(str(tmp_path / job_id / "model.safetensors"))["theta"]
-        assert json.loads((tmp_path / job_id / "metrics.json").read_text())["owners_per_round"] == [OUT_OWNERS]
-        for i in range(OUT_OWNERS):
-            d = state[i] / "jobs" / job_id
-            assert (d / "privacy_report.json").exists() and not (d / "model.safetensors").exists()
-            assert _audit_events(state[i], job_id) == ["charge"]
-            led = Ledger.in_state_dir(state[i])
-            try:
-                r = led.get(job_id)
-                assert r is not None and r.state == "committed" and r.revealed_rounds == 1, r
-            finally:
-                led.close()
+    stranger = pki.issue_identity(pki.load_ca(cons.pki_dir), "clinic-99", "owner", valid_days=1)
+    with tls.secure_channel(cons.members["alice"].address, stranger, "party/alice") as ch:
+        stub = ppb_grpc.PartyControlStub(ch)
+        for jid in (job_id, other):
+            with pytest.raises(grpc.RpcError) as info:
+                stub.GetOwnerRelease(ppb.OwnerReleaseRequest(job_id=jid, round=0), timeout=10)
+            assert info.value.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
+            assert info.value.details() == f"no job {jid!r} at alice"  # type: ignore[attr-defined]
 
-        res = CliRunner().invoke(cli, ["owner", "fetch", "--config", str(configs[0]), "--job", str(job_path),
-                                       "--job-id", job_id])
-        assert res.exit_code == 0 and f"{OUT_OWNERS} owners summed" in res.output, res.output
-        for i in range(1, OUT_OWNERS):
-            got = fetch_owner_model(cfgs[i], job, job_id, wait_s=30)
-            assert got["status"] == "done" and got["counted"] and got["owners_counted"] == OUT_OWNERS
-        for i in range(OUT_OWNERS):
-            mine = load_file(str(state[i] / "jobs" / job_id / "model.safetensors"))["theta"]
-            assert torch.equal(mine, theirs)
-            assert _audit_events(state[i], job_id) == ["charge", "release"]
-        assert fetch_owner_model(cfgs[2], job, job_id)["status"] == "done"  # again: the same, nothing appended
-        assert _audit_events(state[2], job_id) == ["charge", "release"]
-
-        # a job that ends without its release: 11 of the 12 owners send and leave, the job is cancelled while
-        # the compute parties wait for the twelfth; nothing is revealed, and a fetch says so at once (the
-        # leavers stay charged: an owner cannot know that no compute party revealed)
-        gone_path = tmp_path / "cancelled.toml"
-        gone_path.write_text(job_path.read_text().replace('name = "clinics"', 'name = "clinics-cancelled"'))
-        gone = load_job_file(gone_path)
-        with cons.client() as client:
-            gone_id = client.submit(gone_path)["job_id"]
-            left = [run_owner_job(cfgs[i], gone, gone_id, wait_s=120, leave=True) for i in range(1, OUT_OWNERS)]
-            assert all(v["status"] == "sent" for v in left), left
-            client.cancel(gone_id, "test: no release")
-            ends = {e["member"]: e["phase"] for e in client.watch(gone_id) if e["phase"] in TERMINAL}
-            assert set(ends.values()) == {"cancelled"}, ends
-        tic = time.monotonic()
-        with pytest.raises(JobEnded, match="no compute party serves round 0's release, and the job has ended at each "
-                                           r".*\(the job cancelled without releasing\)"):
-            fetch_owner_model(cfgs[1], gone, gone_id, wait_s=120)
-        assert time.monotonic() - tic < 30
-        assert not (state[1] / "jobs" / gone_id / "model.safetensors").exists()
-        assert all(not (cons.root / p / "state" / "jobs" / gone_id / RELEASE_FILE).exists()
-                   for p in ("alice", "bob", "carol"))
-
-        stranger = pki.issue_identity(pki.load_ca(cons.pki_dir), "clinic-99", "owner", valid_days=1)
-        with tls.secure_channel(cons.members["alice"].address, stranger, "party/alice") as ch:
-            stub = ppb_grpc.PartyControlStub(ch)
-            for jid in (job_id, other):
-                with pytest.raises(grpc.RpcError) as info:
-                    stub.GetOwnerRelease(ppb.OwnerReleaseRequest(job_id=jid, round=0), timeout=10)
-                assert info.value.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
-                assert info.value.details() == f"no job {jid!r} at alice"  # type: ignore[attr-defined]
-
-        # storage faults: alice's kept release deleted, bob's overwritten with garbage; owner 3 reads from alice
-        parties = [cons.root / p / "state" / "jobs" / job_id / RELEASE_FILE for p in ("alice", "bob", "carol")]
-        parties[0].unlink()
-        parties[1].write_bytes(b"\x00" * 64)
-        (state[3] / "jobs" / job_id / "model.safetensors").unlink()
-        assert fetch_owner_model(cfgs[3], job, job_id, wait_s=10)["owners_counted"] == OUT_OWNERS
-        assert torch.equal(load_file(str(state[3] / "jobs" / job_id / "model.safetensors"))["theta"], theirs)
-        parties[2].write_bytes(parties[2].read_bytes()[:100])  # truncated
-        (state[4] / "jobs" / job_id / "model.safetensors").unlink()
-        with pytest.raises(JobEnded, match="no compute party serves round 0's release, and the job has ended at "
-                                               "each .*keeps no release of it .*missing or unreadable"):
-            fetch_owner_model(cfgs[4], job, job_id, wait_s=60)  # at once: the job has ended everywhere
+    # storage faults: alice's kept release deleted, bob's overwritten with garbage; owner 3 reads from alice
+    parties = [cons.root / p / "state" / "jobs" / job_id / RELEASE_FILE for p in ("alice", "bob", "carol")]
+    parties[0].unlink()
+    parties[1].write_bytes(b"\x00" * 64)
+    (state[3] / "jobs" / job_id / "model.safetensors").unlink()
+    assert fetch_owner_model(cfgs[3], job, job_id, wait_s=10)["owners_counted"] == OUT_OWNERS
+    assert torch.equal(load_file(str(state[3] / "jobs" / job_id / "model.safetensors"))["theta"], theirs)
+    parties[2].write_bytes(parties[2].read_bytes()[:100])  # truncated
+    (state[4] / "jobs" / job_id / "model.safetensors").unlink()
+    with pytest.raises(JobEnded, match="no compute party serves round 0's release, and the job has ended at "
+                                           "each .*keeps no release of it .*missing or unreadable"):
+        fetch_owner_model(cfgs[4], job, job_id, wait_s=60)  # at once: the job has ended everywhere
 
 
 CROWD = 48  # more owners than a daemon's CONTROL_THREADS (32)
@@ -839,7 +849,7 @@ def _uniform_replay(job_path: Path, configs: list[Path], drawn: list[list[int]])
 
 @pytest.mark.timeout(900)
 @pytest.mark.slow  # `make test-all`; default suite: tests/mpc/test_owner_sample.py
-def test_uniform_owner_sampling_through_three_compute_daemons(tmp_path: Path) -> None:
+def test_uniform_owner_sampling_through_three_compute_daemons(cons: LocalConsortium, tmp_path: Path) -> None:
     """DP-Fed-LS with ``sampling = "uniform"`` through the daemons, 12 owners, s = 3 a round:
 
     - zero noise: every round exactly s owners ran local epochs (each owner's own summary), every
@@ -857,39 +867,37 @@ def test_uniform_owner_sampling_through_three_compute_daemons(tmp_path: Path) ->
     owners = OWNERS[:UNI_OWNERS]
     names = ", ".join(f'"{o}"' for o in owners)
     size = round(UNI_TAU * UNI_OWNERS)
-    with LocalConsortium(tmp_path / "cons", parties=3, dealer=False, allow_test_only=True,
-                         max_epsilon_per_job=2.0) as cons:
-        configs = [_owner_config(tmp_path / "owners", o, i, cons, budget=20.0) for i, o in enumerate(owners)]
-        exact = tmp_path / "uniform-exact.toml"
-        exact.write_text(FED_JOB.format(dataset="clinics-exact", d=d, owners=names, no_noise="true", eps=1.0,
-                                        n=UNI_OWNERS, rounds=FED_ROUNDS, tau=UNI_TAU) + 'sampling = "uniform"\n')
-        job_id, summaries = _run_to_success(cons, exact, configs, tmp_path)
-        drawn = [[i for i, o in enumerate(owners) if t + 1 in summaries[o]["joined_rounds"]]
-                 for t in range(FED_ROUNDS)]
-        assert [len(s) for s in drawn] == [size] * FED_ROUNDS, drawn
-        assert len({tuple(s) for s in drawn}) > 1  # P(the same 3 of 12 four times) = 220^-3
-        metrics = json.loads((tmp_path / job_id / "metrics.json").read_text())
-        assert metrics["owners_per_round"] == [UNI_OWNERS] * FED_ROUNDS  # presence says nothing of the sample
-        replay, moved = _uniform_replay(exact, configs, drawn)
-        released = torch.cat([p.detach().reshape(-1) for p in
-                              mpc_erm.load_model(tmp_path / job_id).module.parameters()]).double()
-        assert torch.allclose(released, replay, atol=2e-6, rtol=0), float((released - replay).abs().max())
-        report = json.loads((tmp_path / "owners" / owners[0] / "state" / "jobs" / job_id /
-                             "privacy_report.json").read_text())
-        sens = report["plan"]["sensitivity_l2"]
-        assert sens == pytest.approx(2 * 0.5 / size, rel=1e-12)
-        # the bound holds (2𝓛/s is reached only by two opposite updates at the clip; these are
-        # neither: the drawn owners' updates on one task point alike)
-        assert 0 < moved <= sens * (1 + 1e-9), (moved, sens)
+    configs = [_owner_config(tmp_path / "owners", o, i, cons, budget=20.0) for i, o in enumerate(owners)]
+    exact = tmp_path / "uniform-exact.toml"
+    exact.write_text(FED_JOB.format(dataset="clinics-exact", d=d, owners=names, no_noise="true", eps=1.0,
+                                    n=UNI_OWNERS, rounds=FED_ROUNDS, tau=UNI_TAU) + 'sampling = "uniform"\n')
+    job_id, summaries = _run_to_success(cons, exact, configs, tmp_path)
+    drawn = [[i for i, o in enumerate(owners) if t + 1 in summaries[o]["joined_rounds"]]
+             for t in range(FED_ROUNDS)]
+    assert [len(s) for s in drawn] == [size] * FED_ROUNDS, drawn
+    assert len({tuple(s) for s in drawn}) > 1  # P(the same 3 of 12 four times) = 220^-3
+    metrics = json.loads((tmp_path / job_id / "metrics.json").read_text())
+    assert metrics["owners_per_round"] == [UNI_OWNERS] * FED_ROUNDS  # presence says nothing of the sample
+    replay, moved = _uniform_replay(exact, configs, drawn)
+    released = torch.cat([p.detach().reshape(-1) for p in
+                          mpc_erm.load_model(tmp_path / job_id).module.parameters()]).double()
+    assert torch.allclose(released, replay, atol=2e-6, rtol=0), float((released - replay).abs().max())
+    report = json.loads((tmp_path / "owners" / owners[0] / "state" / "jobs" / job_id /
+                         "privacy_report.json").read_text())
+    sens = report["plan"]["sensitivity_l2"]
+    assert sens == pytest.approx(2 * 0.5 / size, rel=1e-12)
+    # the bound holds (2𝓛/s is reached only by two opposite updates at the clip; these are
+    # neither: the drawn owners' updates on one task point alike)
+    assert 0 < moved <= sens * (1 + 1e-9), (moved, sens)
 
-        noisy = tmp_path / "uniform-noisy.toml"
-        noisy.write_text(FED_JOB.format(dataset="clinics", d=d, owners=names, no_noise="false", eps=2.0,
-                                        n=UNI_OWNERS, rounds=FED_ROUNDS, tau=UNI_TAU) + 'sampling = "uniform"\n')
-        job_id2, summaries = _run_to_success(cons, noisy, configs, tmp_path)
-        assert sum(s["rounds_joined"] for s in summaries.values()) == size * FED_ROUNDS
-        for where in (tmp_path / "owners" / owners[0] / "state" / "jobs" / job_id2, tmp_path / job_id2):
-            rep = json.loads((where / "privacy_report.json").read_text())
-            assert rep["plan"]["population"] == UNI_OWNERS and rep["plan"]["sample_size"] == size
-            assert any("shuffle" in n for n in rep["notes"]), rep["notes"]
-            assert 0 < rep["epsilon"] <= 2.0
-            assert verify_report(PrivacyReport.from_json(json.dumps(rep))).ok
+    noisy = tmp_path / "uniform-noisy.toml"
+    noisy.write_text(FED_JOB.format(dataset="clinics", d=d, owners=names, no_noise="false", eps=2.0,
+                                    n=UNI_OWNERS, rounds=FED_ROUNDS, tau=UNI_TAU) + 'sampling = "uniform"\n')
+    job_id2, summaries = _run_to_success(cons, noisy, configs, tmp_path)
+    assert sum(s["rounds_joined"] for s in summaries.values()) == size * FED_ROUNDS
+    for where in (tmp_path / "owners" / owners[0] / "state" / "jobs" / job_id2, tmp_path / job_id2):
+        rep = json.loads((where / "privacy_report.json").read_text())
+        assert rep["plan"]["population"] == UNI_OWNERS and rep["plan"]["sample_size"] == size
+        assert any("shuffle" in n for n in rep["notes"]), rep["notes"]
+        assert 0 < rep["epsilon"] <= 2.0
+        assert verify_report(PrivacyReport.from_json(json.dumps(rep))).ok

@@ -2,11 +2,17 @@
 applied by each daemon (the released model equals the in-process protocol on the schema-mapped
 rows), a member holding a different schema is refused naming it and the column, a job that
 pins another schema digest is refused naming the field, and a public test file (``public_test``)
-gives the job's published curve the released model's accuracy on it."""
+gives the job's published curve the released model's accuracy on it.
+
+Both tests use one set of daemons (the ``cons`` fixture, started once for the module): the parties'
+CSV files and schemas are written before it starts; the data owners' job needs none of them (a
+compute party for data owners holds no rows)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -87,39 +93,59 @@ def _run(cons: LocalConsortium, job: Path, out: Path) -> tuple[str, dict[str, di
     return job_id, ends
 
 
-def test_schema_jobs_through_three_daemons(tmp_path: Path) -> None:
-    schema_file = tmp_path / "schema.toml"
+@dataclass
+class Parties:
+    """The daemons and the files their [datasets.visits] and [datasets.visits-other] name."""
+
+    cons: LocalConsortium
+    schema_file: Path
+    files: dict[str, Path]
+    public: Path
+
+
+@pytest.fixture(scope="module")
+def parties(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parties]:
+    """Three party daemons (replicated, no dealer, test-only jobs allowed) each holding its CSV file
+    under the schema as "visits" (with the public test file), and as "visits-other", where carol's
+    copy of the schema differs in one public bound."""
+    root = tmp_path_factory.mktemp("schema-jobs")
+    schema_file = root / "schema.toml"
     schema_file.write_text(SCHEMA)
-    other = tmp_path / "other.toml"  # carol's copy differs in one public bound
+    other = root / "other.toml"  # carol's copy differs in one public bound
     other.write_text(SCHEMA.replace("high = 100", "high = 90"))
-    files = {p: _csv(tmp_path / f"{p}.csv", k) for k, p in enumerate(("alice", "bob", "carol"))}
-    public = _csv(tmp_path / "public.csv", 99, n=60)  # a published test set every member holds
+    files = {p: _csv(root / f"{p}.csv", k) for k, p in enumerate(("alice", "bob", "carol"))}
+    public = _csv(root / "public.csv", 99, n=60)  # a published test set every member holds
     data = {p: {"format": "csv", "path": f, "schema": schema_file, "public_test": public} for p, f in files.items()}
     # the same files as "visits-other", where carol's copy of the schema has another bound
     extra = {p: {"visits-other": {"format": "csv", "path": f, "schema": other if p == "carol" else schema_file}}
              for p, f in files.items()}
+    with LocalConsortium(root / "cons", dataset="visits", party_data=data, extra_datasets=extra, dealer=False,
+                         allow_test_only=True, budget_epsilon=50.0) as cons:
+        yield Parties(cons, schema_file, files, public)
+
+
+def test_schema_jobs_through_three_daemons(parties: Parties, tmp_path: Path) -> None:
+    cons, schema_file, files, public = parties.cons, parties.schema_file, parties.files, parties.public
     digest = load_schema(schema_file).digest()
     job = tmp_path / "job.toml"
     job.write_text(JOB.format(pin=f'schema_sha256 = "{digest}"'))
-    with LocalConsortium(tmp_path / "cons", dataset="visits", party_data=data, extra_datasets=extra, dealer=False,
-                         allow_test_only=True, budget_epsilon=50.0) as cons:
-        # a job pinning another schema: refused before any share moves, naming the field
-        pinned = tmp_path / "pinned.toml"
-        pinned.write_text(JOB.format(pin=f'schema_sha256 = "{"0" * 64}"'))
-        _, ends = _run(cons, pinned, tmp_path / "unused")
-        reasons = json.dumps(ends)
-        assert "job.schema_sha256: party 'alice' holds schema" in reasons, ends
-        # carol holds a schema with another bound: every member refuses, naming carol and the column
-        mismatch = tmp_path / "mismatch.toml"
-        mismatch.write_text(JOB.format(pin="").replace('dataset = "visits"', 'dataset = "visits-other"'))
-        _, ends = _run(cons, mismatch, tmp_path / "unused2")
-        assert all(e["phase"] == "failed" for e in ends.values()), ends
-        alice = json.dumps(ends["alice"], ensure_ascii=False)
-        assert "dataset schema mismatch: party 'carol' holds schema" in alice, ends
-        assert "age: numeric [0, 100]" in alice and "age: numeric [0, 90]" in alice, alice
-        # (a zero-noise job exhausts the data set's budget: it runs last)
-        _, ends = _run(cons, job, tmp_path / "result")
-        assert {m: e["phase"] for m, e in ends.items()} == dict.fromkeys(("alice", "bob", "carol"), "succeeded")
+    # a job pinning another schema: refused before any share moves, naming the field
+    pinned = tmp_path / "pinned.toml"
+    pinned.write_text(JOB.format(pin=f'schema_sha256 = "{"0" * 64}"'))
+    _, ends = _run(cons, pinned, tmp_path / "unused")
+    reasons = json.dumps(ends)
+    assert "job.schema_sha256: party 'alice' holds schema" in reasons, ends
+    # carol holds a schema with another bound: every member refuses, naming carol and the column
+    mismatch = tmp_path / "mismatch.toml"
+    mismatch.write_text(JOB.format(pin="").replace('dataset = "visits"', 'dataset = "visits-other"'))
+    _, ends = _run(cons, mismatch, tmp_path / "unused2")
+    assert all(e["phase"] == "failed" for e in ends.values()), ends
+    alice = json.dumps(ends["alice"], ensure_ascii=False)
+    assert "dataset schema mismatch: party 'carol' holds schema" in alice, ends
+    assert "age: numeric [0, 100]" in alice and "age: numeric [0, 90]" in alice, alice
+    # (a zero-noise job exhausts the data set's budget: it runs last)
+    _, ends = _run(cons, job, tmp_path / "result")
+    assert {m: e["phase"] for m, e in ends.items()} == dict.fromkeys(("alice", "bob", "carol"), "succeeded")
 
     # the release equals the protocol run in process on the schema-mapped rows (zero noise)
     from mpc_erm import load_model
@@ -147,7 +173,7 @@ def test_schema_jobs_through_three_daemons(tmp_path: Path) -> None:
     assert curve[-1]["test"]["accuracy"] == pytest.approx(float((model.predict(kept) == kept["outcome"]).mean()))
 
 
-def test_a_data_owners_bundle_carries_its_schema_and_predicts_raw_rows(tmp_path: Path) -> None:
+def test_a_data_owners_bundle_carries_its_schema_and_predicts_raw_rows(parties: Parties, tmp_path: Path) -> None:
     """Three data owners with CSV files and the schema, through three compute-party daemons: each
     owner's own copy of the released model (state/jobs/<id>) records the schema, the feature names
     and the job, so `predict` takes raw rows like the compute parties' bundle of a schema job."""
@@ -165,13 +191,12 @@ def test_a_data_owners_bundle_carries_its_schema_and_predicts_raw_rows(tmp_path:
     names = ", ".join(f'"owner-{i}"' for i in range(3))
     job = tmp_path / "owners.toml"
     job.write_text(OWNER_JOB.format(dataset="visits", d=d, owners=names, no_noise="true", eps=1.0, n=120, rounds=3))
-    with LocalConsortium(tmp_path / "cons", parties=3, dealer=False, allow_test_only=True,
-                         max_epsilon_per_job=2.0) as cons:
-        configs = [cons.add_owner(f"owner-{i}", {"visits": {"format": "csv", "path": f, "schema": schema_file,
-                                                            "epsilon": 5.0, "delta": 1e-4}},
-                                  max_epsilon_per_job=2.0, allow_test_only=True, root=tmp_path / "owners")
-                   for i, f in enumerate(files)]
-        job_id, _ = _run_to_success(cons, job, configs, tmp_path / "results")
+    cons = parties.cons
+    configs = [cons.add_owner(f"owner-{i}", {"visits": {"format": "csv", "path": f, "schema": schema_file,
+                                                        "epsilon": 5.0, "delta": 1e-4}},
+                              max_epsilon_per_job=2.0, allow_test_only=True, root=tmp_path / "owners")
+               for i, f in enumerate(files)]
+    job_id, _ = _run_to_success(cons, job, configs, tmp_path / "results")
     mine = load_model(tmp_path / "owners" / "owner-0" / "state" / "jobs" / job_id)
     assert mine.meta["schema"] == schema.to_dict() and mine.meta["classes"] == ["well", "sick"]
     assert mine.meta["job"]["name"] == "clinics" and mine.meta["job"]["dataset"] == "visits"

@@ -1,8 +1,8 @@
 """Accountants (mpc_erm.privacy.accountants) against independent computations and published ε.
 
 Independent RDP: the integer-order binomial expansion of the Poisson-subsampled Gaussian
-(Mironov–Talwar–Zhang 2019, §3.3; docs/papers.md §003.8), written here only as a test oracle.
-Published numbers: DP-Fed-LS CNN rows (docs/papers.md §B3), reproduced by that RDP with the
+(Mironov–Talwar–Zhang 2019, §3.3; docs/explanation/papers.md §003.8), written here only as a test oracle.
+Published numbers: DP-Fed-LS CNN rows (docs/explanation/papers.md §B3), reproduced by that RDP with the
 classic conversion ε = min_α RDP + log(1/δ)/(α−1) (the paper's TF-Privacy version).
 """
 
@@ -48,7 +48,7 @@ def _eps_improved(q: float, z: float, t: int, delta: float) -> float:
     )
 
 
-# (z, T, q, δ, published ε) — DP-Fed-LS CNN, q = 0.05, T = 200, δ = 1/2000^1.1 (docs/papers.md §B3)
+# (z, T, q, δ, published ε) — DP-Fed-LS CNN, q = 0.05, T = 200, δ = 1/2000^1.1 (docs/explanation/papers.md §B3)
 DPFEDLS = [(2.4, 1.39), (2.2, 1.55), (1.8, 2.00), (3.0, 1.07), (4.0, 0.78)]
 
 

@@ -1,4 +1,4 @@
-"""Amplification by iteration (mpc_erm.privacy.contraction) against the values of docs/papers.md §004.9
+"""Amplification by iteration (mpc_erm.privacy.contraction) against the values of docs/explanation/papers.md §004.9
 and §004.10 (computed there from Theorem 4 / Prop. 1 / Theorem 5 for the paper's Fig. 2 and
 Fig. 3 settings), θ_γ against direct integration, and Theorem 3 against a brute-force
 computation of the 1-D Laplace chain."""
@@ -29,7 +29,7 @@ FIG2 = {"L": 1.0, "sigma": 2.0, "eta": 0.5, "diameter": 1.0, "M": 1.0}
 FIG3 = {"L": 1.0, "sigma": 1.0, "eta": 0.7, "diameter": 1.0, "M": math.sqrt(0.76)}
 EPS = (0.1, 0.5, 1.0, 2.0, 3.0)
 
-# docs/papers.md §004.9 table: (setting, i): ([δ Thm 4], [δ̃ Prop 1]) at ε = 0.1, 0.5, 1, 2 (, 3)
+# docs/explanation/papers.md §004.9 table: (setting, i): ([δ Thm 4], [δ̃ Prop 1]) at ε = 0.1, 0.5, 1, 2 (, 3)
 TABLE = {
     ("fig2", 1): ([7.55e-19, 1.24e-25, 1.39e-36, 6.69e-68], [0.862, 9.77e-3, 5.58e-9, 3.61e-34]),
     ("fig2", 20): ([3.06e-10, 8.40e-14, 1.50e-19, 5.41e-36], [0.945, 0.105, 7.44e-5, 1.15e-17]),
@@ -49,7 +49,7 @@ def test_notes_table_theorem4_and_prop1(key: tuple[str, int], values: tuple[list
     p = FIG2 if setting == "fig2" else FIG3
     thm4, prop1 = values
     for eps, want4, wantp in zip(EPS, thm4, prop1, strict=False):
-        # docs/papers.md §004.9 prints 3 significant digits (0.883 is exp(−0.125) = 0.88250 rounded up)
+        # docs/explanation/papers.md §004.9 prints 3 significant digits (0.883 is exp(−0.125) = 0.88250 rounded up)
         assert pnsgd_gaussian_delta(eps, i, 40, **p) == pytest.approx(want4, rel=6e-3)
         assert feldman_balle_delta(eps, i, 40, p["L"], p["sigma"], p["M"]) == pytest.approx(
             wantp, rel=6e-3
@@ -69,7 +69,7 @@ def test_notes_kappas() -> None:
     )
 
 
-# docs/papers.md §004.9: ε at δ = 1e-5 via (Thm 4, Prop 1)
+# docs/explanation/papers.md §004.9: ε at δ = 1e-5 via (Thm 4, Prop 1)
 EPS_TABLE = {
     ("fig2", 1): (0.0, 0.781),
     ("fig2", 20): (0.0, 1.098),
@@ -100,12 +100,12 @@ def test_notes_epsilon_at_delta(key: tuple[str, int], want: tuple[float, float])
 
 
 def test_best_delta_reports_winner() -> None:
-    # Fig. 3, i = 20: Thm 4 wins at ε = 0.1, Prop. 1 at ε = 1 (docs/papers.md §004.9)
+    # Fig. 3, i = 20: Thm 4 wins at ε = 0.1, Prop. 1 at ε = 1 (docs/explanation/papers.md §004.9)
     small = pnsgd_best_delta(0.1, 20, 40, **FIG3)
     large = pnsgd_best_delta(1.0, 20, 40, **FIG3)
     assert small.winner == "theorem4" and small.delta == pytest.approx(4.90e-8, rel=6e-3)
     assert large.winner == "feldman_balle" and large.delta == pytest.approx(6.99e-20, rel=6e-3)
-    # large diameter: Thm 4 gives almost nothing (docs/papers.md §004.9: D=5 → 5.7e-2 vs 5.6e-9)
+    # large diameter: Thm 4 gives almost nothing (docs/explanation/papers.md §004.9: D=5 → 5.7e-2 vs 5.6e-9)
     big = pnsgd_best_delta(1.0, 1, 40, **(FIG2 | {"diameter": 5.0}))
     assert big.delta_theorem4 == pytest.approx(5.7e-2, rel=0.01)
     assert big.winner == "feldman_balle" and big.delta == pytest.approx(5.58e-9, rel=6e-3)

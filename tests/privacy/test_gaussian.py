@@ -153,10 +153,10 @@ def test_validation_names_argument() -> None:
 
 
 def test_thesis_setting_gdp_vs_zcdp_noise_ratio() -> None:
-    """docs/privacy.md §4 says ~20 % less noise than the thesis's zCDP route. At the thesis's
+    """docs/explanation/privacy.md §4 says ~20 % less noise than the thesis's zCDP route. At the thesis's
     experimental setting (T=1500, ε=0.5, δ=1e-3, Δ=2G/n; thesis §6.4) we measure
     σ_gdp/σ_zcdp(6.3.1) = 0.620 (σ/Δ = 178.55 vs 287.91): 38 % less noise. The ~20 % figure
-    holds at small ε and tiny δ (e.g. 0.78 at ε=0.1, δ=1/n², docs/papers.md §003.8). Against the
+    holds at small ε and tiny δ (e.g. 0.78 at ε=0.1, δ=1/n², docs/explanation/papers.md §003.8). Against the
     exact zCDP inverse (σ/Δ = 293.03) the ratio is 0.609."""
     n, G, T, eps, delta = 50_000, 1.0, 1500, 0.5, 1e-3
     sigma_gdp = gaussian_sigma_for_rounds(2 * G / n, T, eps, delta)
@@ -168,7 +168,7 @@ def test_thesis_setting_gdp_vs_zcdp_noise_ratio() -> None:
 
 
 def test_small_eps_tiny_delta_ratio_matches_notes() -> None:
-    """docs/papers.md §003.8 reference table, Adult (ε=0.1, n=36176, δ=1/n²): GD noise multipliers
+    """docs/explanation/papers.md §003.8 reference table, Adult (ε=0.1, n=36176, δ=1/n²): GD noise multipliers
     σ/Δ = 458.2 (Alg. 1 formula) vs 358.4 (exact Gaussian) at T=50."""
     n = 36176
     sigma = gaussian_sigma_for_rounds(1.0, 50, 0.1, 1.0 / n**2)

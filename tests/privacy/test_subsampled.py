@@ -58,7 +58,7 @@ def test_both_directions_of_the_real_subsampled_discrete_gaussian_stay_under_the
         alpha: int, q: float, sigma: float, shift: int) -> None:
     """What the MPC samples (1-D, integer shift = Δ in grid units): its exact Rényi divergences
     with the record and without, each way, are at most the bound for z = σ/Δ; and the removal
-    direction equals the binomial sum of the continuous Gaussian at integer α (docs/privacy.md §4)."""
+    direction equals the binomial sum of the continuous Gaussian at integer α (docs/explanation/privacy.md §4)."""
     remove, add = _exact_subsampled_discrete_gaussian(alpha, q, sigma, shift)
     z = sigma / shift
     bound = float(subsampled_discrete_gaussian_rdp([alpha], q, z)[0])
@@ -91,7 +91,7 @@ def test_non_integer_orders_are_infinite_and_bad_rates_refused() -> None:
 
 def test_the_mnist_setting_states_epsilon_1_02() -> None:
     """TF-Privacy's MNIST tutorial (q = 256/60,000, z = 1.2, 10 epochs = 2,344 rounds, δ = 1e-5):
-    ε = 1.02 for the in-MPC discrete Gaussian, 0.93 for the continuous one (the README's figure)."""
+    ε = 1.02 for the in-MPC discrete Gaussian, 0.93 for the continuous one (the figure in docs/how-to/benchmarks.md)."""
     from mpc_erm.privacy import epsilon_for
 
     q = 256 / 60_000

@@ -33,7 +33,7 @@ def test_inverse_is_exact(eps: float, log10_delta: float) -> None:
     delta = 10.0**log10_delta
     rho = zcdp_rho_for(eps, delta)
     assert zcdp_epsilon(rho, delta) == pytest.approx(eps, rel=1e-12)
-    # closed form of docs/papers.md §T1.2: √ρ = √(log(1/δ)+ε) − √(log(1/δ))
+    # closed form of docs/explanation/papers.md §T1.2: √ρ = √(log(1/δ)+ε) − √(log(1/δ))
     ll = math.log(1 / delta)
     assert math.sqrt(rho) == pytest.approx(math.sqrt(ll + eps) - math.sqrt(ll), rel=1e-6)
 
@@ -46,7 +46,8 @@ def test_zcdp_sigma_roundtrip_and_formula() -> None:
 
 def test_thesis_eq_6_3_1() -> None:
     """σ² = 8G²T log(1/δ)/(m² n₍₁₎² ε²); under the thesis's own zCDP conversion it certifies
-    ε + ε²/(4 log 1/δ) (docs/papers.md §003.3, §T6), i.e. slightly more than ε; exact GDP certifies far less."""
+    ε + ε²/(4 log 1/δ) (docs/explanation/papers.md §003.3, §T6), i.e. slightly more than ε; exact GDP
+    certifies far less."""
     G, T, eps, delta, m, n1 = 1.0, 1500, 0.5, 1e-3, 100, 500
     sigma = thesis_grad_sigma(G, T, eps, delta, m, n1)
     assert sigma**2 == pytest.approx(8 * G**2 * T * math.log(1 / delta) / (m**2 * n1**2 * eps**2))

@@ -275,12 +275,19 @@ def _patch_beaver(mod: ModuleType) -> None:
         setattr(mod, fn, _labelled(label, getattr(mod, fn)))
 
 
-def _patch_sampler(mod: ModuleType) -> None:
-    """The in-MPC sampler's own Beaver steps (looked up by name at call time inside the module;
-    a renamed step is simply left unlabelled and counted with the other sampler openings)."""
-    for fn, label in (("_and_many", "beaver_and"), ("_chain_triple_planes", "and_chain"), ("_b2a_bits", "b2a")):
+def _patch_sampler_bits(mod: ModuleType) -> None:
+    """The in-MPC samplers' own Beaver steps on bit words (patched as the module is first imported,
+    so the coin circuit and the samplers, which import them by name, get the labelled ones; a
+    renamed step is simply left unlabelled and counted with the other sampler openings)."""
+    for fn, label in (("and_many", "beaver_and"), ("b2a_bits", "b2a")):
         if callable(getattr(mod, fn, None)):
             setattr(mod, fn, _labelled(label, getattr(mod, fn)))
+
+
+def _patch_sampler_coins(mod: ModuleType) -> None:
+    """The coin circuit's comparison chain with triple planes (looked up by name at call time)."""
+    if callable(getattr(mod, "_chain_triple_planes", None)):
+        mod._chain_triple_planes = _labelled("and_chain", mod._chain_triple_planes)
 
 
 def _patch_owner_intake(mod: ModuleType) -> None:
@@ -328,7 +335,8 @@ PATCHES: dict[str, Callable[[ModuleType], None]] = {
     "mpc_erm.mpc.aggregator": _patch_aggregator,
     "mpc_erm.mpc.noise": _patch_noise,
     "mpc_erm.mpc.samplers.pool": _patch_pool,
-    "mpc_erm.mpc.samplers.discrete_laplace": _patch_sampler,
+    "mpc_erm.mpc.samplers.bits": _patch_sampler_bits,
+    "mpc_erm.mpc.samplers.coins": _patch_sampler_coins,
     "mpc_erm.protocols.output_perturbation": _patch_output,
     "crypten.mpc.primitives.beaver": _patch_beaver,
     "parties.owner.intake": _patch_owner_intake,

@@ -25,7 +25,7 @@ D. With the daemons stopped, a torn tail (what a crash mid-append leaves) is put
 
 The ε each party's ledger charged (the data set's composed ε spent, after each step) is printed
 (``pytest -s``). On the code before the fix, B left a torn record at alice and C failed at alice
-after the reveal mark with every member charged a round and nothing released (see the README).
+after the reveal mark with every member charged a round and nothing released (see docs/explanation/reliability.md).
 """
 
 from __future__ import annotations

@@ -155,7 +155,7 @@ class PartyControlServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetOwnerRelease(self, request, context):
-        """A data owner of a job run by compute parties (issue 17): the last round's public release of
+        """A data owner of a job run by compute parties: the last round's public release of
         that job, kept by this compute party after the job's owner intake closed (an owner that sent
         its shares and left, or that was counted but had not read the release in time). Only the
         owners the job lists may ask, each as itself; NOT_FOUND until the release exists.

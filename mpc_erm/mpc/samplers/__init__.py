@@ -5,14 +5,16 @@
 - :mod:`.accounting`        exact ε(δ) from that PMF (numpy hockey-stick and dp_accounting PLD);
                             ℓ1 guarantee over d coordinates
 - :mod:`.reference`         plaintext sampler of the same algorithm (fast statistical tests)
-- :mod:`.discrete_laplace`  the CrypTen sampler (bit-sliced secure comparisons, B2A, one mul)
+- :mod:`.bits`              XOR-shared 64-lane words in the MPC: Beaver ANDs, openings, B2A
+- :mod:`.coins`             biased coins [U < c]: bit-sliced comparisons with public constants
+- :mod:`.discrete_laplace`  the CrypTen sampler (coins, sign × magnitude, B2A, one mul)
 - :mod:`.pool`              offline pool of secret-shared noise
 - :mod:`.gaussian`          discrete Gaussian by rejection from the discrete Laplace (CKS 2020,
                             Alg. 3) with exact acceptance coins: parameters, exact PMF, reference
 - :mod:`.discrete_gaussian` the CrypTen discrete Gaussian (R candidates, oblivious selection)
 
-Modules that need CrypTen (discrete_laplace, pool) are not imported here, so the analysis can
-be used without starting an MPC.
+Modules that need CrypTen (bits, coins, discrete_laplace, discrete_gaussian, pool) are not
+imported here, so the analysis can be used without starting an MPC.
 """
 
 from .accounting import (

@@ -45,20 +45,9 @@ import numpy as np
 import torch
 
 from ..crypten_compat import import_crypten, plain
-from .discrete_laplace import (
-    _LANES,
-    _and,
-    _and_many,
-    _b2a_bits,
-    _local_words,
-    _open,
-    _pack,
-    _random_coins,
-    _rank,
-    _threshold_masks,
-    _unpack,
-    laplace_parts,
-)
+from .bits import LANES, and_many, and_words, b2a_bits, local_words, open_words, pack, party_rank, unpack
+from .coins import random_coins, threshold_masks
+from .discrete_laplace import laplace_parts
 from .gaussian import DiscreteGaussianParams, candidates_for
 from .params import FRAC_BITS
 
@@ -73,12 +62,12 @@ __all__ = ["sample_discrete_gaussian", "sample_discrete_gaussian_integers"]
 
 def _not(x: torch.Tensor) -> torch.Tensor:
     """XOR shares of ¬x (rank 0 flips its share; a new tensor everywhere)."""
-    return ~x if _rank() == 0 else x.clone()
+    return ~x if party_rank() == 0 else x.clone()
 
 
 def _ones_like(x: torch.Tensor) -> torch.Tensor:
     """XOR shares of all-ones words (rank 0 holds them)."""
-    return torch.full_like(x, -1) if _rank() == 0 else torch.zeros_like(x)
+    return torch.full_like(x, -1) if party_rank() == 0 else torch.zeros_like(x)
 
 
 def _exclusive_prefix_and(q: torch.Tensor) -> torch.Tensor:
@@ -86,7 +75,7 @@ def _exclusive_prefix_and(q: torch.Tensor) -> torch.Tensor:
     s = q.clone()
     step = 1
     while step < s.size(0):
-        s = torch.cat([s[:step], _and(s[step:], s[:-step])])
+        s = torch.cat([s[:step], and_words(s[step:], s[:-step])])
         step *= 2
     return torch.cat([_ones_like(q[:1]), s])
 
@@ -95,11 +84,11 @@ def _own_bit_planes(share: torch.Tensor, nbits: int) -> torch.Tensor:
     """Bit planes (nbits, rows, W) of this party's own int64 share (rows, n), LSB first, packed
     64 lanes per word like the coins (local, no communication)."""
     rows, n = share.shape
-    w = -(-n // _LANES)
+    w = -(-n // LANES)
     nbytes = -(-nbits // 8)
     raw = share.cpu().contiguous().numpy().view(np.uint8).reshape(rows, n, 8)[..., :nbytes]  # little endian
     bits = np.unpackbits(raw, axis=-1, count=nbits, bitorder="little")  # (rows, n, nbits)
-    planes = np.zeros((nbits, rows, w * _LANES), dtype=np.uint8)
+    planes = np.zeros((nbits, rows, w * LANES), dtype=np.uint8)
     planes[:, :, :n] = np.moveaxis(bits, -1, 0)
     packed = np.packbits(planes, axis=-1, bitorder="little")  # (nbits, rows, 8W)
     return torch.from_numpy(packed.view(np.int64)).to(share.device)
@@ -116,7 +105,7 @@ def _carry_save(addends: list[tuple[torch.Tensor, bool]]) -> list[tuple[torch.Te
         for (x, _), (y, _), (z, _) in groups:
             top = x.size(0) - 1  # the carry out of the top plane is dropped (mod 2^nbits)
             pairs.append((x[:top] ^ z[:top], y[:top] ^ z[:top]))
-        prods = _and_many(pairs)
+        prods = and_many(pairs)
         nxt = []
         for ((x, _), (y, _), (z, _)), p in zip(groups, prods):
             carry = torch.zeros_like(x)
@@ -142,7 +131,7 @@ def _acceptance(
     nbits = params.n_bits
     world = crypten.communicator.get().get_world_size()
     mine = _own_bit_planes(sq, nbits)
-    rank = _rank()
+    rank = party_rank()
     addends = [(mine if q == rank else torch.zeros_like(mine), False) for q in range(world)]
     two = _carry_save(addends)
     if len(two) == 1:
@@ -167,7 +156,7 @@ def _acceptance(
         npairs = len(terms) // 2
         first_term = len(pairs)
         pairs.extend((terms[2 * i], terms[2 * i + 1]) for i in range(npairs))
-        out = _and_many(pairs)
+        out = and_many(pairs)
         new_terms = out[first_term:] + terms[2 * npairs :]
         if fail_slot >= 0:
             new_terms.append(_not(out[fail_slot]))
@@ -178,7 +167,7 @@ def _acceptance(
             carry = None
     while len(terms) > 1:
         npairs = len(terms) // 2
-        terms = _and_many([(terms[2 * i], terms[2 * i + 1]) for i in range(npairs)]) + terms[2 * npairs :]
+        terms = and_many([(terms[2 * i], terms[2 * i + 1]) for i in range(npairs)]) + terms[2 * npairs :]
     if not terms:  # no coin bits at all: every candidate is accepted
         return _ones_like(coins[0] if coins.size(0) else a[0])
     return terms[0]
@@ -199,28 +188,28 @@ def sample_discrete_gaussian_integers(
         return ArithmeticSharedTensor.from_shares(y1, precision=0)
     lap = params.laplace
     nb = lap.bits
-    w = -(-n // _LANES)
+    w = -(-n // LANES)
     jl = len(lap.thresholds)  # b_0 … b_{B−1}, Z
     coin_index, cmp_thresholds = _coin_rows(params)
     cmp_bits = list(coin_index)
     # 1. Every coin in one chain: rows (j, r) Laplace coin j of candidate round r, then rows
     #    (i, r) acceptance coin of bit i for the first R − 1 rounds.
     masks = torch.cat([
-        _threshold_masks(lap.thresholds, params.k, device).repeat_interleave(r, dim=1),
-        _threshold_masks(cmp_thresholds, params.k, device).repeat_interleave(r - 1, dim=1),
+        threshold_masks(lap.thresholds, params.k, device).repeat_interleave(r, dim=1),
+        threshold_masks(cmp_thresholds, params.k, device).repeat_interleave(r - 1, dim=1),
     ], dim=1)
-    coins = _random_coins(masks, w, device)
+    coins = random_coins(masks, w, device)
     lap_coins = coins[: jl * r].view(jl, r, w)
     acc_coins = coins[jl * r :].view(len(cmp_bits), r - 1, w)
     # 2. |D| = Z·(1 + G) = Z + Σ_j 2^j (Z ∧ b_j): the ANDs in binary (one round, 64 lanes a word),
     #    so that |D| is linear in bits: B2A, no multiplication. The sign S is a jointly random bit.
     z = lap_coins[nb]
-    zb = _and(lap_coins[:nb], z.unsqueeze(0))  # (B, R, W)
-    sign = _local_words((r, w), device)
+    zb = and_words(lap_coins[:nb], z.unsqueeze(0))  # (B, R, W)
+    sign = local_words((r, w), device)
     # 3. |D| of the first R − 1 candidates (the last is the fallback: no test needed), N's bits.
-    abs_bits = _b2a_bits(torch.cat([zb[:, : r - 1], z[None, : r - 1]]).reshape(-1, w), n).view(nb + 1, r - 1, n)
+    abs_bits = b2a_bits(torch.cat([zb[:, : r - 1], z[None, : r - 1]]).reshape(-1, w), n).view(nb + 1, r - 1, n)
     mag = _weighted_sum(abs_bits)
-    if _rank() == 0:
+    if party_rank() == 0:
         mag -= params.mu
     # The protocol's square directly: AST.square() would also "divide" by the scale 1 through a
     # wraps protocol (harmless, one wasted round).
@@ -231,8 +220,8 @@ def sample_discrete_gaussian_integers(
     # 4. The selected candidate's bits, in binary: ⊕_r sel_r ∧ x_r (one-hot, so ⊕ = the chosen
     #    one) for x in (Z∧b_j, Z, S); then B2A of n·(B + 2) bits and D = |D|·(1 − 2S).
     planes = torch.cat([zb, z.unsqueeze(0), sign.unsqueeze(0)])  # (B + 2, R, W)
-    chosen = _xor_reduce(_and(planes, sel.unsqueeze(0)))  # (B + 2, W)
-    bits = _b2a_bits(chosen, n)  # (B + 2, n)
+    chosen = _xor_reduce(and_words(planes, sel.unsqueeze(0)))  # (B + 2, W)
+    bits = b2a_bits(chosen, n)  # (B + 2, n)
     abs_d = _weighted_sum(bits[: nb + 1].unsqueeze(1))[0]
     s_bit = ArithmeticSharedTensor.from_shares(bits[nb + 1], precision=0)
     s_abs = plain(s_bit.mul(ArithmeticSharedTensor.from_shares(abs_d, precision=0)).share)
@@ -256,27 +245,27 @@ def _sample_revealed(params: DiscreteGaussianParams, n: int, device: torch.devic
     nb = lap.bits
     jl = len(lap.thresholds)  # b_0 … b_{B−1}, Z
     coin_index, cmp_thresholds = _coin_rows(params)
-    masks = torch.cat([_threshold_masks(lap.thresholds, params.k, device),
-                       _threshold_masks(cmp_thresholds, params.k, device)], dim=1)
+    masks = torch.cat([threshold_masks(lap.thresholds, params.k, device),
+                       threshold_masks(cmp_thresholds, params.k, device)], dim=1)
     square = getattr(arithmetic, cfg.mpc.protocol).square
     mags: list[torch.Tensor] = []
     signs: list[torch.Tensor] = []
     need = n
     while need > 0:
-        m = candidates_for(need, params, _LANES)
-        w = m // _LANES
-        coins = _random_coins(masks, w, device)
+        m = candidates_for(need, params, LANES)
+        w = m // LANES
+        coins = random_coins(masks, w, device)
         z = coins[nb]
-        zb = _and(coins[:nb], z.unsqueeze(0))  # (B, W)
-        mag = _weighted_sum(_b2a_bits(torch.cat([zb, z[None]]), m).unsqueeze(1))  # (1, m): |D|
-        centred = mag - params.mu if _rank() == 0 else mag
+        zb = and_words(coins[:nb], z.unsqueeze(0))  # (B, W)
+        mag = _weighted_sum(b2a_bits(torch.cat([zb, z[None]]), m).unsqueeze(1))  # (1, m): |D|
+        centred = mag - params.mu if party_rank() == 0 else mag
         sq = plain(square(ArithmeticSharedTensor.from_shares(centred, precision=0)).share)
         accept = _acceptance(sq, params, coins[jl:].unsqueeze(1), coin_index)  # (1, W)
-        idx = torch.nonzero(_unpack(_open(accept), m)[0]).flatten()[:need].to(device)
+        idx = torch.nonzero(unpack(open_words(accept), m)[0]).flatten()[:need].to(device)
         if idx.numel() == 0:
             continue
-        sign = _local_words((1, w), device)
-        signs.append(_b2a_bits(_pack(_unpack(sign, m)[:, idx]), idx.numel())[0])
+        sign = local_words((1, w), device)
+        signs.append(b2a_bits(pack(unpack(sign, m)[:, idx]), idx.numel())[0])
         mags.append(mag[0, idx])
         need -= idx.numel()
     abs_d = torch.cat(mags)

@@ -1,6 +1,6 @@
 """The exact PMF of the implemented discrete Laplace sampler (log space, float64).
 
-Why exact: DP holds for the distribution actually sampled (docs/privacy.md §5). The sampler's output
+Why exact: DP holds for the distribution actually sampled (docs/explanation/privacy.md §5). The sampler's output
 D = S·Z·(1+G) is a deterministic function of independent coins whose probabilities are the
 rationals c/2^k of :class:`.params.DiscreteLaplaceParams`, so its PMF is a product of those
 rationals — no approximation besides float64 rounding of the logs (relative 1e-16, far below

@@ -2,8 +2,8 @@
 
 Why: noise never depends on the data, so (like Beaver triples) it can be produced in an offline
 phase while parties compute gradients; the online round is then share → sum → add pooled noise
-→ reveal (docs/privacy.md §6, issue 3 "Offline noise"). The pool is SPMD: every party holds one and
-calls ``produce``/``take`` with the same sizes in the same order, as all CrypTen code is.
+→ reveal (docs/explanation/privacy.md §6). The pool is SPMD: every party holds one and calls
+``produce``/``take`` with the same sizes in the same order, as all CrypTen code is.
 
 Each sample is handed out at most once (``take`` removes it): reusing noise would add the same
 draw to two releases and break the accounting.
