@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from ..data.sets import file_sha256
-from .networks import NETWORKS, NetworkSpec, build_network
+from .networks import NETWORKS, NetworkBuilder, NetworkSpec, build_network
 
 __all__ = ["BUNDLE_FORMAT", "BundleError", "LinearModel", "LoadedModel", "load_model", "save_linear_weights",
            "save_network_bundle"]
@@ -45,7 +45,7 @@ class BundleError(ValueError):
 def save_network_bundle(directory: str | os.PathLike[str], spec: NetworkSpec, parameters: Tensor, *,
                         classes: list[Any] | None = None, feature_names: list[str] | None = None,
                         privacy: dict[str, Any] | None = None, job: dict[str, Any] | None = None,
-                        builder: Any = None, plugin_digest: str | None = None,
+                        builder: NetworkBuilder | None = None, plugin_digest: str | None = None,
                         schema: dict[str, Any] | None = None) -> Path:
     """Write a network's bundle: ``parameters`` is the public model as one vector in
     ``named_parameters`` order (what the DP-SGD round loop keeps); ``classes`` the label of each

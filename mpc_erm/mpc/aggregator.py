@@ -51,6 +51,7 @@ from .crypten_compat import import_crypten
 from .keystream import KEY_BYTES, KeyedMasks, new_key
 
 crypten = import_crypten()
+from crypten.communicator.communicator import Communicator  # noqa: E402  (after the compat shim)
 from crypten.config import cfg  # noqa: E402  (after the compat shim)
 
 log = logging.getLogger(__name__)
@@ -178,7 +179,7 @@ class MpcAggregator:
         self,
         noise_source: NoiseSource,
         *,
-        comm: Any = None,
+        comm: Communicator | None = None,
         allow_test_only: bool = False,
         margin_bits: int = DEFAULT_MARGIN_BITS,
     ) -> None:

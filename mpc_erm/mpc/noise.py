@@ -44,10 +44,11 @@ import functools
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.protocols.aggregation import NoiseSpec
 
 from .samplers.gaussian import DiscreteGaussianParams
@@ -59,6 +60,9 @@ from .samplers.guarantee import (
 )
 from .samplers.params import MAX_GRID_BITS, DiscreteLaplaceParams
 from .samplers.pool import NoisePool, batch_for
+
+if TYPE_CHECKING:  # a type only: CrypTen is imported when a sampler starts (after the compat shim)
+    from crypten.communicator.communicator import Communicator
 
 __all__ = [
     "GRID_SLACK", "InMpcNoise", "NoisePlan", "Realisation", "guarantee", "plan_noise", "realise",
@@ -182,7 +186,8 @@ class InMpcNoise:
 
     test_only = False
 
-    def __init__(self, device: Any = None, batch: int = 1 << 15, comm: Any = None) -> None:
+    def __init__(self, device: torch.device | str | None = None, batch: int = 1 << 15,
+                 comm: Communicator | None = None) -> None:
         from .crypten_compat import import_crypten
 
         crypten = import_crypten()
@@ -282,7 +287,7 @@ class Realisation:
 
 
 @functools.lru_cache(maxsize=32)  # a pure function of a frozen plan; owners sharing a process (benchmarks) ask once
-def realise(plan: Any, parties: int) -> Realisation:
+def realise(plan: PrivacyPlan, parties: int) -> Realisation:
     """Realise ``plan`` (a bound :class:`~mpc_erm.privacy.plan.PrivacyPlan`) among ``parties``
     parties: pick the grid, set σ_grid = z·s_grid (Gaussian) or t = s_grid/ε (Laplace) with s_grid
     the grid sensitivity including every party's rounding, and check the sampler's total-variation

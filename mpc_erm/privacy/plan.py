@@ -57,6 +57,7 @@ from mpc_erm.spec import JobSpec
 from . import _checks
 from .accountants import noise_multiplier_for
 from .events import Composition, DpEvent, GaussianRounds, NonPrivate, PureDp, compose, wor_sample_size
+from .report import PrivacyReport
 from .sensitivity import gradient_sensitivity, l1_from_l2, output_perturbation_sensitivity
 
 if TYPE_CHECKING:  # a type only: the plan's arithmetic is loaded without torch
@@ -406,11 +407,9 @@ class PrivacyPlan:
                 f"count is shared with the members and published{'' if counts is None else f' ({list(counts)})'}")
 
     def report(self, *, noise_scale: float, realisation: dict[str, Any] | None, trust_model: str, parties: int | None,
-               parameters: dict[str, Any] | None = None, notes: tuple[str, ...] = ()) -> Any:
+               parameters: dict[str, Any] | None = None, notes: tuple[str, ...] = ()) -> PrivacyReport:
         """The job's :class:`~mpc_erm.privacy.report.PrivacyReport`, from this (bound) plan and the
         engine's realisation of its noise (``noise_scale`` in real units) — nothing else."""
-        from .report import PrivacyReport
-
         counts = self.sizes.counts if self.sizes is not None else None
         common: dict[str, Any] = dict(
             adjacency=self.adjacency, trust_model=trust_model, parties=parties,

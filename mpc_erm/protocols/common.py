@@ -79,7 +79,7 @@ def run_report(plan: PrivacyPlan | None, noise: NoiseSpec | None, trust_model: s
                        notes=(SIMULATION_SAMPLER_NOTE,) if ideal else ())
 
 
-def network_rows(ds: Dataset, spec: JobSpec, dev: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def network_rows(ds: Dataset, spec: JobSpec, dev: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
     """A data set's rows as the network's inputs (n, *input_shape) on ``dev`` and class indices
     0..K−1 (a federated softmax: rows of the data set's own width). The worker, the owner and
     the forecast all feed a network through this."""

@@ -24,8 +24,10 @@ re-derives it.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -35,6 +37,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from mpc_erm.models import build_network, clip_rows, flatten_grads, per_example_grads
 from mpc_erm.models.bundle import save_network_bundle
 from mpc_erm.models.job_model import network_spec
+from mpc_erm.models.networks import NetworkBuilder
 from mpc_erm.privacy.plan import PrivacyPlan, PublicSizes, plan_job
 from mpc_erm.protocols.aggregation import NoiseSpec, SecureAggregator
 from mpc_erm.smoothing import smooth_parameters
@@ -65,7 +68,7 @@ class DpSgd:
     device: torch.device | str = "cpu"
     loss: Callable[[Tensor, Tensor], Tensor] = nn.functional.cross_entropy
     chunk_size: int | None = 256  # per-example gradients computed this many rows at a time
-    builder: Callable[[Any], nn.Module] | None = None  # model.name = "plugin": this party's builder (.plugins)
+    builder: NetworkBuilder | None = None  # model.name = "plugin": this party's builder (.plugins)
     model: nn.Module = field(init=False)
 
     def __post_init__(self) -> None:
@@ -189,8 +192,9 @@ class DpSgd:
                 after_round(t, noisy)
         return self.public_parameters()
 
-    def save(self, directory: Any, *, classes: list[Any] | None = None, feature_names: list[str] | None = None,
-             trust_model: str = "simulation (plaintext aggregator)", schema: dict[str, Any] | None = None) -> Any:
+    def save(self, directory: str | os.PathLike[str], *, classes: list[Any] | None = None,
+             feature_names: list[str] | None = None,
+             trust_model: str = "simulation (plaintext aggregator)", schema: dict[str, Any] | None = None) -> Path:
         """Write the public model as a bundle that ``mpc_erm.load_model`` reads (mpc_erm.models.bundle),
         with the plan's privacy statement for the rounds run so far."""
         pl = self.plan

@@ -34,8 +34,10 @@ drawn sends shares of a zero update, so no compute party learns the sample.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -45,9 +47,11 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from mpc_erm.models import NetworkSpec, build_network
 from mpc_erm.models.job_model import federated_network
 from mpc_erm.privacy.events import Composition, GaussianRounds, compose, wor_sample_size
+from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.smoothing import smooth_parameters
+from mpc_erm.spec import JobSpec
 
-from .aggregation import NoiseSpec
+from .aggregation import NoiseSpec, SecureAggregator
 
 __all__ = ["SAMPLINGS", "DpFedLs", "FedLsConfig", "owner_updates", "poisson_owners", "timing_statement",
            "uniform_owners"]
@@ -162,7 +166,7 @@ class DpFedLs:
             self.noise = NoiseSpec("none", 0.0)
 
     @classmethod
-    def for_job(cls, spec: Any, plan: Any, features: int, *, noise: NoiseSpec | None = None,
+    def for_job(cls, spec: JobSpec, plan: PrivacyPlan, features: int, *, noise: NoiseSpec | None = None,
                 device: torch.device | str = "cpu") -> DpFedLs:
         """A daemon job's rounds: E, b, η_l, γ from its ``[federated]`` table; T, τ, 𝓛, N, η_g,
         σ_LS and z from its privacy plan (the one the ledger reserves); ``noise``: the plan's noise
@@ -178,7 +182,8 @@ class DpFedLs:
         net = federated_network(spec, features)
         return cls(cfg, lambda: build_network(net), noise=noise, device=device, net_spec=net)
 
-    def save(self, directory: Any, plan: Any, *, trust_model: str, job: dict[str, Any] | None = None) -> Any:
+    def save(self, directory: str | os.PathLike[str], plan: PrivacyPlan, *, trust_model: str,
+             job: dict[str, Any] | None = None) -> Path:
         """Write the public model as a bundle ``mpc_erm.load_model`` reads, with the plan's privacy
         statement (a job made by :meth:`for_job`)."""
         from mpc_erm.models.bundle import save_network_bundle
@@ -242,7 +247,8 @@ class DpFedLs:
 
     # ------------------------------------------------------------------ the loop
 
-    def train(self, aggregator: Any, updates: Callable[[int, list[int]], Tensor], sample: Callable[[int], list[int]],
+    def train(self, aggregator: SecureAggregator, updates: Callable[[int, list[int]], Tensor],
+              sample: Callable[[int], list[int]],
               after_round: Callable[[int, list[int]], None] | None = None,
               before_reveal: Callable[[int], None] | None = None) -> Tensor:
         """T rounds: ``sample(t)`` the owners this caller holds that joined, ``updates(t, owners)``

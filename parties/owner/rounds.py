@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import grpc
 import torch
@@ -24,6 +24,10 @@ import torch
 from mpc_erm.protocols.aggregation import NoiseSpec
 
 from .intake import IntakeError, OwnerClient, OwnerIntake, agree_present, pauses, round_state
+
+if TYPE_CHECKING:  # types only: a data owner, which imports this module, runs no CrypTen
+    from mpc_erm.mpc.aggregator import MpcAggregator
+    from mpc_erm.mpc.communicator import GrpcCommunicator
 
 __all__ = ["IntakeAggregator", "LeftAfterSending", "OwnerAggregator"]
 
@@ -36,7 +40,8 @@ READY_EVERY_S = 1.0
 class IntakeAggregator:
     """A compute party's side: one :meth:`aggregate` call is one owner round (see the module)."""
 
-    def __init__(self, intake: OwnerIntake, comm: Any, mpc: Any, *, deadline_s: float, first_wait_s: float,
+    def __init__(self, intake: OwnerIntake, comm: GrpcCommunicator, mpc: MpcAggregator, *, deadline_s: float,
+                 first_wait_s: float,
                  while_owners_compute: Callable[[], None] | None = None,
                  check: Callable[[], None] | None = None) -> None:
         """``deadline_s``: how long a round waits for the enrolled owners; ``first_wait_s``: how
