@@ -168,3 +168,22 @@ def test_the_simulator_runs_the_daemons_run_and_the_protocol_loop_unchanged(part
         want = proto.train(agg, lambda th: (torch.cat([proto.local_contribution(th, X, y) for X, y in tensors]),
                                             weights))
     assert torch.equal(got, want)
+
+
+def test_a_federated_run_at_an_owner_and_at_a_compute_party_is_guarded_the_same(parts) -> None:
+    """DP-Fed-LS: a data owner's run (its rows, its coin) and a compute party's (no rows) go through
+    the same guard order; each release recorded is the aggregate the round revealed."""
+    from tests.simulate.test_forecast import _fed_spec
+
+    spec = _fed_spec(4, T=3, tau=1.0)
+    plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, None), n_features=5)
+    rows = RunRows(Dataset(parts[0].X[:, :5], parts[0].y, "binary", "o0"))
+    for member in (rows, None):
+        log = Log()
+        run = run_for(spec, plan, member, features=5, owners=4)
+        out = run.run(Aggregator(log), _guard(plan, log))
+        want: list[tuple] = [("mark", 1), ("charge", "cancer"), ("reveal", 1), ("release", 1)]
+        want += [e for t in (2, 3) for e in (("mark", t), ("reveal", t), ("release", t))]
+        assert _spend(log) == want
+        assert out.curve == [] and out.model.shape == (run.p,)  # no progress sink: no curve points
+        assert run.joined == ([1, 2, 3] if member is not None else [])  # τ = 1: the owner joins every round
