@@ -1,14 +1,39 @@
 """Project-wide test hooks: the ``data`` marker (pyproject: "needs ../shared/data") skips, with
 the reason, wherever the real data sets are absent; ``data_dir`` is their root. Under pytest-xdist
-the longest files are handed out first (see :data:`FILE_SECONDS`)."""
+the longest files are handed out first (see :data:`FILE_SECONDS`), and each worker's math
+libraries use its share of the cores (see :func:`_share_the_cores`)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from mpc_erm.data.sets import _repo_default_root, data_root_or_none
+
+def _share_the_cores() -> None:
+    """At an xdist worker, OpenMP/BLAS (torch, numpy) and every process the tests start use
+    cores // workers threads (1 on the 2-core CI machine), unless OMP_NUM_THREADS is set. Each
+    library otherwise starts a thread per core in every worker: on 2 cores with 2 workers (and
+    the daemons the tests start) the threads of a parallel region wait on each other, and a
+    torch-heavy test ran 2-20 times longer than on one thread. Set before torch is imported (it
+    reads the variables when it loads); numpy's BLAS, loaded already, is limited in place."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not workers or "OMP_NUM_THREADS" in os.environ:
+        return
+    share = str(max(1, len(os.sched_getaffinity(0)) // int(workers)))
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, share)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - scikit-learn's dependency
+        return
+    threadpool_limits(int(share))
+
+
+_share_the_cores()
+
+from mpc_erm.data.sets import _repo_default_root, data_root_or_none  # noqa: E402
 
 _ROOT = data_root_or_none()
 _SKIP_REASON = f"real data sets absent: set $MPC_ERM_DATA or provide {_repo_default_root()}"
