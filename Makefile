@@ -46,7 +46,7 @@ test: install
 test-all: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# Issue 6's long suites: the full fault-injection campaign and the soak (see docs/explanation/reliability.md).
+# The long suites: the full fault-injection campaign and the soak (see docs/explanation/reliability.md).
 test-reliability: install
 	$(BIN)/python -m pytest -m reliability tests/reliability $(PYTEST_ARGS)
 
