@@ -13,6 +13,9 @@ import numpy as np
 from mpc_erm.data.dataset import Dataset
 from mpc_erm.mpc.callers import CallerPolicy
 from mpc_erm.mpc.communicator import GrpcCommunicator, init_crypten
+from mpc_erm.mpc.crypten_compat import import_crypten
+from mpc_erm.mpc.dealer import start_dealer_client
+from mpc_erm.mpc.rss_provider import start_replicated_provider
 from mpc_erm.mpc.transport import Member, PartyTable, TransportOptions, TransportServer
 from mpc_erm.runs import RunRows
 
@@ -153,19 +156,10 @@ def join(ctx: WorkerContext, callers: CallerPolicy) -> tuple[TransportServer, Gr
 def trust_setup(ctx: WorkerContext, comm: GrpcCommunicator) -> None:
     """dealer: every triple from the job's dealer; replicated: 3-party RSS, no dealer (the binary
     triples and B2A bits of comparisons made by the parties themselves, mpc.rss_provider)."""
-    from mpc_erm.mpc.crypten_compat import import_crypten
-
-    import_crypten()
-    from crypten.config import cfg
-
     if ctx.job.job.trust == "replicated":
-        from mpc_erm.mpc.rss_provider import start_replicated_provider
-
         start_replicated_provider()
         return
-    from mpc_erm.mpc.dealer import start_dealer_client
-
-    cfg.mpc.protocol = "beaver"
+    import_crypten().config.cfg.mpc.protocol = "beaver"
     start_dealer_client(comm)
 
 
