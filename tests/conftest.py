@@ -35,6 +35,25 @@ _share_the_cores()
 
 from mpc_erm.data.sets import _repo_default_root, data_root_or_none  # noqa: E402
 
+
+def _start_the_fork_server() -> None:
+    """At an xdist worker, start this process's fork server (Python's, process-wide: the first
+    start chooses what it imports) with what every test's children need: the job workers' modules
+    (``tests.procs.PRELOAD``: torch, CrypTen, the job code) and the stand-in worker of
+    tests/parties/test_daemon.py. Otherwise the first in-process daemon of a stand-in test
+    started it with its own two modules, and every later child of the worker's other files (MPC
+    harnesses, job workers) imported torch and CrypTen for itself: 5-6 s of CPU each, which made
+    a file's time depend on the files run before it (tests/parties/test_worker.py: 50 s or 120 s)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    from multiprocessing import forkserver
+
+    from mpc_erm.mpc.local import forkserver_context
+    from tests.procs import PRELOAD
+
+    forkserver_context((*PRELOAD, "tests.parties.test_daemon"))
+    forkserver.ensure_running()  # it imports in the background; a child's start waits for it
+
 _ROOT = data_root_or_none()
 _SKIP_REASON = f"real data sets absent: set $MPC_ERM_DATA or provide {_repo_default_root()}"
 
@@ -85,6 +104,7 @@ def pytest_configure(config: pytest.Config) -> None:
     one or two tests each, last)."""
     if config.getoption("dist", "no") == "loadfile" and not hasattr(config, "workerinput"):
         config.option.loadscopereorder = False
+    _start_the_fork_server()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
