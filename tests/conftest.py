@@ -58,43 +58,39 @@ _ROOT = data_root_or_none()
 _SKIP_REASON = f"real data sets absent: set $MPC_ERM_DATA or provide {_repo_default_root()}"
 
 
-#: About how long each of the longest files of the default suite takes on the 2-core CI machine
+#: About how long each of the longest files of `make test` and `make test-long` takes on the 2-core CI machine
 #: (seconds: setup + call + teardown of its tests, from ``--durations=0``). With ``--dist loadfile``
 #: (``make test``) a file runs whole on one worker, and the workers take the files in the order
 #: collected; these are put first, longest first, so that no long file starts near the end while
 #: the other worker runs out of work (the wall time is then about the sum over the workers). Only
 #: the order depends on these figures, never what runs: a stale one costs balance, nothing else.
 FILE_SECONDS = {
-    "tests/parties/test_owner_faults.py": 170,
-    "tests/reliability/test_owner_leaks.py": 110,
-    "tests/parties/test_owner_jobs.py": 105,
-    "tests/simulate/test_cli.py": 105,
-    "tests/test_bench_cli.py": 105,
-    "tests/coordinator/test_walkthrough.py": 100,
-    "tests/parties/test_serve_errors.py": 85,
-    "tests/parties/test_end_to_end.py": 80,
-    "tests/reliability/test_faults.py": 80,
-    "tests/coordinator/test_dry_run_gate.py": 70,
-    "tests/reliability/test_disk_full.py": 65,
-    "tests/reliability/test_error_boundary.py": 65,
-    "tests/reliability/test_leaks.py": 65,
-    "tests/reliability/test_two_phase_admission.py": 60,
-    "tests/protocols/test_fedls.py": 50,
-    "tests/reliability/test_network_faults.py": 50,
-    "tests/parties/test_worker.py": 50,
-    "tests/parties/test_network_daemons.py": 45,
+    "tests/parties/test_owner_jobs.py": 80,
+    "tests/parties/test_owner_faults.py": 80,
+    "tests/reliability/test_leaks.py": 55,
+    "tests/reliability/test_owner_leaks.py": 55,
+    "tests/reliability/test_faults.py": 50,
+    "tests/test_bench_cli.py": 50,
+    "tests/reliability/test_network_faults.py": 45,
+    "tests/coordinator/test_walkthrough.py": 45,
+    "tests/reliability/test_disk_full.py": 45,
+    "tests/reliability/test_error_boundary.py": 40,
     "tests/reliability/test_concurrency.py": 40,
-    "tests/parties/test_schema_jobs.py": 35,
-    "tests/parties/test_multihost.py": 30,
+    "tests/parties/test_network_daemons.py": 40,
+    "tests/parties/test_end_to_end.py": 35,
+    "tests/reliability/test_two_phase_admission.py": 35,
+    "tests/parties/test_multihost.py": 35,
     "tests/parties/test_regression_job.py": 30,
-    "tests/mpc/test_crypten_compat.py": 30,
-    "tests/mpc/test_owner_intake.py": 25,
-    "tests/privacy/test_uniform_owner_sampling.py": 25,
-    "tests/mpc/test_samplers.py": 25,
+    "tests/parties/test_worker.py": 25,
+    "tests/simulate/test_cli.py": 20,
     "tests/reliability/test_worker_stall.py": 20,
-    "tests/simulate/test_simulator.py": 20,
-    "tests/parties/test_readiness.py": 20,
-    "tests/test_bench_owner_processes.py": 20,
+    "tests/mpc/test_owner_intake.py": 20,
+    "tests/privacy/test_uniform_owner_sampling.py": 20,
+    "tests/mpc/test_samplers.py": 20,
+    "tests/parties/test_serve_errors.py": 15,
+    "tests/parties/test_schema_jobs.py": 15,
+    "tests/parties/test_daemon.py": 15,
+    "tests/mpc/test_dealer.py": 15,
 }
 
 

@@ -43,7 +43,7 @@ from tests.parties.test_owner_jobs import JOB
 from tests.reliability.faults import wait_for
 from tests.reliability.test_store_errors import ledger_state
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.long]  # `make test-long` (CI runs it after `make test`)
 
 OWNERS = tuple(f"owner-{i:02d}" for i in range(5))
 PEER_TIMEOUT_S = 10.0

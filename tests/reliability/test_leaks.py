@@ -77,7 +77,7 @@ from .failing_data import job_toml as failing_job_toml
 from .faults import wait_for, worker_pids
 from .recording import NeedleSet, Record, read_records, runs, start_recorded, uniformity, value_bytes
 
-pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
+pytestmark = [pytest.mark.reliability, pytest.mark.e2e, pytest.mark.long]  # `make test-long` (CI runs it)
 
 PARTIES = ("alice", "bob", "carol")
 ALPHA = 1e-4  # family-wise false-alarm rate of the uniformity tests in one run (Bonferroni)

@@ -51,7 +51,7 @@ from tests.parties.test_owner_jobs import FED_JOB, JOB, OUT_JOB, _run_owners, st
 from .recording import NeedleSet, Record, read_records, start_recorded, uniformity
 from .test_leaks import _add_vector, _haystack, _is_secret, _numbers
 
-pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
+pytestmark = [pytest.mark.reliability, pytest.mark.e2e, pytest.mark.long]  # `make test-long` (CI runs it)
 
 OWNERS = tuple(f"owner-{i:02d}" for i in range(12))
 COMPUTE = ("alice", "bob", "carol")
