@@ -68,4 +68,3 @@ class RunResult:
     parameters: dict[str, object]
     write_model: ModelWriter
     extra: dict[str, object] = field(default_factory=dict)
-    released: str = ""  # what each release is, in the audit log's words

@@ -15,7 +15,6 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from mpc_erm.data.dataset import Dataset
 from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.protocols.aggregation import NoiseSpec, SecureAggregator
 from mpc_erm.protocols.common import network_rows
@@ -65,14 +64,14 @@ class FederatedRun:
         self.joined: list[int] = []
 
     @classmethod
-    def in_process(cls, spec: JobSpec, plan: PrivacyPlan, owners: Sequence[Dataset], generator: torch.Generator,
-                   noise: NoiseSpec | None = None) -> FederatedRun:
-        """Every owner's rows in this process (the simulator): each round's owners drawn as the plan
-        says from ``generator``, each owner's local epochs from its own generator seeded by it."""
-        run = cls(spec, plan, None, features=owners[0].d, noise=noise, owners=len(owners))
+    def in_process(cls, spec: JobSpec, plan: PrivacyPlan, owners: Sequence[tuple[Tensor, Tensor]], features: int,
+                   generator: torch.Generator, noise: NoiseSpec | None = None) -> FederatedRun:
+        """Every owner's rows in this process (the simulator), as the model's inputs (``network_rows``,
+        made once by the caller): each round's owners drawn as the plan says from ``generator``, each
+        owner's local epochs from its own generator seeded by it."""
+        run = cls(spec, plan, None, features=features, noise=noise, owners=len(owners))
         seeds = torch.randint(0, 2**62, (len(owners),), generator=generator).tolist()
-        run.members = [(*network_rows(o, spec, "cpu"), torch.Generator().manual_seed(int(s)))
-                       for o, s in zip(owners, seeds, strict=True)]
+        run.members = [(X, y, torch.Generator().manual_seed(int(s))) for (X, y), s in zip(owners, seeds, strict=True)]
         run.draw = lambda _t: run.fed.config.draw_owners(generator)
         return run
 
@@ -110,7 +109,7 @@ class FederatedRun:
 
         model = self.fed.train(seen, self.updates, self._sample(), after_round=after_round,
                                before_reveal=before_reveal)
-        return RunResult(model.cpu(), curve, self.note(), self.parameters(), self.writer(), released=self.released)
+        return RunResult(model.cpu(), curve, self.note(), self.parameters(), self.writer())
 
     def parameters(self) -> dict[str, object]:
         f, tr = self.spec.federated, self.spec.training

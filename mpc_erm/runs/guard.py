@@ -80,7 +80,6 @@ class RevealGuard:
         self.plan, self.facts, self._extra = plan, facts, extra
         self._check, self._ledger, self._audit, self._progress = check, ledger, audit, progress
         self.charged = False  # the audit log charged the job: some round may be revealed
-        self.marked = 0  # rounds the ledger marked revealed
 
     @classmethod
     def unrecorded(cls, plan: PrivacyPlan) -> RevealGuard:
@@ -102,7 +101,6 @@ class RevealGuard:
         self.check()
         if self._ledger is not None:
             self._ledger.mark_revealed(self.facts.job_id, self.plan.event, rounds=t)
-        self.marked = t
         if not self.charged and self._audit is not None:
             f = self.facts
             self._audit.charge(f.job_id, dataset=f.dataset, epsilon=f.epsilon, delta=f.delta,

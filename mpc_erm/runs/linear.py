@@ -129,7 +129,7 @@ class OutputRun(_LinearRun):
         self.model = theta.cpu()
         curve = [self._point(guard, 1, 1, theta)] if guard.reports else []
         return RunResult(self.model, curve, self.note(), self.parameters(),
-                         self.writer(self.model), released=self.released)
+                         self.writer(self.model))
 
     def parameters(self) -> dict[str, object]:
         return {"protocol": self.protocol, "loss": self.spec.model.name, "lam": self.spec.model.lam,
@@ -179,8 +179,7 @@ class GradientRun(_LinearRun):
 
         theta = self.proto.train(aggregator, local_sum, before_reveal=guard.before_reveal, after_round=after_round)
         self.model = theta.cpu()
-        return RunResult(self.model, curve, self.note(), self.parameters(), self.writer(self.model),
-                         released=self.released)
+        return RunResult(self.model, curve, self.note(), self.parameters(), self.writer(self.model))
 
     def contributions(self, theta: Tensor) -> Tensor:
         """Each member's clipped gradient sum at θ, one row each (no row: no member here)."""

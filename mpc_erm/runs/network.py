@@ -39,25 +39,26 @@ class NetworkRun:
 
     def __init__(self, spec: JobSpec, plan: PrivacyPlan, rows: RunRows, *, noise: NoiseSpec | None = None,
                  pool: NoisePool | None = None, device: torch.device | str = "cpu",
-                 builder: NetworkBuilder | None = None) -> None:
+                 builder: NetworkBuilder | None = None,
+                 members: Sequence[tuple[Tensor, Tensor, torch.Generator]] | None = None) -> None:
         self.spec, self.plan, self.rows, self.noise, self.pool = spec, plan, rows, noise, pool
         self.job = DpSgd(spec, plan=plan, noise=noise, device=device, builder=builder)
         self.p, self.rounds = self.job.p, int(spec.training.iterations)
-        self.X, self.y = network_rows(rows.train, spec, device)
+        if members is None:  # this member's batches, from its own generator: nobody else's to know
+            members = [(*network_rows(rows.train, spec, device), torch.Generator().manual_seed(secrets.randbits(63)))]
+        self.members = list(members)
+        self.X, self.y = self.members[0][0], self.members[0][1]  # the curve's own rows: the first member's
         self.test = None if rows.test is None else network_rows(rows.test, spec, device)
         self.validation = None if rows.validation is None else network_rows(rows.validation, spec, device)
-        # this member's batches, from its own generator: nobody else's to know
-        gen = torch.Generator().manual_seed(secrets.randbits(63))
-        self.members: list[tuple[Tensor, Tensor, torch.Generator]] = [(self.X, self.y, gen)]
 
     @classmethod
-    def in_process(cls, spec: JobSpec, plan: PrivacyPlan, parts: Sequence[Dataset],
+    def in_process(cls, spec: JobSpec, plan: PrivacyPlan, first: Dataset, rows: Sequence[tuple[Tensor, Tensor]],
                    generators: Sequence[torch.Generator], noise: NoiseSpec | None = None) -> NetworkRun:
-        """Every party's rows in this process, each drawing its Poisson batches from its own
-        generator (the simulator); curve points on the first party's rows."""
-        run = cls(spec, plan, RunRows(parts[0]), noise=noise)
-        run.members = [(*network_rows(p, spec, "cpu"), g) for p, g in zip(parts, generators, strict=True)]
-        return run
+        """Every party's rows in this process as the network's inputs (``network_rows``, made once
+        by the caller), each drawing its Poisson batches from its own generator (the simulator);
+        ``first``: the first party's data set, whose names and classes the bundle records."""
+        return cls(spec, plan, RunRows(first), noise=noise,
+                   members=[(X, y, g) for (X, y), g in zip(rows, generators, strict=True)])
 
     def contributions(self) -> Tensor:
         """Each member's clipped gradient sum over its Poisson batch, one row each."""
@@ -94,8 +95,7 @@ class NetworkRun:
         note = (f"DP-{'Adam' if tr.optimizer == 'adam' else 'SGD'} of {self.spec.model.name} ({self.p} parameters): "
                 f"T = {T} rounds, Poisson rate q = {job.q:g} per party, clip C = {job.clip:g}, Laplacian smoothing "
                 f"σ = {tr.ls_sigma:g} per parameter tensor; accountant {self.plan.accountant!r}")
-        return RunResult(model, curve, note, self.parameters(), self.writer(), extra={"parameters": self.p},
-                         released=self.released)
+        return RunResult(model, curve, note, self.parameters(), self.writer(), extra={"parameters": self.p})
 
     def parameters(self) -> dict[str, object]:
         tr = self.spec.training

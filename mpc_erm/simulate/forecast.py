@@ -185,12 +185,13 @@ class InProcessNetworkJob:
     summed by the in-process aggregator with the plan's noise."""
 
     def __init__(self, spec: JobSpec, plan: PrivacyPlan, parts: Sequence[Dataset]) -> None:
-        self.spec, self.plan, self.parts = spec, plan, list(parts)
+        self.spec, self.plan, self.first = spec, plan, parts[0]
+        self.tensors = [network_rows(p, spec, "cpu") for p in parts]
 
     def _run(self, generator: torch.Generator, noise: NoiseSpec | None = None) -> NetworkRun:
-        seeds = torch.randint(0, 2**62, (len(self.parts),), generator=generator).tolist()
+        seeds = torch.randint(0, 2**62, (len(self.tensors),), generator=generator).tolist()
         gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
-        return NetworkRun.in_process(self.spec, self.plan, self.parts, gens, noise=noise)
+        return NetworkRun.in_process(self.spec, self.plan, self.first, self.tensors, gens, noise=noise)
 
     def signal(self) -> float:
         """‖the first round's release without noise‖: the weighted clipped sums of one Poisson batch."""
@@ -230,14 +231,15 @@ class InProcessFederatedJob:
     summed with the plan's noise and smoothed at the public step."""
 
     def __init__(self, spec: JobSpec, plan: PrivacyPlan, owners: Sequence[Dataset]) -> None:
-        self.spec, self.plan, self.owners = spec, plan, list(owners)
+        self.spec, self.plan, self.features = spec, plan, owners[0].d
+        self.data = [network_rows(o, spec, "cpu") for o in owners]
 
     def job(self, *, noise: bool = True) -> DpFedLs:
         """The job's rounds as the run holds them, before any round (its initial public model)."""
         return self._run(torch.Generator().manual_seed(0), noise=noise).fed
 
     def _run(self, generator: torch.Generator, *, noise: bool) -> FederatedRun:
-        return FederatedRun.in_process(self.spec, self.plan, self.owners, generator,
+        return FederatedRun.in_process(self.spec, self.plan, self.data, self.features, generator,
                                        noise=None if noise else NoiseSpec("none", 0.0))
 
     def signal(self) -> float:
