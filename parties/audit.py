@@ -284,6 +284,11 @@ class AuditLog:
         return self.append("release", job_id, what=what, shape=list(arr.shape), round=round, rounds=rounds,
                            sha256=hashlib.sha256(arr.tobytes()).hexdigest())
 
+    def refused(self, job_id: str, *, round: int, members: list[str], bound: float) -> dict[str, Any]:
+        """Members whose contribution to ``round`` failed the bound check on its shares and was left
+        out (their names and the public bound; never a value)."""
+        return self.append("refused", job_id, round=round, members=members, bound=bound)
+
     def head(self) -> str:
         return _last_hash(self.path)[1]
 

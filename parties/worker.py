@@ -181,7 +181,7 @@ def run_party_job(ctx: WorkerContext) -> dict[str, object]:
             result, counters, trust = served.result, served.counters, served.trust_model
         else:
             result = _own_run(ctx, comm, agg, pool, rows, plan, real, builder)
-        report = _report(ctx, plan, real, agg.trust_model, result)
+        report = _report(ctx, plan, real, trust, result)
         final = result.curve[-1]
         metrics: dict[str, object] = {
             "wall_seconds": time.perf_counter() - tic,

@@ -349,6 +349,30 @@ class PrivacyPlan:
             return 1.0 / n if self.weighting == "pooled" else 1.0 / (m * counts[party])
         return counts[party] / n if self.weighting == "pooled" else 1.0 / m
 
+    def member_bound(self, member: int = 0) -> float:
+        """The public ℓ2 bound of one member's weighted contribution to a release, which the compute
+        parties check every contribution against on its shares (:mod:`mpc_erm.mpc.validation`).
+
+        Federated (the owner is the unit): one update in the 𝓛-ball, weighted 1/(q·n̂). Gradient:
+        the member's clipped gradient sum, ≤ its record count × C, times its weight. Output: its
+        minimiser of a λ-strongly convex objective with a G-Lipschitz loss, ‖θ̂‖ ≤ G/λ, plus the
+        certified solver error, times its weight. Under add/remove a member's record count is
+        private: the bound is then that of a member holding all n̂ records (and an owner holding
+        more is refused at its own terminal before it sends). Under replace the counts are public
+        and ``member`` picks the member."""
+        s = self._need_sizes()
+        if self.unit == "owner":
+            return self.clip / (self.sampling_rate * s.n)
+        if self.adjacency == "add_remove":
+            rows = s.n
+            own = self.weight(member, rows)
+        else:
+            rows = (s.counts or ())[member]
+            own = self.weight(member, rows)
+        if self.method == "gradient":
+            return own * rows * self.clip
+        return own * (self.clip / self.lam + self.solver_tol_for(rows)) if self.lam > 0 else math.inf
+
     def solver_tol_for(self, own_count: int) -> float:
         """Certified error each party's local solve must reach (output perturbation)."""
         if self.adjacency == "add_remove":

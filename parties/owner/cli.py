@@ -80,10 +80,15 @@ def join(config_path: Path, job_path: Path, job_id: str, wait_s: float, leave: b
 
     cfg, job = _load(config_path, job_path, job_id)
 
-    def on_round(t: int, counted_me: bool, owners: int) -> None:
+    def on_round(t: int, mine: str, owners: int) -> None:
+        if mine == "refused":  # on the terminal whatever the output format: this owner's data did not count
+            click.echo(f"warning: round {t + 1}: the compute parties left this owner's contribution out: it failed "
+                       "their check against the job's public bound on its norm (a bug in this installation, or "
+                       "tampered shares)", err=True)
         if not as_json:
             click.echo(f"round {t + 1}/{job.spec.training.iterations}: {owners} owners summed"
-                       + ("" if counted_me else " (this owner was late: left out of this round)"))
+                       + {"counted": "", "late": " (this owner was late: left out of this round)",
+                          "refused": " (this owner's contribution was refused: left out)"}[mine])
 
     summary = _guarded(cfg.identity.name, job_id,
                        lambda: run_owner_job(cfg, job, job_id, wait_s=wait_s, on_round=on_round, leave=leave))

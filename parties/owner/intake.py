@@ -108,6 +108,9 @@ class RoundFrame:
     # uniform owner sampling: this party's XOR share of each owner's sampling bits (.sample),
     # one bytes per owner in list order; empty where the owners sample themselves or at rank 1
     sample_shares: tuple[bytes, ...] = ()
+    # M: the public ℓ2 bound (grid units) every owner's contribution is checked against on its
+    # shares before it enters a sum (mpc_erm.mpc.validation); None: not checked (test builds only)
+    bound_units: int | None = None
 
 
 class _Round:
@@ -140,6 +143,7 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         self._enrolled_others = 0  # enrolled owners whose share this party derives: ready every round
         self._round: _Round | None = None
         self._published: dict[int, tuple[torch.Tensor, int]] = {}
+        self._refused: dict[int, frozenset[int]] = {}  # round → owners whose contribution failed the check
         self._readers: dict[int, set[int]] = {}  # round → owners that read its release here
         self._leaving: set[int] = set()  # owners that read the release later from the daemon (--leave)
         # one lock, one condition per kind of wait: a contribution wakes only the round loop, not the
@@ -224,9 +228,16 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         """This party's input to :meth:`MpcAggregator.aggregate_shares` for round ``t``."""
         return self.shares.total(agreed, t, self.frame.dim, explicit)
 
-    def publish(self, t: int, state: torch.Tensor, owners_counted: int) -> None:
-        """The round's public state (what the compute parties revealed, or the model after it)."""
+    def shares_of(self, t: int, owners: Sequence[int], explicit: dict[int, torch.Tensor]) -> torch.Tensor:
+        """This party's share of each of ``owners``' round-``t`` contributions (rows, in order)."""
+        return self.shares.shares(owners, t, self.frame.dim, explicit)
+
+    def publish(self, t: int, state: torch.Tensor, owners_counted: int, refused: Sequence[int] = ()) -> None:
+        """The round's public state (what the compute parties revealed, or the model after it) and
+        the owners whose contribution failed the bound check (each is told when it reads)."""
         with self._lock:
+            self._refused[t] = frozenset(refused)
+            self._refused.pop(t - KEEP_RELEASES, None)
             self._published[t] = (state.detach().to("cpu", torch.float64).contiguous().clone(), owners_counted)
             self._published.pop(t - KEEP_RELEASES, None)
             self._readers.pop(t - KEEP_RELEASES, None)
@@ -329,6 +340,7 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
             finally:
                 self._parked -= 1
             got = self._published.get(request.round)
+            refused = self._refused.get(request.round, frozenset())
             if got is not None:
                 self._readers.setdefault(request.round, set()).add(o)
                 self._read.notify_all()
@@ -337,8 +349,8 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
                 _abort(context, grpc.StatusCode.UNAVAILABLE, "round: the intake is stopping")
             _abort(context, grpc.StatusCode.DEADLINE_EXCEEDED, f"round: {request.round} not released yet")
         state, counted = got
-        return pb.RoundReply(round=request.round, state=state_bytes(state),
-                             shape=list(state.shape), owners_counted=counted)
+        return pb.RoundReply(round=request.round, state=state_bytes(state), shape=list(state.shape),
+                             owners_counted=counted, refused=o in refused, owners_refused=len(refused))
 
 
 def intake_threads(owners: int, compute_parties: int) -> int:
@@ -429,6 +441,7 @@ class OwnerClient:
 
         self.identity = identity
         self.job_id = job_id
+        self.refused: list[int] = []  # rounds whose contribution the compute parties' bound check refused
         self.names = [name for name, _ in compute]
         self.check = check if check is not None else (lambda: None)
         self._channels = [tls.secure_channel(addr, identity, f"party/{name}", grpc_message_options())
@@ -558,6 +571,8 @@ class OwnerClient:
                     raise
                 trouble(exc.code())
         state = state_from_bytes(r.state, r.shape)
+        if r.refused:
+            self.refused.append(t)
         return state, int(r.owners_counted)
 
     def close(self) -> None:

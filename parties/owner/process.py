@@ -239,7 +239,7 @@ def _prepare(cfg: OwnerConfig, job: JobFile, job_id: str) -> tuple[Identity, Pri
 
 
 def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float = 600.0,
-                  on_round: Callable[[int, bool, int], None] | None = None, leave: bool = False) -> dict[str, object]:
+                  on_round: Callable[[int, str, int], None] | None = None, leave: bool = False) -> dict[str, object]:
     """Run this owner's side of ``job`` (see the module); returns the summary it writes. With
     ``leave`` (a one-release job only) return once the shares are sent, without the model."""
     index = check_job(cfg, job)
@@ -319,7 +319,8 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
                                                "sent": left.sent}))
     else:
         assert result is not None and rounds is not None
-        summary |= {"status": "done", "missed_rounds": rounds.missed}
+        summary |= {"status": "done", "missed_rounds": rounds.missed,
+                    "refused_rounds": [t + 1 for t in rounds.client.refused]}
         if isinstance(run, FederatedRun):
             # this owner's own file: the sample (and the rounds whose local epochs overran the fixed send
             # time, which the compute parties could then tell apart) never leaves it

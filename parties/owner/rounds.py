@@ -25,9 +25,21 @@ from mpc_erm.protocols.aggregation import NoiseSpec
 
 from .intake import IntakeError, OwnerClient, OwnerIntake, agree_present, pauses, round_state
 
+#: Coordinates of owners' shares checked at a time at a compute party (≈ 32 MiB of int64 a block).
+CHECK_BLOCK_ELEMENTS = 1 << 22
+
 if TYPE_CHECKING:  # types only: a data owner, which imports this module, runs no CrypTen
     from mpc_erm.mpc.aggregator import MpcAggregator
     from mpc_erm.mpc.communicator import GrpcCommunicator
+
+
+def check_contributions(shares: torch.Tensor, bound_units: int, comm: GrpcCommunicator) -> list[bool]:
+    """:func:`mpc_erm.mpc.validation.check_contributions` of every row against one bound,
+    imported at a compute party only (it imports CrypTen, which a data owner never loads)."""
+    from mpc_erm.mpc.validation import CheckPlan
+    from mpc_erm.mpc.validation import check_contributions as check
+
+    return check(shares, CheckPlan(int(shares.shape[1]), (bound_units,) * int(shares.shape[0])), comm)
 
 __all__ = ["IntakeAggregator", "LeftAfterSending", "OwnerAggregator"]
 
@@ -43,16 +55,19 @@ class IntakeAggregator:
     def __init__(self, intake: OwnerIntake, comm: GrpcCommunicator, mpc: MpcAggregator, *, deadline_s: float,
                  first_wait_s: float,
                  while_owners_compute: Callable[[], None] | None = None,
-                 check: Callable[[], None] | None = None) -> None:
+                 check: Callable[[], None] | None = None,
+                 on_refused: Callable[[int, list[str]], None] | None = None) -> None:
         """``deadline_s``: how long a round waits for the enrolled owners; ``first_wait_s``: how
         long the first round waits for every listed owner to enrol and contribute;
         ``while_owners_compute``: this party's own work for the round (e.g. topping up the noise
-        pool); ``check``: raises to stop (a cancelled job) while waiting."""
+        pool); ``check``: raises to stop (a cancelled job) while waiting; ``on_refused(t, names)``:
+        the owners of round ``t`` whose contribution failed the bound check (to log and announce)."""
         self.intake, self.comm, self.mpc = intake, comm, mpc
         self.deadline_s, self.first_wait_s = deadline_s, first_wait_s
-        self.while_owners_compute, self.check = while_owners_compute, check
+        self.while_owners_compute, self.check, self.on_refused = while_owners_compute, check, on_refused
         self.trust_model = mpc.trust_model
         self.counted: list[int] = []  # owners summed per round (public to the compute parties and owners)
+        self.refused: list[list[int]] = []  # per round, the owners whose contribution failed the bound check
         self.agreed: list[int] = []  # the owners summed in the latest round
         self.last: torch.Tensor | None = None  # the latest round's release
         # per round, seconds: waiting for the owners' shares (open to close), then the MPC (agreeing
@@ -74,14 +89,42 @@ class IntakeAggregator:
         present, explicit = self.intake.close_round()
         closed = time.monotonic()
         agreed = agree_present(self.comm, present, len(f.owners))
-        out = self.mpc.aggregate_shares(self.intake.total(t, agreed, explicit), f.grid_bits, noise)
-        self.intake.publish(t, out, len(agreed))
+        agreed, total = self._checked_sum(t, agreed, explicit)
+        out = self.mpc.aggregate_shares(total, f.grid_bits, noise)
+        self.intake.publish(t, out, len(agreed), self.refused[-1])
         self.wait_seconds.append(closed - tic)
         self.mpc_seconds.append(time.monotonic() - closed)
         self.cpu_seconds.append(time.process_time() - cpu)
         self.counted.append(len(agreed))
         self.agreed, self.last = agreed, out
         return out
+
+    def _checked_sum(self, t: int, agreed: list[int], explicit: dict[int, torch.Tensor]) -> tuple[list[int],
+                                                                                                  torch.Tensor]:
+        """The agreed owners whose contribution passes the bound check on its shares (the same list
+        at every compute party: one opened bit each, :mod:`mpc_erm.mpc.validation`), and this
+        party's share of their sum. A refused owner is a dropout: left out, the sum still divided
+        by the public count. Checked in blocks of owners (a block's shares in memory at once)."""
+        f = self.intake.frame
+        total = torch.zeros(f.dim, dtype=torch.long)
+        kept: list[int] = []
+        refused: list[int] = []
+        step = max(1, CHECK_BLOCK_ELEMENTS // f.dim)
+        for a in range(0, len(agreed), step):
+            block = agreed[a:a + step]
+            shares = self.intake.shares_of(t, block, explicit)
+            if f.bound_units is None:  # test builds only (the trust model says so)
+                ok = [True] * len(block)
+            else:
+                ok = check_contributions(shares, f.bound_units, self.comm)
+            keep = torch.tensor(ok, dtype=torch.bool)
+            total += shares[keep].sum(0)
+            kept += [o for o, good in zip(block, ok) if good]
+            refused += [o for o, good in zip(block, ok) if not good]
+        self.refused.append(refused)
+        if refused and self.on_refused is not None:
+            self.on_refused(t, [f.owners[o] for o in refused])
+        return kept, total
 
     def _wait_owners(self, t: int) -> None:
         """Wait until every compute party has its owners of round ``t`` in, or its deadline has
@@ -126,11 +169,12 @@ class OwnerAggregator:
 
     trust_model = "data owner of a job run by compute parties"
 
-    def __init__(self, client: OwnerClient, *, round_wait_s: float, on_round: Callable[[int, bool, int], None]
+    def __init__(self, client: OwnerClient, *, round_wait_s: float, on_round: Callable[[int, str, int], None]
                  | None = None, send_after_s: float | None = None, leave: bool = False,
                  fetch_later: Callable[[int, float], tuple[torch.Tensor, int]] | None = None) -> None:
         """``round_wait_s``: how long to wait for a round to open and for its release;
-        ``on_round(t, counted_me, owners_counted)`` after each release; ``send_after_s``: send
+        ``on_round(t, mine, owners_counted)`` after each release (``mine``: "counted", "late" or
+        "refused", this owner's contribution failing the compute parties' bound check); ``send_after_s``: send
         each round's shares this long after the previous release was read (the first round: after
         this object was made), whatever the owner computed meanwhile — a fixed send time, so the
         arrival of the shares says nothing of the work behind them; ``leave``: raise
@@ -164,7 +208,7 @@ class OwnerAggregator:
             self.missed.append(t)
         self.last, self.received = state, self.received + 1
         if self.on_round is not None:
-            self.on_round(t, sent, counted)
+            self.on_round(t, "late" if not sent else "refused" if t in self.client.refused else "counted", counted)
         return state
 
     def _released(self, t: int) -> tuple[torch.Tensor, int]:

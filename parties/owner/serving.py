@@ -5,12 +5,15 @@ owner charges its own ledger for its data."""
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass
 
 from mpc_erm.mpc.aggregator import PRECISION_BITS, MpcAggregator
 from mpc_erm.mpc.callers import CallerPolicy
 from mpc_erm.mpc.communicator import GrpcCommunicator
 from mpc_erm.mpc.noise import InMpcNoise, Realisation
+from mpc_erm.mpc.validation import bound_units
 from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.runs import FederatedRun, RunResult, run_for
 from parties.owner.intake import OwnerIntake, RoundFrame, intake_threads
@@ -19,11 +22,19 @@ from parties.owner.sample import pack_owner_bits, uniform_sample_shares
 from parties.owner.shares import owner_margin_bits
 
 from ..context import WorkerContext
+from ..logs import os_error_line
 from ..session import hosts
-from ..spend import party_guard
+from ..spend import party_audit, party_guard
 from .release import StoredRelease, write_release
 
-__all__ = ["FIRST_ROUND_FACTOR", "LAST_READ_WAIT_S", "OWNER_ROUND_DEADLINE_S", "ServedOwners", "serve_owners"]
+__all__ = ["FIRST_ROUND_FACTOR", "LAST_READ_WAIT_S", "OWNER_ROUND_DEADLINE_S", "UNCHECKED_ENV", "ServedOwners",
+           "serve_owners"]
+
+log = logging.getLogger(__name__)
+
+#: Set to "1" in a compute party's environment, its owners' contributions are NOT checked against
+#: their bounds — a test build's positive control (the report's trust model says so); never in production.
+UNCHECKED_ENV = "MPC_ERM_TEST_UNCHECKED_CONTRIBUTIONS"
 
 #: How long a compute party waits for the owners (unless the job sets round_deadline_s): each
 #: round for those enrolled, and the first round FIRST_ROUND_FACTOR× as long for every listed
@@ -56,8 +67,11 @@ def serve_owners(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator,
                                                 f"for each of {run.rounds} rounds (secret shuffle)"})
         share = uniform_sample_shares(comm, len(jt.owners), run.fed.config.sample_size, run.rounds)
         drawn = () if share is None else pack_owner_bits(share)
+    checked = os.environ.get(UNCHECKED_ENV) != "1"
+    bound = bound_units(plan.member_bound(), grid, run.p) if checked else None
     frame = RoundFrame(ctx.job_id, jt.owners, len(jt.parties), comm.get_rank(), grid,
-                       owner_margin_bits(len(jt.owners)), run.p, ctx.job.spec_digest(), sample_shares=drawn)
+                       owner_margin_bits(len(jt.owners)), run.p, ctx.job.spec_digest(), sample_shares=drawn,
+                       bound_units=bound)
     listen_host, adv_host = hosts(ctx)
     intake = OwnerIntake(ctx.identity, frame, bind=f"{listen_host}:0", callers=callers,
                          max_workers=intake_threads(len(jt.owners), len(jt.parties))).start()
@@ -65,11 +79,28 @@ def serve_owners(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator,
         ctx.publish_endpoint(f"{adv_host}:{intake.port}", service="owners")
         ctx.emit({"phase": "owners", "message": f"waiting for {len(jt.owners)} data owners to enrol"})
         deadline = jt.round_deadline_s or OWNER_ROUND_DEADLINE_S
-        with party_guard(ctx, plan, spends=False, extra=lambda: {"owners": rounds.counted[-1]}) as guard:
+        audit = party_audit(ctx)
+
+        def refused_now(t: int, names: list[str]) -> None:  # public: the owners' names and the round
+            log.warning("job %s round %d: %d contribution(s) failed the bound check and were left out: %s",
+                        ctx.job_id, t + 1, len(names), ", ".join(names))
+            ctx.emit({"phase": "owners", "message": f"round {t + 1}: left out {', '.join(names)} (contribution "
+                                                    "outside its public bound)", "refused": names})
+            if audit is not None:
+                try:
+                    audit.log.refused(ctx.job_id, round=t + 1, members=names, bound=plan.member_bound())
+                except OSError as exc:  # the job goes on: the refusal is in the log, the status and the result
+                    log.error("job %s: the audit record of the refused contributions failed: %s", ctx.job_id,
+                              os_error_line(exc))
+
+        def extra() -> dict[str, float]:
+            return {"owners": rounds.counted[-1], "owners_refused": sum(len(r) for r in rounds.refused)}
+
+        with party_guard(ctx, plan, spends=False, extra=extra) as guard:
             rounds = IntakeAggregator(intake, comm, agg, deadline_s=deadline,
                                       first_wait_s=FIRST_ROUND_FACTOR * deadline,
                                       while_owners_compute=None if noise is None else lambda: pool.top_up(noise, run.p),
-                                      check=guard.check)
+                                      check=guard.check, on_refused=refused_now)
             result = run.run(rounds, guard)
         if rounds.last is not None:  # served by the daemon once the intake has stopped (parties.owner.release)
             write_release(ctx.job_dir, StoredRelease(ctx.job_id, ctx.job.spec_digest(), len(rounds.counted) - 1,
@@ -80,8 +111,14 @@ def serve_owners(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator,
                                                     f"from this party within {LAST_READ_WAIT_S:g} s"})
     finally:
         intake.stop()
-    counters: dict[str, object] = {"owners_per_round": rounds.counted, "round_wait_seconds": rounds.wait_seconds,
+    counters: dict[str, object] = {"owners_per_round": rounds.counted,
+                                   "owners_refused": {str(t + 1): [jt.owners[o] for o in r]
+                                                      for t, r in enumerate(rounds.refused) if r},
+                                   "round_wait_seconds": rounds.wait_seconds,
                                    "round_mpc_seconds": rounds.mpc_seconds, "round_cpu_seconds": rounds.cpu_seconds}
     trust = (agg.trust_model if not isinstance(run, FederatedRun) else
              f"{jt.trust} among the compute parties {', '.join(jt.parties)}")
+    trust += (f"; every owner's contribution checked on its shares against its public ℓ2 bound "
+              f"{plan.member_bound():.6g} (one bit revealed each; a failing one left out)" if checked else
+              "; CONTRIBUTIONS NOT CHECKED against their bounds (test build)")
     return ServedOwners(result, counters, trust)

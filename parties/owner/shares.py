@@ -28,7 +28,7 @@ clipping, which bounds every honest contribution far below it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -141,8 +141,14 @@ class OwnerShareSum:
         """Σ over ``owners`` (the round's agreed set) of this party's share, int64 of shape (dim,).
         ``explicit`` holds the shares received this round from the owners whose explicit party
         this is; every owner in the set must have one here or a key."""
-        out = torch.zeros(dim, dtype=torch.long)
-        for o in owners:
+        return self.shares(list(owners), round_, dim, explicit).sum(0)
+
+    def shares(self, owners: Sequence[int], round_: int, dim: int,
+               explicit: Mapping[int, torch.Tensor]) -> torch.Tensor:
+        """This party's share of each of ``owners``' contributions, int64 of shape (len(owners),
+        dim), in that order (what :func:`mpc_erm.mpc.validation.check_contributions` checks)."""
+        out = torch.empty(len(owners), dim, dtype=torch.long)
+        for row, o in enumerate(owners):
             if explicit_party(o, self.compute_parties) == self.rank:
                 share = explicit.get(o)
                 if share is None:
@@ -150,10 +156,10 @@ class OwnerShareSum:
                 if share.dtype != torch.long or tuple(share.shape) != (dim,):
                     raise ValueError(f"owner {o}: share of {share.dtype} shape {tuple(share.shape)}, expected int64 "
                                      f"({dim},)")
-                out.add_(share)
+                out[row] = share
             else:
                 key = self.keys.get(o)
                 if key is None:
                     raise KeyError(f"owner {o}: no key at compute party {self.rank}")
-                out.add_(self._masks.words(key, round_, dim))
+                out[row] = self._masks.words(key, round_, dim)
         return out

@@ -1,0 +1,205 @@
+"""Validated contributions: every contribution checked on its shares against its public ℓ2 bound
+before it enters a sum, one bit (valid / invalid) revealed per contribution.
+
+Why: an additive share is uniform, so no compute party can look at what a contributor sent. One
+data owner sending 10⁶× its bound, a NaN bit pattern, or its share of another round (a uniform
+ring value once the other parties' derived shares are added) used to move the release by up to
+10¹⁴ and the job "succeeded". The noise does not depend on the inputs, so a bad contribution
+spends nobody's privacy (the DP guarantee of an honest member holds whatever the others send);
+what it destroys is the model. This module is the integrity check.
+
+Setting. The compute parties hold additive int64 shares ``X_i`` (n × p) of n contributions
+``x_o ∈ Z_{2^64}^p`` on the job's grid (units of 2^-g) and one public bound ``M_o`` (grid units)
+per contribution; an honest contribution's centred representative x̃_o ∈ [−2^63, 2^63)^p has
+‖x̃_o‖₂ ≤ M_o. The check (:func:`check_contributions`, one batch for a round's contributions):
+
+1. **Challenge.** A key no contributor can predict: each compute party's fresh 32 bytes,
+   all-gathered *after* the contributions are fixed (the round closed), hashed. From it, λ public
+   projection rows r_j ∈ {−1, 0, +1}^p (P = ¼, ½, ¼).
+2. **Projections**, local: y_oj = ⟨r_j, x_o⟩ in the ring, each party on its own shares.
+3. **Squared norm**, in the MPC, in chunks of c coordinates: S_ok = Σ_{i∈chunk k} x_oi²
+   (CrypTen's square: a Beaver square pair from the dealer, or local cross terms under RSS).
+4. **One comparison batch** over the flags y > τ, −y > τ, S_ok > M², Σ_k S_ok > M²; their count
+   per contribution; one more comparison, count > 0; that bit alone is opened.
+
+Soundness (a contribution that passes has ‖x̃‖₂ ≤ M, except with probability ≤ 2^-λ). The
+cyclic distance |·|_c on Z_{2^64} obeys the triangle inequality. Fix a coordinate i with
+|x̃_i| > 2τ and condition on the other coefficients of r_j: y ∈ {c − x_i, c, c + x_i}. If
+|c|_c ≤ τ then |c ± x_i|_c > τ, so y passes only when r_ji = 0 (probability ½); if |c|_c > τ it
+passes only when r_ji ≠ 0 (½). So a vector with ‖x̃‖_∞ > 2τ passes λ independent rows with
+probability ≤ 2^-λ — whatever its 2-adic structure (a projection with ±1 coefficients alone is
+fooled by x_i = 2^63). Otherwise every |x̃_i| ≤ 2τ, the chunk size keeps c·(2τ)² < 2^62, so each
+S_ok is the exact integer; if each is ≤ M², their sum is ≤ ⌈p/c⌉·M² < 2^62 (a condition of the
+plan), exact too, and "Σ S ≤ M²" is exactly ‖x̃‖₂ ≤ M. A NaN bit pattern, a replayed or foreign
+share (uniform in the ring once added to fresh derived shares) and 10⁶× the bound all fail.
+
+Completeness (an honest contribution always passes): |⟨r, x̃⟩| ≤ ‖r‖₂·‖x̃‖₂ ≤ √nnz(r)·M
+(Cauchy–Schwarz), so τ = ⌊√(nnz·M²)⌋ never refuses one. For large p that τ wastes headroom, and
+τ = ⌈T·M⌉, T = √(2 ln 2^81), is used where smaller: the projection is a sum of independent
+symmetric terms with |r_i x̃_i| ≤ |x̃_i|, so Hoeffding gives P(|y| > τ) ≤ 2^-80 per row.
+
+What is revealed: one bit per contribution, always 1 for an honest one. Each compute party's
+comparisons and squares are CrypTen's, under the job's trust model (semi-honest compute parties:
+with a dealer, or 3-party replicated sharing). The contributors may deviate arbitrarily in what
+they send; a compute party that deviates from this protocol is not caught here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import secrets
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .crypten_compat import import_crypten
+from .keystream import KeyedMasks
+
+crypten = import_crypten()
+from crypten.config import cfg  # noqa: E402  (after the compat shim)
+from crypten.mpc import MPCTensor  # noqa: E402
+from crypten.mpc.primitives import beaver, replicated  # noqa: E402
+from crypten.mpc.primitives.arithmetic import ArithmeticSharedTensor  # noqa: E402
+
+__all__ = ["CHECK_PROJECTIONS", "CheckPlan", "ValidationError", "bound_units", "check_contributions",
+           "projection_rows"]
+
+#: λ: a contribution outside its bound passes with probability ≤ 2^-λ (module docstring).
+CHECK_PROJECTIONS = 48
+#: T of the probabilistic projection threshold: an honest projection exceeds T·M with probability ≤ 2^-80.
+HOEFFDING_T = math.sqrt(2.0 * 81.0 * math.log(2.0))
+_ROOM = 1 << 62  # exact integers: every intermediate stays below 2^62 in the int64 ring
+#: Coordinates squared at a time (bounds the MPC's temporaries: ≈ 5 int64 tensors of this size).
+BATCH_ELEMENTS = 1 << 21
+_DOMAIN = b"mpc-erm contribution check v1"
+
+
+class ValidationError(ValueError):
+    """The bounds of a job do not fit the check's exact ring arithmetic (nothing was run)."""
+
+
+def bound_units(bound: float, grid_bits: int, dim: int) -> int:
+    """M in grid units for a real ℓ2 bound: an honest ``round(v·2^g)`` with ‖v‖₂ ≤ ``bound``
+    has ‖·‖₂ ≤ bound·2^g + √p/2 (each coordinate rounds by ≤ ½); one unit more for the float
+    arithmetic of the clip."""
+    if not (bound >= 0 and math.isfinite(bound)):
+        raise ValueError(f"bound: a finite non-negative ℓ2 bound expected, got {bound!r}")
+    return math.ceil(bound * 2.0**grid_bits) + math.ceil(math.sqrt(dim) / 2.0) + 1
+
+
+@dataclass(frozen=True)
+class CheckPlan:
+    """The public parameters of one round's check, the same at every compute party."""
+
+    dim: int
+    bounds: tuple[int, ...]  # M_o, grid units, one per contribution (in the order of the shares)
+    projections: int = CHECK_PROJECTIONS
+
+    def __post_init__(self) -> None:
+        if self.dim < 1 or self.projections < 1:
+            raise ValueError("dim and projections must be positive")
+        if any(m < 0 for m in self.bounds):
+            raise ValueError("bounds must be non-negative")
+        top = max(self.bounds, default=0)
+        tau = self.threshold(top, self.dim)
+        if 4 * tau * tau >= _ROOM:
+            raise ValidationError(f"a contribution bound of {top} grid units leaves no room for the exact squared norm "
+                                  "in the int64 ring (|projection| ≤ 2^30 needed): use a coarser grid")
+        if self.chunks * top * top >= _ROOM:
+            raise ValidationError(f"a contribution bound of {top} grid units over {self.dim} coordinates leaves no "
+                                  "room for the exact squared norm in the int64 ring: use a coarser grid")
+
+    @staticmethod
+    def threshold(m: int, nnz: int) -> int:
+        """τ for a row with ``nnz`` non-zero coefficients and a bound of ``m`` units (module doc)."""
+        return min(math.isqrt(nnz * m * m), math.ceil(HOEFFDING_T * m))
+
+    @property
+    def chunk(self) -> int:
+        """c: coordinates per exact partial sum, c·(2τ)² < 2^62 for the largest τ."""
+        tau = self.threshold(max(self.bounds, default=0), self.dim)
+        return max(1, min(self.dim, (_ROOM - 1) // max(1, 4 * tau * tau)))
+
+    @property
+    def chunks(self) -> int:
+        return -(-self.dim // self.chunk)
+
+
+def projection_rows(key: bytes, dim: int, rows: int) -> torch.Tensor:
+    """The public projection matrix (dim × rows, int64 in {−1, 0, +1}, P = ¼, ½, ¼) for ``key``:
+    two bits of AES-256-CTR keystream per coefficient, 00 → −1, 11 → +1, else 0."""
+    words = KeyedMasks().words(key, 0, -(-dim * rows // 32))
+    raw = words.numpy().view(np.uint64)
+    pairs = ((raw[:, None] >> (2 * np.arange(32, dtype=np.uint64))) & np.uint64(3)).reshape(-1)[:dim * rows]
+    out = (pairs == 3).astype(np.int64) - (pairs == 0).astype(np.int64)
+    return torch.from_numpy(out.reshape(dim, rows))
+
+
+def _joint_key(comm: object) -> bytes:
+    """A key no contributor can know in advance: every compute party's fresh 32 bytes, exchanged
+    now (after the contributions are fixed), hashed in rank order."""
+    mine = torch.frombuffer(bytearray(secrets.token_bytes(32)), dtype=torch.long).clone()
+    every = comm.all_gather(mine)  # type: ignore[attr-defined]
+    h = hashlib.sha256(_DOMAIN)
+    for part in every:
+        h.update(part.numpy().tobytes())
+    return h.digest()
+
+
+def _square(x: ArithmeticSharedTensor) -> ArithmeticSharedTensor:
+    """Shares of x² (integers, no truncation) by the job's protocol."""
+    protocol = replicated if cfg.mpc.protocol == "replicated" else beaver
+    return protocol.square(x)
+
+
+def _public(values: torch.Tensor) -> torch.Tensor:
+    """A public int64 tensor as this party's additive share of it (rank 0 holds it)."""
+    return values if crypten.communicator.get().get_rank() == 0 else torch.zeros_like(values)
+
+
+def _chunk_squares(shares: torch.Tensor, plan: CheckPlan) -> torch.Tensor:
+    """This party's shares of S_ok (n × chunks), squaring at most BATCH_ELEMENTS at a time."""
+    n, p = shares.shape
+    c, k = plan.chunk, plan.chunks
+    padded = torch.zeros(n, k * c, dtype=torch.long)
+    padded[:, :p] = shares
+    out = torch.empty(n, k, dtype=torch.long)
+    step = max(1, BATCH_ELEMENTS // (k * c))
+    for a in range(0, n, step):
+        sq = _square(ArithmeticSharedTensor.from_shares(padded[a:a + step], precision=0))
+        out[a:a + step] = sq.share.reshape(-1, k, c).sum(-1)
+    return out
+
+
+def _positive(v: torch.Tensor) -> MPCTensor:
+    """Arithmetic shares of the bits [v > 0] for shares ``v`` (one comparison circuit)."""
+    neg = MPCTensor.from_shares(-v, precision=0)
+    return neg._ltz()
+
+
+def check_contributions(shares: torch.Tensor, plan: CheckPlan, comm: object) -> list[bool]:
+    """Which of the n contributions (this party's int64 shares, n × p) are within their bounds:
+    the same list at every compute party, one opened bit each (module docstring). Every compute
+    party calls it with its shares of the same contributions in the same order."""
+    if shares.dtype != torch.long or shares.ndim != 2 or tuple(shares.shape)[1] != plan.dim:
+        raise ValueError(f"shares: int64 (n, {plan.dim}) expected, got {shares.dtype} of shape {tuple(shares.shape)}")
+    n = int(shares.shape[0])
+    if n != len(plan.bounds):
+        raise ValueError(f"shares: {n} contributions, plan: {len(plan.bounds)} bounds")
+    if n == 0:
+        return []
+    key = _joint_key(comm)
+    rows = projection_rows(key, plan.dim, plan.projections)
+    y = shares @ rows  # (n, λ), wraps in the ring like the shares
+    m = torch.tensor(plan.bounds, dtype=torch.long)
+    nnz = (rows != 0).sum(0).tolist()
+    tau = torch.tensor([[plan.threshold(int(mo), int(z)) for z in nnz] for mo in plan.bounds], dtype=torch.long)
+    s = _chunk_squares(shares, plan)
+    m2 = (m * m).unsqueeze(1)
+    flags = torch.cat([y - _public(tau), -y - _public(tau), s - _public(m2.expand_as(s)),
+                       s.sum(1, keepdim=True) - _public(m2)], dim=1)
+    count = _positive(flags).share.sum(1)
+    bad = _positive(count).reveal()
+    return [int(b) == 0 for b in bad.tolist()]

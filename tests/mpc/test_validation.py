@@ -1,0 +1,117 @@
+"""The contribution check (mpc_erm.mpc.validation) in real CrypTen parties over gRPC + mTLS, both
+trust modes: honest contributions at their bound always pass; 10⁶ × the bound, NaN bit patterns,
+uniform ring values (a replayed or foreign share), and the 2-adic patterns that fool a squared
+norm in Z_2^64 (2^63 in two coordinates, 2^31 in four, whose squares sum to 0 mod 2^64) fail; one
+unit over the bound fails. The soundness argument's one probabilistic step is measured too."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mpc_erm.mpc.local import run_local
+
+P, M = 300, 1 << 20
+
+
+def _cases() -> tuple[torch.Tensor, list[str], list[bool]]:
+    g = torch.Generator().manual_seed(7)
+    xs: list[torch.Tensor] = []
+    names: list[str] = []
+    want: list[bool] = []
+
+    def add(name: str, x: torch.Tensor, ok: bool) -> None:
+        xs.append(x)
+        names.append(name)
+        want.append(ok)
+
+    for k in range(3):
+        v = torch.randn(P, generator=g, dtype=torch.float64)
+        add(f"honest-{k}", (v / v.norm() * M * (0.3 + 0.35 * k)).trunc().long(), True)
+    flat = torch.full((P,), math.isqrt(M * M // P), dtype=torch.long)  # ‖x‖₁ = √p‖x‖₂: the projections' worst case
+    add("honest-flat", flat, True)
+    add("honest-negative", -flat, True)
+    edge = torch.zeros(P, dtype=torch.long)
+    edge[0] = M
+    add("honest-at-bound", edge, True)
+    add("zero", torch.zeros(P, dtype=torch.long), True)
+    over = edge.clone()
+    over[1] = 1
+    add("one-unit-over", over, False)
+    add("1e6x", (xs[0].double() * 1e6).round().long(), False)
+    add("nan-bits", torch.full((P,), 0x7FF8000000000000, dtype=torch.long), False)
+    add("uniform", torch.empty(P, dtype=torch.long).random_(-(2**63), None, generator=g), False)
+    two = torch.zeros(P, dtype=torch.long)
+    two[[3, 7]] = -(2**63)
+    add("2^63-twice", two, False)
+    four = torch.zeros(P, dtype=torch.long)
+    four[:4] = 2**31
+    add("2^31-four-times", four, False)
+    return torch.stack(xs), names, want
+
+
+def _party(ctx: object, parties: int) -> list[bool]:
+    import crypten
+
+    from mpc_erm.mpc.validation import CheckPlan, check_contributions
+
+    x, _names, _want = _cases()
+    g = torch.Generator().manual_seed(11)
+    shares = [torch.empty_like(x).random_(-(2**63), None, generator=g) for _ in range(parties - 1)]
+    last = x.clone()
+    for s in shares:
+        last -= s
+    shares.append(last)
+    rank = crypten.communicator.get().get_rank()
+    return check_contributions(shares[rank], CheckPlan(P, (M,) * x.shape[0]), crypten.communicator.get())
+
+
+@pytest.mark.parametrize("trust,parties", [("replicated", 3), ("dealer", 2), ("dealer", 3)])
+def test_the_check_passes_every_honest_contribution_and_refuses_every_hostile_one(trust: str, parties: int) -> None:
+    results = run_local(_party, parties=parties, trust=trust, args=(parties,), timeout_s=300)
+    _x, names, want = _cases()
+    assert all(r == results[0] for r in results)  # the same opened bits at every party
+    assert dict(zip(names, results[0])) == dict(zip(names, want))
+
+
+def test_a_coordinate_beyond_twice_the_threshold_passes_a_projection_at_most_half_the_time() -> None:
+    """The soundness step, in plaintext: y = ⟨r, x⟩ mod 2^64 with r ∈ {−1, 0, 1} (¼, ½, ¼) and
+    x = 2^63 (or 2τ + 1) in one coordinate: P(|y|_c ≤ τ) ≤ ½ (module docstring)."""
+    from mpc_erm.mpc.validation import CheckPlan, projection_rows
+
+    tau = CheckPlan.threshold(M, P)
+    for big in (-(2**63), 2 * tau + 1, 2**62 + 12345):
+        passed = 0
+        trials = 400
+        for k in range(trials):
+            r = projection_rows(k.to_bytes(32, "little"), P, 1)[:, 0]
+            x = torch.zeros(P, dtype=torch.long)
+            x[k % P] = big
+            x[(k + 1) % P] = M // 2
+            y = int((x * r).sum())  # int64 arithmetic wraps like the ring
+            passed += abs(y) <= tau
+        assert passed / trials <= 0.5 + 3 * math.sqrt(0.25 / trials), (big, passed)
+
+
+def test_projection_rows_are_minus_one_zero_one_a_quarter_a_half_a_quarter() -> None:
+    from mpc_erm.mpc.validation import projection_rows
+
+    r = projection_rows(b"k" * 32, 1000, 64)
+    assert r.shape == (1000, 64) and set(r.unique().tolist()) == {-1, 0, 1}
+    freq = [(r == v).double().mean().item() for v in (-1, 0, 1)]
+    assert abs(freq[0] - 0.25) < 0.01 and abs(freq[1] - 0.5) < 0.01 and abs(freq[2] - 0.25) < 0.01
+    assert torch.equal(r, projection_rows(b"k" * 32, 1000, 64))
+    assert not torch.equal(r, projection_rows(b"j" * 32, 1000, 64))
+
+
+def test_the_plan_refuses_bounds_the_ring_cannot_hold_exactly_and_chunks_the_rest() -> None:
+    from mpc_erm.mpc.validation import CheckPlan, ValidationError, bound_units
+
+    assert CheckPlan(7850, (1 << 20,)).chunks == 1
+    big = CheckPlan(7850, (1 << 24,))
+    assert big.chunks > 1 and big.chunk * 4 * CheckPlan.threshold(1 << 24, 7850) ** 2 < 1 << 62
+    with pytest.raises(ValidationError, match="coarser grid"):
+        CheckPlan(7850, (1 << 27,))
+    assert bound_units(1.0, 16, 100) == 65536 + 5 + 1
