@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -60,6 +61,7 @@ PRECISION_BITS = 16
 RING_BITS = 64
 DEFAULT_MARGIN_BITS = 8  # headroom for the sum of up to 2^7 parties plus noise, inside int64
 _CHECK_DOMAIN = 1 << 63  # nonce bit separating the range-check stream from the data stream
+_CONTRIBUTOR_DOMAIN = 1 << 62  # nonce bit of the per-contributor sharing (checked aggregates)
 
 TFP_TRUST_MODEL = "MPC: CrypTen TFP provider (party 0 sees every triple: tests only)"
 RSS_TRUST_MODEL = "MPC: CrypTen 3-party replicated sharing (honest majority, no dealer; products re-randomised)"
@@ -182,7 +184,12 @@ class MpcAggregator:
         comm: Communicator | None = None,
         allow_test_only: bool = False,
         margin_bits: int = DEFAULT_MARGIN_BITS,
+        bounds: Sequence[float] | None = None,
     ) -> None:
+        """``bounds``: the public ℓ2 bound of each party's weighted contribution (by rank, e.g.
+        :meth:`~mpc_erm.privacy.plan.PrivacyPlan.member_bound`): every :meth:`aggregate` then checks
+        each party's contribution on its shares before the sum (:mod:`.validation`) and leaves a
+        failing one out (:attr:`refused`); None: unchecked."""
         self.comm = comm if comm is not None else crypten.communicator.get()
         if self.comm is None:
             raise RuntimeError("MpcAggregator: CrypTen is not initialised (call init_crypten first)")
@@ -205,6 +212,12 @@ class MpcAggregator:
             self.trust_model += f"; noise: {noise_source.description}"
         self.noise_source = noise_source
         self.margin_bits = margin_bits
+        if bounds is not None and len(bounds) != self.world_size:
+            raise ValueError(f"bounds: one per party ({self.world_size}), got {len(bounds)}")
+        self.bounds = None if bounds is None else tuple(float(b) for b in bounds)
+        self.trust_model += ("; every party's contribution checked on its shares against its public ℓ2 bound (one bit "
+                             "revealed each; a failing one left out)" if self.bounds is not None else "")
+        self.refused: list[list[int]] = []  # per checked aggregate, the ranks whose contribution failed
         self.limit = self._limit(PRECISION_BITS)
         self.precision_bits = PRECISION_BITS  # of the last aggregate
         self._counter = 0
@@ -264,8 +277,40 @@ class MpcAggregator:
             body.copy_(torch.frombuffer(bytearray(secrets.token_bytes(8 * p)), dtype=torch.long))
         else:
             body.copy_(local.mul_(float(2**g)).round_())  # local is this call's own temporary
-            self._add_mask(body, t)
+            if self.bounds is None:
+                self._add_mask(body, t)
+        if self.bounds is not None:
+            body.copy_(self._checked_sum(body, t, g))
         return self._noise_and_reveal(share, bad, g, limit, t, noise, tic, stats0).to(contributions.device)
+
+    def _checked_sum(self, mine: torch.Tensor, t: int, g: int) -> torch.Tensor:
+        """This party's share of the sum of the contributions that pass the bound check.
+
+        Each party's encoded contribution is shared on its own (no message: party i holds
+        ``enc(v_i) − Σ_j PRG(k_ij, (t, i))``, party j ≠ i holds ``PRG(k_ij, (t, i))``), so the
+        parties hold shares of every contribution apart and check each against its bound
+        (:func:`~.validation.check_contributions`, one opened bit each); the failing ones are left
+        out by all parties alike and recorded in :attr:`refused`."""
+        from .validation import CheckPlan, bound_units, check_contributions
+
+        assert self.bounds is not None
+        p = int(mine.numel())
+        rows = torch.empty(self.world_size, p, dtype=torch.long)
+        for c in range(self.world_size):
+            nonce = _CONTRIBUTOR_DOMAIN | (c << 40) | t
+            if c == self.rank:
+                rows[c] = mine
+                for key in self._keys.values():
+                    rows[c].sub_(self._keystream.words(key, nonce, p))
+            else:
+                rows[c] = self._keystream.words(self._keys[c], nonce, p)
+        plan = CheckPlan(p, tuple(bound_units(b, g, p) for b in self.bounds))
+        ok = check_contributions(rows, plan, self.comm)
+        self.refused.append([c for c in range(self.world_size) if not ok[c]])
+        if self.refused[-1]:
+            log.warning("aggregate #%d: the contribution of part%s %s failed the bound check and was left out", t,
+                        "ies" if len(self.refused[-1]) > 1 else "y", ", ".join(map(str, self.refused[-1])))
+        return rows[torch.tensor(ok, dtype=torch.bool)].sum(0)
 
     def aggregate_shares(self, owner_share_sum: torch.Tensor, grid_bits: int, noise: NoiseSpec) -> torch.Tensor:
         """Reveal ``Σ_owners v + z`` (float64, shape (p,)) from this compute party's sum of its
