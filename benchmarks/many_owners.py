@@ -38,9 +38,11 @@ from benchmarks.owners_common import MemoryPeak, in_spawned_processes, owners_pr
 SIGMA, SENSITIVITY = 1.0, 1.0
 
 
-def _compute(ctx: Any, owners: tuple[str, ...], dim: int, rounds: int, addr_q: Any) -> dict[str, Any]:
+def _compute(ctx: Any, owners: tuple[str, ...], dim: int, rounds: int, addr_q: Any, checked: bool = True
+             ) -> dict[str, Any]:
     """One compute party: the daemon's own round (``IntakeAggregator``, the intake sized as the
-    worker sizes it), ``rounds`` times over, with the MPC bytes of each round."""
+    worker sizes it), ``rounds`` times over, with the MPC bytes of each round; ``checked``: every
+    owner's contribution checked against its bound (‖v‖ ≤ 1) on the shares, as the daemons do."""
     import torch
 
     from mpc_erm.mpc.aggregator import MpcAggregator
@@ -53,8 +55,11 @@ def _compute(ctx: Any, owners: tuple[str, ...], dim: int, rounds: int, addr_q: A
     src = InMpcNoise()
     spec = NoiseSpec("gaussian", SIGMA, sensitivity=SENSITIVITY)
     src.prepare(spec, dim, releases=rounds)
-    frame = RoundFrame("bench", owners, 3, ctx.rank, src.precision_bits(spec, dim), owner_margin_bits(len(owners)),
-                       dim)
+    from mpc_erm.mpc.validation import bound_units
+
+    grid = src.precision_bits(spec, dim)
+    frame = RoundFrame("bench", owners, 3, ctx.rank, grid, owner_margin_bits(len(owners)), dim,
+                       bound_units=bound_units(1.0, grid, dim) if checked else None)
     intake = OwnerIntake(ctx.identity, frame, max_workers=intake_threads(len(owners), 3)).start()
     addr_q.put((ctx.rank, intake.address))
     agg = IntakeAggregator(intake, ctx.comm, MpcAggregator(src), deadline_s=600.0, first_wait_s=600.0,
@@ -159,7 +164,7 @@ def _simulator_round(owners: int, dim: int) -> float:
     return time.perf_counter() - tic
 
 
-def run_one(owners: int, dim: int, rounds: int, threads: int, procs: int = 1) -> dict[str, Any]:
+def run_one(owners: int, dim: int, rounds: int, threads: int, procs: int = 1, checked: bool = True) -> dict[str, Any]:
     from mpc_erm.mpc import pki
     from mpc_erm.mpc.local import run_local_full
 
@@ -170,7 +175,7 @@ def run_one(owners: int, dim: int, rounds: int, threads: int, procs: int = 1) ->
     th = threading.Thread(target=lambda: box.update(_all_owners(ca, names, dim, rounds, addr_q, threads, procs)))
     mem = MemoryPeak().start()
     th.start()
-    run = run_local_full(_compute, parties=3, trust="replicated", args=(names, dim, rounds, addr_q),
+    run = run_local_full(_compute, parties=3, trust="replicated", args=(names, dim, rounds, addr_q, checked),
                          timeout_s=7200, deadline_s=600, ca=ca)
     th.join(600)
     mem.stop()
@@ -188,12 +193,14 @@ def run_one(owners: int, dim: int, rounds: int, threads: int, procs: int = 1) ->
     sim = min(_simulator_round(owners, dim) for _ in range(3))
     mid = p50(per)
     return {
-        "owners": owners, "dim": dim, "rounds": rounds,
+        "owners": owners, "dim": dim, "rounds": rounds, "contributions_checked": checked,
         "round_s_per_round": per,
         "round_s_p50": mid,
         "intake_s_p50": p50(worst("intake_s")),
         "online_s_p50": p50(worst("online_s")),
         "compute_cpu_s_per_round_sum_over_parties": sum(r["rounds"][-1]["cpu_s"] for r in reps),
+        "compute_cpu_s_per_round_p50_sum_over_parties": p50([sum(r["rounds"][t]["cpu_s"] for r in reps)
+                                                             for t in range(rounds)]),
         "mpc_bytes_per_round_per_party": reps[0]["rounds"][-1]["mpc_bytes"],
         "bytes_per_owner_per_round": {"sent": 8 * dim, "received": 8 * dim,
                                       "note": "one call a round: the explicit share (d int64) to the owner's "
@@ -217,22 +224,40 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--owner-procs", type=int, default=1,
                     help="spread the owners over this many spawned processes (each owner holds 3 TLS channels: "
                          "10,000 in one process exceed the usual 20,000 open files)")
+    ap.add_argument("--checks", default="on", help="on, off, or off,on: each N with and without the bound "
+                                                   "check of every contribution, and their ratios (one run)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     results = []
+    ratios = []
     for n in (int(x) for x in a.owners.split(",")):
-        print(f"many owners: N = {n}, d = {a.dim}, {a.rounds} rounds …", flush=True)
-        r = run_one(n, a.dim, a.rounds, a.threads, a.owner_procs)
-        print(f"  round p50 {r['round_s_p50']:.3f} s (intake {r['intake_s_p50']:.3f}, online {r['online_s_p50']:.3f}); "
-              f"simulator {r['simulator_round_s'] * 1e3:.2f} ms", flush=True)
-        results.append(r)
+        pair = {}
+        for check in a.checks.split(","):
+            print(f"many owners: N = {n}, d = {a.dim}, {a.rounds} rounds, check {check} …", flush=True)
+            r = run_one(n, a.dim, a.rounds, a.threads, a.owner_procs, checked=check == "on")
+            print(f"  round p50 {r['round_s_p50']:.3f} s (intake {r['intake_s_p50']:.3f}, online "
+                  f"{r['online_s_p50']:.3f}); cpu {r['compute_cpu_s_per_round_p50_sum_over_parties']:.3f} s; "
+                  f"simulator {r['simulator_round_s'] * 1e3:.2f} ms", flush=True)
+            results.append(r)
+            pair[check] = r
+        if {"on", "off"} <= set(pair):
+            on, off = pair["on"], pair["off"]
+            ratios.append({"owners": n, "dim": a.dim,
+                           "wall_round_checked_over_unchecked": on["round_s_p50"] / off["round_s_p50"],
+                           "online_checked_over_unchecked": on["online_s_p50"] / off["online_s_p50"],
+                           "compute_cpu_checked_over_unchecked": on["compute_cpu_s_per_round_p50_sum_over_parties"]
+                           / off["compute_cpu_s_per_round_p50_sum_over_parties"],
+                           "owner_bytes_checked_over_unchecked": 1.0,
+                           "mpc_bytes_per_round_checked_over_unchecked": on["mpc_bytes_per_round_per_party"]
+                           / max(1, off["mpc_bytes_per_round_per_party"])})
+            print(f"  checked / unchecked: {ratios[-1]}", flush=True)
     out = jsonable({"benchmark": "many_owners_round_cost", "machine": machine_info(),
                     "what": "per-round cost against the number of data owners: 3 replicated compute processes with "
                             "in-MPC Gaussian noise; the owners are real gRPC clients with their own certificates, all "
                             "in the benchmark's process or its --owner-procs spawned processes (threads), on the "
                             "same cores as the compute parties",
                     "command": "python -m benchmarks.many_owners " + " ".join(sys.argv[1:] if argv is None else argv),
-                    "results": results})
+                    "results": results, "check_ratios": ratios})
     text = json.dumps(out, indent=2)
     if a.out:
         a.out.write_text(text + "\n")

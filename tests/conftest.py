@@ -67,6 +67,9 @@ _SKIP_REASON = f"real data sets absent: set $MPC_ERM_DATA or provide {_repo_defa
 FILE_SECONDS = {
     "tests/parties/test_owner_jobs.py": 80,
     "tests/parties/test_owner_faults.py": 80,
+    "tests/parties/test_hostile_owners.py": 160,
+    "tests/parties/test_hostile_party.py": 35,
+    "tests/mpc/test_validation.py": 30,
     "tests/reliability/test_leaks.py": 55,
     "tests/reliability/test_owner_leaks.py": 55,
     "tests/reliability/test_faults.py": 50,

@@ -283,7 +283,8 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
                 rounds = OwnerAggregator(client, round_wait_s=wait_s, on_round=on_round,
                                          send_after_s=spec.federated.send_after_s if spec.federated else None,
                                          leave=leave, fetch_later=lambda t, w: fetch_release(identity, cfg, job, job_id,
-                                                                                             index, t, w, watch))
+                                                                                             index, t, w, watch),
+                                         bound=plan.member_bound())
 
                 try:
                     result = run.run(rounds, guard)

@@ -24,6 +24,7 @@ import torch
 from mpc_erm.protocols.aggregation import NoiseSpec
 
 from .intake import IntakeError, OwnerClient, OwnerIntake, agree_present, pauses, round_state
+from .shares import OwnerRangeError
 
 #: Coordinates of owners' shares checked at a time at a compute party (≈ 32 MiB of int64 a block).
 CHECK_BLOCK_ELEMENTS = 1 << 22
@@ -171,7 +172,8 @@ class OwnerAggregator:
 
     def __init__(self, client: OwnerClient, *, round_wait_s: float, on_round: Callable[[int, str, int], None]
                  | None = None, send_after_s: float | None = None, leave: bool = False,
-                 fetch_later: Callable[[int, float], tuple[torch.Tensor, int]] | None = None) -> None:
+                 fetch_later: Callable[[int, float], tuple[torch.Tensor, int]] | None = None,
+                 bound: float | None = None) -> None:
         """``round_wait_s``: how long to wait for a round to open and for its release;
         ``on_round(t, mine, owners_counted)`` after each release (``mine``: "counted", "late" or
         "refused", this owner's contribution failing the compute parties' bound check); ``send_after_s``: send
@@ -180,9 +182,11 @@ class OwnerAggregator:
         arrival of the shares says nothing of the work behind them; ``leave``: raise
         :class:`LeftAfterSending` once the first round's shares are sent; ``fetch_later(t,
         wait_s)``: round ``t``'s release and count from where the compute parties keep it after
-        their intake stopped (asked when the intake is gone before this owner read it)."""
+        their intake stopped (asked when the intake is gone before this owner read it); ``bound``: the
+        job's public ℓ2 bound of one contribution (``PrivacyPlan.member_bound``), which the compute
+        parties check on the shares: a contribution over it is refused here, before anything is sent."""
         self.client, self.round_wait_s, self.on_round = client, round_wait_s, on_round
-        self.send_after_s, self.leave, self.fetch_later = send_after_s, leave, fetch_later
+        self.send_after_s, self.leave, self.fetch_later, self.bound = send_after_s, leave, fetch_later, bound
         self.t = 0
         self.received = 0  # releases that reached this owner
         self.missed: list[int] = []
@@ -192,6 +196,10 @@ class OwnerAggregator:
 
     def aggregate(self, contributions: torch.Tensor, weights: torch.Tensor, noise: NoiseSpec) -> torch.Tensor:
         v = (weights.to(torch.float64).reshape(-1, 1) * contributions.to(torch.float64)).sum(0)
+        if self.bound is not None and not float(torch.linalg.vector_norm(v)) <= self.bound * (1 + 1e-9):
+            raise OwnerRangeError(f"this owner's weighted contribution is outside the job's public bound "
+                                  f"{self.bound:.6g} on its ℓ2 norm (more records than privacy.public_n, or not "
+                                  "finite): the compute parties would leave it out; nothing was sent")
         t, self.t = self.t, self.t + 1
         if self.send_after_s is not None:
             wait = self._mark + self.send_after_s - time.monotonic()
