@@ -59,7 +59,7 @@ def _compute(ctx: Any, owners: tuple[str, ...], dim: int, rounds: int, addr_q: A
 
     grid = src.precision_bits(spec, dim)
     frame = RoundFrame("bench", owners, 3, ctx.rank, grid, owner_margin_bits(len(owners)), dim,
-                       bound_units=bound_units(1.0, grid, dim) if checked else None)
+                       bound_units=bound_units(1.0, grid, dim) if checked else None, replicated=checked)
     intake = OwnerIntake(ctx.identity, frame, max_workers=intake_threads(len(owners), 3)).start()
     addr_q.put((ctx.rank, intake.address))
     agg = IntakeAggregator(intake, ctx.comm, MpcAggregator(src), deadline_s=600.0, first_wait_s=600.0,
@@ -89,7 +89,7 @@ def _value(o: int, t: int, dim: int) -> Any:
 
 
 def _owners(ca: Any, names: tuple[str, ...], first: int, dim: int, rounds: int, compute: list[tuple[str, str]],
-            threads: int) -> dict[str, Any]:
+            threads: int, checked: bool = True) -> dict[str, Any]:
     """Owners ``first`` … ``first + len(names) - 1`` of the job, driven by ``threads`` threads here."""
     from mpc_erm.mpc import pki
     from parties.owner.intake import OwnerClient
@@ -98,7 +98,7 @@ def _owners(ca: Any, names: tuple[str, ...], first: int, dim: int, rounds: int, 
     tic = time.perf_counter()
     idents = [pki.issue_identity(ca, n, "owner") for n in names]
     issue_s = time.perf_counter() - tic
-    clients = [OwnerClient(i, "bench", first + o, compute) for o, i in enumerate(idents)]
+    clients = [OwnerClient(i, "bench", first + o, compute, replicated=checked) for o, i in enumerate(idents)]
     senders = [OwnerAggregator(c, round_wait_s=1800) for c in clients]
     pool = ThreadPoolExecutor(max_workers=threads)
     try:
@@ -124,24 +124,24 @@ def _owners(ca: Any, names: tuple[str, ...], first: int, dim: int, rounds: int, 
 
 
 def _owners_process(ca: Any, names: tuple[str, ...], first: int, dim: int, rounds: int,
-                    compute: list[tuple[str, str]], threads: int, q: Any) -> None:
+                    compute: list[tuple[str, str]], threads: int, checked: bool, q: Any) -> None:
     owners_process_setup()
     try:
-        q.put(_owners(ca, names, first, dim, rounds, compute, threads))
+        q.put(_owners(ca, names, first, dim, rounds, compute, threads, checked))
     except Exception as exc:  # the parent reports it
         q.put({"error": repr(exc)})
 
 
 def _all_owners(ca: Any, names: tuple[str, ...], dim: int, rounds: int, addr_q: Any, threads: int,
-                procs: int) -> dict[str, Any]:
+                procs: int, checked: bool = True) -> dict[str, Any]:
     """Every owner: in this process (``procs`` = 1) or dealt in contiguous blocks to ``procs``
     spawned processes, each with ``threads`` threads; per round, the slowest process's time."""
     addrs = dict(addr_q.get(timeout=600) for _ in range(3))
     compute = [(f"party{r}", addrs[r]) for r in range(3)]
     if procs <= 1:
-        return _owners(ca, names, 0, dim, rounds, compute, threads) | {"owner_processes": 1}
+        return _owners(ca, names, 0, dim, rounds, compute, threads, checked) | {"owner_processes": 1}
     size = -(-len(names) // procs)
-    parts = in_spawned_processes(_owners_process, [(ca, names[i:i + size], i, dim, rounds, compute, threads)
+    parts = in_spawned_processes(_owners_process, [(ca, names[i:i + size], i, dim, rounds, compute, threads, checked)
                                                    for i in range(0, len(names), size)], timeout_s=7200)
     errors = [p["error"] for p in parts if "error" in p]
     if errors:
@@ -172,7 +172,8 @@ def run_one(owners: int, dim: int, rounds: int, threads: int, procs: int = 1, ch
     ca = pki.create_ca("many owners bench CA")
     addr_q = mp.get_context("spawn").Queue()
     box: dict[str, Any] = {}
-    th = threading.Thread(target=lambda: box.update(_all_owners(ca, names, dim, rounds, addr_q, threads, procs)))
+    th = threading.Thread(target=lambda: box.update(_all_owners(ca, names, dim, rounds, addr_q, threads, procs,
+                                                                         checked)))
     mem = MemoryPeak().start()
     th.start()
     run = run_local_full(_compute, parties=3, trust="replicated", args=(names, dim, rounds, addr_q, checked),

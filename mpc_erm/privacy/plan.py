@@ -349,6 +349,10 @@ class PrivacyPlan:
             return 1.0 / n if self.weighting == "pooled" else 1.0 / (m * counts[party])
         return counts[party] / n if self.weighting == "pooled" else 1.0 / m
 
+    #: The relative slack the compute parties allow on a member bound for the float arithmetic of an
+    #: honest clip (a float32 model's projection into the 𝓛-ball lands within a few float32 ulps).
+    BOUND_SLACK = 2.0**-20
+
     def member_bound(self, member: int = 0) -> float:
         """The public ℓ2 bound of one member's weighted contribution to a release, which the compute
         parties check every contribution against on its shares (:mod:`mpc_erm.mpc.validation`).

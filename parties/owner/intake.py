@@ -111,6 +111,11 @@ class RoundFrame:
     # M: the public ℓ2 bound (grid units) every owner's contribution is checked against on its
     # shares before it enters a sum (mpc_erm.mpc.validation); None: not checked (test builds only)
     bound_units: int | None = None
+    # 3-party replicated sharing: each owner also gives this party the key of the next party's
+    # share (when that share is derived), and the explicit party forwards the explicit share to
+    # the previous party, so every party holds two of the three shares and the check's squares are
+    # local (no per-coordinate message); honest majority, as the replicated trust model already is
+    replicated: bool = False
 
 
 class _Round:
@@ -232,6 +237,12 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         """This party's share of each of ``owners``' round-``t`` contributions (rows, in order)."""
         return self.shares.shares(owners, t, self.frame.dim, explicit)
 
+    def next_shares_of(self, t: int, owners: Sequence[int], forwarded: torch.Tensor) -> torch.Tensor:
+        """The next compute party's share of each of ``owners``' round-``t`` contributions (a
+        replicated check): derived from the next keys, or the explicit shares ``forwarded`` by the
+        next party (rows in the order of its owners in ``owners``)."""
+        return self.shares.next_shares(owners, t, self.frame.dim, forwarded)
+
     def publish(self, t: int, state: torch.Tensor, owners_counted: int, refused: Sequence[int] = ()) -> None:
         """The round's public state (what the compute parties revealed, or the model after it) and
         the owners whose contribution failed the bound check (each is told when it reads)."""
@@ -271,19 +282,28 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
             if o in self._enrolled:
                 # the same enrolment again (its reply was lost, e.g. a deadline on a loaded machine): the
                 # same answer; another key would change this party's shares mid-job: refused
-                if bytes(request.key) != self.shares.keys.get(o, b""):
+                if bytes(request.key) != self.shares.keys.get(o, b"") or \
+                        bytes(request.next_key) != self.shares.next_keys.get(o, b""):
                     _abort(context, grpc.StatusCode.ALREADY_EXISTS, f"owner {f.owners[o]!r} is already enrolled "
                                                                     "here with another key")
                 return self._enroll_reply(o)
             if explicit and request.key:
                 _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
                        f"key: compute party {f.rank} receives owner {f.owners[o]!r}'s explicit shares, not a key")
+            wants_next = f.replicated and explicit_party(o, f.compute_parties) != (f.rank + 1) % f.compute_parties
+            if wants_next != bool(request.next_key) or (wants_next and len(request.next_key) != KEY_BYTES):
+                nxt = (f.rank + 1) % f.compute_parties
+                _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                       f"next_key: {KEY_BYTES} bytes expected (the key of compute party {nxt}'s share: this job's "
+                       "replicated check)" if wants_next else "next_key: not expected here")
             if not explicit:
                 if len(request.key) != KEY_BYTES:
                     _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"key: {KEY_BYTES} bytes expected, got "
                                                                       f"{len(request.key)}")
                 self.shares.add_key(o, bytes(request.key))
                 self._enrolled_others += 1
+            if wants_next:
+                self.shares.add_next_key(o, bytes(request.next_key))
             self._enrolled.add(o)
             self._contributed.notify_all()  # ready here from now on if this party derives its share
         return self._enroll_reply(o)
@@ -428,11 +448,13 @@ class OwnerClient:
     its share), then per round send its shares and read the released public state."""
 
     def __init__(self, identity: Identity, job_id: str, owner_index: int, compute: Sequence[tuple[str, str]], *,
-                 check: Callable[[], None] | None = None) -> None:
+                 check: Callable[[], None] | None = None, replicated: bool = False) -> None:
         """``owner_index``: this owner's position in the job's public owner list; ``compute``:
         (name, address) of each compute party, in rank order; ``check``: called while a compute
         party cannot be reached (or, every :data:`SLOW_CHECK_S`, is slow), between tries: raises to
-        stop trying (the job ended)."""
+        stop trying (the job ended); ``replicated``: the job's compute parties use 3-party
+        replicated sharing, so each also gets the key of the next party's share (``next_key``:
+        the bound check's squares are then local, see :class:`RoundFrame`)."""
         if identity.role != "owner":
             raise ValueError("an owner client needs an identity with role 'owner'")
         if len(compute) < 2:
@@ -448,6 +470,7 @@ class OwnerClient:
                           for name, addr in compute]
         self._stubs: list[Any] = [pb_grpc.OwnerIntakeStub(ch) for ch in self._channels]
         self.sharer = OwnerSharer.new(owner_index, len(compute))  # fresh keys for this job
+        self.replicated = replicated
         self.frame: Any = None
         self._sample_shares: list[bytes] = []
 
@@ -519,7 +542,8 @@ class OwnerClient:
         trouble = self.trouble()
         for pause in pauses(ENROLL_RETRY_FIRST_S, ENROLL_RETRY_MAX_S):
             try:
-                return stub.Enroll(pb.EnrollRequest(job_id=self.job_id, key=self.sharer.keys.get(j, b"")),
+                nxt = self.sharer.keys.get((j + 1) % len(self._stubs), b"") if self.replicated else b""
+                return stub.Enroll(pb.EnrollRequest(job_id=self.job_id, key=self.sharer.keys.get(j, b""), next_key=nxt),
                                    timeout=max(1.0, min(ENROLL_ATTEMPT_S, end - time.monotonic())))
             except grpc.RpcError as exc:
                 code = exc.code()  # type: ignore[attr-defined]

@@ -277,7 +277,7 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
             raise OwnerRefused(f"budget: {cfg.identity.name}'s ledger refuses job {job_id}: {exc}") from None
         try:
             client = OwnerClient(identity, job_id, index, intake_addresses(identity, cfg, job, job_id, wait_s, watch),
-                                 check=watch.check)
+                                 check=watch.check, replicated=jt.trust == "replicated")
             try:
                 client.enroll(timeout_s=wait_s, spec_digest=digest)
                 rounds = OwnerAggregator(client, round_wait_s=wait_s, on_round=on_round,

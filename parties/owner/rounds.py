@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING
 import grpc
 import torch
 
+from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.protocols.aggregation import NoiseSpec
 
 from .intake import IntakeError, OwnerClient, OwnerIntake, agree_present, pauses, round_state
-from .shares import OwnerRangeError
+from .shares import OwnerRangeError, explicit_party
 
 #: Coordinates of owners' shares checked at a time at a compute party (≈ 32 MiB of int64 a block).
 CHECK_BLOCK_ELEMENTS = 1 << 22
@@ -34,13 +35,14 @@ if TYPE_CHECKING:  # types only: a data owner, which imports this module, runs n
     from mpc_erm.mpc.communicator import GrpcCommunicator
 
 
-def check_contributions(shares: torch.Tensor, bound_units: int, comm: GrpcCommunicator) -> list[bool]:
+def check_contributions(shares: torch.Tensor, bound_units: int, comm: GrpcCommunicator,
+                        following: torch.Tensor | None = None) -> list[bool]:
     """:func:`mpc_erm.mpc.validation.check_contributions` of every row against one bound,
     imported at a compute party only (it imports CrypTen, which a data owner never loads)."""
     from mpc_erm.mpc.validation import CheckPlan
     from mpc_erm.mpc.validation import check_contributions as check
 
-    return check(shares, CheckPlan(int(shares.shape[1]), (bound_units,) * int(shares.shape[0])), comm)
+    return check(shares, CheckPlan(int(shares.shape[1]), (bound_units,) * int(shares.shape[0])), comm, following)
 
 __all__ = ["IntakeAggregator", "LeftAfterSending", "OwnerAggregator"]
 
@@ -117,7 +119,8 @@ class IntakeAggregator:
             if f.bound_units is None:  # test builds only (the trust model says so)
                 ok = [True] * len(block)
             else:
-                ok = check_contributions(shares, f.bound_units, self.comm)
+                following = self._following(t, block, explicit) if f.replicated else None
+                ok = check_contributions(shares, f.bound_units, self.comm, following)
             keep = torch.tensor(ok, dtype=torch.bool)
             total += shares[keep].sum(0)
             kept += [o for o, good in zip(block, ok) if good]
@@ -126,6 +129,20 @@ class IntakeAggregator:
         if refused and self.on_refused is not None:
             self.on_refused(t, [f.owners[o] for o in refused])
         return kept, total
+
+    def _following(self, t: int, block: list[int], explicit: dict[int, torch.Tensor]) -> torch.Tensor:
+        """The next compute party's shares of ``block``'s contributions (replicated check): this
+        party forwards the explicit shares it received to the previous party and takes the next
+        party's, one message each way; the other shares it derives from the owners' next keys."""
+        f = self.intake.frame
+        k, me = f.compute_parties, f.rank
+        mine = [explicit[o] for o in block if explicit_party(o, k) == me]
+        theirs = sum(explicit_party(o, k) == (me + 1) % k for o in block)
+        if mine:  # the previous party expects exactly these (it knows whose explicit party this is)
+            self.comm.send(torch.stack(mine), (me - 1) % k)
+        got = self.comm.recv(torch.zeros(theirs, f.dim, dtype=torch.long), (me + 1) % k) if theirs else \
+            torch.zeros(0, f.dim, dtype=torch.long)
+        return self.intake.next_shares_of(t, block, got)
 
     def _wait_owners(self, t: int) -> None:
         """Wait until every compute party has its owners of round ``t`` in, or its deadline has
@@ -196,7 +213,8 @@ class OwnerAggregator:
 
     def aggregate(self, contributions: torch.Tensor, weights: torch.Tensor, noise: NoiseSpec) -> torch.Tensor:
         v = (weights.to(torch.float64).reshape(-1, 1) * contributions.to(torch.float64)).sum(0)
-        if self.bound is not None and not float(torch.linalg.vector_norm(v)) <= self.bound * (1 + 1e-9):
+        room = None if self.bound is None else self.bound * (1 + PrivacyPlan.BOUND_SLACK)
+        if room is not None and not float(torch.linalg.vector_norm(v)) <= room:
             raise OwnerRangeError(f"this owner's weighted contribution is outside the job's public bound "
                                   f"{self.bound:.6g} on its ℓ2 norm (more records than privacy.public_n, or not "
                                   "finite): the compute parties would leave it out; nothing was sent")

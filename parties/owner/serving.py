@@ -71,7 +71,7 @@ def serve_owners(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator,
     bound = bound_units(plan.member_bound(), grid, run.p) if checked else None
     frame = RoundFrame(ctx.job_id, jt.owners, len(jt.parties), comm.get_rank(), grid,
                        owner_margin_bits(len(jt.owners)), run.p, ctx.job.spec_digest(), sample_shares=drawn,
-                       bound_units=bound)
+                       bound_units=bound, replicated=jt.trust == "replicated")
     listen_host, adv_host = hosts(ctx)
     intake = OwnerIntake(ctx.identity, frame, bind=f"{listen_host}:0", callers=callers,
                          max_workers=intake_threads(len(jt.owners), len(jt.parties))).start()

@@ -123,7 +123,41 @@ class OwnerShareSum:
         self.rank = rank
         self.compute_parties = compute_parties
         self.keys: dict[int, bytes] = dict(keys or {})
+        self.next_keys: dict[int, bytes] = {}  # replicated check: owner → key of the next party's share
         self._masks = KeyedMasks()
+
+    def add_next_key(self, owner_index: int, key: bytes) -> None:
+        """Record the key of the next compute party's share of owner ``owner_index`` (replicated
+        check: this party then holds two of the three shares); refused when that share is the
+        owner's explicit one, or a second time."""
+        nxt = (self.rank + 1) % self.compute_parties
+        if explicit_party(owner_index, self.compute_parties) == nxt:
+            raise ValueError(f"owner {owner_index} sends compute party {nxt} explicit shares, not a key")
+        if owner_index in self.next_keys:
+            raise ValueError(f"owner {owner_index} already gave compute party {self.rank} its next key")
+        if len(key) != KEY_BYTES:
+            raise ValueError(f"an owner key has {KEY_BYTES} bytes, got {len(key)}")
+        self.next_keys[owner_index] = bytes(key)
+
+    def next_shares(self, owners: Sequence[int], round_: int, dim: int, forwarded: torch.Tensor) -> torch.Tensor:
+        """The next party's share of each of ``owners``' contributions, int64 (len(owners), dim):
+        derived from the next keys, or taken in order from ``forwarded``, the explicit shares the
+        next party sent for the owners whose explicit party it is."""
+        nxt = (self.rank + 1) % self.compute_parties
+        out = torch.empty(len(owners), dim, dtype=torch.long)
+        k = 0
+        for row, o in enumerate(owners):
+            if explicit_party(o, self.compute_parties) == nxt:
+                out[row] = forwarded[k]
+                k += 1
+            else:
+                key = self.next_keys.get(o)
+                if key is None:
+                    raise KeyError(f"owner {o}: no next key at compute party {self.rank}")
+                out[row] = self._masks.words(key, round_, dim)
+        if k != int(forwarded.shape[0]):
+            raise ValueError(f"forwarded: {int(forwarded.shape[0])} explicit shares for {k} owners")
+        return out
 
     def add_key(self, owner_index: int, key: bytes) -> None:
         """Record the key owner ``owner_index`` sent this party (once per job); refused when this
