@@ -19,8 +19,8 @@ per contribution; an honest contribution's centred representative x̃_o ∈ [−
 2. **Projections**, local: y_oj = ⟨r_j, x_o⟩ in the ring, each party on its own shares.
 3. **Squared norm**, in the MPC, in chunks of c coordinates: S_ok = Σ_{i∈chunk k} x_oi²
    (CrypTen's square: a Beaver square pair from the dealer, or local cross terms under RSS).
-4. **One comparison batch** over the flags y > τ, −y > τ, S_ok > M², Σ_k S_ok > M²; their count
-   per contribution; one more comparison, count > 0; that bit alone is opened.
+4. **One comparison batch** over the flags y > τ, −y > τ, S_ok > M², Σ_k S_ok > M² (their signs
+   in the binary domain), OR-ed per contribution by a tree of ANDs; that bit alone is opened.
 
 Soundness (a contribution that passes has ‖x̃‖₂ ≤ M, except with probability ≤ 2^-λ). The
 cyclic distance |·|_c on Z_{2^64} obeys the triangle inequality. Fix a coordinate i with
@@ -61,9 +61,10 @@ from .keystream import KeyedMasks
 
 crypten = import_crypten()
 from crypten.config import cfg  # noqa: E402  (after the compat shim)
-from crypten.mpc import MPCTensor  # noqa: E402
 from crypten.mpc.primitives import beaver, replicated  # noqa: E402
 from crypten.mpc.primitives.arithmetic import ArithmeticSharedTensor  # noqa: E402
+from crypten.mpc.primitives.binary import BinarySharedTensor  # noqa: E402
+from crypten.mpc.primitives.converters import _A2B  # noqa: E402
 
 __all__ = ["CHECK_PROJECTIONS", "CheckPlan", "ValidationError", "bound_units", "check_contributions",
            "projection_rows"]
@@ -198,10 +199,22 @@ def _chunk_squares(shares: torch.Tensor, plan: CheckPlan) -> torch.Tensor:
     return out
 
 
-def _positive(v: torch.Tensor) -> MPCTensor:
-    """Arithmetic shares of the bits [v > 0] for shares ``v`` (one comparison circuit)."""
-    neg = MPCTensor.from_shares(-v, precision=0)
-    return neg._ltz()
+def _any_positive(v: torch.Tensor) -> list[bool]:
+    """For shares ``v`` (n × K): whether any entry of each row is > 0, one opened bit per row.
+
+    The signs of −v in the binary domain (CrypTen's A2B adder; an arithmetic shift of each XOR
+    share gives all-ones words exactly where the sign is set), OR-ed along the row by a tree of
+    ANDs (x ∨ y = x ⊕ y ⊕ (x ∧ y), ⌈log₂ K⌉ rounds), and only the row's OR opened: no B2A, no
+    second comparison, no count."""
+    w = _A2B(ArithmeticSharedTensor.from_shares(-v, precision=0)).share >> 63
+    while w.shape[1] > 1:
+        if w.shape[1] % 2:
+            w = torch.cat([w, torch.zeros_like(w[:, :1])], 1)  # an XOR sharing of 0: zero at every party
+        x = BinarySharedTensor.from_shares(w[:, 0::2].contiguous())
+        y = BinarySharedTensor.from_shares(w[:, 1::2].contiguous())
+        w = (x ^ y ^ (x & y)).share
+    opened = BinarySharedTensor.from_shares(w[:, 0].contiguous()).reveal()
+    return [int(o) != 0 for o in opened.tolist()]
 
 
 def check_contributions(shares: torch.Tensor, plan: CheckPlan, comm: object,
@@ -233,6 +246,4 @@ def check_contributions(shares: torch.Tensor, plan: CheckPlan, comm: object,
     m2 = (m * m).unsqueeze(1)
     flags = torch.cat([y - _public(tau), -y - _public(tau), s - _public(m2.expand_as(s)),
                        s.sum(1, keepdim=True) - _public(m2)], dim=1)
-    count = _positive(flags).share.sum(1)
-    bad = _positive(count).reveal()
-    return [int(b) == 0 for b in bad.tolist()]
+    return [not bad for bad in _any_positive(flags)]
