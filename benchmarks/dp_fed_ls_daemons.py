@@ -46,7 +46,8 @@ from benchmarks.aggregate import machine_info
 from benchmarks.deep_mnist import mnist_tensors
 from benchmarks.dp_fed_ls_mnist import SETTINGS
 from benchmarks.dp_fed_ls_mnist import run as simulate
-from benchmarks.owners_common import benchmark_process_setup, run_job
+from benchmarks.owners_common import HOSTILE_ENV, benchmark_process_setup, run_job
+from parties.owner.shares import UNCHECKED_ENV
 
 DEADLINE_S = 30.0  # a round waits this long for the owners (the first, 10×: for every owner to enrol); --round-deadline
 DEFAULT_WORKDIR = "the system temp dir"  # a row's "workdir" without --workdir
@@ -166,6 +167,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--epsilons", default="7")
     ap.add_argument("--sigmas", default="0,1")
     ap.add_argument("--seeds", default="0")
+    ap.add_argument("--hostile", type=float, default=0.0,
+                    help="fraction of the owners (every 1/f-th) that send garbage (contribution × 10⁶ + 1): the "
+                         "compute parties' bound check leaves them out")
+    ap.add_argument("--unchecked", action="store_true",
+                    help="daemons with the contribution check switched off (a test build's switch), for the "
+                         "check's wall-time ratio")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--append", action="store_true",
                     help="keep the rows already in --out (the same setting) and add this run's after them")
@@ -199,6 +206,11 @@ def main(argv: list[str] | None = None) -> None:
         root = Path(tmp)
         (root / "data").mkdir()
         files = _owner_files(root / "data", a.owners, a.rows)
+        if a.hostile > 0:  # read by every process hosting owners (benchmarks.owners_common.make_hostile)
+            step = max(1, round(1 / a.hostile))
+            os.environ[HOSTILE_ENV] = ",".join(f"owner-{o:04d}" for o in range(0, a.owners, step))
+        if a.unchecked:  # the daemons and their workers inherit it
+            os.environ[UNCHECKED_ENV] = "1"
         with LocalConsortium(root / "cons", parties=3, dealer=False, max_epsilon_per_job=10.0,
                              peer_timeout_s=600.0) as cons:
             cells = [(float(e), float(s)) for e in a.epsilons.split(",") for s in a.sigmas.split(",")]
@@ -213,6 +225,7 @@ def main(argv: list[str] | None = None) -> None:
                              rows=a.rows, rate=a.rate, rounds=a.rounds)
                 paper = table.get(sig, {}).get(int(eps))
                 row = {"epsilon_target": eps, "ls_sigma": sig, "seed": seed, "daemons": d,
+                       "contributions_checked": not a.unchecked, "hostile_fraction": a.hostile,
                        "simulator": {k: s[k] for k in ("test_accuracy", "epsilon", "noise_multiplier", "seconds")},
                        "paper": None if paper is None else {"mean": paper[0] / 100, "std": paper[1] / 100},
                        "daemons_within_1.5_points_of_paper_or_above": None if paper is None else

@@ -16,11 +16,40 @@ import time
 from pathlib import Path
 from typing import Any
 
+#: Comma-separated owner names that send garbage (their contribution × 10⁶ plus 1 in every
+#: coordinate, so a zero update is garbage too): a benchmark's hostile owners, in every process
+#: that hosts owners (spawned ones inherit it).
+HOSTILE_ENV = "MPC_ERM_BENCH_HOSTILE_OWNERS"
+
+
+def make_hostile() -> None:
+    """Patch this process's owner client so that the owners :data:`HOSTILE_ENV` names send garbage
+    through it (what a broken app install or a hostile certificate holder sends)."""
+    import os
+
+    names = set(filter(None, os.environ.get(HOSTILE_ENV, "").split(",")))
+    if not names:
+        return
+    from parties.owner.intake import OwnerClient
+
+    if getattr(OwnerClient, "_bench_hostile", False):
+        return
+    honest = OwnerClient.contribute
+
+    def contribute(self: Any, t: int, v: Any, *a: Any, **k: Any) -> None:
+        if self.identity.name in names:
+            v = v * 1e6 + 1.0
+        honest(self, t, v, *a, **k)
+
+    OwnerClient.contribute = contribute  # type: ignore[method-assign]
+    OwnerClient._bench_hostile = True  # type: ignore[attr-defined]
+
 
 def owners_process_setup() -> None:
     """What a process hosting many owners needs: one torch thread (the cores are shared with the
     daemons), dp_accounting's per-order notes quiet, and as many open files as allowed (every
-    owner holds a TLS channel to each compute party while it enrols, then to its explicit one)."""
+    owner holds a TLS channel to each compute party while it enrols, then to its explicit one);
+    the hostile owners of :data:`HOSTILE_ENV`, if any."""
     import logging
 
     import torch
@@ -29,6 +58,7 @@ def owners_process_setup() -> None:
     logging.getLogger("absl").setLevel(logging.ERROR)
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    make_hostile()
 
 
 def benchmark_process_setup() -> None:
@@ -80,6 +110,7 @@ def run_owners(configs: list[Path], job_path: Path, job_id: str, wait_s: float =
 
     job = load_job_file(job_path)
     out: dict[str, Any] = {}
+    make_hostile()
 
     def one(path: Path) -> None:
         cfg = load_owner_config(path)

@@ -46,7 +46,8 @@ from .callers import caller_policy
 from .config import plugin_entry_point
 from .context import WorkerContext
 from .job_store import write_result_manifest
-from .owner.serving import UNCHECKED_ENV, serve_owners
+from .owner.serving import serve_owners
+from .owner.shares import UNCHECKED_ENV
 from .rows import Rows, device_for, load_rows
 from .session import AgreementError, DealerJobAborted, agree, join, peer_timeout, trust_setup
 from .spend import check_room, party_audit, party_guard

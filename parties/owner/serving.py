@@ -19,7 +19,7 @@ from mpc_erm.runs import FederatedRun, RunResult, run_for
 from parties.owner.intake import OwnerIntake, RoundFrame, intake_threads
 from parties.owner.rounds import IntakeAggregator
 from parties.owner.sample import pack_owner_bits, uniform_sample_shares
-from parties.owner.shares import owner_margin_bits
+from parties.owner.shares import UNCHECKED_ENV, owner_margin_bits
 
 from ..context import WorkerContext
 from ..logs import os_error_line
@@ -32,9 +32,6 @@ __all__ = ["FIRST_ROUND_FACTOR", "LAST_READ_WAIT_S", "OWNER_ROUND_DEADLINE_S", "
 
 log = logging.getLogger(__name__)
 
-#: Set to "1" in a compute party's environment, its owners' contributions are NOT checked against
-#: their bounds — a test build's positive control (the report's trust model says so); never in production.
-UNCHECKED_ENV = "MPC_ERM_TEST_UNCHECKED_CONTRIBUTIONS"
 
 #: How long a compute party waits for the owners (unless the job sets round_deadline_s): each
 #: round for those enrolled, and the first round FIRST_ROUND_FACTOR× as long for every listed

@@ -35,9 +35,14 @@ import torch
 
 from mpc_erm.mpc.keystream import KEY_BYTES, KeyedMasks, new_key
 
-__all__ = ["OwnerRangeError", "OwnerSharer", "OwnerShareSum", "encode_on_grid", "explicit_party", "owner_margin_bits"]
+__all__ = ["UNCHECKED_ENV", "OwnerRangeError", "OwnerSharer", "OwnerShareSum", "encode_on_grid", "explicit_party",
+           "owner_margin_bits"]
 
 RING_BITS = 64
+#: Set to "1" in a compute party's environment, the members' contributions are NOT checked against
+#: their bounds (mpc_erm.mpc.validation) — a test build's positive control, which the job's trust
+#: model then names; never in production.
+UNCHECKED_ENV = "MPC_ERM_TEST_UNCHECKED_CONTRIBUTIONS"
 
 
 class OwnerRangeError(ValueError):

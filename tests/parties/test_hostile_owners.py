@@ -28,7 +28,7 @@ import torch
 
 from coordinator.consortium import LocalConsortium, _child_env
 from mpc_erm.jobs.jobfile import load_job_file
-from parties.owner.serving import UNCHECKED_ENV
+from parties.owner.shares import UNCHECKED_ENV
 from tests.parties.test_owner_jobs import JOB
 from tests.reliability.faults import wait_for
 from tests.reliability.test_store_errors import ledger_state

@@ -89,7 +89,7 @@ def test_positive_control_without_the_check_the_inflated_sum_corrupts_the_model(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from safetensors.torch import load_file
 
-    from parties.owner.serving import UNCHECKED_ENV
+    from parties.owner.shares import UNCHECKED_ENV
 
     monkeypatch.setenv(UNCHECKED_ENV, "1")
     path = tmp_path / "job.toml"
