@@ -19,8 +19,9 @@ per contribution; an honest contribution's centred representative x̃_o ∈ [−
 2. **Projections**, local: y_oj = ⟨r_j, x_o⟩ in the ring, each party on its own shares.
 3. **Squared norm**, in the MPC, in chunks of c coordinates: S_ok = Σ_{i∈chunk k} x_oi²
    (CrypTen's square: a Beaver square pair from the dealer, or local cross terms under RSS).
-4. **One comparison batch** over the flags y > τ, −y > τ, S_ok > M², Σ_k S_ok > M² (their signs
-   in the binary domain), OR-ed per contribution by a tree of ANDs; that bit alone is opened.
+4. **One comparison batch** over the flags y > τ, −y > τ, S_ok > M², Σ_k S_ok > M²: their signs
+   on bit planes, 64 flags a word (:func:`_signs`), OR-ed per contribution by a tree of ANDs;
+   that bit alone is opened.
 
 Soundness (a contribution that passes has ‖x̃‖₂ ≤ M, except with probability ≤ 2^-λ). The
 cyclic distance |·|_c on Z_{2^64} obeys the triangle inequality. Fix a coordinate i with
@@ -63,8 +64,8 @@ crypten = import_crypten()
 from crypten.config import cfg  # noqa: E402  (after the compat shim)
 from crypten.mpc.primitives import beaver, replicated  # noqa: E402
 from crypten.mpc.primitives.arithmetic import ArithmeticSharedTensor  # noqa: E402
-from crypten.mpc.primitives.binary import BinarySharedTensor  # noqa: E402
-from crypten.mpc.primitives.converters import _A2B  # noqa: E402
+
+from .samplers.bits import LANES, and_many, open_words, pack, public_xor, unpack  # noqa: E402
 
 __all__ = ["CHECK_PROJECTIONS", "CheckPlan", "ValidationError", "bound_units", "check_contributions",
            "projection_rows"]
@@ -199,22 +200,72 @@ def _chunk_squares(shares: torch.Tensor, plan: CheckPlan) -> torch.Tensor:
     return out
 
 
-def _any_positive(v: torch.Tensor) -> list[bool]:
-    """For shares ``v`` (n × K): whether any entry of each row is > 0, one opened bit per row.
+def _planes(values: torch.Tensor) -> torch.Tensor:
+    """(64, W) words: plane j holds bit j of each of the N int64 ``values``, packed 64 a word
+    (lane l of word w is value w·64 + l, as :func:`~.samplers.bits.pack` packs)."""
+    n = int(values.numel())
+    bits = np.unpackbits(values.contiguous().numpy().view(np.uint8).reshape(n, 8), axis=1, bitorder="little")
+    padded = np.zeros((64, -(-n // LANES) * LANES), dtype=np.uint8)
+    padded[:, :n] = bits.T
+    return torch.from_numpy(np.packbits(padded, axis=1, bitorder="little").view(np.int64))
 
-    The signs of −v in the binary domain (CrypTen's A2B adder; an arithmetic shift of each XOR
-    share gives all-ones words exactly where the sign is set), OR-ed along the row by a tree of
-    ANDs (x ∨ y = x ⊕ y ⊕ (x ∧ y), ⌈log₂ K⌉ rounds), and only the row's OR opened: no B2A, no
-    second comparison, no count."""
-    w = _A2B(ArithmeticSharedTensor.from_shares(-v, precision=0)).share >> 63
-    while w.shape[1] > 1:
-        if w.shape[1] % 2:
-            w = torch.cat([w, torch.zeros_like(w[:, :1])], 1)  # an XOR sharing of 0: zero at every party
-        x = BinarySharedTensor.from_shares(w[:, 0::2].contiguous())
-        y = BinarySharedTensor.from_shares(w[:, 1::2].contiguous())
-        w = (x ^ y ^ (x & y)).share
-    opened = BinarySharedTensor.from_shares(w[:, 0].contiguous()).reveal()
-    return [int(o) != 0 for o in opened.tolist()]
+
+def _ones(shape: tuple[int, ...]) -> torch.Tensor:
+    """An XOR sharing of all-ones words (rank 0 holds them)."""
+    return public_xor(torch.zeros(shape, dtype=torch.long), -1)
+
+
+def _signs(values: torch.Tensor) -> torch.Tensor:
+    """XOR shares of the sign bits of the N ring values whose additive shares (this party's) are
+    ``values``, packed 64 a word (W,) — a comparison with zero on bit planes, 64 values per word.
+
+    Each party's share is a trivially XOR-shared input (its bit planes here, zero elsewhere). Three
+    or more inputs are cut to two by carry-save adders (s = a ⊕ b ⊕ c, carry = maj(a, b, c) one
+    plane up: one AND round each level), then only the carry into bit 63 of u + v is computed:
+    generate g = u ∧ v, propagate p = u ⊕ v on planes 0–62, combined by a tree (G, P) ∘ (G', P') =
+    (G ⊕ P∧G', P∧P'): six rounds. The sign is u₆₃ ⊕ v₆₃ ⊕ that carry. About 5 word-ANDs per value
+    where CrypTen's A2B (a full 64-bit adder on one value per word, then a B2A) needs 24 and more."""
+    world = crypten.communicator.get().get_world_size()
+    mine = _planes(values)
+    zero = torch.zeros_like(mine)
+    terms = [mine if r == crypten.communicator.get().get_rank() else zero for r in range(world)]
+    while len(terms) > 2:  # carry-save: every group of three in one AND round
+        groups = [terms[i:i + 3] for i in range(0, len(terms) - len(terms) % 3, 3)]
+        rest = terms[len(groups) * 3:]
+        ands = and_many([p for a, b, c in groups for p in ((a, b), (c, a ^ b))])
+        terms = list(rest)
+        for i, (a, b, c) in enumerate(groups):
+            maj = ands[2 * i] ^ ands[2 * i + 1]
+            carry = torch.zeros_like(maj)
+            carry[1:] = maj[:-1]  # one plane up; the carry out of bit 63 wraps away (mod 2^64)
+            terms += [a ^ b ^ c, carry]
+    u, v = terms
+    g = and_many([(u[:63], v[:63])])[0]
+    p = u[:63] ^ v[:63]
+    # pad to 64 groups with the identity (G = 0, P = 1) on top, then halve six times
+    big_g = torch.cat([g, torch.zeros_like(g[:1])])
+    big_p = torch.cat([p, _ones(tuple(p[:1].shape))])
+    while big_g.shape[0] > 1:
+        lo_g, hi_g, lo_p, hi_p = big_g[0::2], big_g[1::2], big_p[0::2], big_p[1::2]
+        pg, pp = and_many([(hi_p, lo_g), (hi_p, lo_p)])
+        big_g, big_p = hi_g ^ pg, pp
+    return u[63] ^ v[63] ^ big_g[0]
+
+
+def _any_positive(v: torch.Tensor) -> list[bool]:
+    """For shares ``v`` (n × K): whether any entry of each row is > 0, one opened bit per row —
+    the signs of −v (:func:`_signs`), OR-ed along each row by a tree of ANDs on packed words
+    (any = ¬ ∧_k ¬f_k, ⌈log₂ K⌉ rounds); only each row's OR is opened."""
+    n, k = v.shape
+    flags = unpack(_signs((-v).reshape(-1)).unsqueeze(0), n * k)[0].reshape(n, k)  # XOR shares of bits
+    rows = pack(flags.t().contiguous())  # (K, ⌈n/64⌉): flag k of every row, packed
+    rows = public_xor(rows, -1)  # ¬f
+    while rows.shape[0] > 1:
+        if rows.shape[0] % 2:
+            rows = torch.cat([rows, _ones(tuple(rows[:1].shape))])
+        rows = and_many([(rows[0::2], rows[1::2])])[0]
+    anyone = public_xor(rows, -1)  # ¬∧¬f = ∨f
+    return [bool(b) for b in unpack(open_words(anyone), n)[0].tolist()]
 
 
 def check_contributions(shares: torch.Tensor, plan: CheckPlan, comm: object,

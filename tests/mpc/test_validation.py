@@ -115,3 +115,28 @@ def test_the_plan_refuses_bounds_the_ring_cannot_hold_exactly_and_chunks_the_res
     with pytest.raises(ValidationError, match="coarser grid"):
         CheckPlan(7850, (1 << 27,))
     assert bound_units(1.0, 16, 100) == 65536 + 1 + 5 + 1  # + the float slack 2^-20 of 2^16 units, rounded up
+
+
+def _any_party(ctx: object, parties: int) -> tuple[list[bool], list[bool]]:
+    import crypten
+
+    from mpc_erm.mpc.validation import _any_positive
+
+    g = torch.Generator().manual_seed(5)
+    v = torch.empty(37, 11, dtype=torch.long).random_(-(2**63), None, generator=g)
+    v[v.abs() < 2**62] = 0  # about half the rows: no positive entry, unless an edge value below
+    edges = torch.tensor([0, -1, 1, 2**63 - 1, -(2**63), 2**62, -(2**62)], dtype=torch.long)
+    v[:7, 0] = edges
+    v[7:14] = -v[7:14].abs()  # rows of negatives (and −2^63) only
+    shares = [torch.empty_like(v).random_(-(2**63), None, generator=g) for _ in range(parties - 1)]
+    shares.append(v - sum(shares))
+    got = _any_positive(shares[crypten.communicator.get().get_rank()])
+    return got, [bool(b) for b in (v > 0).any(1).tolist()]
+
+
+@pytest.mark.parametrize("trust,parties", [("replicated", 3), ("dealer", 2), ("dealer", 4)])
+def test_the_packed_sign_circuit_agrees_with_plaintext(trust: str, parties: int) -> None:
+    """Any entry > 0 per row, by the bit-plane sign circuit (carry-save for 3+ parties), against
+    the plaintext answer, edge values (0, ±1, ±2^62, 2^63 − 1, −2^63) included."""
+    for got, want in run_local(_any_party, parties=parties, trust=trust, args=(parties,), timeout_s=300):
+        assert got == want
