@@ -224,7 +224,12 @@ class DpFedLs:
                     if scale < 1.0:
                         vector_to_parameters(w0 + d * scale, params)
         with torch.no_grad():
-            return (parameters_to_vector(params) - w0).to("cpu", torch.float64)
+            delta = (parameters_to_vector(params) - w0).to("cpu", torch.float64)
+        # the projections above are in the model's dtype: float32 rounding (and its cancellation
+        # around a large w_t) can leave ‖Δ‖ a little over 𝓛; project once more in float64, so
+        # the bound the accounting and the compute parties' check rely on holds
+        norm = float(torch.linalg.vector_norm(delta))
+        return delta if norm <= c.clip else delta * (c.clip / norm)
 
     # ------------------------------------------------------------------ the public step
 
