@@ -315,12 +315,12 @@ def _patch_owner_intake(mod: ModuleType) -> None:
         _plain("owner_share_sum", f"rank{self.frame.rank}", self.frame.job_id, _arr(out), t=t)
         return out
 
-    def publish(self: Any, t: int, state: Any, owners_counted: int) -> None:
+    def publish(self: Any, t: int, state: Any, owners_counted: int, refused: Any = ()) -> None:
         import torch
 
         _plain("owner_release", f"rank{self.frame.rank}", self.frame.job_id, _arr(state.to(torch.float64)), t=t,
                counted=owners_counted)
-        orig_publish(self, t, state, owners_counted)
+        orig_publish(self, t, state, owners_counted, refused)
 
     cls.Enroll = received("enroll", cls.Enroll)
     cls.Contribute = received("contribute", cls.Contribute)
