@@ -65,7 +65,7 @@ from crypten.config import cfg  # noqa: E402  (after the compat shim)
 from crypten.mpc.primitives import beaver, replicated  # noqa: E402
 from crypten.mpc.primitives.arithmetic import ArithmeticSharedTensor  # noqa: E402
 
-from .samplers.bits import LANES, and_many, open_words, pack, public_xor, unpack  # noqa: E402
+from .samplers.bits import LANES, and_many, local_words, open_words, pack, public_xor, unpack  # noqa: E402
 
 __all__ = ["CHECK_PROJECTIONS", "CheckPlan", "ValidationError", "bound_units", "check_contributions",
            "projection_rows"]
@@ -210,6 +210,18 @@ def _planes(values: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(np.packbits(padded, axis=1, bitorder="little").view(np.int64))
 
 
+def _junk_padding(words: torch.Tensor, n: int) -> torch.Tensor:
+    """``words`` (C, W) with the lanes past the n-th of the last word XORed with this party's own
+    random bits. Lanes never mix (every gate is lane-wise), so those lanes' values are never read;
+    random ones make every word of every message a full-entropy word, where zero padding would
+    send low-entropy words that look like small numbers."""
+    pad = words.shape[-1] * LANES - n
+    if pad > 0:
+        junk = local_words(tuple(words.shape[:-1]), words.device) & ~((1 << (LANES - pad)) - 1)
+        words[..., -1] ^= junk
+    return words
+
+
 def _ones(shape: tuple[int, ...]) -> torch.Tensor:
     """An XOR sharing of all-ones words (rank 0 holds them)."""
     return public_xor(torch.zeros(shape, dtype=torch.long), -1)
@@ -226,7 +238,7 @@ def _signs(values: torch.Tensor) -> torch.Tensor:
     (G ⊕ P∧G', P∧P'): six rounds. The sign is u₆₃ ⊕ v₆₃ ⊕ that carry. About 5 word-ANDs per value
     where CrypTen's A2B (a full 64-bit adder on one value per word, then a B2A) needs 24 and more."""
     world = crypten.communicator.get().get_world_size()
-    mine = _planes(values)
+    mine = _junk_padding(_planes(values), int(values.numel()))
     zero = torch.zeros_like(mine)
     terms = [mine if r == crypten.communicator.get().get_rank() else zero for r in range(world)]
     while len(terms) > 2:  # carry-save: every group of three in one AND round
@@ -258,7 +270,7 @@ def _any_positive(v: torch.Tensor) -> list[bool]:
     (any = ¬ ∧_k ¬f_k, ⌈log₂ K⌉ rounds); only each row's OR is opened."""
     n, k = v.shape
     flags = unpack(_signs((-v).reshape(-1)).unsqueeze(0), n * k)[0].reshape(n, k)  # XOR shares of bits
-    rows = pack(flags.t().contiguous())  # (K, ⌈n/64⌉): flag k of every row, packed
+    rows = _junk_padding(pack(flags.t().contiguous()), n)  # (K, ⌈n/64⌉): flag k of every row, packed
     rows = public_xor(rows, -1)  # ¬f
     while rows.shape[0] > 1:
         if rows.shape[0] % 2:
