@@ -290,9 +290,9 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
             if explicit and request.key:
                 _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
                        f"key: compute party {f.rank} receives owner {f.owners[o]!r}'s explicit shares, not a key")
-            wants_next = f.replicated and explicit_party(o, f.compute_parties) != (f.rank + 1) % f.compute_parties
+            nxt = self.shares.following
+            wants_next = f.replicated and explicit_party(o, f.compute_parties) != nxt
             if wants_next != bool(request.next_key) or (wants_next and len(request.next_key) != KEY_BYTES):
-                nxt = (f.rank + 1) % f.compute_parties
                 _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
                        f"next_key: {KEY_BYTES} bytes expected (the key of compute party {nxt}'s share: this job's "
                        "replicated check)" if wants_next else "next_key: not expected here")

@@ -131,74 +131,78 @@ class OwnerShareSum:
         self.next_keys: dict[int, bytes] = {}  # replicated check: owner → key of the next party's share
         self._masks = KeyedMasks()
 
-    def add_next_key(self, owner_index: int, key: bytes) -> None:
-        """Record the key of the next compute party's share of owner ``owner_index`` (replicated
-        check: this party then holds two of the three shares); refused when that share is the
-        owner's explicit one, or a second time."""
-        nxt = (self.rank + 1) % self.compute_parties
-        if explicit_party(owner_index, self.compute_parties) == nxt:
-            raise ValueError(f"owner {owner_index} sends compute party {nxt} explicit shares, not a key")
-        if owner_index in self.next_keys:
-            raise ValueError(f"owner {owner_index} already gave compute party {self.rank} its next key")
-        if len(key) != KEY_BYTES:
-            raise ValueError(f"an owner key has {KEY_BYTES} bytes, got {len(key)}")
-        self.next_keys[owner_index] = bytes(key)
-
-    def next_shares(self, owners: Sequence[int], round_: int, dim: int, forwarded: torch.Tensor) -> torch.Tensor:
-        """The next party's share of each of ``owners``' contributions, int64 (len(owners), dim):
-        derived from the next keys, or taken in order from ``forwarded``, the explicit shares the
-        next party sent for the owners whose explicit party it is."""
-        nxt = (self.rank + 1) % self.compute_parties
-        out = torch.empty(len(owners), dim, dtype=torch.long)
-        k = 0
-        for row, o in enumerate(owners):
-            if explicit_party(o, self.compute_parties) == nxt:
-                out[row] = forwarded[k]
-                k += 1
-            else:
-                key = self.next_keys.get(o)
-                if key is None:
-                    raise KeyError(f"owner {o}: no next key at compute party {self.rank}")
-                out[row] = self._masks.words(key, round_, dim)
-        if k != int(forwarded.shape[0]):
-            raise ValueError(f"forwarded: {int(forwarded.shape[0])} explicit shares for {k} owners")
-        return out
+    @property
+    def following(self) -> int:
+        """The next compute party (replicated check: this party also derives its shares)."""
+        return (self.rank + 1) % self.compute_parties
 
     def add_key(self, owner_index: int, key: bytes) -> None:
         """Record the key owner ``owner_index`` sent this party (once per job); refused when this
         party is that owner's explicit party or already holds a key from it."""
-        if explicit_party(owner_index, self.compute_parties) == self.rank:
-            raise ValueError(f"owner {owner_index} sends compute party {self.rank} explicit shares, not a key")
-        if owner_index in self.keys:
-            raise ValueError(f"owner {owner_index} already gave compute party {self.rank} its key")
+        self._record(self.keys, self.rank, owner_index, key, "its key")
+
+    def add_next_key(self, owner_index: int, key: bytes) -> None:
+        """Record the key of the next compute party's share of owner ``owner_index`` (replicated
+        check: this party then holds two of the three shares); refused when that share is the
+        owner's explicit one, or a second time."""
+        self._record(self.next_keys, self.following, owner_index, key, "its next key")
+
+    def _record(self, keys: dict[int, bytes], party: int, owner_index: int, key: bytes, what: str) -> None:
+        """``keys[owner_index] = key``, the key of compute party ``party``'s share of that owner."""
+        if explicit_party(owner_index, self.compute_parties) == party:
+            raise ValueError(f"owner {owner_index} sends compute party {party} explicit shares, not a key")
+        if owner_index in keys:
+            raise ValueError(f"owner {owner_index} already gave compute party {self.rank} {what}")
         if len(key) != KEY_BYTES:
             raise ValueError(f"an owner key has {KEY_BYTES} bytes, got {len(key)}")
-        self.keys[owner_index] = bytes(key)
+        keys[owner_index] = bytes(key)
 
     def total(self, owners: Iterable[int], round_: int, dim: int,
               explicit: Mapping[int, torch.Tensor]) -> torch.Tensor:
         """Σ over ``owners`` (the round's agreed set) of this party's share, int64 of shape (dim,).
         ``explicit`` holds the shares received this round from the owners whose explicit party
-        this is; every owner in the set must have one here or a key."""
-        return self.shares(list(owners), round_, dim, explicit).sum(0)
+        this is; every owner in the set must have one here or a key. Summed one owner at a time
+        (a round may count tens of thousands)."""
+        out = torch.zeros(dim, dtype=torch.long)
+        for o in owners:
+            out.add_(self._share(o, self.rank, self.keys, round_, dim, explicit))
+        return out
 
     def shares(self, owners: Sequence[int], round_: int, dim: int,
                explicit: Mapping[int, torch.Tensor]) -> torch.Tensor:
         """This party's share of each of ``owners``' contributions, int64 of shape (len(owners),
         dim), in that order (what :func:`mpc_erm.mpc.validation.check_contributions` checks)."""
+        return self._rows(owners, self.rank, self.keys, round_, dim, explicit)
+
+    def next_shares(self, owners: Sequence[int], round_: int, dim: int, forwarded: torch.Tensor) -> torch.Tensor:
+        """The next party's share of each of ``owners``' contributions, int64 (len(owners), dim):
+        derived from the next keys, or taken in order from ``forwarded``, the explicit shares the
+        next party sent for the owners whose explicit party it is."""
+        theirs = [o for o in owners if explicit_party(o, self.compute_parties) == self.following]
+        if len(theirs) != int(forwarded.shape[0]):
+            raise ValueError(f"forwarded: {int(forwarded.shape[0])} explicit shares for {len(theirs)} owners")
+        return self._rows(owners, self.following, self.next_keys, round_, dim, dict(zip(theirs, forwarded)))
+
+    def _rows(self, owners: Sequence[int], party: int, keys: Mapping[int, bytes], round_: int, dim: int,
+              explicit: Mapping[int, torch.Tensor]) -> torch.Tensor:
         out = torch.empty(len(owners), dim, dtype=torch.long)
         for row, o in enumerate(owners):
-            if explicit_party(o, self.compute_parties) == self.rank:
-                share = explicit.get(o)
-                if share is None:
-                    raise KeyError(f"owner {o}: no share of round {round_} at compute party {self.rank}")
-                if share.dtype != torch.long or tuple(share.shape) != (dim,):
-                    raise ValueError(f"owner {o}: share of {share.dtype} shape {tuple(share.shape)}, expected int64 "
-                                     f"({dim},)")
-                out[row] = share
-            else:
-                key = self.keys.get(o)
-                if key is None:
-                    raise KeyError(f"owner {o}: no key at compute party {self.rank}")
-                out[row] = self._masks.words(key, round_, dim)
+            out[row] = self._share(o, party, keys, round_, dim, explicit)
         return out
+
+    def _share(self, o: int, party: int, keys: Mapping[int, bytes], round_: int, dim: int,
+               explicit: Mapping[int, torch.Tensor]) -> torch.Tensor:
+        """Compute party ``party``'s share of owner ``o``'s round-``round_`` contribution: its
+        explicit share (received) if ``party`` is its explicit party, else derived from ``keys``."""
+        if explicit_party(o, self.compute_parties) == party:
+            share = explicit.get(o)
+            if share is None:
+                raise KeyError(f"owner {o}: no share of round {round_} for compute party {party}")
+            if share.dtype != torch.long or tuple(share.shape) != (dim,):
+                raise ValueError(f"owner {o}: share of {share.dtype} shape {tuple(share.shape)}, expected int64 "
+                                 f"({dim},)")
+            return share
+        key = keys.get(o)
+        if key is None:
+            raise KeyError(f"owner {o}: no key for compute party {party}'s share at compute party {self.rank}")
+        return self._masks.words(key, round_, dim)
