@@ -84,16 +84,13 @@ class ValidationError(ValueError):
     """The bounds of a job do not fit the check's exact ring arithmetic (nothing was run)."""
 
 
-BOUND_SLACK = PrivacyPlan.BOUND_SLACK
-
-
 def bound_units(bound: float, grid_bits: int, dim: int) -> int:
     """M in grid units for a real ℓ2 bound: an honest ``round(v·2^g)`` with ‖v‖₂ ≤ ``bound``
-    has ‖·‖₂ ≤ bound·2^g + √p/2 (each coordinate rounds by ≤ ½); :data:`BOUND_SLACK` and one unit
-    more for the float arithmetic of the clip."""
+    has ‖·‖₂ ≤ bound·2^g + √p/2 (each coordinate rounds by ≤ ½); ``PrivacyPlan.BOUND_SLACK`` and
+    one unit more for the float arithmetic of the clip."""
     if not (bound >= 0 and math.isfinite(bound)):
         raise ValueError(f"bound: a finite non-negative ℓ2 bound expected, got {bound!r}")
-    return math.ceil(bound * (1.0 + BOUND_SLACK) * 2.0**grid_bits) + math.ceil(math.sqrt(dim) / 2.0) + 1
+    return math.ceil(bound * (1.0 + PrivacyPlan.BOUND_SLACK) * 2.0**grid_bits) + math.ceil(math.sqrt(dim) / 2.0) + 1
 
 
 @dataclass(frozen=True)
@@ -166,37 +163,35 @@ def _public(values: torch.Tensor) -> torch.Tensor:
     return values if crypten.communicator.get().get_rank() == 0 else torch.zeros_like(values)
 
 
-def _local_chunk_squares(shares: torch.Tensor, following: torch.Tensor, plan: CheckPlan) -> torch.Tensor:
-    """Replicated sharing with the next party's shares at hand: this party's additive share of each
-    S_ok is Σ_chunk (x_i² + 2·x_i·x_{i+1}) (the three parties' terms add up to (x_0 + x_1 + x_2)²),
-    re-randomised with a pseudo-random sharing of zero (ABY3's α_i), no message."""
-    n, p = shares.shape
+def _chunk_sums(z: torch.Tensor, plan: CheckPlan) -> torch.Tensor:
+    """(rows, p) → (rows, chunks): the sums over each chunk of c coordinates (the last padded)."""
     c, k = plan.chunk, plan.chunks
-    out = torch.zeros(n, k, dtype=torch.long)
+    if k == 1:
+        return z.sum(1, keepdim=True)
+    padded = torch.zeros(z.shape[0], k * c, dtype=torch.long)
+    padded[:, :z.shape[1]] = z
+    return padded.reshape(-1, k, c).sum(-1)
+
+
+def _chunk_squares(shares: torch.Tensor, plan: CheckPlan, following: torch.Tensor | None) -> torch.Tensor:
+    """This party's shares of S_ok (n × chunks), squaring at most BATCH_ELEMENTS at a time.
+
+    With ``following`` (replicated sharing, the next party's shares at hand) this party's share
+    of x² is x_i² + 2·x_i·x_{i+1} — the three parties' terms add up to (x_0 + x_1 + x_2)² — and
+    the chunk sums are re-randomised with a pseudo-random sharing of zero (ABY3's α_i): no
+    message. Without: CrypTen's square (a dealer's Beaver pair, or its replicated product)."""
+    n, p = shares.shape
+    out = torch.empty(n, plan.chunks, dtype=torch.long)
     step = max(1, BATCH_ELEMENTS // p)
     for a in range(0, n, step):
-        x, y = shares[a:a + step], following[a:a + step]
-        z = x * (x + 2 * y)  # wraps in the ring like the shares
-        if k == 1:
-            out[a:a + step, 0] = z.sum(1)
+        x = shares[a:a + step]
+        if following is None:
+            z = _square(ArithmeticSharedTensor.from_shares(x, precision=0)).share
         else:
-            padded = torch.zeros(z.shape[0], k * c, dtype=torch.long)
-            padded[:, :p] = z
-            out[a:a + step] = padded.reshape(-1, k, c).sum(-1)
-    return out + ArithmeticSharedTensor.PRZS((n, k)).share
-
-
-def _chunk_squares(shares: torch.Tensor, plan: CheckPlan) -> torch.Tensor:
-    """This party's shares of S_ok (n × chunks), squaring at most BATCH_ELEMENTS at a time."""
-    n, p = shares.shape
-    c, k = plan.chunk, plan.chunks
-    padded = torch.zeros(n, k * c, dtype=torch.long)
-    padded[:, :p] = shares
-    out = torch.empty(n, k, dtype=torch.long)
-    step = max(1, BATCH_ELEMENTS // (k * c))
-    for a in range(0, n, step):
-        sq = _square(ArithmeticSharedTensor.from_shares(padded[a:a + step], precision=0))
-        out[a:a + step] = sq.share.reshape(-1, k, c).sum(-1)
+            z = x * (x + 2 * following[a:a + step])  # wraps in the ring like the shares
+        out[a:a + step] = _chunk_sums(z, plan)
+    if following is not None:
+        out += ArithmeticSharedTensor.PRZS((n, plan.chunks)).share
     return out
 
 
@@ -300,12 +295,9 @@ def check_contributions(shares: torch.Tensor, plan: CheckPlan, comm: object,
     m = torch.tensor(plan.bounds, dtype=torch.long)
     nnz = (rows != 0).sum(0).tolist()
     tau = torch.tensor([[plan.threshold(int(mo), int(z)) for z in nnz] for mo in plan.bounds], dtype=torch.long)
-    if following is not None:
-        if cfg.mpc.protocol != "replicated" or tuple(following.shape) != tuple(shares.shape):
-            raise ValueError("following: the next party's shares, of the same shape, under replicated sharing only")
-        s = _local_chunk_squares(shares, following, plan)
-    else:
-        s = _chunk_squares(shares, plan)
+    if following is not None and (cfg.mpc.protocol != "replicated" or tuple(following.shape) != tuple(shares.shape)):
+        raise ValueError("following: the next party's shares, of the same shape, under replicated sharing only")
+    s = _chunk_squares(shares, plan, following)
     m2 = (m * m).unsqueeze(1)
     flags = torch.cat([y - _public(tau), -y - _public(tau), s - _public(m2.expand_as(s)),
                        s.sum(1, keepdim=True) - _public(m2)], dim=1)
