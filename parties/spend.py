@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -30,6 +31,9 @@ __all__ = ["PROGRESS_EVERY", "RecordedAudit", "RecordedLedger", "WorkerProgress"
 AUDIT_RECORD_BYTES = 600  # a release record is ~450 bytes, a charge with its mechanism ~700
 SQLITE_FRAME_BYTES = 4096 + 24  # one WAL frame: what a ledger mark or a job-table event adds
 SPACE_MARGIN_BYTES = 1 << 20  # results (model, report, metrics, curve), log lines, SQLite checkpoints
+
+
+log = logging.getLogger(__name__)
 
 
 def check_room(ctx: WorkerContext) -> None:
@@ -111,6 +115,19 @@ def party_audit(ctx: WorkerContext) -> RecordedAudit | None:
     if ctx.ledger_path is None:
         return None
     return RecordedAudit(ctx, AuditLog.in_state_dir(ctx.ledger_path.parent))
+
+
+def record_refused(ctx: WorkerContext, audit: RecordedAudit | None, round_: int, members: list[str], bound: float,
+                   phase: str) -> None:
+    """Members whose contribution to round ``round_`` (from 1) failed the bound check on its
+    shares and was left out: named (public identities, never a value) in this party's log, the
+    job's events and its audit log (an append that fails raises its ``OSError``)."""
+    log.warning("job %s round %d: the contribution of %s failed the bound check and was left out", ctx.job_id,
+                round_, ", ".join(members))
+    ctx.emit({"phase": phase, "message": f"round {round_}: left out {', '.join(members)} (contribution outside its "
+                                         "public bound)", "refused": members})
+    if audit is not None:
+        audit.log.refused(ctx.job_id, round=round_, members=members, bound=bound)
 
 
 class WorkerProgress:

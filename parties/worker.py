@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -47,10 +47,10 @@ from .config import plugin_entry_point
 from .context import WorkerContext
 from .job_store import write_result_manifest
 from .owner.serving import serve_owners
-from .owner.shares import UNCHECKED_ENV
+from .owner.shares import contributions_checked
 from .rows import Rows, device_for, load_rows
 from .session import AgreementError, DealerJobAborted, agree, join, peer_timeout, trust_setup
-from .spend import check_room, party_audit, party_guard
+from .spend import check_room, party_audit, party_guard, record_refused
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -143,27 +143,23 @@ def _own_run(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator, poo
         return run.run(agg, guard)
 
 
-def _refused_parties(ctx: WorkerContext, plan: PrivacyPlan, refused: list[list[int]]) -> dict[str, list[str]]:
-    """Round → the parties whose contribution failed the bound check (left out): logged, announced
-    and recorded in this party's audit log by name; the job's result lists them."""
+def _on_refused(ctx: WorkerContext, plan: PrivacyPlan) -> Callable[[int, list[int]], None]:
+    """The aggregator's report of the parties whose contribution to a round failed the bound
+    check: recorded by name as it happens (:func:`~.spend.record_refused`)."""
     names = ctx.job.job.parties
-    out = {str(t + 1): [names[c] for c in r] for t, r in enumerate(refused) if r}
     audit = party_audit(ctx)
-    for t, who in out.items():
-        log.warning("job %s round %s: the contribution of %s failed the bound check and was left out", ctx.job_id, t,
-                    ", ".join(who))
-        ctx.emit({"phase": "training", "message": f"round {t}: left out {', '.join(who)} (contribution outside its "
-                                                  "public bound)", "refused": who})
-        if audit is not None:
-            audit.log.refused(ctx.job_id, round=int(t), members=who, bound=max(plan.member_bound(j) for j in
-                                                                               range(len(names))))
-    return out
+    bound = max(plan.member_bound(j) for j in range(len(names)))
+
+    def refused(k: int, ranks: list[int]) -> None:
+        record_refused(ctx, audit, k + 1, [names[c] for c in ranks], bound, "training")
+
+    return refused
 
 
 def _party_bounds(plan: PrivacyPlan, parties: int) -> tuple[float, ...] | None:
     """Each party's public contribution bound, which every aggregate checks on the shares (None in
     a test build that switched the check off: the trust model then says so)."""
-    if os.environ.get(UNCHECKED_ENV) == "1":
+    if not contributions_checked():
         return None
     return tuple(plan.member_bound(j) for j in range(parties))
 
@@ -198,7 +194,8 @@ def run_party_job(ctx: WorkerContext) -> dict[str, object]:
         # arithmetic (docs/how-to/gpu.md, "Why the MPC stays on the CPU": CUDA gains nothing there).
         pool = InMpcNoise(device="cpu")
         agg = MpcAggregator(ZeroNoise() if no_noise else pool, allow_test_only=no_noise,
-                            bounds=None if owners else _party_bounds(plan, comm.get_world_size()))
+                            bounds=None if owners else _party_bounds(plan, comm.get_world_size()),
+                            on_refused=None if owners else _on_refused(ctx, plan))
         ctx.emit({"phase": "agreed", "message": (f"n = {sum(counts)} rows over {len(counts)} parties" if counts
                                                  else f"add/remove: normaliser n̂ = {plan.public_n}")
                   + f"; {agg.trust_model}"})
@@ -209,7 +206,8 @@ def run_party_job(ctx: WorkerContext) -> dict[str, object]:
             result, counters, trust = served.result, served.counters, served.trust_model
         else:
             result = _own_run(ctx, comm, agg, pool, rows, plan, real, builder)
-            counters["parties_refused"] = _refused_parties(ctx, plan, agg.refused)
+            counters["parties_refused"] = {str(k + 1): [ctx.job.job.parties[c] for c in r]
+                                           for k, r in enumerate(agg.refused) if r}
         report = _report(ctx, plan, real, trust, result)
         final = result.curve[-1]
         metrics: dict[str, object] = {

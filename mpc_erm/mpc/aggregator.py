@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -185,11 +185,13 @@ class MpcAggregator:
         allow_test_only: bool = False,
         margin_bits: int = DEFAULT_MARGIN_BITS,
         bounds: Sequence[float] | None = None,
+        on_refused: Callable[[int, list[int]], None] | None = None,
     ) -> None:
         """``bounds``: the public ℓ2 bound of each party's weighted contribution (by rank, e.g.
         :meth:`~mpc_erm.privacy.plan.PrivacyPlan.member_bound`): every :meth:`aggregate` then checks
         each party's contribution on its shares before the sum (:mod:`.validation`) and leaves a
-        failing one out (:attr:`refused`); None: unchecked."""
+        failing one out (:attr:`refused`); None: unchecked. ``on_refused(k, ranks)``: the ranks
+        whose contribution to the k-th checked aggregate (from 0) failed (to name them)."""
         self.comm = comm if comm is not None else crypten.communicator.get()
         if self.comm is None:
             raise RuntimeError("MpcAggregator: CrypTen is not initialised (call init_crypten first)")
@@ -218,6 +220,7 @@ class MpcAggregator:
         self.trust_model += ("; every party's contribution checked on its shares against its public ℓ2 bound (one bit "
                              "revealed each; a failing one left out)" if self.bounds is not None else "")
         self.refused: list[list[int]] = []  # per checked aggregate, the ranks whose contribution failed
+        self.on_refused = on_refused
         self.limit = self._limit(PRECISION_BITS)
         self.precision_bits = PRECISION_BITS  # of the last aggregate
         self._counter = 0
@@ -307,9 +310,8 @@ class MpcAggregator:
         plan = CheckPlan(p, tuple(bound_units(b, g, p) for b in self.bounds))
         ok = check_contributions(rows, plan, self.comm)
         self.refused.append([c for c in range(self.world_size) if not ok[c]])
-        if self.refused[-1]:
-            log.warning("aggregate #%d: the contribution of part%s %s failed the bound check and was left out", t,
-                        "ies" if len(self.refused[-1]) > 1 else "y", ", ".join(map(str, self.refused[-1])))
+        if self.refused[-1] and self.on_refused is not None:
+            self.on_refused(len(self.refused) - 1, self.refused[-1])
         return rows[torch.tensor(ok, dtype=torch.bool)].sum(0)
 
     def aggregate_shares(self, owner_share_sum: torch.Tensor, grid_bits: int, noise: NoiseSpec) -> torch.Tensor:

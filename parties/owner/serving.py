@@ -6,7 +6,6 @@ owner charges its own ledger for its data."""
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 
 from mpc_erm.mpc.aggregator import PRECISION_BITS, MpcAggregator
@@ -19,16 +18,15 @@ from mpc_erm.runs import FederatedRun, RunResult, run_for
 from parties.owner.intake import OwnerIntake, RoundFrame, intake_threads
 from parties.owner.rounds import IntakeAggregator
 from parties.owner.sample import pack_owner_bits, uniform_sample_shares
-from parties.owner.shares import UNCHECKED_ENV, owner_margin_bits
+from parties.owner.shares import contributions_checked, owner_margin_bits
 
 from ..context import WorkerContext
 from ..logs import os_error_line
 from ..session import hosts
-from ..spend import party_audit, party_guard
+from ..spend import party_audit, party_guard, record_refused
 from .release import StoredRelease, write_release
 
-__all__ = ["FIRST_ROUND_FACTOR", "LAST_READ_WAIT_S", "OWNER_ROUND_DEADLINE_S", "UNCHECKED_ENV", "ServedOwners",
-           "serve_owners"]
+__all__ = ["FIRST_ROUND_FACTOR", "LAST_READ_WAIT_S", "OWNER_ROUND_DEADLINE_S", "ServedOwners", "serve_owners"]
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +62,7 @@ def serve_owners(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator,
                                                 f"for each of {run.rounds} rounds (secret shuffle)"})
         share = uniform_sample_shares(comm, len(jt.owners), run.fed.config.sample_size, run.rounds)
         drawn = () if share is None else pack_owner_bits(share)
-    checked = os.environ.get(UNCHECKED_ENV) != "1"
+    checked = contributions_checked()
     bound = bound_units(plan.member_bound(), grid, run.p) if checked else None
     frame = RoundFrame(ctx.job_id, jt.owners, len(jt.parties), comm.get_rank(), grid,
                        owner_margin_bits(len(jt.owners)), run.p, ctx.job.spec_digest(), sample_shares=drawn,
@@ -78,17 +76,12 @@ def serve_owners(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator,
         deadline = jt.round_deadline_s or OWNER_ROUND_DEADLINE_S
         audit = party_audit(ctx)
 
-        def refused_now(t: int, names: list[str]) -> None:  # public: the owners' names and the round
-            log.warning("job %s round %d: %d contribution(s) failed the bound check and were left out: %s",
-                        ctx.job_id, t + 1, len(names), ", ".join(names))
-            ctx.emit({"phase": "owners", "message": f"round {t + 1}: left out {', '.join(names)} (contribution "
-                                                    "outside its public bound)", "refused": names})
-            if audit is not None:
-                try:
-                    audit.log.refused(ctx.job_id, round=t + 1, members=names, bound=plan.member_bound())
-                except OSError as exc:  # the job goes on: the refusal is in the log, the status and the result
-                    log.error("job %s: the audit record of the refused contributions failed: %s", ctx.job_id,
-                              os_error_line(exc))
+        def refused_now(t: int, names: list[str]) -> None:
+            try:
+                record_refused(ctx, audit, t + 1, names, plan.member_bound(), "owners")
+            except OSError as exc:  # the job goes on: the refusal is in the log, the events and the result
+                log.error("job %s: the audit record of the refused contributions failed: %s", ctx.job_id,
+                          os_error_line(exc))
 
         def extra() -> dict[str, float]:
             return {"owners": rounds.counted[-1], "owners_refused": sum(len(r) for r in rounds.refused)}

@@ -28,6 +28,7 @@ clipping, which bounds every honest contribution far below it.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -35,14 +36,20 @@ import torch
 
 from mpc_erm.mpc.keystream import KEY_BYTES, KeyedMasks, new_key
 
-__all__ = ["UNCHECKED_ENV", "OwnerRangeError", "OwnerSharer", "OwnerShareSum", "encode_on_grid", "explicit_party",
-           "owner_margin_bits"]
+__all__ = ["UNCHECKED_ENV", "OwnerRangeError", "OwnerShareSum", "OwnerSharer", "contributions_checked",
+           "encode_on_grid", "explicit_party", "owner_margin_bits"]
 
 RING_BITS = 64
 #: Set to "1" in a compute party's environment, the members' contributions are NOT checked against
 #: their bounds (mpc_erm.mpc.validation) — a test build's positive control, which the job's trust
 #: model then names; never in production.
 UNCHECKED_ENV = "MPC_ERM_TEST_UNCHECKED_CONTRIBUTIONS"
+
+
+def contributions_checked() -> bool:
+    """Whether this compute party checks the members' contributions (always, but in a test build
+    that set :data:`UNCHECKED_ENV`)."""
+    return os.environ.get(UNCHECKED_ENV) != "1"
 
 
 class OwnerRangeError(ValueError):
