@@ -321,8 +321,8 @@ class MpcAggregator:
         The owners' shares are already an additive sharing of the sum, so steps 1–3 reduce to
         adding this party's pairwise masks (a re-randomisation that keeps one reveal path); the
         noise and the reveal are those of :meth:`aggregate`. ``grid_bits`` is what the owners
-        encoded with and must be the noise's grid. No range check is possible here (a share is
-        uniform): each owner checked its own contribution before sharing it."""
+        encoded with and must be the noise's grid. The sum is of contributions the compute parties
+        already checked against their bound (:mod:`parties.owner.rounds`, :mod:`.validation`)."""
         if owner_share_sum.dtype != torch.long or owner_share_sum.ndim != 1 or owner_share_sum.numel() < 1:
             raise ValueError(f"owner_share_sum: a non-empty int64 vector expected, got {owner_share_sum.dtype} of "
                              f"shape {tuple(owner_share_sum.shape)}")

@@ -27,12 +27,18 @@ from mpc_erm.protocols.aggregation import NoiseSpec
 from .intake import IntakeError, OwnerClient, OwnerIntake, agree_present, pauses, round_state
 from .shares import OwnerRangeError, explicit_party
 
-#: Coordinates of owners' shares checked at a time at a compute party (≈ 32 MiB of int64 a block).
-CHECK_BLOCK_ELEMENTS = 1 << 22
-
 if TYPE_CHECKING:  # types only: a data owner, which imports this module, runs no CrypTen
     from mpc_erm.mpc.aggregator import MpcAggregator
     from mpc_erm.mpc.communicator import GrpcCommunicator
+
+__all__ = ["IntakeAggregator", "LeftAfterSending", "OwnerAggregator"]
+
+#: An owner early for a round asks again after RETRY_FIRST_S, doubling to RETRY_MAX_S.
+RETRY_FIRST_S, RETRY_MAX_S = 0.02, 0.5
+#: While the owners send, the compute parties tell each other this often whether they are done.
+READY_EVERY_S = 1.0
+#: Coordinates of owners' shares checked at a time at a compute party (≈ 32 MiB of int64 a block).
+CHECK_BLOCK_ELEMENTS = 1 << 22
 
 
 def check_contributions(shares: torch.Tensor, bound_units: int, comm: GrpcCommunicator,
@@ -43,13 +49,6 @@ def check_contributions(shares: torch.Tensor, bound_units: int, comm: GrpcCommun
     from mpc_erm.mpc.validation import check_contributions as check
 
     return check(shares, CheckPlan(int(shares.shape[1]), (bound_units,) * int(shares.shape[0])), comm, following)
-
-__all__ = ["IntakeAggregator", "LeftAfterSending", "OwnerAggregator"]
-
-#: An owner early for a round asks again after RETRY_FIRST_S, doubling to RETRY_MAX_S.
-RETRY_FIRST_S, RETRY_MAX_S = 0.02, 0.5
-#: While the owners send, the compute parties tell each other this often whether they are done.
-READY_EVERY_S = 1.0
 
 
 class IntakeAggregator:

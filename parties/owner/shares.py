@@ -20,9 +20,9 @@ the ring up to AES's pseudo-randomness; all k together learn ``v`` — the trust
 report states.
 
 Range: an owner refuses to share a contribution outside ``|v| < 2^(63−g−margin)``; the margin
-leaves room for the sum over owners and the noise (``owner_margin_bits``). Compute parties cannot
-check shares (each is uniform), so the bound is the owner's own check plus the protocol's
-clipping, which bounds every honest contribution far below it.
+leaves room for the sum over owners and the noise (``owner_margin_bits``). No single share says
+anything (each is uniform): the compute parties check every contribution against its public ℓ2
+bound on the shares, together (:mod:`mpc_erm.mpc.validation`, :class:`OwnerShareSum`'s rows).
 """
 
 from __future__ import annotations
