@@ -80,6 +80,13 @@ def _plan(spec: JobSpec, parts: list[Dataset]):
     return plan_job(spec, sizes=public_sizes(spec, [p.n for p in parts]), n_features=parts[0].d)
 
 
+def _first_party_gradient_run(parts: list[Dataset], T: int) -> tuple:
+    """A T-round gradient job's plan, and its run at the first party (its rows, its weight)."""
+    spec = _spec("gradient", T=T)
+    plan = _plan(spec, parts)
+    return plan, GradientRun(spec, plan, RunRows(parts[0]), features=parts[0].d, weight=plan.weight(0, parts[0].n))
+
+
 def _guard(plan, log: Log, *, fail_at: int | None = None, cancel_at: int | None = None,
            progress: Progress | None = None) -> RevealGuard:
     def check() -> None:
@@ -117,10 +124,8 @@ def test_every_reveal_is_marked_and_charged_before_and_recorded_after(parts, met
 
 
 def test_a_ledger_that_cannot_mark_stops_the_run_before_that_reveal(parts) -> None:
-    spec = _spec("gradient", T=5)
-    plan = _plan(spec, parts)
+    plan, run = _first_party_gradient_run(parts, T=5)
     log = Log()
-    run = GradientRun(spec, plan, RunRows(parts[0]), features=parts[0].d, weight=plan.weight(0, parts[0].n))
     with pytest.raises(OSError, match="disk full"):
         run.run(Aggregator(log), _guard(plan, log, fail_at=3))
     assert [e for e in _spend(log) if e[0] == "reveal"] == [("reveal", 1), ("reveal", 2)]
@@ -128,10 +133,8 @@ def test_a_ledger_that_cannot_mark_stops_the_run_before_that_reveal(parts) -> No
 
 
 def test_a_cancel_stops_the_run_before_the_next_reveal(parts) -> None:
-    spec = _spec("gradient", T=5)
-    plan = _plan(spec, parts)
+    plan, run = _first_party_gradient_run(parts, T=5)
     log = Log()
-    run = GradientRun(spec, plan, RunRows(parts[0]), features=parts[0].d, weight=plan.weight(0, parts[0].n))
     with pytest.raises(RuntimeError, match="cancelled"):
         run.run(Aggregator(log), _guard(plan, log, cancel_at=2))
     assert max(e[1] for e in log if e[0] == "reveal") == 2 and ("mark", 3) not in log
