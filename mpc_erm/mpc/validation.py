@@ -294,7 +294,8 @@ def check_contributions(shares: torch.Tensor, plan: CheckPlan, comm: object,
     y = shares @ rows  # (n, λ), wraps in the ring like the shares
     m = torch.tensor(plan.bounds, dtype=torch.long)
     nnz = (rows != 0).sum(0).tolist()
-    tau = torch.tensor([[plan.threshold(int(mo), int(z)) for z in nnz] for mo in plan.bounds], dtype=torch.long)
+    per_bound = {mo: [plan.threshold(mo, int(z)) for z in nnz] for mo in set(plan.bounds)}  # a round's are alike
+    tau = torch.tensor([per_bound[mo] for mo in plan.bounds], dtype=torch.long)
     if following is not None and (cfg.mpc.protocol != "replicated" or tuple(following.shape) != tuple(shares.shape)):
         raise ValueError("following: the next party's shares, of the same shape, under replicated sharing only")
     s = _chunk_squares(shares, plan, following)
