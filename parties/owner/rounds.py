@@ -91,8 +91,8 @@ class IntakeAggregator:
         present, explicit = self.intake.close_round()
         closed = time.monotonic()
         agreed = agree_present(self.comm, present, len(f.owners))
-        agreed = self._checked(t, agreed, explicit)
-        out = self.mpc.aggregate_shares(self.intake.total(t, agreed, explicit), f.grid_bits, noise)
+        agreed, total = self._checked(t, agreed, explicit)
+        out = self.mpc.aggregate_shares(total, f.grid_bits, noise)
         self.intake.publish(t, out, len(agreed), self.refused[-1])
         self.wait_seconds.append(closed - tic)
         self.mpc_seconds.append(time.monotonic() - closed)
@@ -101,30 +101,33 @@ class IntakeAggregator:
         self.agreed, self.last = agreed, out
         return out
 
-    def _checked(self, t: int, agreed: list[int], explicit: dict[int, torch.Tensor]) -> list[int]:
+    def _checked(self, t: int, agreed: list[int], explicit: dict[int, torch.Tensor]) -> tuple[list[int], torch.Tensor]:
         """The agreed owners whose contribution passes the bound check on its shares (the same list
-        at every compute party: one opened bit each, :mod:`mpc_erm.mpc.validation`); the others
-        are recorded in :attr:`refused`. A refused owner is a dropout: left out of the sum, which
-        is still divided by the public count. Checked in blocks of owners (a block's shares in
-        memory at once)."""
+        at every compute party: one opened bit each, :mod:`mpc_erm.mpc.validation`), and this
+        party's share of their sum; the others are recorded in :attr:`refused`. A refused owner is
+        a dropout: left out of the sum, which is still divided by the public count. Checked in
+        blocks of owners (a block's shares in memory at once), the sum taken from the checked
+        shares (derived once)."""
         f = self.intake.frame
+        if f.bound_units is None:  # test builds only (the trust model says so)
+            self.refused.append([])
+            return agreed, self.intake.total(t, agreed, explicit)
         kept: list[int] = []
         refused: list[int] = []
+        total = torch.zeros(f.dim, dtype=torch.long)
         step = max(1, CHECK_BLOCK_ELEMENTS // f.dim)
         for a in range(0, len(agreed), step):
             block = agreed[a:a + step]
-            if f.bound_units is None:  # test builds only (the trust model says so)
-                ok = [True] * len(block)
-            else:
-                following = self._following(t, block, explicit) if f.replicated else None
-                ok = check_contributions(self.intake.shares_of(t, block, explicit), f.bound_units, self.comm,
-                                         following)
+            following = self._following(t, block, explicit) if f.replicated else None
+            shares = self.intake.shares_of(t, block, explicit)
+            ok = check_contributions(shares, f.bound_units, self.comm, following)
+            total += shares[torch.tensor(ok, dtype=torch.bool)].sum(0)
             kept += [o for o, good in zip(block, ok) if good]
             refused += [o for o, good in zip(block, ok) if not good]
         self.refused.append(refused)
         if refused and self.on_refused is not None:
             self.on_refused(t, [f.owners[o] for o in refused])
-        return kept
+        return kept, total
 
     def _following(self, t: int, block: list[int], explicit: dict[int, torch.Tensor]) -> torch.Tensor:
         """The next compute party's shares of ``block``'s contributions (replicated check): this
