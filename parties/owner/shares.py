@@ -176,23 +176,29 @@ class OwnerShareSum:
         return out
 
     def shares(self, owners: Sequence[int], round_: int, dim: int,
-               explicit: Mapping[int, torch.Tensor]) -> torch.Tensor:
+               explicit: Mapping[int, torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
         """This party's share of each of ``owners``' contributions, int64 of shape (len(owners),
-        dim), in that order (what :func:`mpc_erm.mpc.validation.check_contributions` checks)."""
-        return self._rows(owners, self.rank, self.keys, round_, dim, explicit)
+        dim), in that order (what :mod:`mpc_erm.mpc.validation` checks); written into ``out`` if
+        given (a buffer reused round after round: a fresh one of this size costs more in page
+        faults than the keystreams written into it)."""
+        return self._rows(owners, self.rank, self.keys, round_, dim, explicit, out)
 
-    def next_shares(self, owners: Sequence[int], round_: int, dim: int, forwarded: torch.Tensor) -> torch.Tensor:
+    def next_shares(self, owners: Sequence[int], round_: int, dim: int, forwarded: torch.Tensor,
+                    out: torch.Tensor | None = None) -> torch.Tensor:
         """The next party's share of each of ``owners``' contributions, int64 (len(owners), dim):
         derived from the next keys, or taken in order from ``forwarded``, the explicit shares the
-        next party sent for the owners whose explicit party it is."""
+        next party sent for the owners whose explicit party it is; into ``out`` as :meth:`shares`."""
         theirs = [o for o in owners if explicit_party(o, self.compute_parties) == self.following]
         if len(theirs) != int(forwarded.shape[0]):
             raise ValueError(f"forwarded: {int(forwarded.shape[0])} explicit shares for {len(theirs)} owners")
-        return self._rows(owners, self.following, self.next_keys, round_, dim, dict(zip(theirs, forwarded)))
+        return self._rows(owners, self.following, self.next_keys, round_, dim, dict(zip(theirs, forwarded)), out)
 
     def _rows(self, owners: Sequence[int], party: int, keys: Mapping[int, bytes], round_: int, dim: int,
-              explicit: Mapping[int, torch.Tensor]) -> torch.Tensor:
-        out = torch.empty(len(owners), dim, dtype=torch.long)
+              explicit: Mapping[int, torch.Tensor], out: torch.Tensor | None) -> torch.Tensor:
+        if out is None:
+            out = torch.empty(len(owners), dim, dtype=torch.long)
+        elif out.dtype != torch.long or tuple(out.shape) != (len(owners), dim):
+            raise ValueError(f"out: int64 ({len(owners)}, {dim}) expected, got {out.dtype} {tuple(out.shape)}")
         for row, o in enumerate(owners):
             out[row] = self._share(o, party, keys, round_, dim, explicit)
         return out

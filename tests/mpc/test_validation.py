@@ -16,7 +16,7 @@ from mpc_erm.mpc.local import run_local
 P, M = 300, 1 << 20
 
 
-def _cases() -> tuple[torch.Tensor, list[str], list[bool]]:
+def _cases(M: int = M) -> tuple[torch.Tensor, list[str], list[bool]]:
     g = torch.Generator().manual_seed(7)
     xs: list[torch.Tensor] = []
     names: list[str] = []
@@ -68,6 +68,39 @@ def _party(ctx: object, parties: int) -> list[bool]:
     return check_contributions(shares[rank], CheckPlan(P, (M,) * x.shape[0]), crypten.communicator.get())
 
 
+def _split(x: torch.Tensor, parties: int, seed: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    shares = [torch.empty_like(x).random_(-(2**63), None, generator=g) for _ in range(parties - 1)]
+    return [*shares, x - sum(shares, torch.zeros_like(x))]
+
+
+def _round_party(ctx: object) -> list[bool]:
+    """Replicated sharing, the local square (the next party's shares at hand), one round's check
+    over two blocks whose bounds give one chunk and nine."""
+    import crypten
+
+    from mpc_erm.mpc.validation import CheckPlan, RoundCheck
+
+    rank = crypten.communicator.get().get_rank()
+    check = RoundCheck(crypten.communicator.get(), P)
+    for m, seed in ((M, 1), (1 << 24, 2)):
+        x = _cases(m)[0]
+        shares = _split(x, 3, seed)
+        plan = CheckPlan(P, (m,) * x.shape[0])
+        check.add(shares[rank], plan, following=shares[(rank + 1) % 3])
+    return check.verdicts()
+
+
+def test_one_round_check_over_blocks_of_different_chunk_counts_with_the_local_square() -> None:
+    from mpc_erm.mpc.validation import CheckPlan
+
+    assert CheckPlan(P, (M,)).chunks == 1 and CheckPlan(P, (1 << 24,)).chunks > 1
+    results = run_local(_round_party, parties=3, trust="replicated", timeout_s=300)
+    want = _cases(M)[2] + _cases(1 << 24)[2]
+    assert all(r == results[0] for r in results)
+    assert results[0] == want
+
+
 @pytest.mark.parametrize("trust,parties", [("replicated", 3), ("dealer", 2), ("dealer", 3)])
 def test_the_check_passes_every_honest_contribution_and_refuses_every_hostile_one(trust: str, parties: int) -> None:
     results = run_local(_party, parties=parties, trust=trust, args=(parties,), timeout_s=300)
@@ -104,6 +137,22 @@ def test_projection_rows_are_minus_one_zero_one_a_quarter_a_half_a_quarter() -> 
     assert abs(freq[0] - 0.25) < 0.01 and abs(freq[1] - 0.5) < 0.01 and abs(freq[2] - 0.25) < 0.01
     assert torch.equal(r, projection_rows(b"k" * 32, 1000, 64))
     assert not torch.equal(r, projection_rows(b"j" * 32, 1000, 64))
+
+
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 1000])
+def test_bit_planes_hold_bit_j_of_every_value_in_plane_j(n: int) -> None:
+    """The in-place 64 × 64 transpose against bit-by-bit extraction, sign bit and padding included."""
+    from mpc_erm.mpc.samplers.bits import unpack
+    from mpc_erm.mpc.validation import _planes
+
+    v = torch.empty(n, dtype=torch.long).random_(-(2**63), None, generator=torch.Generator().manual_seed(n))
+    v[0] = -(2**63)
+    planes = _planes(v)
+    assert planes.shape == (64, -(-n // 64))
+    bits = unpack(planes, n)  # (64, n)
+    want = torch.stack([(v >> j) & 1 for j in range(64)])
+    assert torch.equal(bits, want)
+    assert not unpack(planes, planes.shape[1] * 64)[:, n:].any()  # zero padding, before the junk is added
 
 
 def test_the_plan_refuses_bounds_the_ring_cannot_hold_exactly_and_chunks_the_rest() -> None:
