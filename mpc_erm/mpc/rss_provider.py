@@ -232,6 +232,23 @@ class ReplicatedProvider(TupleProvider):
         back = _replicate(mine)
         return _cross(self.pairs, x.reshape(-1), back[:m], y.reshape(-1), back[m:]).view(x.shape)
 
+    def two_shares(self, x: torch.Tensor) -> torch.Tensor:
+        """The three parties' additive int64 shares x_0 + x_1 + x_2 of a value made two: party 0
+        holds x_0 − r, party 1 holds x_1 + x_2 + r, party 2 holds zeros, r fresh words from the
+        stream parties 2 and 0 share (party 1 sees x_2 + r, uniform). One message, party 2 to
+        party 1, one word a value: a circuit on the bits of the sum then adds two inputs, where
+        a carry-save layer over three costs two ANDs (four words) a value."""
+        _check_three()
+        rank = _rank()
+        x = x.contiguous()
+        if rank == 0:
+            return x - self.pairs.behind.words(x.size(), x.device)
+        comm = crypten.communicator.get()
+        if rank == 2:
+            comm.send(x + self.pairs.ahead.words(x.size(), x.device), 1)
+            return torch.zeros_like(x)
+        return x + comm.recv(torch.empty_like(x), 2)
+
     def and_random(self, y: torch.Tensor, flip: torch.Tensor | None = None) -> torch.Tensor:
         """This party's XOR share of (U ⊕ flip) ∧ y, U fresh jointly random words (y's shape, every
         word exactly uniform), ``flip`` a public constant (None: none). U is made replicated from

@@ -251,16 +251,22 @@ def _signs(values: torch.Tensor) -> torch.Tensor:
     """XOR shares of the sign bits of the N ring values whose additive shares (this party's) are
     ``values``, packed 64 a word (W,) — a comparison with zero on bit planes, 64 values per word.
 
-    Each party's share is a trivially XOR-shared input (its bit planes here, zero elsewhere). Three
-    or more inputs are cut to two by carry-save adders (s = a ⊕ b ⊕ c, carry = maj(a, b, c) one
-    plane up: one AND round each level), then only the carry into bit 63 of u + v is computed:
-    generate g = u ∧ v, propagate p = u ⊕ v on planes 0–62, combined by a tree (G, P) ∘ (G', P') =
-    (G ⊕ P∧G', P∧P'): six rounds. The sign is u₆₃ ⊕ v₆₃ ⊕ that carry. About 5 word-ANDs per value
-    where CrypTen's A2B (a full 64-bit adder on one value per word, then a B2A) needs 24 and more."""
-    world = crypten.communicator.get().get_world_size()
-    mine = _junk_padding(_planes(values), int(values.numel()))
-    zero = torch.zeros_like(mine)
-    terms = [mine if r == crypten.communicator.get().get_rank() else zero for r in range(world)]
+    Each party's share is a trivially XOR-shared input (its bit planes here, zero elsewhere). Under
+    3-party replicated sharing one message first makes the three shares two (the provider's
+    ``two_shares``); otherwise three or more inputs are cut to two by carry-save adders
+    (s = a ⊕ b ⊕ c, carry = maj(a, b, c) one plane up: one AND round each level). Then only the
+    carry into bit 63 of u + v is computed: generate g = u ∧ v, propagate p = u ⊕ v on planes
+    0–62, combined by a tree (G, P) ∘ (G', P') = (G ⊕ P∧G', P∧P'): six rounds. The sign is
+    u₆₃ ⊕ v₆₃ ⊕ that carry. About 3 word-ANDs per value (5 with a carry-save layer) where
+    CrypTen's A2B (a full 64-bit adder on one value per word, then a B2A) needs 24 and more."""
+    comm = crypten.communicator.get()
+    world, rank = comm.get_world_size(), comm.get_rank()
+    two = getattr(crypten.mpc.get_default_provider(), "two_shares", None)
+    if two is not None:  # 3-party replicated sharing: one message makes the three inputs two
+        values, world = two(values.reshape(-1)), 2
+    n = int(values.numel())
+    terms = [_junk_padding(_planes(values), n) if r == rank else torch.zeros(64, -(-n // LANES), dtype=torch.long)
+             for r in range(world)]
     while len(terms) > 2:  # carry-save: every group of three in one AND round
         groups = [terms[i:i + 3] for i in range(0, len(terms) - len(terms) % 3, 3)]
         rest = terms[len(groups) * 3:]
