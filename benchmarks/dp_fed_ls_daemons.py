@@ -46,7 +46,7 @@ from benchmarks.aggregate import machine_info
 from benchmarks.deep_mnist import mnist_tensors
 from benchmarks.dp_fed_ls_mnist import SETTINGS
 from benchmarks.dp_fed_ls_mnist import run as simulate
-from benchmarks.owners_common import HOSTILE_ENV, benchmark_process_setup, run_job
+from benchmarks.owners_common import HOSTILE_ENV, HOSTILE_KIND_ENV, benchmark_process_setup, run_job
 from parties.owner.shares import UNCHECKED_ENV
 
 DEADLINE_S = 30.0  # a round waits this long for the owners (the first, 10×: for every owner to enrol); --round-deadline
@@ -170,6 +170,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hostile", type=float, default=0.0,
                     help="fraction of the owners (every 1/f-th) that send garbage (contribution × 10⁶ + 1): the "
                          "compute parties' bound check leaves them out")
+    ap.add_argument("--hostile-kind", choices=("garbage", "zero"), default="garbage",
+                    help="what the --hostile owners send: garbage, or zeros (the honest-only comparator: the sum "
+                         "is the other owners' alone, divided by the public count, as the check makes it)")
     ap.add_argument("--unchecked", action="store_true",
                     help="daemons with the contribution check switched off (a test build's switch), for the "
                          "check's wall-time ratio")
@@ -209,6 +212,7 @@ def main(argv: list[str] | None = None) -> None:
         if a.hostile > 0:  # read by every process hosting owners (benchmarks.owners_common.make_hostile)
             step = max(1, round(1 / a.hostile))
             os.environ[HOSTILE_ENV] = ",".join(f"owner-{o:04d}" for o in range(0, a.owners, step))
+            os.environ[HOSTILE_KIND_ENV] = a.hostile_kind
         if a.unchecked:  # the daemons and their workers inherit it
             os.environ[UNCHECKED_ENV] = "1"
         with LocalConsortium(root / "cons", parties=3, dealer=False, max_epsilon_per_job=10.0,
@@ -226,6 +230,7 @@ def main(argv: list[str] | None = None) -> None:
                 paper = table.get(sig, {}).get(int(eps))
                 row = {"epsilon_target": eps, "ls_sigma": sig, "seed": seed, "daemons": d,
                        "contributions_checked": not a.unchecked, "hostile_fraction": a.hostile,
+                       "hostile_kind": a.hostile_kind if a.hostile > 0 else None,
                        "simulator": {k: s[k] for k in ("test_accuracy", "epsilon", "noise_multiplier", "seconds")},
                        "paper": None if paper is None else {"mean": paper[0] / 100, "std": paper[1] / 100},
                        "daemons_within_1.5_points_of_paper_or_above": None if paper is None else

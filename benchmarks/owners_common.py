@@ -20,6 +20,10 @@ from typing import Any
 #: coordinate, so a zero update is garbage too): a benchmark's hostile owners, in every process
 #: that hosts owners (spawned ones inherit it).
 HOSTILE_ENV = "MPC_ERM_BENCH_HOSTILE_OWNERS"
+#: "garbage" (default): those owners send contribution × 10⁶ + 1; "zero": they send zeros — what the
+#: bound check turns a refused owner into (left out, the sum still divided by the public count),
+#: so a run with "zero" is the honest-only comparator of a run with "garbage".
+HOSTILE_KIND_ENV = "MPC_ERM_BENCH_HOSTILE_KIND"
 
 
 def make_hostile() -> None:
@@ -36,9 +40,11 @@ def make_hostile() -> None:
         return
     honest = OwnerClient.contribute
 
+    zero = os.environ.get(HOSTILE_KIND_ENV, "garbage") == "zero"
+
     def contribute(self: Any, t: int, v: Any, *a: Any, **k: Any) -> None:
         if self.identity.name in names:
-            v = v * 1e6 + 1.0
+            v = v * 0.0 if zero else v * 1e6 + 1.0
         honest(self, t, v, *a, **k)
 
     OwnerClient.contribute = contribute  # type: ignore[method-assign]
