@@ -27,6 +27,7 @@ JOB_SPEC    the job file asks for something this party cannot run (the field is 
 SOLVER      the party's local solve did not reach its certified tolerance
 STORAGE     the party's state directory (ledger, audit log, results) is full or cannot be written
 STALLED     the party's own job worker made no progress (stopped, hung) for longer than peer_timeout_s
+INTEGRITY   the compute parties' views differ (a release, their set-up) or a sampler stalled: nothing more is used
 INTERNAL    anything else (a bug, out of memory): the type is named, the text is not
 ========== ================================================================================
 
@@ -54,7 +55,7 @@ __all__ = [
 ]
 
 CODES = ("DATA_SCHEMA", "DATA_FILE", "AGREEMENT", "PEER_LOST", "PEER_FAILED", "CANCELLED", "BUDGET", "POLICY",
-         "JOB_SPEC", "SOLVER", "STORAGE", "STALLED", "INTERNAL")
+         "JOB_SPEC", "SOLVER", "STORAGE", "STALLED", "INTEGRITY", "INTERNAL")
 MAX_PUBLIC = 500  # a public reason is one short line
 # A message that starts with a job-file field ("privacy.mechanism: ...", "job.test_no_noise: ..."):
 # the wording of the project's own checks of the job file, fit to pass as it is.
@@ -211,6 +212,8 @@ def public_failure(exc: BaseException, *, member: str, job_id: str, dataset: str
     code: str
     if _is(exc, "JobCancelled"):
         code, public = "CANCELLED", text or "cancelled"
+    elif _is(exc, "IntegrityError"):  # its text names members, what disagreed and digest prefixes only
+        code, public = "INTEGRITY", f"at {member}: {text}"
     elif _is(exc, "DataError"):
         err = data_failure(exc, dataset or "?", member)
         code, public = err.code, err.public

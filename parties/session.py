@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from mpc_erm.data.dataset import Dataset
+from mpc_erm.mpc.agreement import check_setup
 from mpc_erm.mpc.callers import CallerPolicy
 from mpc_erm.mpc.communicator import GrpcCommunicator, init_crypten
 from mpc_erm.mpc.crypten_compat import import_crypten
@@ -155,12 +156,14 @@ def join(ctx: WorkerContext, callers: CallerPolicy) -> tuple[TransportServer, Gr
 
 def trust_setup(ctx: WorkerContext, comm: GrpcCommunicator) -> None:
     """dealer: every triple from the job's dealer; replicated: 3-party RSS, no dealer (the binary
-    triples and B2A bits of comparisons made by the parties themselves, mpc.rss_provider)."""
+    triples and B2A bits of comparisons made by the parties themselves, mpc.rss_provider); then
+    the parties check that their random streams are shared (mpc.agreement.check_setup)."""
     if ctx.job.job.trust == "replicated":
         start_replicated_provider()
-        return
-    import_crypten().config.cfg.mpc.protocol = "beaver"
-    start_dealer_client(comm)
+    else:
+        import_crypten().config.cfg.mpc.protocol = "beaver"
+        start_dealer_client(comm)
+    check_setup(comm)  # the pairwise and joint streams are shared, or the job stops here
 
 
 def agree(ctx: WorkerContext, comm: GrpcCommunicator, rows: RunRows | None) -> list[int] | None:

@@ -25,8 +25,10 @@ What one ``aggregate`` call does at party i (all parties call it in the same ord
 4. Noise: this party's int64 shares of ``z`` on the grid 2^-g from the pluggable
    :class:`NoiseSource` (sampled inside the MPC, pooled offline: :class:`mpc_erm.mpc.noise.InMpcNoise`)
    are added to the share. ``NoiseSpec("none")`` (a job that asked for no privacy) adds nothing.
-5. Reveal (one all_reduce, the range check's count riding along) and decode exactly: ring
-   value / 2^g in float64. CrypTen's ``FixedPointEncoder.decode`` is off by one for negative
+5. Reveal (one all_reduce, the range check's count riding along), the parties' agreement on the
+   revealed words (:func:`~.agreement.agree_on`: digests all-gathered; one wrong share sent to one
+   party stops every party whose view differs, before anyone uses the value), and decode exactly:
+   ring value / 2^g in float64. CrypTen's ``FixedPointEncoder.decode`` is off by one for negative
    values and is never used here.
 
 Exactness (stated and tested): with P computing parties, each holding k rows,
@@ -48,6 +50,7 @@ import torch
 
 from mpc_erm.protocols.aggregation import NoiseSpec
 
+from .agreement import agree_on
 from .crypten_compat import import_crypten
 from .keystream import KEY_BYTES, KeyedMasks, new_key
 
@@ -363,6 +366,7 @@ class MpcAggregator:
         share[p] = int(bad)  # the range check's count, masked
         self._add_mask(share[p:], _CHECK_DOMAIN | t)
         ring = self.comm.all_reduce(share)
+        agree_on(self.comm, f"aggregate #{t}", ring)  # the same value at every party, or nobody uses it
         n_bad = int(ring[p])
         if n_bad != 0:
             mine = " (including this party's)" if bad else ""

@@ -329,6 +329,7 @@ def _party_main(
     args: tuple[Any, ...],
 ) -> Any:
     from .aggregator import current_trust_model
+    from .agreement import check_setup
     from .communicator import init_crypten, uninit_crypten
     from .crypten_compat import import_crypten
     from .dealer import harden_crypten_rss, start_dealer_client, stop_dealer_client
@@ -351,6 +352,7 @@ def _party_main(
             from .rss_provider import start_replicated_provider
 
             start_replicated_provider()
+        check_setup(comm)
         trust_model = current_trust_model(table.dealer.name if dealer else None)
         if trust == "tfp":
             trust_model = f"{trust_model} [{TFP_LABEL}]"

@@ -57,6 +57,7 @@ import torch
 
 from mpc_erm.privacy.plan import PrivacyPlan
 
+from .agreement import agree_on
 from .crypten_compat import import_crypten
 from .keystream import KeyedMasks
 
@@ -315,7 +316,7 @@ class RoundCheck:
     fixed (the round closed)."""
 
     def __init__(self, comm: object, dim: int, projections: int = CHECK_PROJECTIONS) -> None:
-        self.dim = dim
+        self.dim, self.comm = dim, comm
         self.rows = projection_rows(_joint_key(comm), dim, projections)
         self._nnz = [int(z) for z in (self.rows != 0).sum(0).tolist()]
         self._flags: list[torch.Tensor] = []
@@ -359,7 +360,9 @@ class RoundCheck:
                            torch.cat([f, _public(torch.full((f.shape[0], width - f.shape[1]), -1, dtype=torch.long))],
                                      dim=1) for f in self._flags])
         self._flags = []
-        return [not bad for bad in _any_positive(flags)]
+        bad = _any_positive(flags)
+        agree_on(self.comm, f"contribution check of {len(bad)} contributions", torch.tensor(bad))
+        return [not b for b in bad]
 
 
 def check_contributions(shares: torch.Tensor, plan: CheckPlan, comm: object,

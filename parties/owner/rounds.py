@@ -57,6 +57,14 @@ def check_plan(dim: int, bound_units: int, owners: int) -> CheckPlan:
     return CheckPlan(dim, (bound_units,) * owners)
 
 
+def agree_counted(comm: GrpcCommunicator, t: int, owners: list[int]) -> None:
+    """Every compute party sums the same owners of round ``t``, or none reveals (the set is built
+    from messages: :func:`mpc_erm.mpc.agreement.agree_on`; compute parties only)."""
+    from mpc_erm.mpc.agreement import agree_on
+
+    agree_on(comm, f"owners counted in round {t}", torch.tensor(owners, dtype=torch.long))
+
+
 class IntakeAggregator:
     """A compute party's side: one :meth:`aggregate` call is one owner round (see the module)."""
 
@@ -99,6 +107,7 @@ class IntakeAggregator:
         closed = time.monotonic()
         agreed = agree_present(self.comm, present, len(f.owners))
         agreed, total = self._checked(t, agreed, explicit)
+        agree_counted(self.comm, t, agreed)
         out = self.mpc.aggregate_shares(total, f.grid_bits, noise)
         self.intake.publish(t, out, len(agreed), self.refused[-1])
         self.wait_seconds.append(closed - tic)

@@ -301,14 +301,15 @@ def _check_sums(reports: dict[int, dict[str, Any]], parties: int) -> None:
             assert err <= bound, f"m={parties} n={n} rank {rank}: error {err} > bound {bound}"
             assert torch.equal(got, reports[0][f"sum_{n}"])  # bit-identical everywhere
             st = reports[rank][f"stats_{n}"]
-            # 1 round: the reveal, with the range check's count as one more int64; each party sends
-            # (m-1) copies and receives m-1 (below 256 KiB; above, the communicator's reduce-scatter
-            # sends 2(m-1)/m·n).
-            assert st["rounds"] == 1
+            # 2 rounds: the reveal, with the range check's count as one more int64 (each party sends
+            # (m-1) copies and receives m-1 below 256 KiB; above, the communicator's reduce-scatter
+            # sends 2(m-1)/m·n), then the parties' agreement on it: a 32-byte digest each way.
+            assert st["rounds"] == 2
+            agreement = 2 * (parties - 1) * 32
             if 8 * n < 256 * 1024 or parties < 3:
-                assert st["bytes"] == 2 * (parties - 1) * 8 * (n + 1)
+                assert st["bytes"] == 2 * (parties - 1) * 8 * (n + 1) + agreement
             else:
-                assert st["bytes"] <= 2 * (parties - 1) * 8 * (n + 1)
+                assert st["bytes"] <= 2 * (parties - 1) * 8 * (n + 1) + agreement
 
 
 def test_two_parties_equal_the_plaintext_weighted_sum(two: dict[int, dict[str, Any]]) -> None:

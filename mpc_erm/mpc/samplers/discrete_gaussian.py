@@ -44,11 +44,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..agreement import STALL_BITS, SamplerStall, stall_limit
 from ..crypten_compat import import_crypten, plain
 from .bits import LANES, and_many, and_words, b2a_bits, local_words, open_words, pack, party_rank, unpack
 from .coins import random_coins, threshold_masks
 from .discrete_laplace import laplace_parts
-from .gaussian import DiscreteGaussianParams, candidates_for
+from .gaussian import DiscreteGaussianParams, candidates_for, ideal_acceptance_lower_bound
 from .params import FRAC_BITS
 
 crypten = import_crypten()
@@ -251,6 +252,8 @@ def _sample_revealed(params: DiscreteGaussianParams, n: int, device: torch.devic
     mags: list[torch.Tensor] = []
     signs: list[torch.Tensor] = []
     need = n
+    # half the ideal rate's lower bound: the coins' finite precision moves the real rate far less
+    rejected, limit = 0, stall_limit(ideal_acceptance_lower_bound(params.t, params.mu) / 2)
     while need > 0:
         m = candidates_for(need, params, LANES)
         w = m // LANES
@@ -263,7 +266,13 @@ def _sample_revealed(params: DiscreteGaussianParams, n: int, device: torch.devic
         accept = _acceptance(sq, params, coins[jl:].unsqueeze(1), coin_index)  # (1, W)
         idx = torch.nonzero(unpack(open_words(accept), m)[0]).flatten()[:need].to(device)
         if idx.numel() == 0:
+            rejected += m
+            if rejected > limit:
+                raise SamplerStall(f"the discrete Gaussian sampler rejected {rejected} candidates in a row (an honest "
+                                   f"run rejects more than {limit} with probability < 2^-{STALL_BITS}): the compute "
+                                   "parties' shares or random streams disagree; nothing was revealed")
             continue
+        rejected = 0
         sign = local_words((1, w), device)
         signs.append(b2a_bits(pack(unpack(sign, m)[:, idx]), idx.numel())[0])
         mags.append(mag[0, idx])

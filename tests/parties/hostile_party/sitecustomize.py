@@ -5,33 +5,18 @@ following the protocol otherwise. The patch is applied when ``mpc_erm.mpc.aggreg
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import sys
+from types import ModuleType
 
-TARGET = "mpc_erm.mpc.aggregator"
+from tests.parties.patch_on_import import patch_on_import
 
 
-class _Patch(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
-        if name != TARGET:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
-        run = spec.loader.exec_module
+def _inflate(module: ModuleType) -> None:
+    agg = module.MpcAggregator.aggregate
 
-        def exec_module(module):  # type: ignore[no-untyped-def]
-            run(module)
-            agg = module.MpcAggregator.aggregate
+    def inflated(self, contributions, weights, noise):  # type: ignore[no-untyped-def]
+        return agg(self, contributions * 1e6, weights, noise)
 
-            def inflated(self, contributions, weights, noise):  # type: ignore[no-untyped-def]
-                return agg(self, contributions * 1e6, weights, noise)
-
-            module.MpcAggregator.aggregate = inflated
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
+    module.MpcAggregator.aggregate = inflated
 
 
-sys.meta_path.insert(0, _Patch())
+patch_on_import({"mpc_erm.mpc.aggregator": _inflate})

@@ -1,0 +1,78 @@
+"""A compute party that deviates in one message (tests only): on this directory's path (its
+daemon's PYTHONPATH, so in the daemon and every job worker it starts), the party's transport
+alters one outgoing message chosen by ``MPC_ERM_TEST_DEVIATE``:
+
+* ``reveal-flip:K`` — one bit of its share in the K-th aggregate's reveal (K from 0), in the
+  message to rank 0 only: the parties end up with different "public" values;
+* ``setup-zero`` — its first point-to-point message (CrypTen's pairwise seed to the next party)
+  zeroed: the pairwise random stream is no longer shared.
+
+The patches are applied when the modules are loaded; the party otherwise follows the protocol."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from tests.parties.patch_on_import import patch_on_import
+
+SCHEDULE = os.environ.get("MPC_ERM_TEST_DEVIATE", "")
+_state = {"aggregate": -1, "in_reveal": False, "p2p": 0, "done": False}
+
+
+def _patch_endpoint(module):  # type: ignore[no-untyped-def]
+    post = module.Endpoint.post
+
+    def deviating(self, dst, op, payload, **kw):  # type: ignore[no-untyped-def]
+        if not _state["done"] and isinstance(payload, torch.Tensor):
+            kind, _, arg = SCHEDULE.partition(":")
+            if kind == "reveal-flip" and _state["in_reveal"] and _state["aggregate"] == int(arg) \
+                    and op.startswith("all_reduce") and dst == 0:
+                payload = payload.clone()
+                payload.view(-1)[:1].bitwise_xor_(1 << 40)
+                _state["done"] = True
+            elif kind == "setup-zero" and op == "p2p":
+                payload = torch.zeros_like(payload)
+                _state["done"] = True
+        return post(self, dst, op, payload, **kw)
+
+    module.Endpoint.post = deviating
+
+
+class _RevealComm:
+    """The aggregator's communicator, marking its all_reduce (the reveal) for the transport patch."""
+
+    def __init__(self, comm):  # type: ignore[no-untyped-def]
+        self._comm = comm
+
+    def __getattr__(self, name):  # type: ignore[no-untyped-def]
+        return getattr(self._comm, name)
+
+    def all_reduce(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        _state["in_reveal"] = True
+        try:
+            return self._comm.all_reduce(*args, **kwargs)
+        finally:
+            _state["in_reveal"] = False
+
+
+def _patch_aggregator(module):  # type: ignore[no-untyped-def]
+    reveal = module.MpcAggregator._noise_and_reveal
+
+    def tracked(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        _state["aggregate"] += 1
+        comm, self.comm = self.comm, _RevealComm(self.comm)
+        try:
+            return reveal(self, *args, **kwargs)
+        finally:
+            self.comm = comm
+
+    module.MpcAggregator._noise_and_reveal = tracked
+
+
+PATCHES = {"mpc_erm.mpc.transport.endpoint": _patch_endpoint, "mpc_erm.mpc.aggregator": _patch_aggregator}
+
+
+if SCHEDULE:
+    patch_on_import(PATCHES)

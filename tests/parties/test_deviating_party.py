@@ -1,0 +1,76 @@
+"""A compute party that deviates in one message, against real daemons: bob's daemon and its job
+workers run with ``tests/parties/deviating_party`` on their path and ``MPC_ERM_TEST_DEVIATE`` set.
+
+* ``reveal-flip:1`` — one bit of bob's share of round 2's reveal flipped in the message to alice
+  only. Before the parties agreed on what they revealed, every party "succeeded" with alice's
+  model 10⁴ run-to-run spreads away from the others'. Now every party stops at that round with
+  ``INTEGRITY``, naming who held which value (alice one, bob and carol another), and no model
+  is released anywhere.
+* ``setup-zero`` — bob's first point-to-point message (CrypTen's pairwise seed to carol)
+  zeroed. Before, the replicated job hung in its noise phase at all three parties until
+  cancelled; now every party stops before computing anything, naming bob and carol.
+
+Both trust modes (3 replicated parties; 3 parties and a dealer), a gradient job on UCI Adult with
+in-MPC noise."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from coordinator.consortium import LocalConsortium
+from coordinator.end_to_end import LocalJob, job_toml
+
+pytestmark = [pytest.mark.e2e, pytest.mark.long]
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+PARTIES = ("alice", "bob", "carol")
+
+
+def _run(tmp_path: Path, trust: str, schedule: str) -> tuple[dict[str, dict[str, object]], float, Path]:
+    path = tmp_path / "job.toml"
+    job = LocalJob("deviating", "gradient", lam=1e-3, iterations=3, learning_rate=1.0, epsilon=1.0)
+    dealer = "dealer" if trust == "dealer" else None
+    path.write_text(job_toml(job, list(PARTIES), "adult", trust, dealer))
+    env = ["env", f"PYTHONPATH={HERE / 'deviating_party'}{os.pathsep}{ROOT}", f"MPC_ERM_TEST_DEVIATE={schedule}"]
+    with LocalConsortium(tmp_path / "c", dealer=dealer is not None, device="cpu",
+                         wrap=lambda name: env if name == "bob" else []) as cons:
+        with cons.client() as client:
+            tic = time.monotonic()
+            job_id = client.submit(path)["job_id"]
+            list(client.watch(job_id))
+            took = time.monotonic() - tic
+            status = {m: v for m, v in client.status(job_id).items() if m in PARTIES}
+    return status, took, tmp_path / "c"
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("trust", ["replicated", "dealer"])
+def test_a_flipped_bit_in_one_reveal_message_stops_every_party_before_the_value_is_used(
+        tmp_path: Path, trust: str) -> None:
+    status, _took, root = _run(tmp_path, trust, "reveal-flip:1")
+    assert {m: v["status"] for m, v in status.items()} == dict.fromkeys(PARTIES, "failed"), status
+    for m, v in status.items():
+        reason = str(v["reason"])
+        assert reason.startswith("INTEGRITY: "), (m, reason)
+        assert "aggregate #1" in reason and "do not hold the same value" in reason, (m, reason)
+        # the views: alice alone on one value, bob and carol on another (digest prefixes only)
+        assert "alice holds" in reason and "bob, carol hold " in reason, (m, reason)
+    for m in PARTIES:  # nothing released: no model file anywhere
+        assert not list((root / m / "state").rglob("model.safetensors")), m
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("trust", ["replicated", "dealer"])
+def test_an_altered_setup_message_stops_every_party_before_any_computation(tmp_path: Path, trust: str) -> None:
+    status, took, _root = _run(tmp_path, trust, "setup-zero")
+    assert {m: v["status"] for m, v in status.items()} == dict.fromkeys(PARTIES, "failed"), status
+    for m, v in status.items():
+        reason = str(v["reason"])
+        assert reason.startswith("INTEGRITY: ") and "bob and carol do not share their pairwise random stream" \
+            in reason, (m, reason)
+    assert took < 120, took  # it used to hang until cancelled
