@@ -198,7 +198,7 @@ class Servicer(pb_grpc.PartyControlServicer):
                           f"(round {kept.round})")
         return pb.OwnerRelease(job_id=rec.id, round=kept.round, state=state_bytes(kept.state),
                                shape=list(kept.state.shape), owners_counted=kept.owners_counted,
-                               spec_digest=kept.spec_digest, member=self.d.name)
+                               spec_digest=kept.spec_digest, member=self.d.name, signatures=list(kept.signatures))
 
     def GetAdmission(self, request: pb.AdmissionRequest, context: grpc.ServicerContext) -> pb.AdmissionReply:
         assert self.d.agreement is not None

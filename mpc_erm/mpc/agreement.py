@@ -42,7 +42,7 @@ from .crypten_compat import import_crypten
 crypten = import_crypten()
 
 __all__ = ["IntegrityError", "RevealMismatch", "SamplerStall", "SetupMismatch", "agree_on", "check_setup",
-           "stall_limit"]
+           "member_name", "stall_limit"]
 
 _DOMAIN = b"mpc-erm agreement v1"
 _SETUP_WORDS = 4
@@ -68,7 +68,7 @@ class SamplerStall(IntegrityError):
     """A rejection sampler rejected far more candidates in a row than an honest run can."""
 
 
-def _name(comm: object, rank: int) -> str:
+def member_name(comm: object, rank: int) -> str:
     """A member's name for messages (its rank where the communicator has no table)."""
     table = getattr(getattr(comm, "endpoint", None), "table", None)
     try:
@@ -101,12 +101,12 @@ def agree_on(comm: object, what: str, value: torch.Tensor) -> None:
     me = comm.get_rank()  # type: ignore[attr-defined]
     groups: dict[str, list[str]] = {}
     for r, d in enumerate(every):
-        groups.setdefault(_hex(d), []).append(_name(comm, r))
+        groups.setdefault(_hex(d), []).append(member_name(comm, r))
     if len(groups) > 1:
         views = "; ".join(f"{', '.join(names)} hold{'s' if len(names) == 1 else ''} {h}…"
                           for h, names in groups.items())
         raise RevealMismatch(f"{what}: the compute parties do not hold the same value ({views}; this party is "
-                             f"{_name(comm, me)}): a party deviated or a message was corrupted; the value is not "
+                             f"{member_name(comm, me)}): a party deviated or a message was corrupted; the value is not "
                              "used or released")
 
 
@@ -138,17 +138,17 @@ def check_setup(comm: object) -> None:
     every = comm.all_gather(torch.cat([joint, *ahead, *behind]))  # type: ignore[attr-defined]
     k = len(streams)
     if any(not torch.equal(e[:4], joint) for e in every):
-        raise SetupMismatch(f"the compute parties' joint random generator differs (this party: {_name(comm, me)}): "
-                            "a set-up message was altered; nothing was computed")
+        raise SetupMismatch(f"the compute parties' joint random generator differs (this party: "
+                            f"{member_name(comm, me)}): a set-up message was altered; nothing was computed")
     if world < 2:
         return
     for r in range(world):
         nxt = (r + 1) % world
         for i in range(k):
             if not torch.equal(every[r][4 + 4 * i:8 + 4 * i], every[nxt][4 + 4 * (k + i):8 + 4 * (k + i)]):
-                raise SetupMismatch(f"{_name(comm, r)} and {_name(comm, nxt)} do not share their pairwise random "
-                                    f"stream ({'CrypTen generator' if i == 0 else 'AES key'}): a set-up message was "
-                                    "altered; nothing was computed")
+                what = "CrypTen generator" if i == 0 else "AES key"
+                raise SetupMismatch(f"{member_name(comm, r)} and {member_name(comm, nxt)} do not share their pairwise "
+                                    f"random stream ({what}): a set-up message was altered; nothing was computed")
 
 
 def stall_limit(acceptance: float) -> int:

@@ -26,6 +26,8 @@ trouble. Exit codes (``mpc-erm owner join --help`` and docs/reference/errors.md 
 4  a compute party refuses this owner: its certificate is revoked, or the job does not list it
 5  the compute parties could not be reached, or did not start the job or release a round, in time
 6  this owner's own state directory (ledger, audit log, results) cannot be written
+7  a release without every compute party's signature: a compute party deviated, or the
+   release was altered on its way; this owner did not use it (``parties.owner.attest``)
 == =========================================================================================
 """
 
@@ -43,10 +45,11 @@ from mpc_erm.mpc.party_api import party_pb2_grpc as pb_grpc
 from mpc_erm.mpc.pki import Identity
 
 from ..public_errors import storage_problem
+from .attest import UnsignedRelease
 from .intake import IntakeError
 
 __all__ = ["EXIT_CODES", "JobEnded", "JobWatch", "OwnerDenied", "OwnerFailure", "OwnerStorage",
-           "PartiesUnreachable", "denied", "owner_failure"]
+           "PartiesUnreachable", "ReleaseRefused", "denied", "owner_failure"]
 
 #: How often an owner in trouble asks the compute parties' daemons for the job's state.
 PROBE_EVERY_S = 1.0
@@ -92,13 +95,21 @@ class OwnerStorage(OwnerFailure):
     exit_code = 6
 
 
+class ReleaseRefused(OwnerFailure):
+    """A release without every compute party's signature (:mod:`.attest`): not used."""
+
+    exit_code = 7
+
+
 EXIT_CODES = {0: "done (with --leave: the shares are sent)", 1: "an internal error (its type is named)",
               2: "refused before anything was sent (an option, the config, the job file, this owner's own "
                  "policy or budget)", JobEnded.exit_code: "the job ended at the compute parties without this "
                                                           "owner's model (a compute party lost, failed, cancelled)",
               OwnerDenied.exit_code: "a compute party refuses this owner (revoked certificate, not a listed owner)",
               PartiesUnreachable.exit_code: "the compute parties could not be reached, or were not ready, in time",
-              OwnerStorage.exit_code: "this owner's own state directory cannot be written"}
+              OwnerStorage.exit_code: "this owner's own state directory cannot be written",
+              ReleaseRefused.exit_code: "a release without every compute party's signature (a compute party "
+                                        "deviated, or the release was altered): not used"}
 
 
 def _short(text: str, n: int = 240) -> str:
@@ -179,6 +190,8 @@ def owner_failure(exc: BaseException, owner: str, watch: JobWatch | None = None)
     intake asks ``watch`` first, so the line names why the job ended, not only the party lost."""
     if isinstance(exc, OwnerFailure):
         return exc
+    if isinstance(exc, UnsignedRelease):
+        return ReleaseRefused(str(exc))
     if isinstance(exc, IntakeError):
         if (refused := denied(exc.party, owner, exc.code, exc.details)) is not None:
             return refused

@@ -49,6 +49,8 @@ from mpc_erm.mpc.owner_api import owner_pb2_grpc as pb_grpc
 from mpc_erm.mpc.pki import Identity
 from mpc_erm.mpc.transport.chunking import grpc_message_options
 
+from .attest import KEY_BYTES as ATTEST_KEY_BYTES
+from .attest import ReleaseSigner, UnsignedRelease, statement, unsigned
 from .shares import OwnerShareSum, explicit_party
 
 __all__ = ["IntakeError", "OwnerClient", "OwnerIntake", "RoundFrame", "agree_present", "intake_threads",
@@ -141,13 +143,14 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         if frame.sample_shares and len(frame.sample_shares) != len(frame.owners):
             raise ValueError("sample_shares: one per listed owner")
         self.shares = OwnerShareSum(frame.rank, frame.compute_parties)
+        self.signer = ReleaseSigner()  # this job's release signatures (.attest), stated at enrolment
         # the owners whose explicit share this party receives; of the others it needs only the key
         self._mine = frozenset(o for o in range(len(frame.owners))
                                if explicit_party(o, frame.compute_parties) == frame.rank)
         self._enrolled: set[int] = set()
         self._enrolled_others = 0  # enrolled owners whose share this party derives: ready every round
         self._round: _Round | None = None
-        self._published: dict[int, tuple[torch.Tensor, int]] = {}
+        self._published: dict[int, tuple[torch.Tensor, int, tuple[bytes, ...]]] = {}
         self._refused: dict[int, frozenset[int]] = {}  # round → owners whose contribution failed the check
         self._readers: dict[int, set[int]] = {}  # round → owners that read its release here
         self._leaving: set[int] = set()  # owners that read the release later from the daemon (--leave)
@@ -246,13 +249,16 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         next party (rows in the order of its owners in ``owners``; into ``out`` if given)."""
         return self.shares.next_shares(owners, t, self.frame.dim, forwarded, out)
 
-    def publish(self, t: int, state: torch.Tensor, owners_counted: int, refused: Sequence[int] = ()) -> None:
-        """The round's public state (what the compute parties revealed, or the model after it) and
-        the owners whose contribution failed the bound check (each is told when it reads)."""
+    def publish(self, t: int, state: torch.Tensor, owners_counted: int, refused: Sequence[int] = (),
+                signatures: Sequence[bytes] = ()) -> None:
+        """The round's public state (what the compute parties revealed, or the model after it), the
+        owners whose contribution failed the bound check (each is told when it reads) and every
+        compute party's signature over the state (:mod:`.attest`)."""
         with self._lock:
             self._refused[t] = frozenset(refused)
             self._refused.pop(t - KEEP_RELEASES, None)
-            self._published[t] = (state.detach().to("cpu", torch.float64).contiguous().clone(), owners_counted)
+            self._published[t] = (state.detach().to("cpu", torch.float64).contiguous().clone(), owners_counted,
+                                  tuple(signatures))
             self._published.pop(t - KEEP_RELEASES, None)
             self._readers.pop(t - KEEP_RELEASES, None)
             self._released.notify_all()
@@ -315,7 +321,8 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         f = self.frame
         return pb.EnrollReply(owner_index=o, compute_parties=f.compute_parties, rank=f.rank, grid_bits=f.grid_bits,
                               margin_bits=f.margin_bits, dim=f.dim, spec_digest=f.spec_digest,
-                              sample_shares=f.sample_shares[o] if f.sample_shares else b"")
+                              sample_shares=f.sample_shares[o] if f.sample_shares else b"",
+                              release_key=self.signer.public)
 
     def Contribute(self, request: Any, context: grpc.ServicerContext) -> Any:
         o = self._caller(context, request.job_id)
@@ -371,9 +378,10 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
             if self._stopping:  # the owner reads it from the daemon, if it is the last (OwnerAggregator)
                 _abort(context, grpc.StatusCode.UNAVAILABLE, "round: the intake is stopping")
             _abort(context, grpc.StatusCode.DEADLINE_EXCEEDED, f"round: {request.round} not released yet")
-        state, counted = got
+        state, counted, signatures = got
         return pb.RoundReply(round=request.round, state=state_bytes(state), shape=list(state.shape),
-                             owners_counted=counted, refused=o in refused, owners_refused=len(refused))
+                             owners_counted=counted, refused=o in refused, owners_refused=len(refused),
+                             signatures=list(signatures))
 
 
 def intake_threads(owners: int, compute_parties: int) -> int:
@@ -475,6 +483,7 @@ class OwnerClient:
         self.sharer = OwnerSharer.new(owner_index, len(compute))  # fresh keys for this job
         self.replicated = replicated
         self.frame: Any = None
+        self.release_keys: list[bytes] = []  # each compute party's release key, stated at enrolment
         self._sample_shares: list[bytes] = []
 
     @property
@@ -513,6 +522,12 @@ class OwnerClient:
         if spec_digest is not None and replies[0].spec_digest != spec_digest:
             raise ValueError(f"job {self.job_id}: the compute parties run another job (digest "
                              f"{replies[0].spec_digest[:12]}… vs this owner's {spec_digest[:12]}…); nothing sent")
+        keys = [bytes(r.release_key) for r in replies]
+        if any(len(k) != ATTEST_KEY_BYTES for k in keys):
+            raise ValueError(f"job {self.job_id}: compute party "
+                             f"{', '.join(n for n, k in zip(self.names, keys) if len(k) != ATTEST_KEY_BYTES)} states "
+                             "no release key: its releases could not be checked; nothing sent")
+        self.release_keys = keys
         self.frame = replies[0]
         self._sample_shares = [bytes(r.sample_shares) for r in replies]
         return self.frame
@@ -598,9 +613,20 @@ class OwnerClient:
                     raise
                 trouble(exc.code())
         state = state_from_bytes(r.state, r.shape)
+        self.check_signed(t, state, int(r.owners_counted), list(r.signatures), self.explicit_name)
         if r.refused:
             self.refused.append(t)
         return state, int(r.owners_counted)
+
+    def check_signed(self, t: int, state: torch.Tensor, owners_counted: int, signatures: Sequence[bytes],
+                     served_by: str) -> None:
+        """Raise :class:`~.attest.UnsignedRelease` unless every compute party signed round ``t``'s
+        release as read (``served_by``: the compute party it was read from, for the message)."""
+        bad = unsigned(self.release_keys, statement(self.job_id, t, state, owners_counted), signatures)
+        if bad:
+            raise UnsignedRelease(f"job {self.job_id}: round {t}'s release read from {served_by} lacks a valid "
+                                  f"signature of {', '.join(self.names[j] for j in bad)}: a compute party deviated or "
+                                  "the release was altered; this owner does not use it")
 
     def close(self) -> None:
         for ch in self._channels:

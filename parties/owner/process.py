@@ -33,7 +33,7 @@ import fcntl
 import json
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -59,6 +59,7 @@ from ..config import OwnerConfig
 from ..ledger import Ledger, LedgerError
 from ..rendezvous import grpc_options
 from ..rows import Rows, device_for, load_rows
+from .attest import UnsignedRelease, statement, unsigned
 from .failures import JobEnded, JobWatch, PartiesUnreachable, denied, owner_failure
 
 __all__ = ["OwnerRefused", "check_job", "fetch_owner_model", "fetch_release", "intake_addresses", "job_watch",
@@ -136,12 +137,16 @@ def intake_addresses(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id:
 
 
 def fetch_release(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: str, owner_index: int, t: int,
-                  wait_s: float, watch: JobWatch | None = None) -> tuple[torch.Tensor, int]:
+                  wait_s: float, watch: JobWatch | None = None, *, keys: Sequence[bytes]) -> tuple[torch.Tensor, int]:
     """Round ``t``'s release of ``job_id`` and its owner count, as the compute parties' daemons keep
     it once their intake stopped (``GetOwnerRelease``): asked of the party this owner reads from
     first, then of the others, waiting up to ``wait_s`` while none keeps it yet. Between passes
     ``watch`` (default: one for this job) ends the wait once the job has ended without it
-    (:class:`JobEnded`) or the compute parties are lost (:class:`PartiesUnreachable`)."""
+    (:class:`JobEnded`) or the compute parties are lost (:class:`PartiesUnreachable`). ``keys``:
+    the compute parties' release keys (stated at enrolment); a release without every party's
+    signature raises :class:`~.attest.UnsignedRelease`."""
+    if len(keys) != len(job.job.parties):
+        raise ValueError(f"keys: one release key per compute party ({len(job.job.parties)}), got {len(keys)}")
     names = list(job.job.parties)
     first = explicit_party(owner_index, len(names))
     watch = watch or job_watch(identity, cfg, job, job_id)
@@ -166,7 +171,13 @@ def fetch_release(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: st
             if r.spec_digest != digest:
                 raise JobEnded(f"compute party {name} keeps the release of another job under {job_id} (digest "
                                f"{r.spec_digest[:12]}… vs this owner's {digest[:12]}…)")
-            return state_from_bytes(r.state, r.shape), int(r.owners_counted)
+            state, counted = state_from_bytes(r.state, r.shape), int(r.owners_counted)
+            bad = unsigned(keys, statement(job_id, t, state, counted), list(r.signatures))
+            if bad:
+                raise UnsignedRelease(f"job {job_id}: round {t}'s release kept at {name} lacks a valid signature of "
+                                      f"{', '.join(names[j] for j in bad)}: a compute party deviated or the release "
+                                      "was altered; this owner does not use it")
+            return state, counted
         if ended == len(names):
             raise JobEnded(f"job {job_id}: no compute party serves round {t}'s release, and the job has ended at each "
                            f"(last answer: {why})")
@@ -282,8 +293,8 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
                 client.enroll(timeout_s=wait_s, spec_digest=digest)
                 rounds = OwnerAggregator(client, round_wait_s=wait_s, on_round=on_round,
                                          send_after_s=spec.federated.send_after_s if spec.federated else None,
-                                         leave=leave, fetch_later=lambda t, w: fetch_release(identity, cfg, job, job_id,
-                                                                                             index, t, w, watch),
+                                         leave=leave, fetch_later=lambda t, w: fetch_release(
+                                             identity, cfg, job, job_id, index, t, w, watch, keys=client.release_keys),
                                          bound=plan.member_bound())
 
                 try:
@@ -317,7 +328,8 @@ def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float 
     if left is not None:  # what `owner fetch` needs: that this owner sent shares in this job, which round
         summary |= {"status": "sent" if left.sent else "late", "round": left.round}
         (d / SENT_FILE).write_text(json.dumps({"job_id": job_id, "spec_digest": digest, "round": left.round,
-                                               "sent": left.sent}))
+                                               "sent": left.sent,  # and the keys that check the release later:
+                                               "release_keys": [k.hex() for k in client.release_keys]}))
     else:
         assert result is not None and rounds is not None
         summary |= {"status": "done", "missed_rounds": rounds.missed,
@@ -412,7 +424,11 @@ def fetch_owner_model(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: fl
         run = OutputRun(spec, plan, loaded, features=loaded.train.d, weight=plan.weight(index, int(loaded.train.n)),
                         noise=None if real is None else real.spec, device=device_for(view),  # type: ignore[arg-type]
                         owners=len(job.job.owners))
-        state, counted = fetch_release(identity, cfg, job, job_id, index, int(sent["round"]), wait_s)
+        keys = [bytes.fromhex(k) for k in sent.get("release_keys", [])]
+        if len(keys) != len(job.job.parties):
+            raise OwnerRefused(f"job_id: {cfg.identity.name}'s record of job {job_id} holds no release keys (an older "
+                               "mpc-erm sent its shares): its release cannot be checked")
+        state, counted = fetch_release(identity, cfg, job, job_id, index, int(sent["round"]), wait_s, keys=keys)
         audit = AuditLog.in_state_dir(cfg.state_dir)
         audit.release(job_id, what=run.released, value=state, round=1, rounds=1)
         notes = ("this owner sent its shares and left before the release (owner join --leave); the release was "

@@ -32,6 +32,7 @@ class StoredRelease:
     round: int
     state: torch.Tensor  # float64
     owners_counted: int
+    signatures: tuple[bytes, ...] = ()  # every compute party's, rank order (.attest): the owner checks them
 
 
 def write_release(job_dir: str | Path, rel: StoredRelease) -> None:
@@ -44,7 +45,8 @@ def write_release(job_dir: str | Path, rel: StoredRelease) -> None:
     tmp = path.with_suffix(".tmp")
     save_file({"state": rel.state.detach().to("cpu", torch.float64).contiguous()}, str(tmp),
               metadata={"job_id": rel.job_id, "spec_digest": rel.spec_digest, "round": str(rel.round),
-                        "owners_counted": str(rel.owners_counted)})
+                        "owners_counted": str(rel.owners_counted),
+                        "signatures": ",".join(sig.hex() for sig in rel.signatures)})
     with tmp.open("rb") as fh:
         os.fsync(fh.fileno())
     os.replace(tmp, path)
@@ -67,7 +69,8 @@ def read_release(job_dir: str | Path) -> StoredRelease | None:
             state = f.get_tensor("state")
         if state.dtype != torch.float64:
             return None
+        sigs = tuple(bytes.fromhex(x) for x in meta.get("signatures", "").split(",") if x)
         return StoredRelease(job_id=meta["job_id"], spec_digest=meta["spec_digest"], round=int(meta["round"]),
-                             state=state, owners_counted=int(meta["owners_counted"]))
+                             state=state, owners_counted=int(meta["owners_counted"]), signatures=sigs)
     except Exception:  # OSError, a missing key, or safetensors' own error for a damaged file
         return None

@@ -24,6 +24,7 @@ import torch
 from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.protocols.aggregation import NoiseSpec
 
+from .attest import statement, unsigned
 from .intake import IntakeError, OwnerClient, OwnerIntake, agree_present, pauses, round_state
 from .shares import OwnerRangeError, explicit_party
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:  # types only: a data owner, which imports this module, runs n
     from mpc_erm.mpc.communicator import GrpcCommunicator
     from mpc_erm.mpc.validation import CheckPlan, RoundCheck
 
-__all__ = ["IntakeAggregator", "LeftAfterSending", "OwnerAggregator"]
+__all__ = ["IntakeAggregator", "LeftAfterSending", "OwnerAggregator", "ReleaseSignatures"]
 
 #: An owner early for a round asks again after RETRY_FIRST_S, doubling to RETRY_MAX_S.
 RETRY_FIRST_S, RETRY_MAX_S = 0.02, 0.5
@@ -55,6 +56,44 @@ def check_plan(dim: int, bound_units: int, owners: int) -> CheckPlan:
     from mpc_erm.mpc.validation import CheckPlan
 
     return CheckPlan(dim, (bound_units,) * owners)
+
+
+def _all_bytes(comm: GrpcCommunicator, mine: bytes) -> list[bytes]:
+    """Every compute party's ``mine`` (the same length everywhere, a multiple of 8), rank order."""
+    got = comm.all_gather(torch.frombuffer(bytearray(mine), dtype=torch.long).clone())
+    return [t.numpy().tobytes() for t in got]
+
+
+def _member(comm: GrpcCommunicator, rank: int) -> str:
+    """A compute party's name for a message (its rank where the communicator has no table)."""
+    from mpc_erm.mpc.agreement import member_name
+
+    return member_name(comm, rank)
+
+
+class ReleaseSignatures:
+    """Every compute party's signature over each of a job's releases (:mod:`.attest`), exchanged
+    and checked at the compute party: the owners use a release only with all of them. Called by
+    every compute party with each release, in the same order; the parties' release keys (those
+    each states to its owners at enrolment) are exchanged at the first call."""
+
+    def __init__(self, comm: GrpcCommunicator, intake: OwnerIntake) -> None:
+        self.comm, self.intake = comm, intake
+        self._keys: list[bytes] | None = None
+
+    def __call__(self, t: int, out: torch.Tensor, counted: int) -> list[bytes]:
+        stmt = statement(self.intake.frame.job_id, t, out, counted)
+        if self._keys is None:
+            self._keys = _all_bytes(self.comm, self.intake.signer.public)
+        sigs = _all_bytes(self.comm, self.intake.signer.sign(stmt))
+        bad = unsigned(self._keys, stmt, sigs)
+        if bad:
+            from mpc_erm.mpc.agreement import RevealMismatch
+
+            raise RevealMismatch(f"round {t}'s release: no valid signature of "
+                                 f"{', '.join(_member(self.comm, j) for j in bad)} over the value this party holds: "
+                                 "a party deviated; the release is not published")
+        return sigs
 
 
 def agree_counted(comm: GrpcCommunicator, t: int, owners: list[int]) -> None:
@@ -92,6 +131,8 @@ class IntakeAggregator:
         self.mpc_seconds: list[float] = []
         self.cpu_seconds: list[float] = []  # this process's CPU per round (the intake's threads included)
         self._buffers: torch.Tensor | None = None  # the check's two share buffers (_buffer), kept between rounds
+        self._sign = ReleaseSignatures(comm, intake)
+        self.signatures: list[bytes] = []  # the latest release's signatures (kept with it for late readers)
 
     def aggregate(self, contributions: torch.Tensor, weights: torch.Tensor, noise: NoiseSpec) -> torch.Tensor:
         if contributions.numel():
@@ -109,7 +150,8 @@ class IntakeAggregator:
         agreed, total = self._checked(t, agreed, explicit)
         agree_counted(self.comm, t, agreed)
         out = self.mpc.aggregate_shares(total, f.grid_bits, noise)
-        self.intake.publish(t, out, len(agreed), self.refused[-1])
+        self.signatures = self._sign(t, out, len(agreed))
+        self.intake.publish(t, out, len(agreed), self.refused[-1], self.signatures)
         self.wait_seconds.append(closed - tic)
         self.mpc_seconds.append(time.monotonic() - closed)
         self.cpu_seconds.append(time.process_time() - cpu)

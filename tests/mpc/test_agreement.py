@@ -49,11 +49,11 @@ def test_one_party_holding_a_different_value_stops_every_party_naming_the_views(
 def _setup_party(ctx: object, which: str) -> tuple[list[str], str]:
     import crypten
 
-    from mpc_erm.mpc.agreement import SetupMismatch, _name, check_setup
+    from mpc_erm.mpc.agreement import SetupMismatch, check_setup, member_name
     from mpc_erm.mpc.keystream import Keystream, new_key
 
     comm = crypten.communicator.get()
-    names = [_name(comm, r) for r in range(comm.get_world_size())]
+    names = [member_name(comm, r) for r in range(comm.get_world_size())]
     if comm.get_rank() == 1:
         if which == "crypten":  # party 1's "next" seed no longer party 2's "prev" seed
             crypten.generators["next"][torch.device("cpu")].manual_seed(12345)

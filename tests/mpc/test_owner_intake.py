@@ -55,6 +55,16 @@ def intakes(ca: Any) -> Any:
         i.stop()
 
 
+def _publish(intakes: list[OwnerIntake], t: int, state: torch.Tensor, counted: int) -> None:
+    """Round ``t``'s release at every (in-process) intake, with every intake's signature, as the
+    compute parties' ReleaseSignatures exchange them."""
+    from parties.owner.attest import statement
+
+    sigs = [i.signer.sign(statement(i.frame.job_id, t, state, counted)) for i in intakes]
+    for i in intakes:
+        i.publish(t, state, counted, signatures=sigs)
+
+
 def _client(ca: Any, o: int, intakes: list[OwnerIntake], name: str | None = None) -> OwnerClient:
     ident = pki.issue_identity(ca, name or OWNERS[o], "owner")
     return OwnerClient(ident, "job-1", o, [(f"compute-{r}", i.address) for r, i in enumerate(intakes)])
@@ -156,8 +166,7 @@ def test_owners_enrol_contribute_and_read_the_released_round(ca: Any, intakes: l
         with pytest.raises(grpc.RpcError) as info:
             clients[2].contribute(7, _value(2, 1))
         assert round_state(info.value) == (1, False)
-        for i in intakes:
-            i.publish(0, exact.double() / 2**GRID, len(agreed))
+        _publish(intakes, 0, exact.double() / 2**GRID, len(agreed))
         state, counted = clients[3].released(0, wait_s=5)
         assert counted == 5 and torch.equal(state, exact.double() / 2**GRID)
         code, why = _code(lambda: clients[3].released(9, wait_s=0.2))
@@ -172,6 +181,36 @@ def test_owners_enrol_contribute_and_read_the_released_round(ca: Any, intakes: l
         tic = time.monotonic()
         assert intakes[0].wait_read(0, [0, 3], 10.0) == [] and time.monotonic() - tic < 5.0
         reader.join()
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_an_owner_uses_a_release_only_with_every_compute_partys_signature(ca: Any,
+                                                                          intakes: list[OwnerIntake]) -> None:
+    """A compute party that serves its owners another release than the one every party signed (one
+    bit flipped), or a release without the others' signatures, is refused by the owner, which names
+    whose signature is missing; the same release with every signature is used."""
+    from parties.owner.attest import UnsignedRelease, statement
+
+    clients = [_client(ca, o, intakes) for o in range(3)]  # explicit parties 0, 1, 2
+    try:
+        for c in clients:
+            c.enroll()
+        state = torch.arange(DIM, dtype=torch.float64)
+        sigs = [i.signer.sign(statement("job-1", 0, state, 3)) for i in intakes]
+        altered = state.clone()
+        altered.view(torch.int64)[5] ^= 1
+        intakes[0].publish(0, altered, 3, signatures=sigs)  # party 0 serves another value under the same signatures
+        intakes[1].publish(0, state, 3, signatures=sigs[:1] + [b""] + sigs[2:])  # its own signature left out
+        intakes[2].publish(0, state, 3, signatures=sigs)
+        with pytest.raises(UnsignedRelease, match="read from compute-0 lacks a valid signature of compute-0, "
+                                                  "compute-1, compute-2"):
+            clients[0].released(0, wait_s=5)
+        with pytest.raises(UnsignedRelease, match="read from compute-1 lacks a valid signature of compute-1:"):
+            clients[1].released(0, wait_s=5)
+        got, counted = clients[2].released(0, wait_s=5)
+        assert counted == 3 and torch.equal(got, state)
     finally:
         for c in clients:
             c.close()
@@ -209,9 +248,8 @@ def test_more_owners_waiting_for_a_release_than_the_intake_has_threads_do_not_bl
         for th in threads[1:]:
             th.start()
         assert all(i.wait_for(len(OWNERS), 25) == len(OWNERS) for i in small)  # every share got in
-        for i in small:
-            present, _ = i.close_round()
-            i.publish(0, torch.zeros(DIM, dtype=torch.float64), len(present))
+        closed = [i.close_round()[0] for i in small]
+        _publish(small, 0, torch.zeros(DIM, dtype=torch.float64), len(closed[0]))
         for th in threads:
             th.join(40)
         assert all(isinstance(v, tuple) and v[1] == len(OWNERS) for v in got.values()) and len(got) == len(OWNERS), got
@@ -317,6 +355,7 @@ def _many_owner_rounds(rank: int, identity: Any, comm: Any, *, addr_q: Any, nois
     from mpc_erm.mpc.noise import InMpcNoise
     from mpc_erm.protocols.aggregation import NO_NOISE, NoiseSpec
     from parties.owner.intake import agree_present
+    from parties.owner.rounds import ReleaseSignatures
 
     if noisy:
         src = InMpcNoise()
@@ -328,6 +367,7 @@ def _many_owner_rounds(rank: int, identity: Any, comm: Any, *, addr_q: Any, nois
         agg, spec, grid = MpcAggregator(ZeroNoise(), allow_test_only=True), NO_NOISE, PRECISION_BITS
     intake = OwnerIntake(identity, RoundFrame("many-owners", MANY, 3, rank, grid, owner_margin_bits(len(MANY)), DIM))
     intake.start()
+    sign = ReleaseSignatures(comm, intake)
     addr_q.put((rank, intake.address))
     rep: dict[str, Any] = {"grid": grid}
     try:
@@ -339,7 +379,7 @@ def _many_owner_rounds(rank: int, identity: Any, comm: Any, *, addr_q: Any, nois
             present, explicit = intake.close_round()
             agreed = agree_present(comm, present, len(MANY))
             out = agg.aggregate_shares(intake.total(t, agreed, explicit), grid, spec)
-            intake.publish(t, out, len(agreed))
+            intake.publish(t, out, len(agreed), signatures=sign(t, out, len(agreed)))
             rep[f"agreed_{t}"] = agreed
             rep[f"out_{t}"] = out.numpy()
         time.sleep(1.0)  # let the owners read the last round
@@ -459,6 +499,7 @@ def test_an_owner_whose_intake_stopped_reads_the_release_where_it_is_kept_and_a_
     returns from the round as soon as every compute party took its shares (LeftAfterSending),
     without reading anything, and the intakes do not wait for its read."""
     from mpc_erm.protocols.aggregation import NoiseSpec
+    from parties.owner.attest import statement
     from parties.owner.rounds import LeftAfterSending, OwnerAggregator
 
     margin = owner_margin_bits(len(OWNERS))
@@ -483,10 +524,12 @@ def test_an_owner_whose_intake_stopped_reads_the_release_where_it_is_kept_and_a_
             leaving.aggregate(_value(1, 0)[None], one, NoiseSpec("gaussian", 1.0))
         assert info.value.round == 0 and info.value.sent and asked == []
         clients[0].contribute(0, _value(0, 0))
+        zero = torch.zeros(DIM, dtype=torch.float64)
+        sigs = [i.signer.sign(statement(i.frame.job_id, 0, zero, 2)) for i in live]
         for r, i in enumerate(live):
             present, _ = i.close_round()
             assert present == {0, 1}
-            i.publish(0, torch.zeros(DIM, dtype=torch.float64), len(present))
+            i.publish(0, zero, len(present), signatures=sigs)
             # each party waits for the reads of its own owners (0 at party 0, 1 at party 1), not for
             # the leaving owner's: it told its party that it reads elsewhere
             assert i.wait_read(0, [o for o in (0, 1) if explicit_party(o, K) == r], 0.2) == ([0] if r == 0 else [])
@@ -548,8 +591,7 @@ def test_reads_park_for_the_release_only_while_threads_stay_free_for_the_shares(
             c.contribute(0, _value(o, 0))
         assert intakes[0].wait_for(len(OWNERS), 5.0) == len(OWNERS)
         tic = time.monotonic()
-        for i in intakes:
-            i.publish(0, torch.zeros(DIM, dtype=torch.float64), len(OWNERS))
+        _publish(intakes, 0, torch.zeros(DIM, dtype=torch.float64), len(OWNERS))
         for th in parked:
             th.join(timeout=10)
         assert not any(th.is_alive() for th in parked) and time.monotonic() - tic < 5

@@ -11,7 +11,13 @@ workers run with ``tests/parties/deviating_party`` on their path and ``MPC_ERM_T
   cancelled; now every party stops before computing anything, naming bob and carol.
 
 Both trust modes (3 replicated parties; 3 parties and a dealer), a gradient job on UCI Adult with
-in-MPC noise."""
+in-MPC noise.
+
+* ``serve-altered:1`` — bob's owner intake serves its owners round 2's release with one bit
+  flipped. Before, those owners trained on it unseen. Now an owner uses a release only with every
+  compute party's signature over the bytes it read: bob's owners stop with exit code 7 naming the
+  release read from bob, the other owners and the compute parties finish. Six real
+  ``mpc-erm owner join`` processes, 3 replicated compute parties."""
 
 from __future__ import annotations
 
@@ -74,3 +80,34 @@ def test_an_altered_setup_message_stops_every_party_before_any_computation(tmp_p
         assert reason.startswith("INTEGRITY: ") and "bob and carol do not share their pairwise random stream" \
             in reason, (m, reason)
     assert took < 120, took  # it used to hang until cancelled
+
+
+OWNERS = tuple(f"owner-{i:02d}" for i in range(6))
+
+
+@pytest.mark.timeout(600)
+def test_owners_refuse_a_release_their_compute_party_altered(tmp_path: Path) -> None:
+    from parties.owner.failures import ReleaseRefused
+    from parties.owner.shares import explicit_party
+    from tests.parties.owner_joins import run_owner_joins
+    from tests.parties.test_owner_jobs import JOB
+
+    env = ["env", f"PYTHONPATH={HERE / 'deviating_party'}{os.pathsep}{ROOT}", "MPC_ERM_TEST_DEVIATE=serve-altered:1"]
+    job = tmp_path / "owners.toml"
+    job.write_text(JOB.format(dataset="clinics", d=30, owners=", ".join(f'"{o}"' for o in OWNERS), no_noise="false",
+                              eps=1.0, n=569, rounds=3))
+    with LocalConsortium(tmp_path / "cons", parties=3, dealer=False, max_epsilon_per_job=2.0,
+                         wrap=lambda name: env if name == "bob" else []) as cons:
+        configs = {o: cons.add_owner(o, {"clinics": {"format": "builtin", "name": "breast_cancer", "part": i,
+                                                     "of": len(OWNERS), "epsilon": 10.0, "delta": 1e-4}},
+                                     max_epsilon_per_job=2.0, root=tmp_path / "owners")
+                   for i, o in enumerate(OWNERS)}
+        _job_id, out, phases = run_owner_joins(cons, configs, job)
+    assert phases == dict.fromkeys(PARTIES, "succeeded"), phases
+    for i, o in enumerate(OWNERS):
+        code, _stdout, stderr = out[o]
+        if explicit_party(i, 3) == 1:  # reads its releases from bob
+            assert code == ReleaseRefused.exit_code, (o, code, stderr[-2000:])
+            assert "round 1's release read from bob lacks a valid signature of alice, bob, carol" in stderr, stderr
+        else:
+            assert code == 0, (o, code, stderr[-2000:])

@@ -18,20 +18,17 @@ job's, another owner's slot). Test-only zero noise, so a release is exact:
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
 import torch
 
-from coordinator.consortium import LocalConsortium, _child_env
+from coordinator.consortium import LocalConsortium
 from mpc_erm.jobs.jobfile import load_job_file
 from parties.owner.shares import UNCHECKED_ENV
+from tests.parties.owner_joins import run_owner_joins
 from tests.parties.test_owner_jobs import JOB
-from tests.reliability.faults import wait_for
-from tests.reliability.test_store_errors import ledger_state
 
 pytestmark = [pytest.mark.e2e, pytest.mark.long]
 
@@ -65,43 +62,11 @@ def _job_file(root: Path, trust: str, d: int) -> Path:
 
 def _run(cons: LocalConsortium, configs: dict[str, Path], job: Path) -> tuple[str, dict[str, tuple[int, str, str]],
                                                                               dict[str, str]]:
-    """Start every owner process (hostile ones through tests.parties.hostile_owner), submit the job
-    once each has reserved it, wait for all: (job id, owner → (exit code, stdout, stderr), compute
-    party → final phase)."""
-    job_id = uuid.uuid4().hex
-    env = _child_env() | {"OMP_NUM_THREADS": "1"}
-    procs = {}
-    for o in OWNERS:
-        head = [sys.executable, "-m", "tests.parties.hostile_owner", HOSTILE[o]] if o in HOSTILE else \
-            [sys.executable, "-m", "coordinator.cli"]
-        procs[o] = subprocess.Popen([*head, "owner", "join", "--config", str(configs[o]), "--job", str(job),
-                                     "--job-id", job_id, "--wait", "300"], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, env=env)
-    try:
-        wait_for(lambda: all(_reserved(configs[o], job_id) or procs[o].poll() is not None for o in OWNERS), 240,
-                 "every owner to reserve the job", every=0.2)
-        with cons.client() as client:
-            client.submit(job, job_id=job_id)
-            phases = {e["member"]: e["phase"] for e in client.watch(job_id)
-                      if e["phase"] in ("succeeded", "failed", "cancelled", "error")}
-        out = {}
-        for o, p in procs.items():
-            stdout, stderr = p.communicate(timeout=300)
-            out[o] = (p.returncode, stdout, stderr)
-        return job_id, out, phases
-    finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-
-
-def _reserved(config: Path, job_id: str) -> bool:
-    import sqlite3
-
-    try:
-        return ledger_state(config.parent / "state", job_id) is not None
-    except sqlite3.Error:
-        return False
+    """Every owner process (hostile ones through tests.parties.hostile_owner), the job submitted once
+    each has reserved it: (job id, owner → (exit code, stdout, stderr), compute party → final phase)."""
+    return run_owner_joins(cons, configs, job, lambda o: [sys.executable, "-m", "tests.parties.hostile_owner",
+                                                          HOSTILE[o]] if o in HOSTILE else
+                           [sys.executable, "-m", "coordinator.cli"])
 
 
 def _replay(job_path: Path, configs: dict[str, Path], counted: list[list[str]]) -> torch.Tensor:

@@ -198,7 +198,7 @@ def _patch_aggregator(mod: ModuleType) -> None:
     import torch
 
     cls = mod.MpcAggregator
-    orig_aggregate, orig_keys = cls.aggregate, cls._exchange_keys
+    orig_aggregate, orig_keys, orig_shares = cls.aggregate, cls._exchange_keys, cls.aggregate_shares
 
     def _ids(self: Any) -> tuple[str, str]:
         table = self.comm.table
@@ -230,7 +230,13 @@ def _patch_aggregator(mod: ModuleType) -> None:
             _plain("pair_key", member, job, bytes(k), peer=j)
         return keys
 
-    cls.aggregate, cls._exchange_keys = aggregate, _exchange_keys
+    def aggregate_shares(self: Any, owner_share_sum: Any, grid_bits: int, noise: Any) -> Any:
+        """A compute party's share sum of its owners' contributions: its input to the MPC."""
+        _member, job = _ids(self)
+        _plain("owner_share_sum", f"rank{self.rank}", job, _arr(owner_share_sum.to(torch.int64)), t=self._counter)
+        return orig_shares(self, owner_share_sum, grid_bits, noise)
+
+    cls.aggregate, cls._exchange_keys, cls.aggregate_shares = aggregate, _exchange_keys, aggregate_shares
 
 
 def _patch_noise(mod: ModuleType) -> None:
@@ -293,7 +299,8 @@ def _patch_sampler_coins(mod: ModuleType) -> None:
 def _patch_owner_intake(mod: ModuleType) -> None:
     """A compute party's owner intake (issue 17): every request an owner sent it, as received (one
     ``owner_in`` record: the serialised request, before the handler can refuse it), and its own
-    plaintext — its input to the MPC (the share sum) and each round's published state."""
+    plaintext: each round's published state (its input to the MPC, the share sum, is recorded at
+    MpcAggregator.aggregate_shares)."""
     cls = mod.OwnerIntake
 
     def received(kind: str, orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -308,24 +315,19 @@ def _patch_owner_intake(mod: ModuleType) -> None:
 
         return handler
 
-    orig_total, orig_publish = cls.total, cls.publish
+    orig_publish = cls.publish
 
-    def total(self: Any, t: int, agreed: Any, explicit: Any) -> Any:
-        out = orig_total(self, t, agreed, explicit)
-        _plain("owner_share_sum", f"rank{self.frame.rank}", self.frame.job_id, _arr(out), t=t)
-        return out
-
-    def publish(self: Any, t: int, state: Any, owners_counted: int, refused: Any = ()) -> None:
+    def publish(self: Any, t: int, state: Any, owners_counted: int, refused: Any = (), signatures: Any = ()) -> None:
         import torch
 
         _plain("owner_release", f"rank{self.frame.rank}", self.frame.job_id, _arr(state.to(torch.float64)), t=t,
                counted=owners_counted)
-        orig_publish(self, t, state, owners_counted, refused)
+        orig_publish(self, t, state, owners_counted, refused, signatures)
 
     cls.Enroll = received("enroll", cls.Enroll)
     cls.Contribute = received("contribute", cls.Contribute)
     cls.GetRound = received("get_round", cls.GetRound)
-    cls.total, cls.publish = total, publish
+    cls.publish = publish
 
 
 PATCHES: dict[str, Callable[[ModuleType], None]] = {

@@ -5,7 +5,9 @@ alters one outgoing message chosen by ``MPC_ERM_TEST_DEVIATE``:
 * ``reveal-flip:K`` — one bit of its share in the K-th aggregate's reveal (K from 0), in the
   message to rank 0 only: the parties end up with different "public" values;
 * ``setup-zero`` — its first point-to-point message (CrypTen's pairwise seed to the next party)
-  zeroed: the pairwise random stream is no longer shared.
+  zeroed: the pairwise random stream is no longer shared;
+* ``serve-altered:R`` — the release of round R its owner intake serves to its owners, one bit
+  flipped (the value the parties agreed on, and signed, stays as it was).
 
 The patches are applied when the modules are loaded; the party otherwise follows the protocol."""
 
@@ -71,7 +73,23 @@ def _patch_aggregator(module):  # type: ignore[no-untyped-def]
     module.MpcAggregator._noise_and_reveal = tracked
 
 
-PATCHES = {"mpc_erm.mpc.transport.endpoint": _patch_endpoint, "mpc_erm.mpc.aggregator": _patch_aggregator}
+def _patch_intake(module):  # type: ignore[no-untyped-def]
+    get = module.OwnerIntake.GetRound
+
+    def altered(self, request, context):  # type: ignore[no-untyped-def]
+        reply = get(self, request, context)
+        kind, _, arg = SCHEDULE.partition(":")
+        if kind == "serve-altered" and request.round == int(arg) and reply.state:
+            data = bytearray(reply.state)
+            data[0] ^= 1
+            reply.state = bytes(data)
+        return reply
+
+    module.OwnerIntake.GetRound = altered
+
+
+PATCHES = {"parties.owner.intake": _patch_intake, "mpc_erm.mpc.transport.endpoint": _patch_endpoint,
+           "mpc_erm.mpc.aggregator": _patch_aggregator}
 
 
 if SCHEDULE:
