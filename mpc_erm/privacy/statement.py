@@ -116,6 +116,11 @@ def _trust(report: PrivacyReport) -> list[str]:
         lines.append(f"Trust model: {tm}.")
     lines.append("The noise is drawn inside the MPC: no member, alone or in a coalition the trust model allows, "
                  "knows it, so nobody can subtract it from the release.")
+    lines.append("The compute parties are trusted to follow the protocol (semi-honest). They compare a digest of "
+                 "every value they reveal before using it, and data owners, where a job has them, use only releases "
+                 "every compute party signed: a party that gives different members different values stops the "
+                 "job. A party that deviates the same way toward everyone could still shift the sum or shrink the "
+                 "noise unseen; catching that needs a malicious-secure protocol, which this job did not run.")
     lines.append(f"Stated by the engine: {tm}.")
     return lines
 

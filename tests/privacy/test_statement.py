@@ -82,8 +82,11 @@ def test_a_job_statement_states_the_unit_the_guarantee_and_the_trust_model_in_wo
 def test_each_trust_model_and_adjacency_is_said_in_its_own_words() -> None:
     dealer = job_statement(_report("MPC: CrypTen additive sharing, dealer 'dealer' (non-colluding third party)"))
     assert "a dealer" in dealer and "works with no party" in dealer
+    for mpc in (dealer, job_statement(_report())):  # what a deviating compute party can and cannot do
+        assert "trusted to follow the protocol (semi-honest)" in mpc and "malicious-secure protocol, which this " \
+            "job did not run" in mpc
     sim = job_statement(_report(SIMULATION_TRUST_MODEL))
-    assert "in-process simulation" in sim and "protects nothing" in sim
+    assert "in-process simulation" in sim and "protects nothing" in sim and "semi-honest" not in sim
     unhardened = job_statement(_report("MPC: CrypTen 0.4.1 3-party replicated sharing NOT hardened (tests only)"))
     assert "must not be used on real data" in unhardened
     ar = job_statement(_report(adjacency="add_remove"))
