@@ -1,0 +1,135 @@
+"""What a compute party that deviates in one message achieves against the semi-honest modes: a
+seeded campaign of single-bit flips, the control for a malicious-secure mode.
+
+    python -m benchmarks.deviation_campaign --trials 60 --out benchmarks/results/deviation_campaign_semi_honest.json
+
+Each trial is one session of three compute processes (gRPC + mTLS, 3-party replicated sharing):
+one noisy aggregate of known contributions (d coordinates, in-MPC discrete Gaussian noise, σ on
+the grid), exactly as a job's round. Party 1 flips one bit (position from the trial's seed) of
+its k-th outgoing tensor message after the session's set-up (k uniform over the messages an
+honest run sends, counted in a first run). Outcomes:
+
+* ``caught_integrity`` — the parties' agreement checks stopped the job (IntegrityError: differing
+  reveals, a stalled sampler);
+* ``caught_other`` — it ended with another error (a desynchronised program, a timeout, the range
+  check);
+* ``silent_corrupted`` — it finished, every party with the same release, off the true sum by more
+  than 8 σ somewhere: a release nobody can tell from a correct one;
+* ``silent_plausible`` — it finished with a release within 8 σ of the true sum: harmless, or the
+  noise shrunk (which cannot be seen from outside).
+
+Only a malicious-secure protocol moves the silent outcomes to caught.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.aggregate import jsonable, machine_info
+
+DIM, SIGMA, FAR = 16, 4.0, 8.0
+DEVIATOR = 1
+
+
+def _contributions(rank: int) -> Any:
+    import torch
+
+    return torch.linspace(-1.0, 1.0, DIM, dtype=torch.float64) * (rank + 1)
+
+
+def _party(ctx: Any, flip: tuple[int, int] | None) -> dict[str, Any]:
+    import torch
+
+    from mpc_erm.mpc.aggregator import MpcAggregator
+    from mpc_erm.mpc.noise import InMpcNoise
+    from mpc_erm.protocols.aggregation import NoiseSpec
+
+    sent: list[str] = []
+    ep = ctx.comm.endpoint
+    post = ep.post
+
+    def counting(dst: int, op: str, payload: Any, **kw: Any) -> Any:
+        if isinstance(payload, torch.Tensor):
+            if flip is not None and len(sent) == flip[0]:
+                payload = payload.clone()
+                flat = payload.reshape(-1).view(torch.uint8)
+                if flat.numel():
+                    byte = flip[1] % flat.numel()
+                    flat[byte] ^= 1 << (flip[1] % 8)
+            sent.append(op)
+        return post(dst, op, payload, **kw)
+
+    if ctx.rank == DEVIATOR:
+        ep.post = counting
+    src = InMpcNoise()
+    spec = NoiseSpec("gaussian", SIGMA, sensitivity=1.0)
+    agg = MpcAggregator(src)
+    src.prepare(spec, DIM, releases=1)
+    out = agg.aggregate(_contributions(ctx.rank)[None], torch.ones(1, dtype=torch.float64), spec)
+    return {"release": out.tolist(), "sent": sent}
+
+
+def _trial(flip: tuple[int, int] | None) -> dict[str, Any]:
+    import numpy as np
+
+    from mpc_erm.mpc.local import LocalRunError, run_local
+
+    tic = time.perf_counter()
+    try:
+        reps = run_local(_party, parties=3, trust="replicated", args=(flip,), timeout_s=180, deadline_s=20)
+    except LocalRunError as exc:
+        text = str(exc)
+        kind = "caught_integrity" if any(k in text for k in ("RevealMismatch", "SamplerStall", "SetupMismatch",
+                                                             "IntegrityError")) else "caught_other"
+        return {"outcome": kind, "error": exc.summary, "seconds": time.perf_counter() - tic}
+    truth = sum(np.asarray(_contributions(r)) for r in range(3))
+    rel = [np.asarray(r["release"]) for r in reps]
+    same = all(np.array_equal(rel[0], x) for x in rel)
+    off = float(np.max(np.abs(rel[0] - truth)) / SIGMA)
+    kind = "silent_corrupted" if off > FAR else "silent_plausible"
+    return {"outcome": kind if same else "split", "max_off_in_sigma": off, "seconds": time.perf_counter() - tic,
+            "sent": len(reps[DEVIATOR]["sent"]), "ops": reps[DEVIATOR]["sent"]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    import numpy as np
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trials", type=int, default=60)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args(argv)
+    honest = _trial(None)
+    if honest["outcome"] != "silent_plausible":
+        raise SystemExit(f"the honest run did not give a plausible release: {honest}")
+    messages, ops = int(honest["sent"]), list(honest["ops"])
+    rng = np.random.default_rng(a.seed)
+    trials = []
+    for i in range(a.trials):
+        k, bit = int(rng.integers(messages)), int(rng.integers(1 << 30))
+        r = _trial((k, bit))
+        r.pop("ops", None)
+        trials.append({"trial": i, "message": k, "op": ops[k], "bit": bit, **r})
+        print(f"trial {i}: message {k} ({ops[k]}): {r['outcome']}", flush=True)
+    counts = {k: sum(t["outcome"] == k for t in trials) for k in
+              ("caught_integrity", "caught_other", "silent_corrupted", "silent_plausible", "split")}
+    command = "python -m benchmarks.deviation_campaign " + " ".join(sys.argv[1:] if argv is None else argv)
+    out = jsonable({"benchmark": "deviation_campaign", "mode": "semi-honest (3-party replicated sharing)",
+                    "machine": machine_info(), "command": command,
+                    "what": (f"one noisy aggregate of known contributions (d = {DIM}, in-MPC discrete Gaussian, σ = "
+                             f"{SIGMA:g}); party {DEVIATOR} flips one bit of one outgoing message after set-up, the "
+                             f"message uniform over the {messages} an honest run sends; outcome per trial (module "
+                             "docstring)"),
+                    "honest_messages": messages, "counts": counts, "trials": trials})
+    print(json.dumps(counts), flush=True)
+    if a.out:
+        a.out.write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
