@@ -31,7 +31,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-__all__ = ["KEY_BYTES", "SIGNATURE_BYTES", "ReleaseSigner", "UnsignedRelease", "statement", "unsigned"]
+__all__ = ["KEY_BYTES", "SIGNATURE_BYTES", "ReleaseSigner", "UnsignedRelease", "check_release", "statement",
+           "unsigned"]
 
 KEY_BYTES = 32
 SIGNATURE_BYTES = 64
@@ -80,3 +81,15 @@ def unsigned(keys: Sequence[bytes], stmt: bytes, signatures: Sequence[bytes]) ->
         except (InvalidSignature, ValueError):
             bad.append(j)
     return bad
+
+
+def check_release(keys: Sequence[bytes], names: Sequence[str], job_id: str, round_: int, state: torch.Tensor,
+                  owners_counted: int, signatures: Sequence[bytes], where: str) -> None:
+    """Raise :class:`UnsignedRelease` unless every compute party (``keys`` and ``names`` in rank
+    order) signed round ``round_``'s release as an owner read it; ``where`` says where it was read
+    ("read from bob", "kept at bob"), for the message."""
+    bad = unsigned(keys, statement(job_id, round_, state, owners_counted), signatures)
+    if bad:
+        raise UnsignedRelease(f"job {job_id}: round {round_}'s release {where} lacks a valid signature of "
+                              f"{', '.join(names[j] for j in bad)}: a compute party deviated or the release was "
+                              "altered; this owner does not use it")

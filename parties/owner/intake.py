@@ -50,7 +50,7 @@ from mpc_erm.mpc.pki import Identity
 from mpc_erm.mpc.transport.chunking import grpc_message_options
 
 from .attest import KEY_BYTES as ATTEST_KEY_BYTES
-from .attest import ReleaseSigner, UnsignedRelease, statement, unsigned
+from .attest import ReleaseSigner, check_release
 from .shares import OwnerShareSum, explicit_party
 
 __all__ = ["IntakeError", "OwnerClient", "OwnerIntake", "RoundFrame", "agree_present", "intake_threads",
@@ -613,20 +613,11 @@ class OwnerClient:
                     raise
                 trouble(exc.code())
         state = state_from_bytes(r.state, r.shape)
-        self.check_signed(t, state, int(r.owners_counted), list(r.signatures), self.explicit_name)
+        check_release(self.release_keys, self.names, self.job_id, t, state, int(r.owners_counted), list(r.signatures),
+                      f"read from {self.explicit_name}")
         if r.refused:
             self.refused.append(t)
         return state, int(r.owners_counted)
-
-    def check_signed(self, t: int, state: torch.Tensor, owners_counted: int, signatures: Sequence[bytes],
-                     served_by: str) -> None:
-        """Raise :class:`~.attest.UnsignedRelease` unless every compute party signed round ``t``'s
-        release as read (``served_by``: the compute party it was read from, for the message)."""
-        bad = unsigned(self.release_keys, statement(self.job_id, t, state, owners_counted), signatures)
-        if bad:
-            raise UnsignedRelease(f"job {self.job_id}: round {t}'s release read from {served_by} lacks a valid "
-                                  f"signature of {', '.join(self.names[j] for j in bad)}: a compute party deviated or "
-                                  "the release was altered; this owner does not use it")
 
     def close(self) -> None:
         for ch in self._channels:

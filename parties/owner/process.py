@@ -59,7 +59,7 @@ from ..config import OwnerConfig
 from ..ledger import Ledger, LedgerError
 from ..rendezvous import grpc_options
 from ..rows import Rows, device_for, load_rows
-from .attest import UnsignedRelease, statement, unsigned
+from .attest import check_release
 from .failures import JobEnded, JobWatch, PartiesUnreachable, denied, owner_failure
 
 __all__ = ["OwnerRefused", "check_job", "fetch_owner_model", "fetch_release", "intake_addresses", "job_watch",
@@ -172,11 +172,7 @@ def fetch_release(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: st
                 raise JobEnded(f"compute party {name} keeps the release of another job under {job_id} (digest "
                                f"{r.spec_digest[:12]}… vs this owner's {digest[:12]}…)")
             state, counted = state_from_bytes(r.state, r.shape), int(r.owners_counted)
-            bad = unsigned(keys, statement(job_id, t, state, counted), list(r.signatures))
-            if bad:
-                raise UnsignedRelease(f"job {job_id}: round {t}'s release kept at {name} lacks a valid signature of "
-                                      f"{', '.join(names[j] for j in bad)}: a compute party deviated or the release "
-                                      "was altered; this owner does not use it")
+            check_release(keys, names, job_id, t, state, counted, list(r.signatures), f"kept at {name}")
             return state, counted
         if ended == len(names):
             raise JobEnded(f"job {job_id}: no compute party serves round {t}'s release, and the job has ended at each "

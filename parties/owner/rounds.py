@@ -64,13 +64,6 @@ def _all_bytes(comm: GrpcCommunicator, mine: bytes) -> list[bytes]:
     return [t.numpy().tobytes() for t in got]
 
 
-def _member(comm: GrpcCommunicator, rank: int) -> str:
-    """A compute party's name for a message (its rank where the communicator has no table)."""
-    from mpc_erm.mpc.agreement import member_name
-
-    return member_name(comm, rank)
-
-
 class ReleaseSignatures:
     """Every compute party's signature over each of a job's releases (:mod:`.attest`), exchanged
     and checked at the compute party: the owners use a release only with all of them. Called by
@@ -88,11 +81,11 @@ class ReleaseSignatures:
         sigs = _all_bytes(self.comm, self.intake.signer.sign(stmt))
         bad = unsigned(self._keys, stmt, sigs)
         if bad:
-            from mpc_erm.mpc.agreement import RevealMismatch
+            from mpc_erm.mpc.agreement import RevealMismatch, member_name
 
-            raise RevealMismatch(f"round {t}'s release: no valid signature of "
-                                 f"{', '.join(_member(self.comm, j) for j in bad)} over the value this party holds: "
-                                 "a party deviated; the release is not published")
+            names = ", ".join(member_name(self.comm, j) for j in bad)
+            raise RevealMismatch(f"round {t}'s release: no valid signature of {names} over the value this party "
+                                 "holds: a party deviated; the release is not published")
         return sigs
 
 
@@ -130,7 +123,8 @@ class IntakeAggregator:
         self.wait_seconds: list[float] = []
         self.mpc_seconds: list[float] = []
         self.cpu_seconds: list[float] = []  # this process's CPU per round (the intake's threads included)
-        self._buffers: torch.Tensor | None = None  # the check's two share buffers (_buffer), kept between rounds
+        # the check's two share buffers (this party's, the next party's), kept between rounds
+        self._buffers: torch.Tensor | None = None
         self._sign = ReleaseSignatures(comm, intake)
         self.signatures: list[bytes] = []  # the latest release's signatures (kept with it for late readers)
 
@@ -174,10 +168,13 @@ class IntakeAggregator:
         total = torch.zeros(f.dim, dtype=torch.long)
         check = round_check(self.comm, f.dim)
         step = max(1, CHECK_BLOCK_ELEMENTS // f.dim)
+        if self._buffers is None:
+            self._buffers = torch.empty(2, min(step, len(f.owners)), f.dim, dtype=torch.long)
         for a in range(0, len(agreed), step):
             block = agreed[a:a + step]
-            following = self._following(t, block, explicit) if f.replicated else None
-            shares = self.intake.shares_of(t, block, explicit, self._buffer(0, len(block)))
+            mine, theirs = self._buffers[0, :len(block)], self._buffers[1, :len(block)]
+            following = self._following(t, block, explicit, theirs) if f.replicated else None
+            shares = self.intake.shares_of(t, block, explicit, mine)
             check.add(shares, check_plan(f.dim, f.bound_units, len(block)), following)
             total += shares.sum(0)
         ok = check.verdicts()
@@ -190,18 +187,12 @@ class IntakeAggregator:
             self.on_refused(t, [f.owners[o] for o in refused])
         return kept, total
 
-    def _buffer(self, which: int, rows: int) -> torch.Tensor:
-        """``rows`` rows of check buffer ``which`` (0: this party's shares, 1: the next party's)."""
-        f = self.intake.frame
-        step = max(1, CHECK_BLOCK_ELEMENTS // f.dim)
-        if self._buffers is None:
-            self._buffers = torch.empty(2, min(step, len(f.owners)), f.dim, dtype=torch.long)
-        return self._buffers[which, :rows]
-
-    def _following(self, t: int, block: list[int], explicit: dict[int, torch.Tensor]) -> torch.Tensor:
+    def _following(self, t: int, block: list[int], explicit: dict[int, torch.Tensor],
+                   out: torch.Tensor) -> torch.Tensor:
         """The next compute party's shares of ``block``'s contributions (replicated check): this
         party forwards the explicit shares it received to the previous party and takes the next
-        party's, one message each way; the other shares it derives from the owners' next keys."""
+        party's, one message each way; the other shares it derives from the owners' next keys
+        (written into ``out``)."""
         f = self.intake.frame
         k, me = f.compute_parties, f.rank
         mine = [explicit[o] for o in block if explicit_party(o, k) == me]
@@ -210,7 +201,7 @@ class IntakeAggregator:
             self.comm.send(torch.stack(mine), (me - 1) % k)
         got = self.comm.recv(torch.zeros(theirs, f.dim, dtype=torch.long), (me + 1) % k) if theirs else \
             torch.zeros(0, f.dim, dtype=torch.long)
-        return self.intake.next_shares_of(t, block, got, self._buffer(1, len(block)))
+        return self.intake.next_shares_of(t, block, got, out)
 
     def _wait_owners(self, t: int) -> None:
         """Wait until every compute party has its owners of round ``t`` in, or its deadline has
