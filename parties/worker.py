@@ -84,6 +84,7 @@ def _report(ctx: WorkerContext, plan: PrivacyPlan, real: Realisation | None, tru
     audit = party_audit(ctx)
     return plan.report(noise_scale=0.0 if real is None else real.spec.scale,
                        realisation=None if real is None else real.describe(), trust_model=trust,
+                       security=ctx.job.job.security,
                        parties=len(ctx.job.job.parties),
                        parameters={**result.parameters, "job_digest": ctx.job.spec_digest(),
                                    "audit_head": None if audit is None else audit.head()},
@@ -113,7 +114,8 @@ def _write_results(ctx: WorkerContext, result: RunResult, report: PrivacyReport,
     d = ctx.job_dir
     d.mkdir(parents=True, exist_ok=True)
     job = ctx.job
-    result.write_model(d, ModelFacts(ctx.job_id, job.spec_digest(), job.job.name, job.job.dataset, trust))
+    result.write_model(d, ModelFacts(ctx.job_id, job.spec_digest(), job.job.name, job.job.dataset, trust,
+                                      job.job.security))
     (d / "privacy_report.json").write_text(report.to_json(indent=2))
     (d / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float))
     final = result.curve[-1]  # the last round's point: the trained model's metrics

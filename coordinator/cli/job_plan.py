@@ -131,6 +131,14 @@ def verdict(fc: Any) -> str:
     return "ok: the noise leaves the signal usable"
 
 
+def security_line(trust: str, security: str, parties: int) -> str:
+    """Who must not collude, and what the compute parties are assumed to do, in one line."""
+    who = ("3 compute parties with replicated sharing: no two may work together" if trust == "replicated" else
+           f"{parties} parties and a dealer: the dealer works with no party, and not every party against the others")
+    return (f"security: {security} ({who}; the parties are trusted to follow the protocol, and every revealed "
+            "value is agreed on by digest before anyone uses it)")
+
+
 def describe(fc: Any) -> dict[str, Any]:
     band = fc.band()
     return {
@@ -180,7 +188,7 @@ def plan(job_file: Path, schema_path: Path, data: tuple[Path, ...], eval_path: P
                          f"job.features = {jf.job.features}")
     evaluate = None if eval_path is None else read_csv_with_schema(eval_path, schema)
     fc = forecast_job(jf.spec, parts, evaluate=evaluate, runs=runs, owners=owners)
-    out = describe(fc)
+    out = {**describe(fc), "trust": jf.job.trust, "security": jf.job.security}
     receipt = write_receipt(job_file, jf.spec_digest(), out, data)
     if as_json:
         click.echo(json.dumps({"job": jf.job.name, **out}, indent=2, default=float))
@@ -190,6 +198,7 @@ def plan(job_file: Path, schema_path: Path, data: tuple[Path, ...], eval_path: P
                  ", ".join(f"{n} {p.n}" for n, p in zip(jf.job.parties, parts, strict=True)))
         click.echo(f"job {jf.job.name}: {fc.method} perturbation, {fc.mechanism} noise, {fc.rounds} release(s) of "
                    f"{fc.dim} numbers; rows: {sizes}")
+        click.echo(f"  {security_line(jf.job.trust, jf.job.security, len(jf.job.parties))}")
         click.echo(f"  noise per coordinate {fc.noise_std:.4g} (sensitivity {fc.sensitivity:.4g}); "
                    f"signal norm {fc.signal_norm:.4g}; noise/signal {fc.noise_to_signal:.3g}")
         accs = ", ".join(f"{k} {'n/a' if v is None else f'{v:.4g}'}" for k, v in fc.epsilon_by_accountant.items())

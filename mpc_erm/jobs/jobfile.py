@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from mpc_erm.identity_names import validate_name
+from mpc_erm.privacy.report import Security
 from mpc_erm.spec import FEDERATED_TRAINING_FIELDS, NETWORK_MODEL_FIELDS, NETWORK_TRAINING_FIELDS, JobSpec
 
 from .toml_reader import (
@@ -47,8 +48,8 @@ from .toml_reader import (
 )
 from .toml_reader import short_repr as _short
 
-__all__ = ["MAX_JOB_FILE_BYTES", "MAX_PARTIES", "MIN_PARTIES", "Device", "JobFile", "JobFileError", "JobTable", "Trust",
-           "load_job_file", "parse_job_file"]
+__all__ = ["MAX_JOB_FILE_BYTES", "MAX_PARTIES", "MIN_PARTIES", "Device", "JobFile", "JobFileError", "JobTable",
+           "Security", "Trust", "load_job_file", "parse_job_file"]
 
 Trust = Literal["dealer", "replicated"]
 Device = Literal["cpu", "cuda", "auto"]
@@ -103,6 +104,21 @@ def _distinct(names: tuple[str, ...], what: str) -> tuple[str, ...]:
     return names
 
 
+def _security_problems(security: str, trust: str) -> list[str]:
+    """Why ``security`` cannot run with ``trust`` (docs/explanation/trust-models.md): a dealer is
+    trusted by construction, and this version verifies no product or opening yet."""
+    if security != "malicious":
+        return []
+    if trust == "dealer":
+        return ['security: "malicious" cannot run with trust = "dealer": the dealer makes every product\'s '
+                "correlated randomness and is trusted by construction; a malicious-secure job needs "
+                'trust = "replicated" (three compute parties, honest majority)']
+    return ['security: "malicious" is not available in this version: the compute parties\' products, comparisons '
+            "and in-MPC noise sampler are not yet verified, so a party that deviates the same way toward every "
+            'member would go unseen; use "semi-honest" (the default; every revealed value is still agreed on by '
+            "digest, and owners use only releases every compute party signed)"]
+
+
 class JobTable(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -110,6 +126,7 @@ class JobTable(BaseModel):
     dataset: str
     parties: tuple[Identity, ...]
     trust: Trust
+    security: Security = "semi-honest"
     dealer: Identity | None = None
     device: Device | None = None
     # Tests only: the aggregate gets NO noise (to compare daemons with the simulator bit for bit).
@@ -183,6 +200,7 @@ class JobTable(BaseModel):
                 problems.append('dealer: only for trust = "dealer"; replicated sharing has no dealer')
             if len(self.parties) != 3:
                 problems.append(f'parties: trust = "replicated" needs exactly 3, got {len(self.parties)}')
+        problems += _security_problems(self.security, self.trust)
         if self.dealer is not None and self.dealer.lower() in {p.lower() for p in self.parties}:
             problems.append(f"dealer: {self.dealer!r} is also a party; the dealer must be a separate identity")
         members = {p.lower() for p in self.parties} | ({self.dealer.lower()} if self.dealer else set())
@@ -289,6 +307,8 @@ class JobFile(BaseModel):
                 d["job"].pop(k)
         if self.job.schema_sha256 is None:
             d["job"].pop("schema_sha256")  # a job without a pinned schema keeps its digest
+        if self.job.security == "semi-honest":
+            d["job"].pop("security")  # the default: a job that does not name it keeps its digest
         return d
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> JobFile:

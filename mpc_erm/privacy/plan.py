@@ -57,7 +57,7 @@ from mpc_erm.spec import JobSpec
 from . import _checks
 from .accountants import noise_multiplier_for
 from .events import Composition, DpEvent, GaussianRounds, NonPrivate, PureDp, compose, wor_sample_size
-from .report import PrivacyReport
+from .report import PrivacyReport, Security
 from .sensitivity import gradient_sensitivity, l1_from_l2, output_perturbation_sensitivity
 
 if TYPE_CHECKING:  # a type only: the plan's arithmetic is loaded without torch
@@ -435,12 +435,13 @@ class PrivacyPlan:
                 f"count is shared with the members and published{'' if counts is None else f' ({list(counts)})'}")
 
     def report(self, *, noise_scale: float, realisation: dict[str, Any] | None, trust_model: str, parties: int | None,
-               parameters: dict[str, Any] | None = None, notes: tuple[str, ...] = ()) -> PrivacyReport:
+               parameters: dict[str, Any] | None = None, notes: tuple[str, ...] = (),
+               security: Security | None = None) -> PrivacyReport:
         """The job's :class:`~mpc_erm.privacy.report.PrivacyReport`, from this (bound) plan and the
         engine's realisation of its noise (``noise_scale`` in real units) — nothing else."""
         counts = self.sizes.counts if self.sizes is not None else None
         common: dict[str, Any] = dict(
-            adjacency=self.adjacency, trust_model=trust_model, parties=parties,
+            adjacency=self.adjacency, trust_model=trust_model, security=security, parties=parties,
             n=sum(counts) if counts is not None else None, rounds=self.rounds, sampling_rate=self.sampling_rate,
             plan=self.describe(),
             realisation=realisation, parameters=parameters or {})
@@ -458,7 +459,7 @@ class PrivacyPlan:
             **common,
         )
 
-    def model_statement(self, rounds: int, trust_model: str) -> dict[str, Any]:
+    def model_statement(self, rounds: int, trust_model: str, security: Security | None = None) -> dict[str, Any]:
         """What a model bundle's ``privacy`` block says of the model after ``rounds`` releases."""
         g = self.guarantee(rounds=rounds) if rounds else None
         return {"mechanism": self.mechanism, "noise_multiplier": self.noise_multiplier, "clip": self.clip,
@@ -466,7 +467,7 @@ class PrivacyPlan:
                 "unit": self.unit, "population": self.population, "sample_size": self.sample_size,
                 "accountant": self.accountant_statement(),
                 "epsilon": None if g is None else g.epsilon, "delta": None if g is None else g.delta,
-                "public": self.public_statement(), "trust_model": trust_model}
+                "public": self.public_statement(), "trust_model": trust_model, "security": security}
 
     def describe(self) -> dict[str, Any]:
         """Everything needed to recompute the guarantee, for the report's ``plan`` section."""

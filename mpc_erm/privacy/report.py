@@ -1,5 +1,5 @@
 """The JSON privacy report attached to every result (docs/explanation/privacy.md §8: mechanism, σ, accountant,
-ε, δ incl. the sampler term, parties, n, trust model).
+ε, δ incl. the sampler term, parties, n, trust model, security model).
 
 ``delta_sampler`` is the extra δ charged for deviations of the actual sampler from the ideal
 distribution (truncation, grid holes; docs/explanation/privacy.md §5). The plaintext simulator samples the ideal
@@ -15,13 +15,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SCHEMA = "mpc_erm.privacy_report/1"
+#: What the compute parties are assumed to do: follow the protocol ("semi-honest") or deviate
+#: arbitrarily, one of three ("malicious": every product and opening verified before a release).
+Security = Literal["semi-honest", "malicious"]
 SIMULATION_TRUST_MODEL = "simulation (in-process, trusted)"
 SIMULATION_SAMPLER_NOTE = (
     "delta_sampler = 0: plaintext float64 sampler of the ideal distribution in a trusted "
     "in-process simulation; floating-point effects of the sampler are not bounded"
 )
 
-__all__ = ["SCHEMA", "SIMULATION_SAMPLER_NOTE", "SIMULATION_TRUST_MODEL", "PrivacyReport"]
+__all__ = ["SCHEMA", "SIMULATION_SAMPLER_NOTE", "SIMULATION_TRUST_MODEL", "PrivacyReport", "Security"]
 
 
 class PrivacyReport(BaseModel):
@@ -49,6 +52,10 @@ class PrivacyReport(BaseModel):
     rounds: int = Field(1, ge=1)
     sampling_rate: float = Field(1.0, gt=0.0, le=1.0)
     trust_model: str = SIMULATION_TRUST_MODEL
+    # what the compute parties were assumed to do: follow the protocol ("semi-honest") or deviate
+    # ("malicious", every product and opening verified); None: an in-process simulation (one
+    # trusted process) or a report written before the field existed
+    security: Security | None = None
     parties: int | None = Field(None, ge=1)
     n: int | None = Field(None, ge=1)
     parameters: dict[str, Any] = Field(default_factory=dict)

@@ -116,13 +116,25 @@ def _trust(report: PrivacyReport) -> list[str]:
         lines.append(f"Trust model: {tm}.")
     lines.append("The noise is drawn inside the MPC: no member, alone or in a coalition the trust model allows, "
                  "knows it, so nobody can subtract it from the release.")
-    lines.append("The compute parties are trusted to follow the protocol (semi-honest). They compare a digest of "
-                 "every value they reveal before using it, and data owners, where a job has them, use only releases "
-                 "every compute party signed: a party that gives different members different values stops the "
-                 "job. A party that deviates the same way toward everyone could still shift the sum or shrink the "
-                 "noise unseen; catching that needs a malicious-secure protocol, which this job did not run.")
+    lines.append(_security(report))
     lines.append(f"Stated by the engine: {tm}.")
     return lines
+
+
+def _security(report: PrivacyReport) -> str:
+    """What the compute parties were assumed to do, and what that leaves a deviating one able to do."""
+    if report.security == "malicious":
+        return ("Security model: malicious, with abort. Every product and opening of the compute parties was "
+                "verified before anything that depends on it was revealed; a party that deviates stops the job at "
+                "every member, and the only thing an abort reveals is that it happened.")
+    head = ("Security model: semi-honest. " if report.security == "semi-honest" else
+            "This report does not state a security model (it was written before reports did); read it as "
+            "semi-honest. ")
+    return head + ("The compute parties are trusted to follow the protocol. They compare a digest of every value "
+                   "they reveal before using it, and data owners, where a job has them, use only releases every "
+                   "compute party signed: a party that gives different members different values stops the job. A "
+                   "party that deviates the same way toward everyone could still shift the sum or shrink the noise "
+                   "unseen; catching that needs a malicious-secure protocol, which this job did not run.")
 
 
 def _released(report: PrivacyReport) -> list[str]:

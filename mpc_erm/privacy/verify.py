@@ -10,7 +10,8 @@ rather than taken from the code that made the report:
 2. the realised noise meets the event's multiplier on the stated grid (σ_grid ≥ z·s_grid with
    s_grid = Δ·2^g + m·√d; or s_grid/t ≤ ε with s_grid = Δ₁·2^g + m·d) and the sampler's TV
    bound per release is within the event's budget;
-3. the event agrees with the plan's numbers;
+3. the event agrees with the plan's numbers, and the stated security model is one this version
+   runs (semi-honest for a job, none for an in-process simulation);
 4. ε recomputed from the event with dp_accounting (RDP; pure ε summed; the sampler term
    (1 + e^ε)·τ at that ε) is at most the reported ε, and ε, δ are within the job's target.
 """
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .events import GaussianRounds, PureDp, compose, event_from_dict
-from .report import PrivacyReport
+from .report import SIMULATION_TRUST_MODEL, PrivacyReport
 
 __all__ = ["Check", "ReportVerification", "verify_report"]
 
@@ -71,6 +72,23 @@ def _sensitivity(plan: dict[str, Any]) -> float:
     return 2 * c / (m * n_min * lam) + 2 * tol / m
 
 
+def _security_check(report: PrivacyReport) -> Check:
+    """The stated security model is one this version runs for the stated trust model: an in-process
+    simulation states none; a job states "semi-honest" (or nothing, if written before reports did).
+    No version so far runs "malicious" (and a dealer, trusted by construction, never can)."""
+    simulated = report.trust_model == SIMULATION_TRUST_MODEL
+    sec = report.security
+    if simulated:
+        return Check("security", sec is None, "an in-process simulation: no compute parties, no security model"
+                     + ("" if sec is None else f"; the report claims {sec!r}"))
+    if sec == "malicious":
+        why = ("a dealer is trusted by construction, so a dealer job cannot be malicious-secure"
+               if "dealer" in report.trust_model.lower() else "this version runs no malicious-secure mode")
+        return Check("security", False, f"the report claims 'malicious' security: {why}")
+    return Check("security", True, "semi-honest: the compute parties are trusted to follow the protocol"
+                 + ("" if sec else " (not stated: a report written before reports stated it)"))
+
+
 def verify_report(report: PrivacyReport) -> ReportVerification:
     """The checks of the module docstring; a report without a plan cannot be verified."""
     checks: list[Check] = []
@@ -79,6 +97,7 @@ def verify_report(report: PrivacyReport) -> ReportVerification:
         return ReportVerification(math.inf, 1.0, [Check("plan", False, "the report has no plan section: it was not "
                                                         "made by a job's privacy plan and cannot be recomputed")])
     ev = event_from_dict(plan["event"])
+    checks.append(_security_check(report))
     if plan["mechanism"] == "none":
         checks.append(Check("non-private", report.epsilon == math.inf,
                             "a zero-noise run: ε = ∞ and the data set's whole budget is spent"))

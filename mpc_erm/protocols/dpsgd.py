@@ -39,6 +39,7 @@ from mpc_erm.models.bundle import save_network_bundle
 from mpc_erm.models.job_model import network_spec
 from mpc_erm.models.networks import NetworkBuilder
 from mpc_erm.privacy.plan import PrivacyPlan, PublicSizes, plan_job
+from mpc_erm.privacy.report import Security
 from mpc_erm.protocols.aggregation import NoiseSpec, SecureAggregator
 from mpc_erm.smoothing import smooth_parameters
 from mpc_erm.spec import JobSpec
@@ -194,13 +195,14 @@ class DpSgd:
 
     def save(self, directory: str | os.PathLike[str], *, classes: list[Any] | None = None,
              feature_names: list[str] | None = None,
-             trust_model: str = "simulation (plaintext aggregator)", schema: dict[str, Any] | None = None) -> Path:
+             trust_model: str = "simulation (plaintext aggregator)", schema: dict[str, Any] | None = None,
+             security: Security | None = None) -> Path:
         """Write the public model as a bundle that ``mpc_erm.load_model`` reads (mpc_erm.models.bundle),
         with the plan's privacy statement for the rounds run so far."""
         pl = self.plan
         assert pl is not None
         return save_network_bundle(directory, self.net_spec, self.master, classes=classes, feature_names=feature_names,
-                                   privacy=pl.model_statement(self.round_index, trust_model),
+                                   privacy=pl.model_statement(self.round_index, trust_model, security),
                                    job={"spec_digest": self.spec.digest()}, builder=self.builder,
                                    plugin_digest=self.spec.model.plugin_digest, schema=schema)
 

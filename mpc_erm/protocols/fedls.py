@@ -48,6 +48,7 @@ from mpc_erm.models import NetworkSpec, build_network
 from mpc_erm.models.job_model import federated_network
 from mpc_erm.privacy.events import Composition, GaussianRounds, compose, wor_sample_size
 from mpc_erm.privacy.plan import PrivacyPlan
+from mpc_erm.privacy.report import Security
 from mpc_erm.smoothing import smooth_parameters
 from mpc_erm.spec import JobSpec
 
@@ -183,7 +184,7 @@ class DpFedLs:
         return cls(cfg, lambda: build_network(net), noise=noise, device=device, net_spec=net)
 
     def save(self, directory: str | os.PathLike[str], plan: PrivacyPlan, *, trust_model: str,
-             job: dict[str, Any] | None = None) -> Path:
+             job: dict[str, Any] | None = None, security: Security | None = None) -> Path:
         """Write the public model as a bundle ``mpc_erm.load_model`` reads, with the plan's privacy
         statement (a job made by :meth:`for_job`)."""
         from mpc_erm.models.bundle import save_network_bundle
@@ -191,7 +192,7 @@ class DpFedLs:
         if self.net_spec is None:
             raise ValueError("save: only a job's model (DpFedLs.for_job) has an architecture to record")
         return save_network_bundle(directory, self.net_spec, self.w, job=job,
-                                   privacy=plan.model_statement(plan.rounds, trust_model))
+                                   privacy=plan.model_statement(plan.rounds, trust_model, security))
 
     def guarantee(self, delta: float, rounds: int | None = None) -> Composition:
         """(ε, δ) at client level after ``rounds`` (default: all T) rounds, RDP accountant."""

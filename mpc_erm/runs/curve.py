@@ -12,6 +12,8 @@ from pathlib import Path
 
 from torch import Tensor
 
+from mpc_erm.privacy.report import Security
+
 __all__ = ["CurvePoint", "ModelFacts", "RunResult"]
 
 Metrics = dict[str, float]
@@ -48,6 +50,7 @@ class ModelFacts:
     name: str | None
     dataset: str | None
     trust_model: str
+    security: Security | None = None  # None: an in-process run (one trusted process)
 
     def job(self) -> dict[str, object]:
         return {"job_id": self.job_id, "spec_digest": self.spec_digest, "name": self.name, "dataset": self.dataset}

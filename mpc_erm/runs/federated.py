@@ -134,5 +134,5 @@ class FederatedRun:
 
     def writer(self) -> ModelWriter:
         def write(d: Path, facts: ModelFacts) -> None:
-            self.fed.save(d, self.plan, trust_model=facts.trust_model, job=facts.job())
+            self.fed.save(d, self.plan, trust_model=facts.trust_model, job=facts.job(), security=facts.security)
         return write

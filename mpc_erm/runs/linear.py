@@ -88,7 +88,7 @@ class _LinearRun:
         def write(d: Path, facts: ModelFacts) -> None:
             save_linear_weights(d, theta, job_id=facts.job_id, job_digest=facts.spec_digest, loss=m.name,
                                 n_classes=m.n_classes, feature_names=names, schema=schema,
-                                privacy=plan.model_statement(plan.rounds, facts.trust_model),
+                                privacy=plan.model_statement(plan.rounds, facts.trust_model, facts.security),
                                 job={"name": facts.name, "dataset": facts.dataset})
         return write
 

@@ -109,5 +109,6 @@ class NetworkRun:
 
         def write(d: Path, facts: ModelFacts) -> None:
             self.job.save(d, classes=classes, feature_names=list(ds.feature_names) or None,
-                          trust_model=facts.trust_model, schema=None if schema is None else schema.to_dict())
+                          trust_model=facts.trust_model, security=facts.security,
+                          schema=None if schema is None else schema.to_dict())
         return write

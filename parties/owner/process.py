@@ -378,7 +378,7 @@ def _trust(job: JobFile) -> str:
 
 
 def _model_facts(job: JobFile, job_id: str) -> ModelFacts:
-    return ModelFacts(job_id, job.spec_digest(), job.job.name, job.job.dataset, _trust(job))
+    return ModelFacts(job_id, job.spec_digest(), job.job.name, job.job.dataset, _trust(job), job.job.security)
 
 
 def _report(job: JobFile, plan: PrivacyPlan, real: Realisation | None, parameters: dict[str, object],
@@ -386,6 +386,7 @@ def _report(job: JobFile, plan: PrivacyPlan, real: Realisation | None, parameter
     """This owner's privacy report of ``job`` (the plan's, with its run's parameters)."""
     return plan.report(noise_scale=0.0 if real is None else real.spec.scale,
                        realisation=None if real is None else real.describe(), trust_model=_trust(job),
+                       security=job.job.security,
                        parties=len(job.job.parties),
                        parameters={**parameters, "job_digest": job.spec_digest(), "owners": len(job.job.owners),
                                    "audit_head": audit_head},

@@ -95,6 +95,8 @@ def test_a_usable_job_shows_its_forecast_and_an_unplanned_one_a_hint(
     assert code != 3 and "no dry run of this job" in err and "mpc-erm job plan usable.toml" in err
     code, out, _ = _plan(files, job, monkeypatch, capsys)
     assert code == 0 and "ok: the noise leaves the signal usable" in out, out
+    assert "security: semi-honest (3 compute parties with replicated sharing: no two may work together" in out, out
+    assert json.loads((files / "usable.plan.json").read_text())["security"] == "semi-honest"
     code, out, err = _submit(files, job, monkeypatch, capsys)
     assert code != 3 and "dry run (" in err and "simulated accuracy 0." in err, err
 

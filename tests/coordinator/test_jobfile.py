@@ -43,6 +43,12 @@ OUTPUT = ('method = "gradient"', 'method = "output"')
 
 # (edits applied to BASE as (old, new) replacements, expected "<field>: <reason>" fragment)
 BAD = [
+    ([('dealer = "dealer"', 'dealer = "dealer"\nsecurity = "malicious"')],
+     'job.security: "malicious" cannot run with trust = "dealer": the dealer makes every product\'s correlated '
+     "randomness and is trusted by construction"),
+    ([REPLICATED, ('trust = "replicated"', 'trust = "replicated"\nsecurity = "malicious"')],
+     'job.security: "malicious" is not available in this version'),
+    ([('dealer = "dealer"', 'dealer = "dealer"\nsecurity = "honest"')], "job.security: must be"),
     ([("epsilon = 1.0", "epsilon = 0.0")], "privacy.epsilon: must be > 0"),
     ([("epsilon = 1.0", "epsilon = -1.0")], "privacy.epsilon: must be > 0"),
     ([("epsilon = 1.0", "epsilon = inf")], "privacy.epsilon: must be finite"),
@@ -214,14 +220,22 @@ def _leaves(tree: dict, prefix: tuple = ()) -> list[tuple]:
     return out
 
 
+def test_the_default_security_model_is_semi_honest_and_naming_it_keeps_the_digest(tmp_path: Path) -> None:
+    plain = parse_job_file(BASE)
+    named = parse_job_file(BASE.replace('dealer = "dealer"', 'dealer = "dealer"\nsecurity = "semi-honest"'))
+    assert plain.job.security == named.job.security == "semi-honest"
+    assert plain.spec_digest() == named.spec_digest() and "security" not in plain.to_toml()
+
+
 def test_digest_changes_when_any_field_changes() -> None:
     job = load_job_file(EXAMPLES / "gradient-adult.toml")
     base = job.model_dump(mode="json")
     digests = {job.spec_digest()}
     changed = 0
     for path, value in _leaves(base):
-        if value is None or path in (("job", "trust"), ("job", "owners")):
-            continue  # owners: test_a_job_with_owners_loads_keeps_the_old_digests_and_refuses_what_it_cannot_run
+        if value is None or path in (("job", "trust"), ("job", "owners"), ("job", "security")):
+            continue  # owners: test_a_job_with_owners_loads_keeps_the_old_digests_and_refuses_what_it_cannot_run;
+            # security: its one other value is refused (test_bad_job_files_name_the_field)
         if path[:2] == ("spec", "model") and path[2] in NETWORK_MODEL_FIELDS or \
                 path[:2] == ("spec", "training") and path[2] in NETWORK_TRAINING_FIELDS:
             continue  # a linear job must leave them at their defaults (test_network_fields_enter_the_digest)

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from coordinator.cli import cli
 from mpc_erm.mpc.noise import realise
 from mpc_erm.privacy.plan import PublicSizes, plan_job
+from mpc_erm.privacy.report import SIMULATION_TRUST_MODEL
 from mpc_erm.spec import JobSpec
 
 
@@ -28,7 +29,8 @@ def _report(method: str = "gradient", adjacency: str = "replace", mechanism: str
     sizes = PublicSizes(counts=(10054, 10054, 10054)) if adjacency == "replace" else PublicSizes(public_n=30000)
     plan = plan_job(spec, sampler="mpc", sizes=sizes, n_features=104)
     real = realise(plan, 3)
-    rep = plan.report(noise_scale=real.spec.scale, realisation=real.describe(), trust_model="test", parties=3)
+    rep = plan.report(noise_scale=real.spec.scale, realisation=real.describe(),
+                      trust_model="MPC: CrypTen 3-party replicated sharing (test)", parties=3, security="semi-honest")
     return json.loads(rep.to_json())
 
 
@@ -46,6 +48,10 @@ def test_a_planned_report_holds(tmp_path: Path, kind: tuple[str, str, str]) -> N
     code, out = _verify(tmp_path, _report(*kind))
     assert code == 0, out
     assert "holds" in out and "FAIL" not in out
+    assert "semi-honest: the compute parties are trusted to follow the protocol" in out
+    old = {k: v for k, v in _report(*kind).items() if k != "security"}  # written before reports stated it
+    code, out = _verify(tmp_path, old)
+    assert code == 0 and "not stated" in out, out
 
 
 def _tampered(change: str) -> tuple[dict, str]:
@@ -62,11 +68,21 @@ def _tampered(change: str) -> tuple[dict, str]:
     if change == "event":
         rep["plan"]["event"]["noise_multiplier"] *= 0.5
         return rep, "event"
+    if change == "security":  # a claim no version of the engine can back
+        rep["security"] = "malicious"
+        return rep, "security"
+    if change == "dealer-malicious":  # a dealer is trusted by construction
+        rep["security"], rep["trust_model"] = "malicious", "MPC: CrypTen additive sharing, dealer 'dealer'"
+        return rep, "security"
+    if change == "simulation-security":  # an in-process run has no compute parties to state it of
+        rep["security"], rep["trust_model"] = "semi-honest", SIMULATION_TRUST_MODEL
+        return rep, "security"
     rep["realisation"]["sampler_tv_per_release"] = 1.0
     return rep, "sampler"
 
 
-@pytest.mark.parametrize("change", ["epsilon", "counts", "noise", "event", "sampler"])
+@pytest.mark.parametrize("change", ["epsilon", "counts", "noise", "event", "sampler", "security", "dealer-malicious",
+                                    "simulation-security"])
 def test_a_changed_report_does_not_hold(tmp_path: Path, change: str) -> None:
     rep, check = _tampered(change)
     code, out = _verify(tmp_path, rep)

@@ -239,6 +239,7 @@ def test_thirty_owners_train_through_three_compute_daemons(cons: LocalConsortium
     report = json.loads((tmp_path / "owners" / OWNERS[0] / "state" / "jobs" / job_id2 /
                          "privacy_report.json").read_text())
     assert report["adjacency"] == "add_remove" and report["realisation"]["grid_bits"] > 0
+    assert report["security"] == "semi-honest", report  # what the compute parties were assumed to do
     from parties.ledger_check import check_ledger
 
     for p in ("alice", "bob", "carol"):  # nothing reserved or charged at a compute party (no rows there)

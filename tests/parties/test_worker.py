@@ -158,7 +158,7 @@ def test_gradient_job_produces_one_private_model_at_every_party(gradient_run: tu
     assert rep["mechanism"] == "gaussian" and rep["rounds"] == 20 and rep["parties"] == 3
     assert rep["epsilon"] <= 1.0 and rep["delta"] + rep["delta_sampler"] <= 1e-5
     assert 0 < rep["delta_sampler"] < 1e-7
-    assert "dealer 'dealer'" in rep["trust_model"]
+    assert "dealer 'dealer'" in rep["trust_model"] and rep["security"] == "semi-honest"
     assert "discrete Gaussian" in rep["accountant"]
     metrics = json.loads((tmp / "alice" / "metrics.json").read_text())
     assert 0.0 <= metrics["test"]["accuracy"] <= 1.0  # utility: see the output job and the no-noise twin

@@ -40,7 +40,8 @@ def _report(trust_model: str = RSS, adjacency: str = "replace", method: str = "g
     plan = plan_job(spec, sampler="mpc", sizes=sizes, n_features=28)
     real = realise(plan, 3)
     return plan.report(noise_scale=real.spec.scale, realisation=real.describe(), trust_model=trust_model, parties=3,
-                       parameters={"protocol": "gradient_perturbation" if method == "gradient" else "output"})
+                       parameters={"protocol": "gradient_perturbation" if method == "gradient" else "output"},
+                       security=None if trust_model == SIMULATION_TRUST_MODEL else "semi-honest")
 
 
 def test_posterior_and_detection_bounds_by_hand() -> None:
@@ -83,8 +84,8 @@ def test_each_trust_model_and_adjacency_is_said_in_its_own_words() -> None:
     dealer = job_statement(_report("MPC: CrypTen additive sharing, dealer 'dealer' (non-colluding third party)"))
     assert "a dealer" in dealer and "works with no party" in dealer
     for mpc in (dealer, job_statement(_report())):  # what a deviating compute party can and cannot do
-        assert "trusted to follow the protocol (semi-honest)" in mpc and "malicious-secure protocol, which this " \
-            "job did not run" in mpc
+        assert "Security model: semi-honest. The compute parties are trusted to follow the protocol" in mpc
+        assert "malicious-secure protocol, which this job did not run" in mpc
     sim = job_statement(_report(SIMULATION_TRUST_MODEL))
     assert "in-process simulation" in sim and "protects nothing" in sim and "semi-honest" not in sim
     unhardened = job_statement(_report("MPC: CrypTen 0.4.1 3-party replicated sharing NOT hardened (tests only)"))
@@ -93,6 +94,13 @@ def test_each_trust_model_and_adjacency_is_said_in_its_own_words() -> None:
     assert "present in one run and absent from the other" in ar and "add/remove adjacency" in ar
     out = job_statement(_report(method="output"))
     assert "One noisy average of the parties' locally trained models" in out
+
+
+def test_a_report_that_states_no_security_model_is_read_as_semi_honest() -> None:
+    old = _report().model_copy(update={"security": None})  # a report written before reports stated it
+    text = job_statement(old)
+    assert "does not state a security model" in text and "read it as semi-honest" in text
+    assert json.loads(_report().to_json())["security"] == "semi-honest"
 
 
 def test_a_non_private_job_says_so() -> None:
