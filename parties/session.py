@@ -150,7 +150,8 @@ def join(ctx: WorkerContext, callers: CallerPolicy) -> tuple[TransportServer, Gr
     ctx.emit({"phase": "connecting", "message": f"{len(parties)} parties" + (f" + dealer {dealer}" if dealer else "")})
     if ctx.identity.role == "dealer":
         return server, table
-    comm = init_crypten(table, me, ctx.identity, server=server, options=TransportOptions(deadline_s=peer_timeout(ctx)))
+    options = TransportOptions(deadline_s=peer_timeout(ctx), deadline_name="peer_timeout_s")  # named in a timeout
+    comm = init_crypten(table, me, ctx.identity, server=server, options=options)
     return server, comm
 
 

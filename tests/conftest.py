@@ -71,7 +71,7 @@ FILE_SECONDS = {
     "tests/parties/test_hostile_party.py": 35,
     "tests/mpc/test_validation.py": 30,
     "tests/mpc/test_agreement.py": 60,
-    "tests/parties/test_deviating_party.py": 240,
+    "tests/parties/test_deviating_party.py": 300,
     "tests/reliability/test_leaks.py": 55,
     "tests/reliability/test_owner_leaks.py": 55,
     "tests/reliability/test_faults.py": 50,

@@ -10,6 +10,14 @@ workers run with ``tests/parties/deviating_party`` on their path and ``MPC_ERM_T
   zeroed. Before, the replicated job hung in its noise phase at all three parties until
   cancelled; now every party stops before computing anything, naming bob and carol.
 
+* ``drop:40`` — bob's 41st tensor message after the set-up check never sent (its key used up, as
+  when it is lost on the way), while his worker goes on and heartbeats: in the in-MPC noise
+  sampler of the first aggregate (the offline phase, before round 1), his share to carol in the
+  20th of the sampler's 106 all-reduces (dealer), or the 40th of his 110 sampler messages, a
+  re-sharing to carol (replicated). No job may hang: each waiting party gives up after the daemons' peer timeout,
+  naming the peer it waited for, every member's job ends ``failed`` (``PEER_LOST``, nothing
+  revealed), and no party writes any result.
+
 Both trust modes (3 replicated parties; 3 parties and a dealer), a gradient job on UCI Adult with
 in-MPC noise.
 
@@ -22,6 +30,7 @@ in-MPC noise.
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -37,20 +46,25 @@ ROOT = HERE.parents[1]
 PARTIES = ("alice", "bob", "carol")
 
 
-def _run(tmp_path: Path, trust: str, schedule: str) -> tuple[dict[str, dict[str, object]], float, Path]:
+def _run(tmp_path: Path, trust: str, schedule: str, *, peer_timeout_s: float | None = None,
+         events: list[dict[str, object]] | None = None) -> tuple[dict[str, dict[str, object]], float, Path]:
+    """(each party's status, seconds from submit to the end, the consortium's root); ``events``
+    receives every member's watched events."""
     path = tmp_path / "job.toml"
     job = LocalJob("deviating", "gradient", lam=1e-3, iterations=3, learning_rate=1.0, epsilon=1.0)
     dealer = "dealer" if trust == "dealer" else None
     path.write_text(job_toml(job, list(PARTIES), "adult", trust, dealer))
     env = ["env", f"PYTHONPATH={HERE / 'deviating_party'}{os.pathsep}{ROOT}", f"MPC_ERM_TEST_DEVIATE={schedule}"]
-    with LocalConsortium(tmp_path / "c", dealer=dealer is not None, device="cpu",
+    with LocalConsortium(tmp_path / "c", dealer=dealer is not None, device="cpu", peer_timeout_s=peer_timeout_s,
                          wrap=lambda name: env if name == "bob" else []) as cons:
         with cons.client() as client:
             tic = time.monotonic()
             job_id = client.submit(path)["job_id"]
-            list(client.watch(job_id))
+            watched = list(client.watch(job_id))
             took = time.monotonic() - tic
             status = {m: v for m, v in client.status(job_id).items() if m in PARTIES}
+    if events is not None:
+        events.extend(watched)
     return status, took, tmp_path / "c"
 
 
@@ -80,6 +94,52 @@ def test_an_altered_setup_message_stops_every_party_before_any_computation(tmp_p
         assert reason.startswith("INTEGRITY: ") and "bob and carol do not share their pairwise random stream" \
             in reason, (m, reason)
     assert took < 120, took  # it used to hang until cancelled
+
+
+PEER_TIMEOUT_S = 10.0  # the daemons' peer_timeout_s here: every MPC message's deadline (TransportOptions.deadline_s)
+DROP = 40  # bob's 41st tensor message after the set-up check: mid-way through the first aggregate's noise sampler
+#: A party gives up at most this long after its sampler began: the drop comes well within the
+#: sampler (a second or so), the wait it blocks ends at one peer timeout, and a party waiting on
+#: one that gave up hears it at its next liveness ping (``probe_interval_s``, 1 s) and stops. Less
+#: than two peer timeouts, so it is one bounded wait that ends the job, not one timeout after another.
+GIVE_UP_S = 2 * PEER_TIMEOUT_S
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("trust", ["replicated", "dealer"])
+def test_a_dropped_message_ends_the_job_at_every_member_within_the_peer_timeout(tmp_path: Path, trust: str) -> None:
+    events: list[dict[str, object]] = []
+    status, took, root = _run(tmp_path, trust, f"drop:{DROP}", peer_timeout_s=PEER_TIMEOUT_S, events=events)
+    members = (*PARTIES, "dealer") if trust == "dealer" else PARTIES
+    ended = {str(e["member"]): e for e in events if e["phase"] in ("succeeded", "failed", "cancelled", "error")}
+    assert {m: e["phase"] for m, e in ended.items()} == dict.fromkeys(members, "failed"), ended
+    assert {m: v["status"] for m, v in status.items()} == dict.fromkeys(PARTIES, "failed"), status
+    offline = {str(e["member"]): float(e["time"]) for e in events if e["phase"] == "offline"}  # the sampler began
+    assert set(offline) == set(PARTIES), events
+    for m in members:
+        # a party waited one peer timeout for the lost message (or for one stuck behind it), no longer
+        # (1 s: the daemons stamp events as they relay them); the dealer ends once the parties are gone
+        gave_up = float(ended[m]["time"]) - offline.get(m, min(offline.values()))
+        assert (m == "dealer" or gave_up >= PEER_TIMEOUT_S - 1.0) and gave_up < GIVE_UP_S, (m, gave_up)
+    reasons = {m: str(e["payload"]["message"]) for m, e in ended.items()}  # type: ignore[index]
+    assert {m: reasons[m] for m in PARTIES} == {m: str(v["reason"]) for m, v in status.items()}, (reasons, status)
+    peers = "|".join(members)
+    for m, reason in reasons.items():
+        # who stopped, in which phase, whom it lost, and how (the wait timed out, or the peer it waited
+        # for had given up and gone); the detail (message, seq, limit) only in the member's own log
+        how, budget = (("DealerJobAborted", "") if m == "dealer" else
+                       ("(TransportTimeout|PeerUnavailable)", r"; budget released \(nothing was revealed\)"))
+        phase = "dealing" if m == "dealer" else "offline"
+        assert re.fullmatch(rf"PEER_LOST: {m} lost contact with '({peers})' during phase '{phase}' \({how}\); "
+                            rf"see {m}'s log{budget}", reason), (m, reason)
+        assert not re.search(r"\d{4,}|tensor", reason), (m, reason)  # no share value, no job id, no data
+    # carol waited for the dropped message itself: she names bob, and the stall ended by a timeout
+    assert "lost contact with 'bob'" in reasons["carol"], reasons
+    assert any("(TransportTimeout)" in r for r in reasons.values()), reasons
+    assert took < 120, took
+    for m in members:  # nothing released: no result file of any kind, anywhere
+        assert not [p for p in (root / m / "state" / "jobs").rglob("*") if p.is_file()], m
+        assert not list((root / m / "state").rglob("model.safetensors")), m
 
 
 OWNERS = tuple(f"owner-{i:02d}" for i in range(6))

@@ -60,6 +60,7 @@ class TransportOptions:
     """Timing and size knobs; the defaults suit parties on one LAN or host."""
 
     deadline_s: float = 60.0  # bound on every communicator operation
+    deadline_name: str = "deadline_s"  # the setting an operator changes to move it, named in a timeout
     connect_timeout_s: float = 60.0  # how long connect() waits for every peer to be up
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     probe_interval_s: float = 1.0  # liveness ping period while a receive waits
@@ -126,7 +127,7 @@ class Endpoint:
         """An absolute deadline ``seconds`` (default: the ``deadline_s`` option) from now; it
         remembers its start, so a timeout against it reports the whole time waited."""
         if seconds is None:
-            return Deadline(self.options.deadline_s, "deadline_s")
+            return Deadline(self.options.deadline_s, self.options.deadline_name)
         return Deadline(seconds)
 
     def _peer(self, rank: int) -> PeerClient:

@@ -7,20 +7,26 @@ alters one outgoing message chosen by ``MPC_ERM_TEST_DEVIATE``:
 * ``setup-zero`` — its first point-to-point message (CrypTen's pairwise seed to the next party)
   zeroed: the pairwise random stream is no longer shared;
 * ``serve-altered:R`` — the release of round R its owner intake serves to its owners, one bit
-  flipped (the value the parties agreed on, and signed, stays as it was).
+  flipped (the value the parties agreed on, and signed, stays as it was);
+* ``drop:K`` — its K-th tensor message (K from 0) posted after the MPC session is set up (the
+  parties' set-up check passed) never sent, while the caller is told it was delivered: the
+  message's key is used up, as when it is lost on the way, so the receiver waits for it in vain.
 
 The patches are applied when the modules are loaded; the party otherwise follows the protocol."""
 
 from __future__ import annotations
 
 import os
+import threading
+from concurrent.futures import Future
 
 import torch
 
 from tests.parties.patch_on_import import patch_on_import
 
 SCHEDULE = os.environ.get("MPC_ERM_TEST_DEVIATE", "")
-_state = {"aggregate": -1, "in_reveal": False, "p2p": 0, "done": False}
+_state = {"aggregate": -1, "in_reveal": False, "p2p": 0, "done": False, "set_up": False, "posted": 0}
+_lock = threading.Lock()  # the count of posted messages: one number, whichever thread posts
 
 
 def _patch_endpoint(module):  # type: ignore[no-untyped-def]
@@ -37,6 +43,16 @@ def _patch_endpoint(module):  # type: ignore[no-untyped-def]
             elif kind == "setup-zero" and op == "p2p":
                 payload = torch.zeros_like(payload)
                 _state["done"] = True
+            elif kind == "drop" and _state["set_up"]:
+                with _lock:
+                    n = _state["posted"]
+                    _state["posted"] += 1
+                if n == int(arg):
+                    self._take_seq(self._send_seq, dst)  # the key the lost message would have had
+                    _state["done"] = True
+                    sent: Future[None] = Future()
+                    sent.set_result(None)
+                    return sent
         return post(self, dst, op, payload, **kw)
 
     module.Endpoint.post = deviating
@@ -57,6 +73,16 @@ class _RevealComm:
             return self._comm.all_reduce(*args, **kwargs)
         finally:
             _state["in_reveal"] = False
+
+
+def _patch_agreement(module):  # type: ignore[no-untyped-def]
+    check = module.check_setup
+
+    def checked(*args, **kwargs):  # type: ignore[no-untyped-def]
+        check(*args, **kwargs)
+        _state["set_up"] = True  # the session is set up: from here on ``drop:K`` counts
+
+    module.check_setup = checked
 
 
 def _patch_aggregator(module):  # type: ignore[no-untyped-def]
@@ -89,7 +115,7 @@ def _patch_intake(module):  # type: ignore[no-untyped-def]
 
 
 PATCHES = {"parties.owner.intake": _patch_intake, "mpc_erm.mpc.transport.endpoint": _patch_endpoint,
-           "mpc_erm.mpc.aggregator": _patch_aggregator}
+           "mpc_erm.mpc.aggregator": _patch_aggregator, "mpc_erm.mpc.agreement": _patch_agreement}
 
 
 if SCHEDULE:
