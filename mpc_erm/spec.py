@@ -31,6 +31,10 @@ OutputMechanism = Literal["l2_laplace", "gaussian", "laplace_thesis"]
 GradientAccountant = Literal["gdp", "zcdp", "rdp", "pld"]
 Weighting = Literal["pooled", "thesis"]
 Adjacency = Literal["replace", "add_remove"]
+#: Who makes the noise: "mpc", sampled inside the MPC (no member knows it); "distributed", each
+#: compute party adds its own share, sized so the honest parties' shares alone carry the guarantee
+#: (mpc_erm.privacy.distributed): no sampler circuit, √(k/(k−t)) times the noise.
+NoiseKind = Literal["mpc", "distributed"]
 
 
 def _arrays(data: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
@@ -95,6 +99,7 @@ class PrivacySpec(_Strict):
         None, gt=0.0, description="per-example gradient ℓ2 clip C; default: the loss's Lipschitz constant G"
     )
     adjacency: Adjacency = "replace"
+    noise: NoiseKind = "mpc"
     public_n: int | None = Field(
         None, ge=1, le=10**12,
         description="add_remove only: the public record count aggregates are divided by (exact counts stay private)",
@@ -177,6 +182,9 @@ class JobSpec(_Strict):
                 raise ValueError("model.lam: output perturbation needs λ > 0 (strong convexity bounds the sensitivity)")
             if self.privacy.mechanism == "gaussian" and self.privacy.delta <= 0:
                 raise ValueError("privacy.delta: the Gaussian mechanism needs δ > 0")
+            if self.privacy.noise == "distributed" and self.privacy.mechanism != "gaussian":
+                raise ValueError("privacy.noise: distributed noise is Gaussian (a sum of discrete Laplace shares is "
+                                 "no Laplace); set mechanism = 'gaussian', or noise = 'mpc'")
         else:
             if self.privacy.delta <= 0:
                 raise ValueError("privacy.delta: gradient perturbation (Gaussian) needs δ > 0")
@@ -242,6 +250,8 @@ class JobSpec(_Strict):
     def _dump(self) -> dict[str, Any]:
         """The spec as JSON; one without ``federated`` reads as before it existed (same digest)."""
         d = self.model_dump(mode="json")
+        if self.privacy.noise == "mpc":
+            d["privacy"].pop("noise")  # the default: jobs from before the field keep their digests
         if self.federated is None:
             d.pop("federated")
         elif self.federated.send_after_s is None:

@@ -475,7 +475,7 @@ class PartyDaemon:
             return old, False
         plan: PrivacyPlan | PlanError
         try:  # the job's privacy, planned once; its event is what the ledger reserves and composes
-            plan = plan_job(job.spec, sampler="mpc", test_no_noise=job.job.test_no_noise)
+            plan = plan_job(job.spec, sampler="mpc", test_no_noise=job.job.test_no_noise, noise_split=job.noise_split())
         except PlanError as exc:
             plan = exc
         decision = admit(cfg, job, caller, plan)

@@ -36,6 +36,7 @@ from mpc_erm.models.plugins import load_builder
 from mpc_erm.mpc.aggregator import MpcAggregator, ZeroNoise
 from mpc_erm.mpc.communicator import GrpcCommunicator, uninit_crypten
 from mpc_erm.mpc.dealer import run_dealer, stop_dealer_client
+from mpc_erm.mpc.local_noise import DistributedNoise
 from mpc_erm.mpc.noise import InMpcNoise, Realisation, realise
 from mpc_erm.mpc.transport import PartyTable, TransportError, TransportOptions
 from mpc_erm.privacy.plan import PrivacyPlan, plan_job, public_sizes
@@ -82,7 +83,7 @@ def _report(ctx: WorkerContext, plan: PrivacyPlan, real: Realisation | None, tru
     where = ("" if real is None else f"{'discrete Laplace' if plan.mechanism == 'laplace' else 'discrete Gaussian'} "
              f"noise sampled inside the MPC on the grid 2^-{real.plan.grid_bits}")
     audit = party_audit(ctx)
-    return plan.report(noise_scale=0.0 if real is None else real.spec.scale,
+    return plan.report(noise_scale=0.0 if real is None else real.report_scale,
                        realisation=None if real is None else real.describe(), trust_model=trust,
                        security=ctx.job.job.security,
                        parties=len(ctx.job.job.parties),
@@ -128,8 +129,8 @@ def _write_results(ctx: WorkerContext, result: RunResult, report: PrivacyReport,
           f"{job.job.name}: {job.spec.method} perturbation, ε = {report.epsilon:.3g}")
 
 
-def _own_run(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator, pool: InMpcNoise, rows: Rows,
-             plan: PrivacyPlan, real: Realisation | None, builder: NetworkBuilder | None) -> RunResult:
+def _own_run(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator, pool: InMpcNoise | DistributedNoise,
+             rows: Rows, plan: PrivacyPlan, real: Realisation | None, builder: NetworkBuilder | None) -> RunResult:
     """This party's run on its own rows, guarded by its ledger and audit log."""
     spec, ds = ctx.job.spec, rows.train
     run = run_for(spec, plan, rows, features=ds.d, noise=None if real is None else real.spec,
@@ -186,7 +187,7 @@ def run_party_job(ctx: WorkerContext) -> dict[str, object]:
         no_noise = _test_no_noise(ctx)
         spec = ctx.job.spec
         plan = plan_job(spec, sampler="mpc", test_no_noise=no_noise,
-                        sizes=public_sizes(spec, counts),
+                        sizes=public_sizes(spec, counts), noise_split=ctx.job.noise_split(),
                         n_features=ctx.job.job.features if rows is None else rows.train.d, builder=builder)
         real = None if no_noise else realise(plan, comm.get_world_size())
         # The MPC (noise, secure sum) runs on the CPU whatever the party's device: its correlated
@@ -194,7 +195,7 @@ def run_party_job(ctx: WorkerContext) -> dict[str, object]:
         # torch generators whose CPU and CUDA streams differ for one seed, so parties on different
         # devices would draw different "common" values; and the sampler is bound by bytes, not
         # arithmetic (docs/how-to/gpu.md, "Why the MPC stays on the CPU": CUDA gains nothing there).
-        pool = InMpcNoise(device="cpu")
+        pool: InMpcNoise | DistributedNoise = DistributedNoise() if plan.noise == "distributed" else InMpcNoise("cpu")
         agg = MpcAggregator(ZeroNoise() if no_noise else pool, allow_test_only=no_noise,
                             bounds=None if owners else _party_bounds(plan, comm.get_world_size()),
                             on_refused=None if owners else _on_refused(ctx, plan))

@@ -187,8 +187,8 @@ def plan(job_file: Path, schema_path: Path, data: tuple[Path, ...], eval_path: P
         raise ValueError(f"--schema: {schema_path.name} makes {parts[0].d} features per row; the job's owners send "
                          f"job.features = {jf.job.features}")
     evaluate = None if eval_path is None else read_csv_with_schema(eval_path, schema)
-    fc = forecast_job(jf.spec, parts, evaluate=evaluate, runs=runs, owners=owners)
-    out = {**describe(fc), "trust": jf.job.trust, "security": jf.job.security}
+    fc = forecast_job(jf.spec, parts, evaluate=evaluate, runs=runs, owners=owners, noise_split=jf.noise_split())
+    out = {**describe(fc), "trust": jf.job.trust, "security": jf.job.security, "noise": jf.spec.privacy.noise}
     receipt = write_receipt(job_file, jf.spec_digest(), out, data)
     if as_json:
         click.echo(json.dumps({"job": jf.job.name, **out}, indent=2, default=float))
@@ -199,6 +199,8 @@ def plan(job_file: Path, schema_path: Path, data: tuple[Path, ...], eval_path: P
         click.echo(f"job {jf.job.name}: {fc.method} perturbation, {fc.mechanism} noise, {fc.rounds} release(s) of "
                    f"{fc.dim} numbers; rows: {sizes}")
         click.echo(f"  {security_line(jf.job.trust, jf.job.security, len(jf.job.parties))}")
+        if jf.spec.privacy.noise == "distributed":
+            click.echo(f"  noise: distributed ({jf.noise_split().describe()}); the figures below include it")
         click.echo(f"  noise per coordinate {fc.noise_std:.4g} (sensitivity {fc.sensitivity:.4g}); "
                    f"signal norm {fc.signal_norm:.4g}; noise/signal {fc.noise_to_signal:.3g}")
         accs = ", ".join(f"{k} {'n/a' if v is None else f'{v:.4g}'}" for k, v in fc.epsilon_by_accountant.items())

@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from mpc_erm.identity_names import validate_name
+from mpc_erm.privacy.distributed import NoiseSplit, noise_split
 from mpc_erm.privacy.report import Security
 from mpc_erm.spec import FEDERATED_TRAINING_FIELDS, NETWORK_MODEL_FIELDS, NETWORK_TRAINING_FIELDS, JobSpec
 
@@ -263,7 +264,7 @@ class JobFile(BaseModel):
             from mpc_erm.privacy.plan import PlanError, plan_job
 
             try:
-                plan_job(self.spec, sampler="mpc", test_no_noise=self.job.test_no_noise)
+                plan_job(self.spec, sampler="mpc", test_no_noise=self.job.test_no_noise, noise_split=self.noise_split())
             except PlanError as exc:
                 problems.append(str(exc))
         if problems:
@@ -317,6 +318,11 @@ class JobFile(BaseModel):
         if update:
             out._digest = None
         return out
+
+    def noise_split(self) -> NoiseSplit:
+        """How distributed noise (``privacy.noise = "distributed"``) is split among the job's compute
+        parties, and how many of them its trust model counts honest (mpc_erm.privacy.distributed)."""
+        return noise_split(self.job.trust, len(self.job.parties))
 
     def spec_digest(self) -> str:
         """sha256 (hex) of the canonical JSON of the whole job; every party compares it before the MPC."""

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from mpc_erm.privacy.distributed import MAX_KLS_OFFSET, NoiseSplit, kls_tau
 from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.protocols.aggregation import NoiseSpec
 
@@ -278,12 +279,26 @@ class Realisation:
     noise_scale_grid: float  # σ or t actually sampled, grid units
     multiplier: float  # Gaussian: σ_grid / s_grid (≥ the plan's z); Laplace: s_grid / t (≤ the plan's ε)
     tv_per_release: float  # dim × the sampler's TV bound per sample (≤ the plan's budget)
+    # distributed noise: ``spec`` is one party's share; the honest shares' sum has σ = noise_scale_grid
+    split: NoiseSplit | None = None
+    kls_tau: float = 0.0  # Kairouz–Liu–Steinke's τ for the honest shares' sum (mpc_erm.privacy.distributed)
+
+    @property
+    def report_scale(self) -> float:
+        """The σ (or b) the guarantee rests on, real units: the honest shares' sum for distributed noise."""
+        return self.spec.scale if self.split is None else self.noise_scale_grid * 2.0**-self.plan.grid_bits
 
     def describe(self) -> dict[str, Any]:
-        return {"grid_bits": self.plan.grid_bits, "coin_bits": self.plan.params.k,
-                "sensitivity_grid": self.sensitivity_grid,
-                "noise_scale_grid": self.noise_scale_grid, "realised_multiplier": self.multiplier,
-                "sampler_tv_per_release": self.tv_per_release, "noise_scale": self.spec.scale}
+        out = {"grid_bits": self.plan.grid_bits, "coin_bits": self.plan.params.k,
+               "sensitivity_grid": self.sensitivity_grid,
+               "noise_scale_grid": self.noise_scale_grid, "realised_multiplier": self.multiplier,
+               "sampler_tv_per_release": self.tv_per_release, "noise_scale": self.report_scale,
+               "noise": "mpc" if self.split is None else "distributed"}
+        if self.split is not None:
+            out.update(party_noise_scale_grid=self.plan.params.sigma, noise_parties=self.split.parties,
+                       noise_honest=self.split.honest, kls_tau=self.kls_tau,
+                       release_noise_scale_grid=self.plan.params.sigma * self.split.parties**0.5)
+        return out
 
 
 @functools.lru_cache(maxsize=32)  # a pure function of a frozen plan; owners sharing a process (benchmarks) ask once
@@ -298,6 +313,8 @@ def realise(plan: PrivacyPlan, parties: int) -> Realisation:
     if plan.sampler != "mpc" or plan.dim is None or plan.sizes is None:
         raise ValueError("realise: needs an in-MPC plan bound with the agreed sizes and the dimension")
     dim, delta_s = int(plan.dim), plan.sensitivity()
+    if plan.noise_split is not None:
+        return _realise_distributed(plan, parties)
     if plan.mechanism == "gaussian":
         z = float(plan.noise_multiplier)
         g = _grid_bits(z * delta_s, delta_s, dim, parties, "l2")
@@ -337,3 +354,40 @@ def realise(plan: PrivacyPlan, parties: int) -> Realisation:
             f"budget {plan.sampler_tv_per_release:.3g}: raise privacy.delta or shorten the job"
         )
     return Realisation(spec, noise_plan, s_grid, scale_grid, mult, tv)
+
+
+def _realise_distributed(plan: PrivacyPlan, parties: int) -> Realisation:
+    """Distributed noise (mpc_erm.privacy.distributed): each party's share N_Z(0, σ_p²) on the grid
+    with h·σ_p² ≥ (z·s_grid)², h the honest parties; the sampler's TV counted for the h·d honest
+    samples of a release; the KLS τ·d term must vanish over the whole job."""
+    from .samplers.guarantee import gaussian_tv_bound, grid_sensitivity_units
+
+    split = plan.noise_split
+    assert split is not None and plan.dim is not None
+    if split.parties != parties:
+        raise ValueError(f"realise: the plan splits the noise among {split.parties} parties, the session has {parties}")
+    dim, delta_s, z, h = int(plan.dim), plan.sensitivity(), float(plan.noise_multiplier), split.honest
+    g = _grid_bits(z * delta_s / math.sqrt(h), delta_s, dim, parties, "l2")
+    s_grid = grid_sensitivity_units(delta_s, g, dim, parties, "l2")
+    need = z * s_grid  # the honest shares' sum must have at least this σ (grid units)
+    sigma = need / math.sqrt(h) * 2.0**-g
+    for coin_bits in GAUSSIAN_COIN_BITS:  # the cheapest coins whose TV fits the plan's budget
+        for _ in range(64):
+            spec = NoiseSpec("gaussian", sigma, sensitivity=delta_s, grid_bits=g, coin_bits=coin_bits)
+            noise_plan = plan_noise(spec, dim, parties)
+            if math.sqrt(h) * noise_plan.params.sigma >= need:
+                break
+            sigma = math.nextafter(sigma, math.inf)
+        tv = h * dim * gaussian_tv_bound(noise_plan.params)
+        if tv <= plan.sampler_tv_per_release:
+            break
+    honest = math.sqrt(h) * noise_plan.params.sigma
+    if tv > plan.sampler_tv_per_release:
+        raise ValueError(f"the noise sampler's total-variation bound {tv:.3g} per release ({h} honest shares of {dim} "
+                         f"coordinates) exceeds the plan's budget {plan.sampler_tv_per_release:.3g}: raise "
+                         "privacy.delta or shorten the job")
+    tau = kls_tau(noise_plan.params.sigma, h)
+    if plan.rounds * tau * dim > MAX_KLS_OFFSET:
+        raise ValueError(f"distributed noise: σ per party {noise_plan.params.sigma:.3g} grid units is too small for "
+                         "the sum of discrete Gaussians to be accounted as one (Kairouz–Liu–Steinke τ·d)")
+    return Realisation(spec, noise_plan, s_grid, honest, honest / s_grid, tv, split, tau)

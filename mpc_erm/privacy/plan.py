@@ -56,6 +56,7 @@ from mpc_erm.spec import JobSpec
 
 from . import _checks
 from .accountants import noise_multiplier_for
+from .distributed import NoiseSplit
 from .events import Composition, DpEvent, GaussianRounds, NonPrivate, PureDp, compose, wor_sample_size
 from .report import PrivacyReport, Security
 from .sensitivity import gradient_sensitivity, l1_from_l2, output_perturbation_sensitivity
@@ -131,18 +132,27 @@ class PrivacyPlan:
     # federated uniform sampling: N = public_n owner slots, exactly s = q·N drawn a round without
     # replacement; the noise multiplier is then relative to the replace-one shift 2·clip
     population: int | None = None
+    # who makes the noise (mpc_erm.privacy.distributed): "mpc", sampled inside the MPC; "distributed",
+    # each compute party adds a share, ``noise_split`` saying how many and how many carry the guarantee
+    noise: str = "mpc"
+    noise_split: NoiseSplit | None = None
 
     # ------------------------------------------------------------------ construction
 
     @classmethod
     def make(cls, spec: JobSpec, *, clip: float, sampler: Sampler = "mpc", test_no_noise: bool = False,
-             sizes: PublicSizes | None = None, dim: int | None = None) -> PrivacyPlan:
+             sizes: PublicSizes | None = None, dim: int | None = None,
+             noise_split: NoiseSplit | None = None) -> PrivacyPlan:
         """Plan ``spec`` (a :class:`mpc_erm.spec.JobSpec`); ``clip`` is C (gradient) or
         the loss's Lipschitz constant G (output), which the protocol layer knows.
 
         The event does not depend on ``sizes`` or ``dim`` (the noise multiplier is relative to the
         sensitivity, the TV budget is per release), so a daemon can reserve it at admission and
-        the worker bind the agreed sizes later; the two plans have the same event."""
+        the worker bind the agreed sizes later; the two plans have the same event.
+
+        ``noise_split``: with ``privacy.noise = "distributed"``, the job's compute parties and how
+        many of them its trust model counts honest (:func:`~.distributed.noise_split`); a plan made
+        without one (a simulation of the spec alone) assumes 3 replicated parties and says so."""
         pv, tr = spec.privacy, spec.training
         adj, weighting, method = pv.adjacency, tr.weighting, spec.method
         eps, delta = float(pv.epsilon), float(pv.delta)
@@ -181,6 +191,13 @@ class PrivacyPlan:
                        **base)._bound(sizes, dim)
         mech = "gaussian" if method == "gradient" else {"gaussian": "gaussian", "laplace_thesis": "laplace",
                                                          "l2_laplace": "l2_laplace"}[pv.mechanism]
+        if pv.noise == "distributed":
+            if mech != "gaussian":
+                raise PlanError("privacy.noise", "distributed noise is Gaussian; set mechanism = 'gaussian'")
+            base.update(noise="distributed", noise_split=noise_split or NoiseSplit(3, 2))
+            if noise_split is None:
+                base["notes"] = ("distributed noise: assumed 3 replicated compute parties, one of which may be "
+                                 "corrupt (the job file's trust model decides it for a real job)",)
         if mech == "l2_laplace" and sampler == "mpc":
             raise PlanError("privacy.mechanism", "'l2_laplace' is not sampled inside the MPC; use 'gaussian' (ε, δ) "
                             "or 'laplace_thesis' (pure ε per coordinate with Δ₁ = √d·Δ₂)")
@@ -330,12 +347,19 @@ class PrivacyPlan:
 
     def noise_scale(self) -> float:
         """σ (gaussian), b (laplace) or Δ₂/ε (l2_laplace) in real units, for the ideal sampler; the
-        MPC engine realises the same multiplier on its grid (its sensitivity includes rounding)."""
+        MPC engine realises the same multiplier on its grid (its sensitivity includes rounding).
+        Distributed noise: the whole release's σ, all parties' shares (√(k/h)·z·Δ₂)."""
         if self.mechanism == "none":
             return 0.0
         if self.mechanism == "gaussian":
-            return float(self.noise_multiplier) * self.sensitivity()  # type: ignore[arg-type]
+            return float(self.noise_multiplier) * self.sensitivity() * self.noise_inflation  # type: ignore[arg-type]
         return self.sensitivity() / float(self.epsilon_per_release)  # type: ignore[arg-type]
+
+    @property
+    def noise_inflation(self) -> float:
+        """The release's noise over what the guarantee needs: √(k/h) for distributed noise
+        (mpc_erm.privacy.distributed), 1 for noise sampled inside the MPC."""
+        return 1.0 if self.noise_split is None else self.noise_split.inflation
 
     def weight(self, party: int, own_count: int) -> float:
         """Public weight of party ``party``'s contribution (the caller's own count ``own_count``
@@ -396,6 +420,9 @@ class PrivacyPlan:
         if self.mechanism == "gaussian" and self.sampler == "mpc" and self.sampling_rate < 1.0:
             return (f"{what} of the Poisson-subsampled discrete Gaussian (Zhu–Wang 2019 general bound on its RDP "
                     "α/(2z²) at integer orders)")
+        if self.mechanism == "gaussian" and self.noise_split is not None:
+            return (f"{what} of the honest compute parties' {self.noise_split.honest} discrete Gaussian shares "
+                    "(Kairouz–Liu–Steinke 2021 Prop. 14: the Gaussian's RDP curve plus τ·d, τ < 1e-300 here)")
         if self.mechanism == "gaussian" and self.sampler == "mpc":
             return f"{what} of the discrete Gaussian (CKS 2020 Prop. 5, additive over coordinates)"
         if self.mechanism == "laplace" and self.sampler == "mpc":
@@ -455,9 +482,16 @@ class PrivacyPlan:
             sensitivity_l2=self.sensitivity_l2(), sensitivity_l1=self.sensitivity() if l1 else None,
             accountant=self.accountant_statement(), epsilon=g.epsilon, delta=g.delta - g.delta_sampler,
             delta_sampler=g.delta_sampler,
-            notes=(f"the event {self.event.to_json()} is what the ledger composes", self.public_statement(), *notes),
+            notes=(f"the event {self.event.to_json()} is what the ledger composes", self.public_statement(),
+                   *self._noise_notes(), *notes),
             **common,
         )
+
+    def _noise_notes(self) -> tuple[str, ...]:
+        """Who made the noise, for the report (nothing for noise sampled inside the MPC)."""
+        if self.noise_split is None:
+            return ()
+        return (f"distributed noise: {self.noise_split.describe()}", *self.notes)
 
     def model_statement(self, rounds: int, trust_model: str, security: Security | None = None) -> dict[str, Any]:
         """What a model bundle's ``privacy`` block says of the model after ``rounds`` releases."""
@@ -483,7 +517,10 @@ class PrivacyPlan:
             "sample_size": self.sample_size,
             "public_counts": None if self.sizes is None or self.sizes.counts is None else list(self.sizes.counts),
             "what_is_public": self.public_statement(), "dim": self.dim, "event": self.event.as_dict(),
+            "noise": self.noise,
         }
+        if self.noise_split is not None:
+            out["noise_parties"], out["noise_honest"] = self.noise_split.parties, self.noise_split.honest
         if self.sizes is not None:
             out["sensitivity_l2"] = self.sensitivity_l2()
             if self.dim is not None or self.mechanism != "laplace":
@@ -502,7 +539,7 @@ def public_sizes(spec: JobSpec, counts: Sequence[int] | None) -> PublicSizes:
 
 def plan_job(spec: JobSpec, *, sampler: Sampler = "ideal", test_no_noise: bool = False,
              sizes: PublicSizes | None = None, n_features: int | None = None,
-             builder: NetworkBuilder | None = None) -> PrivacyPlan:
+             builder: NetworkBuilder | None = None, noise_split: NoiseSplit | None = None) -> PrivacyPlan:
     """The job's :class:`PrivacyPlan`: what the daemon reserves at admission (no sizes yet), and,
     bound with the agreed sizes and the model's dimension, what the runs, the ledger and the report
     use (a network's dimension is its parameter count, known from the spec alone — for a plugin
@@ -512,4 +549,4 @@ def plan_job(spec: JobSpec, *, sampler: Sampler = "ideal", test_no_noise: bool =
     from mpc_erm.models.job_model import clip_for, parameter_dim
 
     return PrivacyPlan.make(spec, clip=clip_for(spec), sampler=sampler, test_no_noise=test_no_noise, sizes=sizes,
-                            dim=parameter_dim(spec, n_features, builder))
+                            dim=parameter_dim(spec, n_features, builder), noise_split=noise_split)

@@ -114,11 +114,24 @@ def _trust(report: PrivacyReport) -> list[str]:
                      "together).")
     else:
         lines.append(f"Trust model: {tm}.")
-    lines.append("The noise is drawn inside the MPC: no member, alone or in a coalition the trust model allows, "
-                 "knows it, so nobody can subtract it from the release.")
+    lines.append(_noise_words(report))
     lines.append(_security(report))
     lines.append(f"Stated by the engine: {tm}.")
     return lines
+
+
+def _noise_words(report: PrivacyReport) -> str:
+    """Who made the noise and who could subtract what."""
+    plan = report.plan or {}
+    if plan.get("noise") != "distributed":
+        return ("The noise is drawn inside the MPC: no member, alone or in a coalition the trust model allows, "
+                "knows it, so nobody can subtract it from the release.")
+    k, h = plan.get("noise_parties"), plan.get("noise_honest")
+    return (f"The noise is distributed: each of the {k} compute parties added its own discrete Gaussian share, "
+            f"sized so that the shares of the {h} the trust model counts honest carry the whole guarantee. A party "
+            "knows only its own share, so it can subtract only that; a deviating party cannot shrink the others'. "
+            f"The release carries √({k}/{h}) ≈ {(k / h) ** 0.5:.3g} times the noise of one sample drawn inside the "
+            "MPC, the price of needing no sampler circuit.")
 
 
 def _security(report: PrivacyReport) -> str:

@@ -83,10 +83,28 @@ def _security_check(report: PrivacyReport) -> Check:
                      + ("" if sec is None else f"; the report claims {sec!r}"))
     if sec == "malicious":
         why = ("a dealer is trusted by construction, so a dealer job cannot be malicious-secure"
-               if "dealer" in report.trust_model.lower() else "this version runs no malicious-secure mode")
+               if "replicated" not in report.trust_model.lower() else "this version runs no malicious-secure mode")
         return Check("security", False, f"the report claims 'malicious' security: {why}")
     return Check("security", True, "semi-honest: the compute parties are trusted to follow the protocol"
                  + ("" if sec else " (not stated: a report written before reports stated it)"))
+
+
+def _distributed_check(plan: dict[str, Any], real: dict[str, Any], parties: int, dim: int, trust_model: str) -> Check:
+    """Distributed noise (docs/explanation/privacy.md, "Distributed noise"): h of the k parties'
+    shares σ_p carry the guarantee, so the honest sum's σ is √h·σ_p; h follows from the trust model
+    (k − 1 of 3 replicated parties, 1 with a dealer); the Kairouz–Liu–Steinke term
+    τ = 10·Σ_{j<h} exp(−2π²σ_p²·j/(j+1)) must vanish over the job (rounds·τ·d ≤ 1e-300)."""
+    k, h, sp = real.get("noise_parties"), real.get("noise_honest"), real.get("party_noise_scale_grid")
+    if not (isinstance(k, int) and isinstance(h, int) and isinstance(sp, (int, float))):
+        return Check("distributed", False, "distributed noise without its parties, honest parties and σ per party")
+    # replicated sharing (3 parties): one may be corrupt; with a dealer (or unstated) only one need be honest
+    honest = k - 1 if "replicated" in trust_model.lower() else 1
+    same = (k == parties and h <= honest and (plan.get("noise_parties"), plan.get("noise_honest")) == (k, h))
+    total = math.sqrt(h) * sp
+    tau = 10.0 * sum(math.exp(-2.0 * math.pi**2 * sp**2 * j / (j + 1)) for j in range(1, h))
+    ok = same and math.isclose(total, real["noise_scale_grid"], rel_tol=1e-9) and plan["rounds"] * tau * dim <= 1e-300
+    return Check("distributed", ok, f"{h} honest shares of {k} (σ per party {sp:.6g} grid units): √h·σ_p = "
+                 f"{total:.6g} is the σ the guarantee rests on; KLS τ = {tau:.3g}")
 
 
 def verify_report(report: PrivacyReport) -> ReportVerification:
@@ -117,6 +135,8 @@ def verify_report(report: PrivacyReport) -> ReportVerification:
             ok = real["noise_scale_grid"] >= ev.noise_multiplier * s_grid * (1 - 1e-12)
             checks.append(Check("noise", ok, f"σ_grid = {real['noise_scale_grid']:.6g} ≥ z·s_grid = "
                                              f"{ev.noise_multiplier:.6g}·{s_grid:.6g}"))
+            if plan.get("noise") == "distributed" or real.get("noise") == "distributed":
+                checks.append(_distributed_check(plan, real, m, dim, report.trust_model))
         elif isinstance(ev, PureDp):
             s_grid = math.sqrt(dim) * d2 * 2.0**g + m * dim
             ok = s_grid / real["noise_scale_grid"] <= ev.epsilon * (1 + 1e-12)

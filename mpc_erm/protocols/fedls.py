@@ -181,6 +181,9 @@ class DpFedLs:
                           global_lr=tr.learning_rate, weight_decay=spec.model.lam, ls_sigma=plan.ls_sigma,
                           sampling=f.sampling)
         net = federated_network(spec, features)
+        if noise is None and plan.noise_split is not None and plan.mechanism == "gaussian":
+            # distributed noise in a simulation: the whole release's noise, every party's share
+            noise = NoiseSpec("gaussian", plan.noise_scale(), sensitivity=plan.sensitivity_l2())
         return cls(cfg, lambda: build_network(net), noise=noise, device=device, net_spec=net)
 
     def save(self, directory: str | os.PathLike[str], plan: PrivacyPlan, *, trust_model: str,

@@ -21,6 +21,7 @@ import torch
 
 from mpc_erm.data import Dataset
 from mpc_erm.models import solve_erm
+from mpc_erm.privacy.distributed import NoiseSplit
 from mpc_erm.privacy.plan import PrivacyPlan, plan_job, public_sizes
 from mpc_erm.protocols.aggregation import NoiseSpec
 from mpc_erm.protocols.common import network_rows
@@ -274,7 +275,7 @@ def _pooled(parts: Sequence[Dataset]) -> Dataset:
 
 
 def forecast_job(spec: JobSpec, parts: Sequence[Dataset], *, evaluate: Dataset | None = None, runs: int = 5,
-                 seed: int = 0, owners: int | None = None) -> Forecast:
+                 seed: int = 0, owners: int | None = None, noise_split: NoiseSplit | None = None) -> Forecast:
     """Plan ``spec`` for parties holding ``parts`` (their row counts are what the daemons would
     agree), then run the job's protocol ``runs`` times in process and score each model on
     ``evaluate`` (default: the pooled rows). Linear output and gradient jobs, and networks.
@@ -282,7 +283,9 @@ def forecast_job(spec: JobSpec, parts: Sequence[Dataset], *, evaluate: Dataset |
     ``owners``: the job has that many data owners (its ``parties`` compute); ``parts`` are then
     pooled and dealt to them (:func:`deal_to_owners`), and the plan uses the public n̂. A
     federated job (DP-Fed-LS) needs them; a gradient job's rounds sum the owners' clipped
-    gradients, so they run on the pooled rows, which is the same sum."""
+    gradients, so they run on the pooled rows, which is the same sum. ``noise_split``: how the
+    job's trust model splits distributed noise (``JobFile.noise_split``; the runs add the whole
+    release's noise, every party's share)."""
     if not parts:
         raise ValueError("data: at least one party's rows are needed")
     d = parts[0].d
@@ -293,7 +296,7 @@ def forecast_job(spec: JobSpec, parts: Sequence[Dataset], *, evaluate: Dataset |
     if spec.federated is not None:
         if owners is None:
             raise ValueError("federated: a federated job runs with data owners: give their number (job.owners)")
-        plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, None), n_features=d)
+        plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, None), n_features=d, noise_split=noise_split)
         fed = InProcessFederatedJob(spec, plan, deal_to_owners(pooled, owners, seed))
         return _rounds_forecast(spec, plan, fed, target, runs, seed, federated=True)
     if owners is not None:
@@ -302,10 +305,10 @@ def forecast_job(spec: JobSpec, parts: Sequence[Dataset], *, evaluate: Dataset |
         if spec.model.name == "plugin":
             raise ValueError("model.name: a plugin network is built only where it is installed (a party); "
                              "forecast it with a built-in network of the same shape")
-        plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, None))
+        plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, None), noise_split=noise_split)
         return _rounds_forecast(spec, plan, InProcessNetworkJob(spec, plan, parts), target, runs, seed)
     sizes = public_sizes(spec, None if owners is not None else [p.n for p in parts])
-    plan = plan_job(spec, sampler="mpc", sizes=sizes, n_features=d)
+    plan = plan_job(spec, sampler="mpc", sizes=sizes, n_features=d, noise_split=noise_split)
     job = InProcessJob(spec, plan, parts)
     loss = job.run.proto.loss
     Xp, yp = _tensors(pooled)

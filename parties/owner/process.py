@@ -235,7 +235,7 @@ def _prepare(cfg: OwnerConfig, job: JobFile, job_id: str) -> tuple[Identity, Pri
     jt, spec = job.job, job.spec
     identity = cfg.identity.load("owner")
     plan = plan_job(spec, sampler="mpc", test_no_noise=jt.test_no_noise, sizes=public_sizes(spec, None),
-                    n_features=jt.features)
+                    n_features=jt.features, noise_split=job.noise_split())
     view = _OwnerView(cfg, job, identity, job_id)
     loaded = load_rows(view)  # type: ignore[arg-type]
     if loaded.train.d != jt.features:
@@ -384,7 +384,7 @@ def _model_facts(job: JobFile, job_id: str) -> ModelFacts:
 def _report(job: JobFile, plan: PrivacyPlan, real: Realisation | None, parameters: dict[str, object],
             audit_head: str, notes: tuple[str, ...]) -> PrivacyReport:
     """This owner's privacy report of ``job`` (the plan's, with its run's parameters)."""
-    return plan.report(noise_scale=0.0 if real is None else real.spec.scale,
+    return plan.report(noise_scale=0.0 if real is None else real.report_scale,
                        realisation=None if real is None else real.describe(), trust_model=_trust(job),
                        security=job.job.security,
                        parties=len(job.job.parties),

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from mpc_erm.mpc.aggregator import PRECISION_BITS, MpcAggregator
 from mpc_erm.mpc.callers import CallerPolicy
 from mpc_erm.mpc.communicator import GrpcCommunicator
+from mpc_erm.mpc.local_noise import DistributedNoise
 from mpc_erm.mpc.noise import InMpcNoise, Realisation
 from mpc_erm.mpc.validation import bound_units
 from mpc_erm.privacy.plan import PrivacyPlan
@@ -48,7 +49,7 @@ class ServedOwners:
     trust_model: str
 
 
-def serve_owners(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator, pool: InMpcNoise,
+def serve_owners(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator, pool: InMpcNoise | DistributedNoise,
                  plan: PrivacyPlan, real: Realisation | None, callers: CallerPolicy) -> ServedOwners:
     """Run the job's rounds with the owners' shares as the contributions (module docstring)."""
     spec, jt = ctx.job.spec, ctx.job.job

@@ -210,7 +210,7 @@ def test_digest_ignores_layout_and_key_order() -> None:
 ALTERNATIVES = {("job", "trust"): None, ("job", "device"): "cpu", ("spec", "method"): "output",
                 ("spec", "model", "name"): "ridge", ("spec", "privacy", "mechanism"): "gaussian",
                 ("spec", "privacy", "accountant"): "zcdp", ("spec", "privacy", "adjacency"): "add_remove",
-                ("spec", "training", "weighting"): "thesis"}
+                ("spec", "training", "weighting"): "thesis", ("spec", "privacy", "noise"): "distributed"}
 
 
 def _leaves(tree: dict, prefix: tuple = ()) -> list[tuple]:

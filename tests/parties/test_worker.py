@@ -178,6 +178,40 @@ def test_gradient_job_produces_one_private_model_at_every_party(gradient_run: tu
     assert res["dealer"]["requests"] > 0
 
 
+def test_distributed_noise_through_the_workers(tmp_path: Path) -> None:
+    """privacy.noise = "distributed" with a dealer: each party adds its own share, sized so that one
+    honest party's alone carries the guarantee (σ_p = z·s_grid, the release √3 times the in-MPC
+    noise); no noise sampler runs in the MPC. The parties release one model and a report that
+    ``report verify`` recomputes, and each sampled exactly its own share of every release."""
+    from safetensors.torch import load_file
+
+    from mpc_erm.privacy.report import PrivacyReport
+    from mpc_erm.privacy.statement import job_statement
+    from mpc_erm.privacy.verify import verify_report
+
+    rounds = 4
+    job = JOB.format(method="gradient", lam=1e-3, eps=1.0, T=rounds).replace(
+        'accountant = "rdp"', 'accountant = "rdp"\nnoise = "distributed"')
+    res = run_members(tmp_path, {"*": job})
+    errors = {k: v for k, v in res.items() if isinstance(v, dict) and "error" in v}
+    assert not errors, "\n".join(v["tb"] for v in errors.values())
+    models = [load_file(str(tmp_path / n / "model.safetensors"))["theta"] for n in PARTIES]
+    assert all(bool((m == models[0]).all()) for m in models)
+    rep = json.loads((tmp_path / "alice" / "privacy_report.json").read_text())
+    real = rep["realisation"]
+    assert rep["plan"]["noise"] == real["noise"] == "distributed"
+    assert (real["noise_parties"], real["noise_honest"]) == (3, 1)  # a dealer job: one honest party suffices
+    assert real["noise_scale_grid"] == real["party_noise_scale_grid"]  # its share alone is z·s_grid
+    assert real["noise_scale_grid"] >= rep["plan"]["noise_multiplier"] * real["sensitivity_grid"]
+    assert verify_report(PrivacyReport.from_json(json.dumps(rep))).ok
+    assert "The noise is distributed" in job_statement(PrivacyReport.from_json(json.dumps(rep)))
+    dim = len(models[0])
+    for name in PARTIES:  # every party sampled its own share of each release, ahead of it, and no more
+        noise = json.loads((tmp_path / name / "metrics.json").read_text())["noise"]
+        assert noise["kind"] == "distributed" and noise["samples"] == rounds * dim, noise
+        assert noise["online_samples"] == 0
+
+
 def test_output_job_and_spec_mismatch(tmp_path: Path) -> None:
     good = JOB.format(method="output", lam=1e-3, eps=1.0, T=1)
     res = run_members(tmp_path, {"*": good}, dataset="adult")  # Adult ships with the package
