@@ -163,9 +163,12 @@ class DpSgd:
         """Aggregate the caller's clipped sums (rows, each weighted 1/(q·n̂)) with the plan's
         noise, take the public step; returns g̃."""
         noise = self.noise if noise is None else noise
-        assert noise is not None
+        assert noise is not None and self.plan is not None
         weights = torch.full((contributions.shape[0],), self.weight, dtype=torch.float64)
-        noisy = aggregator.aggregate(contributions.to(torch.float64), weights, noise)
+        rows, radius = contributions.to(torch.float64), self.plan.contribution_radius()
+        if math.isfinite(radius):  # into the public ball the check bounds (PrivacyPlan.batch_cap): 1-Lipschitz
+            rows = clip_rows(rows, radius)
+        noisy = aggregator.aggregate(rows, weights, noise)
         self.public_step(noisy)
         return noisy
 
