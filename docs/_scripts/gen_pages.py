@@ -177,6 +177,9 @@ DESCRIPTIONS = {
     "PrivacySpec.epsilon": "ε of the job's guarantee",
     "PrivacySpec.delta": "δ of the job's guarantee (the samplers' own term is added to it)",
     "PrivacySpec.adjacency": "neighbouring data sets: `replace` one record, or `add_remove` one (then `public_n`)",
+    "PrivacySpec.noise": "`mpc`: sampled inside the MPC (no member knows it); `distributed`: each compute party adds "
+                         "its own share, the honest ones' alone carrying the guarantee (√(k/h) times the noise, no "
+                         "sampler circuit; Gaussian only)",
     "TrainingSpec.weighting": "`pooled`: weights n_j/n (the product's); `thesis`: per-party means (reproduction only)",
     "TrainingSpec.optimizer": "networks: the public optimiser step",
     "TrainingSpec.adam_betas": "adam: β₁, β₂",
@@ -186,6 +189,8 @@ DESCRIPTIONS = {
     "JobTable.parties": "the parties that run the job, by certificate name (with `owners`: the compute parties)",
     "JobTable.trust": "`dealer`: additive sharing with a dealer; `replicated`: 3 parties, honest majority, no dealer",
     "JobTable.dealer": "with `trust = \"dealer\"`: the dealer's identity",
+    "JobTable.security": "what the compute parties are assumed to do: `semi-honest` (follow the protocol; the only mode "
+                         "this version runs) or `malicious` (refused: not yet built, and never with a dealer)",
     "JobTable.device": "where the parties' local work runs (default: each party's own `device`)",
     "IdentityConfig.name": "this member's name: the name in its certificate",
     "IdentityConfig.cert": "its certificate (PEM)",
