@@ -1,13 +1,19 @@
 """What a compute party that deviates in one message achieves against the semi-honest modes: a
-seeded campaign of single-bit flips, the control for a malicious-secure mode.
+seeded campaign of single-message deviations, the control for a malicious-secure mode.
 
     python -m benchmarks.deviation_campaign --trials 60 --out benchmarks/results/deviation_campaign_semi_honest.json
+    python -m benchmarks.deviation_campaign --trials 210 --kinds flip,zero,drop --noise mpc \
+        --out benchmarks/results/deviation_campaign_semi_honest_kinds.json
+    python -m benchmarks.deviation_campaign --trials 210 --kinds flip,zero,drop --noise distributed \
+        --out benchmarks/results/deviation_campaign_semi_honest_distributed.json
 
 Each trial is one session of three compute processes (gRPC + mTLS, 3-party replicated sharing):
-one noisy aggregate of known contributions (d coordinates, in-MPC discrete Gaussian noise, σ on
-the grid), exactly as a job's round. Party 1 flips one bit (position from the trial's seed) of
-its k-th outgoing tensor message after the session's set-up (k uniform over the messages an
-honest run sends, counted in a first run). Outcomes:
+one noisy aggregate of known contributions (d coordinates, σ on the grid; the noise sampled inside
+the MPC, or each party's own share with ``--noise distributed``), exactly as a job's round. Party 1
+deviates in its k-th outgoing tensor message after the session's set-up (k uniform over the
+messages an honest run sends, counted in a first run), by a kind drawn from ``--kinds``: ``flip``
+one bit (position from the trial's seed), ``zero`` the whole message, or ``drop`` it (never sent,
+its key used up, as if lost). Outcomes:
 
 * ``caught_integrity`` — the parties' agreement checks stopped the job (IntegrityError: differing
   reveals, a stalled sampler);
@@ -34,6 +40,7 @@ from benchmarks.aggregate import jsonable, machine_info
 
 DIM, SIGMA, FAR = 16, 4.0, 8.0
 DEVIATOR = 1
+DEADLINE_S = 5.0  # every wait's bound: a dropped message ends the trial after this long
 
 
 def _contributions(rank: int) -> Any:
@@ -42,11 +49,15 @@ def _contributions(rank: int) -> Any:
     return torch.linspace(-1.0, 1.0, DIM, dtype=torch.float64) * (rank + 1)
 
 
-def _party(ctx: Any, flip: tuple[int, int] | None) -> dict[str, Any]:
+def _party(ctx: Any, flip: tuple[int, int, str] | None, noise: str) -> dict[str, Any]:
+    import math
+    from concurrent.futures import Future
+
     import torch
 
     from mpc_erm.mpc.aggregator import MpcAggregator
-    from mpc_erm.mpc.noise import InMpcNoise
+    from mpc_erm.mpc.local_noise import DistributedNoise
+    from mpc_erm.mpc.noise import InMpcNoise, plan_noise
     from mpc_erm.protocols.aggregation import NoiseSpec
 
     sent: list[str] = []
@@ -56,32 +67,47 @@ def _party(ctx: Any, flip: tuple[int, int] | None) -> dict[str, Any]:
     def counting(dst: int, op: str, payload: Any, **kw: Any) -> Any:
         if isinstance(payload, torch.Tensor):
             if flip is not None and len(sent) == flip[0]:
+                sent.append(op)
+                if flip[2] == "drop":  # never sent; its key used up, so the receiver waits in vain
+                    ep._take_seq(ep._send_seq, dst)
+                    done: Future[None] = Future()
+                    done.set_result(None)
+                    return done
                 payload = payload.clone()
                 flat = payload.reshape(-1).view(torch.uint8)
-                if flat.numel():
+                if flip[2] == "zero":
+                    flat.zero_()
+                elif flat.numel():
                     byte = flip[1] % flat.numel()
                     flat[byte] ^= 1 << (flip[1] % 8)
+                return post(dst, op, payload, **kw)
             sent.append(op)
         return post(dst, op, payload, **kw)
 
     if ctx.rank == DEVIATOR:
         ep.post = counting
-    src = InMpcNoise()
-    spec = NoiseSpec("gaussian", SIGMA, sensitivity=1.0)
+    if noise == "distributed":  # each party's own share: σ/√2, two honest shares carry σ
+        grid = plan_noise(NoiseSpec("gaussian", SIGMA, sensitivity=1.0), DIM, 3).grid_bits
+        spec = NoiseSpec("gaussian", SIGMA / math.sqrt(2.0), sensitivity=1.0, grid_bits=grid)
+        src: Any = DistributedNoise()
+    else:
+        spec = NoiseSpec("gaussian", SIGMA, sensitivity=1.0)
+        src = InMpcNoise()
     agg = MpcAggregator(src)
     src.prepare(spec, DIM, releases=1)
     out = agg.aggregate(_contributions(ctx.rank)[None], torch.ones(1, dtype=torch.float64), spec)
     return {"release": out.tolist(), "sent": sent}
 
 
-def _trial(flip: tuple[int, int] | None) -> dict[str, Any]:
+def _trial(flip: tuple[int, int, str] | None, noise: str) -> dict[str, Any]:
     import numpy as np
 
     from mpc_erm.mpc.local import LocalRunError, run_local
 
     tic = time.perf_counter()
     try:
-        reps = run_local(_party, parties=3, trust="replicated", args=(flip,), timeout_s=180, deadline_s=20)
+        reps = run_local(_party, parties=3, trust="replicated", args=(flip, noise), timeout_s=180,
+                         deadline_s=DEADLINE_S)
     except LocalRunError as exc:
         text = str(exc)
         kind = "caught_integrity" if any(k in text for k in ("RevealMismatch", "SamplerStall", "SetupMismatch",
@@ -102,9 +128,14 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=60)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kinds", default="flip", help="comma-separated: flip, zero, drop")
+    ap.add_argument("--noise", choices=["mpc", "distributed"], default="mpc")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
-    honest = _trial(None)
+    kinds = [k for k in a.kinds.split(",") if k]
+    if not kinds or set(kinds) - {"flip", "zero", "drop"}:
+        raise SystemExit(f"--kinds: flip, zero, drop; got {a.kinds!r}")
+    honest = _trial(None, a.noise)
     if honest["outcome"] != "silent_plausible":
         raise SystemExit(f"the honest run did not give a plausible release: {honest}")
     messages, ops = int(honest["sent"]), list(honest["ops"])
@@ -112,20 +143,27 @@ def main(argv: list[str] | None = None) -> None:
     trials = []
     for i in range(a.trials):
         k, bit = int(rng.integers(messages)), int(rng.integers(1 << 30))
-        r = _trial((k, bit))
+        kind = kinds[i % len(kinds)] if len(kinds) > 1 else kinds[0]
+        r = _trial((k, bit, kind), a.noise)
         r.pop("ops", None)
-        trials.append({"trial": i, "message": k, "op": ops[k], "bit": bit, **r})
-        print(f"trial {i}: message {k} ({ops[k]}): {r['outcome']}", flush=True)
-    counts = {k: sum(t["outcome"] == k for t in trials) for k in
-              ("caught_integrity", "caught_other", "silent_corrupted", "silent_plausible", "split")}
+        trials.append({"trial": i, "kind": kind, "message": k, "op": ops[k], "bit": bit, **r})
+        print(f"trial {i}: {kind} message {k} ({ops[k]}): {r['outcome']}", flush=True)
+    outcomes = ("caught_integrity", "caught_other", "silent_corrupted", "silent_plausible", "split")
+    counts = {k: sum(t["outcome"] == k for t in trials) for k in outcomes}
+    by_kind = {kind: {k: sum(t["outcome"] == k for t in trials if t["kind"] == kind) for k in outcomes}
+               for kind in kinds}
+    by_op = {op: {k: sum(t["outcome"] == k for t in trials if t["op"] == op) for k in outcomes}
+             for op in sorted({t["op"] for t in trials})}
     command = "python -m benchmarks.deviation_campaign " + " ".join(sys.argv[1:] if argv is None else argv)
+    made = "in-MPC discrete Gaussian" if a.noise == "mpc" else "distributed discrete Gaussian (each party's share)"
     out = jsonable({"benchmark": "deviation_campaign", "mode": "semi-honest (3-party replicated sharing)",
-                    "machine": machine_info(), "command": command,
-                    "what": (f"one noisy aggregate of known contributions (d = {DIM}, in-MPC discrete Gaussian, σ = "
-                             f"{SIGMA:g}); party {DEVIATOR} flips one bit of one outgoing message after set-up, the "
-                             f"message uniform over the {messages} an honest run sends; outcome per trial (module "
-                             "docstring)"),
-                    "honest_messages": messages, "counts": counts, "trials": trials})
+                    "noise": a.noise, "machine": machine_info(), "command": command,
+                    "what": (f"one noisy aggregate of known contributions (d = {DIM}, {made}, σ = {SIGMA:g}); party "
+                             f"{DEVIATOR} deviates in one outgoing message after set-up ({', '.join(kinds)}, in turn), "
+                             f"the message uniform over the {messages} an honest run sends; outcome per trial (module "
+                             f"docstring); every wait bounded by {DEADLINE_S:g} s"),
+                    "honest_messages": messages, "honest_ops": {op: ops.count(op) for op in sorted(set(ops))},
+                    "counts": counts, "by_kind": by_kind, "by_op": by_op, "trials": trials})
     print(json.dumps(counts), flush=True)
     if a.out:
         a.out.write_text(json.dumps(out, indent=2))

@@ -12,6 +12,7 @@ equal the agreed owners' contributions exactly (no noise) and differ by the plan
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -343,24 +344,29 @@ def _compute_comm(table: Any, identity: Any, server: Any, deadline_s: float) -> 
         uninit_crypten()
 
 
-def _compute_member(rank: int, table: Any, identity: Any, server: Any, *, addr_q: Any, noisy: bool) -> dict[str, Any]:
+def _compute_member(rank: int, table: Any, identity: Any, server: Any, *, addr_q: Any, noise: str) -> dict[str, Any]:
     if identity.role == "dealer":
         return _serve_dealer(table, identity, server)
     with _compute_comm(table, identity, server, 120.0) as comm:
-        return _many_owner_rounds(rank, identity, comm, addr_q=addr_q, noisy=noisy)
+        return _many_owner_rounds(rank, identity, comm, addr_q=addr_q, noise=noise)
 
 
-def _many_owner_rounds(rank: int, identity: Any, comm: Any, *, addr_q: Any, noisy: bool) -> dict[str, Any]:
+def _many_owner_rounds(rank: int, identity: Any, comm: Any, *, addr_q: Any, noise: str) -> dict[str, Any]:
     from mpc_erm.mpc.aggregator import PRECISION_BITS, MpcAggregator, ZeroNoise
-    from mpc_erm.mpc.noise import InMpcNoise
+    from mpc_erm.mpc.local_noise import DistributedNoise
+    from mpc_erm.mpc.noise import InMpcNoise, plan_noise
     from mpc_erm.protocols.aggregation import NO_NOISE, NoiseSpec
     from parties.owner.intake import agree_present
     from parties.owner.rounds import ReleaseSignatures
 
-    if noisy:
-        src = InMpcNoise()
-        agg = MpcAggregator(src)
+    if noise != "none":
         spec = NoiseSpec("gaussian", SIGMA, sensitivity=0.01)
+        src: Any = InMpcNoise()
+        if noise == "distributed":  # each compute party's own share: σ/√2 (two honest of three carry σ)
+            grid = plan_noise(spec, DIM, 3).grid_bits
+            spec = NoiseSpec("gaussian", SIGMA / math.sqrt(2.0), sensitivity=0.01, grid_bits=grid)
+            src = DistributedNoise()
+        agg = MpcAggregator(src)
         src.prepare(spec, DIM, releases=ROUNDS)
         grid = src.precision_bits(spec, DIM)
     else:
@@ -430,8 +436,8 @@ def _many_value(o: int, t: int) -> torch.Tensor:
     return (torch.rand(DIM, generator=g, dtype=torch.float64) - 0.5) * 0.2
 
 
-@pytest.mark.parametrize("noisy", [False, True], ids=["no-noise", "in-mpc-noise"])
-def test_thirty_owners_through_three_compute_processes(noisy: bool) -> None:
+@pytest.mark.parametrize("noise", ["none", "mpc", "distributed"], ids=["no-noise", "in-mpc-noise", "distributed-noise"])
+def test_thirty_owners_through_three_compute_processes(noise: str) -> None:
 
     from tests.mpc.test_mpc_aggregator import run_job
 
@@ -441,7 +447,7 @@ def test_thirty_owners_through_three_compute_processes(noisy: bool) -> None:
     grid_of: dict[str, int] = {}
     th = threading.Thread(target=lambda: box.update(seen=_owners_run(ca, addr_q, grid_of)))
     th.start()
-    reports = run_job(_compute_member, 3, dealer=True, timeout=300, ca=ca, addr_q=addr_q, noisy=noisy)
+    reports = run_job(_compute_member, 3, dealer=True, timeout=300, ca=ca, addr_q=addr_q, noise=noise)
     th.join(60)
     errors = {r: v["error"] for r, v in reports.items() if "error" in v}
     assert not errors, "\n".join(errors.values())
@@ -458,8 +464,8 @@ def test_thirty_owners_through_three_compute_processes(noisy: bool) -> None:
             assert np.array_equal(np.asarray(reports[r][f"out_{t}"]), np.asarray(reports[0][f"out_{t}"]))
         for got in seen.values():  # every owner read the same release, with the count
             assert torch.equal(got[t][0], out) and got[t][1] == len(agreed)
-        if noisy:
-            assert 0 < float((out - exact).abs().max()) < 8 * SIGMA  # the noise, once, at its scale
+        if noise != "none":  # the noise, once, at its scale (distributed: three shares of σ/√2, 1.22 σ)
+            assert 0 < float((out - exact).abs().max()) < 8 * SIGMA
         else:
             assert torch.equal(out, exact)
 
