@@ -30,6 +30,7 @@ own sizes, seeds and TTP requests fit in it. An object of any other type (e.g. a
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -162,7 +163,22 @@ class GrpcCommunicator(Communicator):
         self.ttp_initialized = False
         self._name = table.member(self.rank).name
         self._bytes_baseline = 0
+        # SHA-256 over every all_reduce result in order: what this party saw opened. The parties
+        # compare it at each agreement (mpc_erm.mpc.agreement.agree_on), so an opening that gave
+        # two parties different values (a sampler coin, a comparison, a Beaver opening) stops the
+        # job at the next agreement, before the release that follows from it is used.
+        self._openings = hashlib.sha256(b"mpc-erm openings v1")
         self.reset_communication_stats()
+
+    def openings_digest(self) -> bytes:
+        """The digest of every value opened so far by an all_reduce, in order (32 bytes)."""
+        return self._openings.copy().digest()
+
+    def _opened(self, results: list[torch.Tensor]) -> None:
+        for t in results:
+            v = t.detach().to("cpu").contiguous()
+            self._openings.update(f"{v.dtype}{tuple(v.shape)}".encode())
+            self._openings.update(v.reshape(-1).view(torch.uint8).numpy())
 
     # ------------------------------------------------------------------ CrypTen class API
 
@@ -394,6 +410,7 @@ class GrpcCommunicator(Communicator):
             return self._scattered_all_reduce(ranks, tensors, fn, batched)
         per_rank = self._exchange(ranks, "all_reduce", tensors)
         result = [functools.reduce(fn, [pr[i] for pr in per_rank]) for i in range(len(tensors))]
+        self._opened(result)
         return result if batched else result[0]
 
     def _scattered_all_reduce(
@@ -426,6 +443,7 @@ class GrpcCommunicator(Communicator):
         ep.wait_all(futures, deadline)
         gathered = self._exchange_parts(ranks, "all_reduce/gather", mine, parts, deadline)
         result = [torch.cat(gathered[i]).reshape(t.shape) for i, t in enumerate(tensors)]
+        self._opened(result)
         return result if batched else result[0]
 
     def _exchange_parts(

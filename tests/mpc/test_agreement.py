@@ -110,3 +110,33 @@ def test_the_stall_limit_is_the_shortest_run_an_honest_sampler_rejects_with_prob
     assert stall_limit(1.0) == 1
     with pytest.raises(ValueError, match="acceptance"):
         stall_limit(0.0)
+
+
+def _split_opening_party(ctx: object, split: bool) -> str:
+    import crypten
+
+    from mpc_erm.mpc.agreement import RevealMismatch, agree_on
+
+    comm = crypten.communicator.get()
+    opened = comm.all_reduce(torch.full((4,), comm.get_rank() + 1, dtype=torch.long))  # an intermediate opening
+    if split and comm.get_rank() == 2:  # as if a deviating party had sent party 2 another share than the others
+        comm._openings.update(b"another value")
+    comm.all_reduce(torch.ones(2, dtype=torch.long))  # more openings after it
+    try:
+        agree_on(comm, "aggregate #0", torch.zeros(3, dtype=torch.long) + int(opened[0]))  # the release agrees
+    except RevealMismatch as exc:
+        return str(exc)
+    return "agreed"
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_an_opening_that_split_the_parties_stops_them_at_the_next_agreement(split: bool) -> None:
+    """Every all_reduce result enters the communicator's log of openings, which each agreement
+    compares: a coin or comparison opened differently at one party stops every party at the next
+    agreement, although the release itself is the same at all of them."""
+    got = run_local(_split_opening_party, parties=3, trust="replicated", args=(split,), timeout_s=120)
+    if not split:
+        assert got == ["agreed"] * 3
+        return
+    assert all("did not see the same values opened before it" in g for g in got), got
+    assert all("party2 holds" in g for g in got), got  # the one whose view differs, named at every party
