@@ -89,10 +89,6 @@ def _digest(parts: list[bytes]) -> torch.Tensor:
     return torch.frombuffer(bytearray(h.digest()), dtype=torch.long).clone()
 
 
-def _hex(words: torch.Tensor) -> str:
-    return words.numpy().tobytes().hex()[:12]
-
-
 def agree_on(comm: object, what: str, value: torch.Tensor) -> None:
     """Raise :class:`RevealMismatch` unless every party holds the same ``value`` (dtype, shape
     and bytes) for ``what`` (a description that names the round: it is hashed with the value, so
@@ -104,11 +100,11 @@ def agree_on(comm: object, what: str, value: torch.Tensor) -> None:
                     b"" if opened is None else opened()])
     every = comm.all_gather(mine)  # type: ignore[attr-defined]
     me = comm.get_rank()  # type: ignore[attr-defined]
-    groups: dict[str, list[str]] = {}
+    groups: dict[bytes, list[str]] = {}  # by the whole digest; a prefix only names it in the message
     for r, d in enumerate(every):
-        groups.setdefault(_hex(d), []).append(member_name(comm, r))
+        groups.setdefault(d.numpy().tobytes(), []).append(member_name(comm, r))
     if len(groups) > 1:
-        views = "; ".join(f"{', '.join(names)} hold{'s' if len(names) == 1 else ''} {h}…"
+        views = "; ".join(f"{', '.join(names)} hold{'s' if len(names) == 1 else ''} {h.hex()[:12]}…"
                           for h, names in groups.items())
         raise RevealMismatch(f"{what}: the compute parties do not hold the same value, or did not see the same "
                              f"values opened before it ({views}; this party is {member_name(comm, me)}): a party "
