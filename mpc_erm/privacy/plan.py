@@ -433,7 +433,16 @@ class PrivacyPlan:
         return self.solver_tol
 
     def accountant_statement(self) -> str:
-        """The report's ``accountant`` line: which computation gives ε, for which distribution."""
+        """The report's ``accountant`` line: which computation gives ε, for which distribution (with
+        distributed noise, why the honest shares' sum meets the discrete Gaussian's RDP curve)."""
+        line = self._accountant_line()
+        if self.mechanism == "gaussian" and self.noise_split is not None:
+            line += (f"; with distributed noise the curve is that of the honest compute parties' "
+                     f"{self.noise_split.honest} discrete Gaussian shares (Kairouz–Liu–Steinke 2021 Prop. 14: the "
+                     "Gaussian's RDP curve plus τ·d, τ < 1e-300 here)")
+        return line
+
+    def _accountant_line(self) -> str:
         what = {"rdp": "RDP (dp_accounting)", "zcdp": "zCDP (Bun–Steinke conversion)", "gdp": "exact GDP",
                 "pld": "PLD (dp_accounting)", "pure": "pure ε, basic composition", "none": "none"}[self.accountant]
         if self.mechanism == "gaussian" and self.population is not None:
@@ -445,9 +454,6 @@ class PrivacyPlan:
         if self.mechanism == "gaussian" and self.sampler == "mpc" and self.sampling_rate < 1.0:
             return (f"{what} of the Poisson-subsampled discrete Gaussian (Zhu–Wang 2019 general bound on its RDP "
                     "α/(2z²) at integer orders)")
-        if self.mechanism == "gaussian" and self.noise_split is not None:
-            return (f"{what} of the honest compute parties' {self.noise_split.honest} discrete Gaussian shares "
-                    "(Kairouz–Liu–Steinke 2021 Prop. 14: the Gaussian's RDP curve plus τ·d, τ < 1e-300 here)")
         if self.mechanism == "gaussian" and self.sampler == "mpc":
             return f"{what} of the discrete Gaussian (CKS 2020 Prop. 5, additive over coordinates)"
         if self.mechanism == "laplace" and self.sampler == "mpc":
