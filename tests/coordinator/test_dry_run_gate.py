@@ -246,3 +246,22 @@ def test_a_job_with_data_owners_is_forecast_on_rows_dealt_to_its_owners(
     job.write_text(_owner_job(6, features=30))
     code, _, err = _plan(files, job, monkeypatch, capsys)
     assert code != 0 and "job.features = 30" in err and "8 features" in err, err
+
+
+def test_a_distributed_noise_job_forecasts_the_noise_every_party_adds(
+        files: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    job = files / "shared.toml"
+    job.write_text(JOB.format(eps=2.0))
+    data = [a for p in ("alice", "bob", "carol") for a in ("--data", str(files / "d" / f"{p}.csv"))]
+    code, out, _ = run_main(monkeypatch, capsys, "job", "plan", str(job), "--schema", str(SCHEMA), "--runs", "1",
+                            "--json", *data)
+    in_mpc = json.loads(out)
+    job.write_text(JOB.format(eps=2.0).replace("clip = 1.0", 'clip = 1.0\nnoise = "distributed"'))
+    code, out, _ = _plan(files, job, monkeypatch, capsys)
+    assert code == 0 and "noise: distributed (each of the 3 compute parties adds its own share; the guarantee rests " \
+                          "on the 2 honest ones' shares alone (up to 1 corrupt), so the noise is 1.22× the in-MPC " \
+                          "sampler's)" in out, out
+    shared = json.loads((files / "shared.plan.json").read_text())
+    assert shared["noise"] == "distributed" and in_mpc["noise"] == "mpc"
+    assert shared["noise_std_per_coordinate"] == pytest.approx(1.5**0.5 * in_mpc["noise_std_per_coordinate"])
+    assert shared["epsilon"] == pytest.approx(in_mpc["epsilon"])  # the same guarantee, from the honest shares
