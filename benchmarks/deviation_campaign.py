@@ -13,7 +13,9 @@ the MPC, or each party's own share with ``--noise distributed``), exactly as a j
 deviates in its k-th outgoing tensor message after the session's set-up (k uniform over the
 messages an honest run sends, counted in a first run), by a kind drawn from ``--kinds``: ``flip``
 one bit (position from the trial's seed), ``zero`` the whole message, or ``drop`` it (never sent,
-its key used up, as if lost). Outcomes:
+its key used up, as if lost) — each reaches one party only — or, ``consistent``, it alters one bit
+of its share in its k-th all_reduce for every recipient alike (k uniform over its all_reduce
+calls): the deviation no agreement can see, which only a malicious-secure protocol catches. Outcomes:
 
 * ``caught_integrity`` — the parties' agreement checks stopped the job (IntegrityError: differing
   reveals, a stalled sampler);
@@ -84,8 +86,21 @@ def _party(ctx: Any, flip: tuple[int, int, str] | None, noise: str) -> dict[str,
             sent.append(op)
         return post(dst, op, payload, **kw)
 
+    reduces = [0]
+    reduce = ctx.comm.all_reduce
+
+    def consistent(value: Any, *args: Any, **kw: Any) -> Any:
+        """The same altered share to every party: bit ``flip[1] mod 63`` of one word of its input."""
+        if flip is not None and flip[2] == "consistent" and reduces[0] == flip[0] and isinstance(value, torch.Tensor) \
+                and value.dtype == torch.long and value.numel():
+            value = value.clone()
+            value.view(-1)[flip[1] % value.numel()] ^= 1 << (flip[1] % 63)
+        reduces[0] += 1
+        return reduce(value, *args, **kw)
+
     if ctx.rank == DEVIATOR:
         ep.post = counting
+        ctx.comm.all_reduce = consistent
     if noise == "distributed":  # each party's own share: σ/√2, two honest shares carry σ
         grid = plan_noise(NoiseSpec("gaussian", SIGMA, sensitivity=1.0), DIM, 3).grid_bits
         spec = NoiseSpec("gaussian", SIGMA / math.sqrt(2.0), sensitivity=1.0, grid_bits=grid)
@@ -96,7 +111,7 @@ def _party(ctx: Any, flip: tuple[int, int, str] | None, noise: str) -> dict[str,
     agg = MpcAggregator(src)
     src.prepare(spec, DIM, releases=1)
     out = agg.aggregate(_contributions(ctx.rank)[None], torch.ones(1, dtype=torch.float64), spec)
-    return {"release": out.tolist(), "sent": sent}
+    return {"release": out.tolist(), "sent": sent, "reduces": reduces[0]}
 
 
 def _trial(flip: tuple[int, int, str] | None, noise: str) -> dict[str, Any]:
@@ -119,7 +134,7 @@ def _trial(flip: tuple[int, int, str] | None, noise: str) -> dict[str, Any]:
     off = float(np.max(np.abs(rel[0] - truth)) / SIGMA)
     kind = "silent_corrupted" if off > FAR else "silent_plausible"
     return {"outcome": kind if same else "split", "max_off_in_sigma": off, "seconds": time.perf_counter() - tic,
-            "sent": len(reps[DEVIATOR]["sent"]), "ops": reps[DEVIATOR]["sent"]}
+            "sent": len(reps[DEVIATOR]["sent"]), "ops": reps[DEVIATOR]["sent"], "reduces": reps[DEVIATOR]["reduces"]}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -128,26 +143,30 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=60)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--kinds", default="flip", help="comma-separated: flip, zero, drop")
+    ap.add_argument("--kinds", default="flip", help="comma-separated: flip, zero, drop, consistent")
     ap.add_argument("--noise", choices=["mpc", "distributed"], default="mpc")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     kinds = [k for k in a.kinds.split(",") if k]
-    if not kinds or set(kinds) - {"flip", "zero", "drop"}:
-        raise SystemExit(f"--kinds: flip, zero, drop; got {a.kinds!r}")
+    if not kinds or set(kinds) - {"flip", "zero", "drop", "consistent"}:
+        raise SystemExit(f"--kinds: flip, zero, drop, consistent; got {a.kinds!r}")
     honest = _trial(None, a.noise)
     if honest["outcome"] != "silent_plausible":
         raise SystemExit(f"the honest run did not give a plausible release: {honest}")
-    messages, ops = int(honest["sent"]), list(honest["ops"])
+    messages, ops, reduces = int(honest["sent"]), list(honest["ops"]), int(honest["reduces"])
     rng = np.random.default_rng(a.seed)
     trials = []
     for i in range(a.trials):
         k, bit = int(rng.integers(messages)), int(rng.integers(1 << 30))
         kind = kinds[i % len(kinds)] if len(kinds) > 1 else kinds[0]
+        op = ops[k]
+        if kind == "consistent":  # the k-th of its all_reduce calls, the same altered share to every party
+            k, op = k % reduces, "all_reduce (every recipient)"
         r = _trial((k, bit, kind), a.noise)
         r.pop("ops", None)
-        trials.append({"trial": i, "kind": kind, "message": k, "op": ops[k], "bit": bit, **r})
-        print(f"trial {i}: {kind} message {k} ({ops[k]}): {r['outcome']}", flush=True)
+        r.pop("reduces", None)
+        trials.append({"trial": i, "kind": kind, "message": k, "op": op, "bit": bit, **r})
+        print(f"trial {i}: {kind} message {k} ({op}): {r['outcome']}", flush=True)
     outcomes = ("caught_integrity", "caught_other", "silent_corrupted", "silent_plausible", "split")
     counts = {k: sum(t["outcome"] == k for t in trials) for k in outcomes}
     by_kind = {kind: {k: sum(t["outcome"] == k for t in trials if t["kind"] == kind) for k in outcomes}
