@@ -68,7 +68,7 @@ def _party(ctx: Any, flip: tuple[int, int, str] | None, noise: str) -> dict[str,
 
     def counting(dst: int, op: str, payload: Any, **kw: Any) -> Any:
         if isinstance(payload, torch.Tensor):
-            if flip is not None and len(sent) == flip[0]:
+            if flip is not None and flip[2] != "consistent" and len(sent) == flip[0]:
                 sent.append(op)
                 if flip[2] == "drop":  # never sent; its key used up, so the receiver waits in vain
                     ep._take_seq(ep._send_seq, dst)
