@@ -132,9 +132,8 @@ class PrivacyPlan:
     # federated uniform sampling: N = public_n owner slots, exactly s = q·N drawn a round without
     # replacement; the noise multiplier is then relative to the replace-one shift 2·clip
     population: int | None = None
-    # who makes the noise (mpc_erm.privacy.distributed): "mpc", sampled inside the MPC; "distributed",
-    # each compute party adds a share, ``noise_split`` saying how many and how many carry the guarantee
-    noise: str = "mpc"
+    # distributed noise (mpc_erm.privacy.distributed): how many compute parties add a share and how
+    # many of them carry the guarantee; None: the noise is sampled inside the MPC
     noise_split: NoiseSplit | None = None
 
     # ------------------------------------------------------------------ construction
@@ -194,7 +193,7 @@ class PrivacyPlan:
         if pv.noise == "distributed":
             if mech != "gaussian":
                 raise PlanError("privacy.noise", "distributed noise is Gaussian; set mechanism = 'gaussian'")
-            base.update(noise="distributed", noise_split=noise_split or NoiseSplit(3, 2))
+            base["noise_split"] = noise_split or NoiseSplit(3, 2)
             if noise_split is None:
                 base["notes"] = ("distributed noise: assumed 3 replicated compute parties, one of which may be "
                                  "corrupt (the job file's trust model decides it for a real job)",)
@@ -354,6 +353,11 @@ class PrivacyPlan:
         if self.mechanism == "gaussian":
             return float(self.noise_multiplier) * self.sensitivity() * self.noise_inflation  # type: ignore[arg-type]
         return self.sensitivity() / float(self.epsilon_per_release)  # type: ignore[arg-type]
+
+    @property
+    def noise(self) -> str:
+        """Who makes the noise: "mpc" (sampled inside the MPC) or "distributed" (each party's share)."""
+        return "mpc" if self.noise_split is None else "distributed"
 
     @property
     def noise_inflation(self) -> float:
