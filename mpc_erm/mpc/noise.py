@@ -306,32 +306,38 @@ def realise(plan: PrivacyPlan, parties: int) -> Realisation:
     """Realise ``plan`` (a bound :class:`~mpc_erm.privacy.plan.PrivacyPlan`) among ``parties``
     parties: pick the grid, set σ_grid = z·s_grid (Gaussian) or t = s_grid/ε (Laplace) with s_grid
     the grid sensitivity including every party's rounding, and check the sampler's total-variation
-    bound against the plan's budget. Raises ValueError (before anything is sampled or revealed)
+    bound against the plan's budget. Distributed noise (``plan.noise_split``, Gaussian only): each
+    party's share σ_p with h·σ_p² ≥ (z·s_grid)², h the honest shares, the TV counted over the h·d
+    honest samples of a release, and the Kairouz–Liu–Steinke τ·d term checked to vanish over the
+    job (mpc_erm.privacy.distributed). Raises ValueError (before anything is sampled or revealed)
     if the realisation cannot meet the plan."""
     from .samplers.guarantee import gaussian_tv_bound, grid_sensitivity_units, laplace_tv_bound
 
     if plan.sampler != "mpc" or plan.dim is None or plan.sizes is None:
         raise ValueError("realise: needs an in-MPC plan bound with the agreed sizes and the dimension")
     dim, delta_s = int(plan.dim), plan.sensitivity()
-    if plan.noise_split is not None:
-        return _realise_distributed(plan, parties)
+    split = plan.noise_split  # distributed noise: each party samples a share, h of them carry the guarantee
+    if split is not None and split.parties != parties:
+        raise ValueError(f"realise: the plan splits the noise among {split.parties} parties, the session has {parties}")
     if plan.mechanism == "gaussian":
+        h = 1 if split is None else split.honest  # the samples whose sum must carry σ = z·s_grid
         z = float(plan.noise_multiplier)
-        g = _grid_bits(z * delta_s, delta_s, dim, parties, "l2")
+        g = _grid_bits(z * delta_s / math.sqrt(h), delta_s, dim, parties, "l2")
         s_grid = grid_sensitivity_units(delta_s, g, dim, parties, "l2")
-        sigma = z * s_grid * 2.0**-g
+        need = z * s_grid
+        sigma = need / math.sqrt(h) * 2.0**-g
         for coin_bits in GAUSSIAN_COIN_BITS:  # the cheapest coins whose TV fits the plan's budget
             for _ in range(64):  # for_sigma never samples below the request; guard the float round trip
                 spec = NoiseSpec("gaussian", sigma, sensitivity=delta_s, grid_bits=g, coin_bits=coin_bits)
                 noise_plan = plan_noise(spec, dim, parties)
-                if noise_plan.params.sigma >= z * s_grid:
+                if math.sqrt(h) * noise_plan.params.sigma >= need:
                     break
                 sigma = math.nextafter(sigma, math.inf)
-            tv = dim * gaussian_tv_bound(noise_plan.params)
+            tv = h * dim * gaussian_tv_bound(noise_plan.params)
             if tv <= plan.sampler_tv_per_release:
                 break
-        mult = noise_plan.params.sigma / s_grid
-        scale_grid = noise_plan.params.sigma
+        scale_grid = math.sqrt(h) * noise_plan.params.sigma
+        mult = scale_grid / s_grid
         ok = mult >= z
     elif plan.mechanism == "laplace":
         eps = float(plan.epsilon_per_release)
@@ -349,45 +355,15 @@ def realise(plan: PrivacyPlan, parties: int) -> Realisation:
     if not ok:  # pragma: no cover - guarded above
         raise ValueError("realise: the sampled noise does not meet the plan's multiplier")
     if tv > plan.sampler_tv_per_release:
-        raise ValueError(
-            f"the in-MPC sampler's total-variation bound {tv:.3g} per release ({dim} coordinates) exceeds the plan's "
-            f"budget {plan.sampler_tv_per_release:.3g}: raise privacy.delta or shorten the job"
-        )
-    return Realisation(spec, noise_plan, s_grid, scale_grid, mult, tv)
-
-
-def _realise_distributed(plan: PrivacyPlan, parties: int) -> Realisation:
-    """Distributed noise (mpc_erm.privacy.distributed): each party's share N_Z(0, σ_p²) on the grid
-    with h·σ_p² ≥ (z·s_grid)², h the honest parties; the sampler's TV counted for the h·d honest
-    samples of a release; the KLS τ·d term must vanish over the whole job."""
-    from .samplers.guarantee import gaussian_tv_bound, grid_sensitivity_units
-
-    split = plan.noise_split
-    assert split is not None and plan.dim is not None
-    if split.parties != parties:
-        raise ValueError(f"realise: the plan splits the noise among {split.parties} parties, the session has {parties}")
-    dim, delta_s, z, h = int(plan.dim), plan.sensitivity(), float(plan.noise_multiplier), split.honest
-    g = _grid_bits(z * delta_s / math.sqrt(h), delta_s, dim, parties, "l2")
-    s_grid = grid_sensitivity_units(delta_s, g, dim, parties, "l2")
-    need = z * s_grid  # the honest shares' sum must have at least this σ (grid units)
-    sigma = need / math.sqrt(h) * 2.0**-g
-    for coin_bits in GAUSSIAN_COIN_BITS:  # the cheapest coins whose TV fits the plan's budget
-        for _ in range(64):
-            spec = NoiseSpec("gaussian", sigma, sensitivity=delta_s, grid_bits=g, coin_bits=coin_bits)
-            noise_plan = plan_noise(spec, dim, parties)
-            if math.sqrt(h) * noise_plan.params.sigma >= need:
-                break
-            sigma = math.nextafter(sigma, math.inf)
-        tv = h * dim * gaussian_tv_bound(noise_plan.params)
-        if tv <= plan.sampler_tv_per_release:
-            break
-    honest = math.sqrt(h) * noise_plan.params.sigma
-    if tv > plan.sampler_tv_per_release:
-        raise ValueError(f"the noise sampler's total-variation bound {tv:.3g} per release ({h} honest shares of {dim} "
-                         f"coordinates) exceeds the plan's budget {plan.sampler_tv_per_release:.3g}: raise "
-                         "privacy.delta or shorten the job")
-    tau = kls_tau(noise_plan.params.sigma, h)
+        what = (f"the in-MPC sampler's total-variation bound {tv:.3g} per release ({dim} coordinates)" if split is None
+                else f"the noise sampler's total-variation bound {tv:.3g} per release ({split.honest} honest shares of "
+                     f"{dim} coordinates)")
+        raise ValueError(f"{what} exceeds the plan's budget {plan.sampler_tv_per_release:.3g}: raise privacy.delta or "
+                         "shorten the job")
+    if split is None:
+        return Realisation(spec, noise_plan, s_grid, scale_grid, mult, tv)
+    tau = kls_tau(noise_plan.params.sigma, split.honest)
     if plan.rounds * tau * dim > MAX_KLS_OFFSET:
         raise ValueError(f"distributed noise: σ per party {noise_plan.params.sigma:.3g} grid units is too small for "
                          "the sum of discrete Gaussians to be accounted as one (Kairouz–Liu–Steinke τ·d)")
-    return Realisation(spec, noise_plan, s_grid, honest, honest / s_grid, tv, split, tau)
+    return Realisation(spec, noise_plan, s_grid, scale_grid, mult, tv, split, tau)
