@@ -80,8 +80,9 @@ def _plugin_builder(ctx: WorkerContext) -> NetworkBuilder | None:
 def _report(ctx: WorkerContext, plan: PrivacyPlan, real: Realisation | None, trust: str,
             result: RunResult) -> PrivacyReport:
     """The job's privacy report: the plan's, with the engine's realisation of its noise."""
+    made = "sampled inside the MPC" if plan.noise_split is None else "added by each compute party as its own share"
     where = ("" if real is None else f"{'discrete Laplace' if plan.mechanism == 'laplace' else 'discrete Gaussian'} "
-             f"noise sampled inside the MPC on the grid 2^-{real.plan.grid_bits}")
+             f"noise {made} on the grid 2^-{real.plan.grid_bits}")
     audit = party_audit(ctx)
     return plan.report(noise_scale=0.0 if real is None else real.report_scale,
                        realisation=None if real is None else real.describe(), trust_model=trust,

@@ -205,6 +205,7 @@ def test_distributed_noise_through_the_workers(tmp_path: Path) -> None:
     assert real["noise_scale_grid"] >= rep["plan"]["noise_multiplier"] * real["sensitivity_grid"]
     assert verify_report(PrivacyReport.from_json(json.dumps(rep))).ok
     assert "The noise is distributed" in job_statement(PrivacyReport.from_json(json.dumps(rep)))
+    assert any("noise added by each compute party as its own share on the grid" in n for n in rep["notes"])
     dim = len(models[0])
     for name in PARTIES:  # every party sampled its own share of each release, ahead of it, and no more
         noise = json.loads((tmp_path / name / "metrics.json").read_text())["noise"]
