@@ -52,14 +52,13 @@ import math
 import secrets
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from mpc_erm.privacy.plan import PrivacyPlan
 
 from .agreement import agree_on
 from .crypten_compat import import_crypten
-from .keystream import KeyedMasks
+from .projections import projection_rows, projection_threshold
 
 crypten = import_crypten()
 from crypten.config import cfg  # noqa: E402  (after the compat shim)
@@ -73,8 +72,6 @@ __all__ = ["CHECK_PROJECTIONS", "CheckPlan", "RoundCheck", "ValidationError", "b
 
 #: λ: a contribution outside its bound passes with probability ≤ 2^-λ (module docstring).
 CHECK_PROJECTIONS = 48
-#: T of the probabilistic projection threshold: an honest projection exceeds T·M with probability ≤ 2^-80.
-HOEFFDING_T = math.sqrt(2.0 * 81.0 * math.log(2.0))
 _ROOM = 1 << 62  # exact integers: every intermediate stays below 2^62 in the int64 ring
 #: Coordinates squared at a time (bounds the MPC's temporaries: ≈ 5 int64 tensors of this size).
 BATCH_ELEMENTS = 1 << 21
@@ -121,7 +118,7 @@ class CheckPlan:
     @staticmethod
     def threshold(m: int, nnz: int) -> int:
         """τ for a row with ``nnz`` non-zero coefficients and a bound of ``m`` units (module doc)."""
-        return min(math.isqrt(nnz * m * m), math.ceil(HOEFFDING_T * m))
+        return projection_threshold(m, nnz)
 
     @property
     def chunk(self) -> int:
@@ -132,16 +129,6 @@ class CheckPlan:
     @property
     def chunks(self) -> int:
         return -(-self.dim // self.chunk)
-
-
-def projection_rows(key: bytes, dim: int, rows: int) -> torch.Tensor:
-    """The public projection matrix (dim × rows, int64 in {−1, 0, +1}, P = ¼, ½, ¼) for ``key``:
-    two bits of AES-256-CTR keystream per coefficient, 00 → −1, 11 → +1, else 0."""
-    words = KeyedMasks().words(key, 0, -(-dim * rows // 32))
-    raw = words.numpy().view(np.uint64)
-    pairs = ((raw[:, None] >> (2 * np.arange(32, dtype=np.uint64))) & np.uint64(3)).reshape(-1)[:dim * rows]
-    out = (pairs == 3).astype(np.int64) - (pairs == 0).astype(np.int64)
-    return torch.from_numpy(out.reshape(dim, rows))
 
 
 def _joint_key(comm: object) -> bytes:

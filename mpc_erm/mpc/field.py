@@ -1,0 +1,205 @@
+"""Arithmetic in the prime field F_p, p = 2^61 − 1, on numpy ``uint64`` vectors: the field of the
+contributors' validity proofs (:mod:`.flp`, :mod:`.norm_proof`).
+
+Why a prime field, when the sums run in Z_2^64: a proof that a polynomial identity holds at a
+random point needs a field (in Z_2^64 half the elements are zero divisors, so a random point
+catches a wrong polynomial with probability ½, not 1 − deg/p). Why this prime: it is a Mersenne
+prime, so reduction is two shifts and an add (2^61 ≡ 1), and an element fits a machine word with
+three bits to spare, so sums of a few elements need no reduction. A product of two elements is
+split into 32-bit halves, each partial product exact in 64 bits (:func:`mul`).
+
+Elements are canonical: every function returns values in [0, p). Integers (the contributions'
+grid units) enter by their residue (:func:`from_signed`) and leave by their centred
+representative in (−p/2, p/2) (:func:`to_signed`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["P", "BITS", "add", "dot", "extension_matrix", "from_signed", "from_words", "inv", "lagrange_at", "matvec",
+           "mul", "small_matvec", "sum_along",
+           "neg", "powers", "sub", "to_signed"]
+
+BITS = 61
+P = (1 << BITS) - 1
+_P = np.uint64(P)
+_S61 = np.uint64(BITS)
+_S32 = np.uint64(32)
+_S29 = np.uint64(29)
+_LO32 = np.uint64((1 << 32) - 1)
+_LO29 = np.uint64((1 << 29) - 1)
+_EIGHT = np.uint64(8)
+
+Vec = np.ndarray  # uint64, canonical in [0, p)
+
+
+def _fold(s: np.ndarray) -> np.ndarray:
+    """s < 2^64 → its residue in [0, p), in place."""
+    s = (s & _P) + (s >> _S61)  # < 2^61 + 8
+    s -= _P * (s >= _P)
+    return s
+
+
+def add(a: Vec, b: Vec) -> Vec:
+    s = np.add(a, b, dtype=np.uint64)  # < 2^62
+    s -= _P * (s >= _P)
+    return s
+
+
+def sub(a: Vec, b: Vec) -> Vec:
+    return add(a, neg(b))
+
+
+def neg(a: Vec) -> Vec:
+    a = np.asarray(a, dtype=np.uint64)
+    return np.where(a == 0, a, _P - a)
+
+
+def mul(a: Vec, b: Vec) -> Vec:
+    """a·b mod p, elementwise (broadcasting). With a = a₁2^32 + a₀ (a₁ < 2^29): a₀b₀ < 2^64,
+    a₁b₀ + a₀b₁ < 2^62 and a₁b₁ < 2^58 are exact, and 2^64 ≡ 8, 2^61 ≡ 1 reduce them."""
+    a = np.asarray(a, dtype=np.uint64)
+    b = np.asarray(b, dtype=np.uint64)
+    a0, a1 = a & _LO32, a >> _S32
+    b0, b1 = b & _LO32, b >> _S32
+    low = a0 * b0
+    mid = a1 * b0 + a0 * b1
+    s = (a1 * b1) * _EIGHT  # < 2^61
+    s += (mid >> _S29) + ((mid & _LO29) << _S32)  # mid·2^32 = m₁2^61 + m₀2^32 ≡ m₁ + m₀2^32
+    s += (low & _P) + (low >> _S61)  # total < 3·2^61 + 2^33 < 2^63
+    return _fold(s)
+
+
+def sum_along(products: np.ndarray, axis: int) -> Vec:
+    """Σ along ``axis`` of canonical elements, exact: 32-bit halves summed separately (each sum of
+    up to 2^32 terms fits 64 bits), then recombined mod p."""
+    lo = np.sum(products & _LO32, axis=axis, dtype=np.uint64)
+    hi = np.sum(products >> _S32, axis=axis, dtype=np.uint64)
+    return add(_fold(lo), mul(_fold(hi), np.uint64(1 << 32)))
+
+
+def dot(coeffs: Vec, values: Vec) -> np.uint64:
+    """Σ coeffs·values in F_p (1-D)."""
+    return sum_along(mul(coeffs, values), axis=0)[()]
+
+
+_LIMB = 21
+_LIMB_MASK = np.uint64((1 << _LIMB) - 1)
+_EXACT_TERMS = 1 << (53 - 2 * _LIMB)  # 21-bit × 21-bit products: this many sum exactly in a float64
+
+
+def _limbs(a: np.ndarray) -> list[np.ndarray]:
+    """Three 21-bit limbs of canonical elements, as float64 (exact)."""
+    return [((a >> np.uint64(_LIMB * i)) & _LIMB_MASK).astype(np.float64) for i in range(3)]
+
+
+def matvec(matrix: Vec, values: Vec) -> Vec:
+    """matrix (m × n) @ values (n,) or (n × k), in F_p. Both sides split into 21-bit limbs, so every
+    limb product is below 2^42 and up to 2^11 of them sum exactly in float64: nine BLAS products
+    per block of 2^11 terms, recombined mod p (a product mod p element by element costs ≈ 60 ns)."""
+    vals = values if values.ndim == 2 else values[:, None]
+    m, n = matrix.shape
+    out = np.zeros((m, vals.shape[1]), dtype=np.uint64)
+    for lo in range(0, n, _EXACT_TERMS):
+        ml = _limbs(matrix[:, lo:lo + _EXACT_TERMS])
+        vl = _limbs(vals[lo:lo + _EXACT_TERMS])
+        for shift in range(5):
+            # each limb product is an exact integer < 2^53; up to three of them, summed in uint64
+            part = sum((ml[s] @ vl[shift - s]).astype(np.uint64) for s in range(max(0, shift - 2), min(2, shift) + 1))
+            out = add(out, mul(_fold(part), np.uint64(pow(2, _LIMB * shift, P))))
+    return out if values.ndim == 2 else out[:, 0]
+
+
+def small_matvec(coeffs: np.ndarray, values: Vec, coeff_max: int | None = None) -> Vec:
+    """coeffs (m × n, small signed integers, best as float64) @ values (n,), in F_p: values split into
+    21-bit limbs, each limb product summed in float64, exact while n·max|coeff|·2^21 < 2^53."""
+    c = np.asarray(coeffs, dtype=np.float64)
+    top = float(np.abs(c).max(initial=0.0)) if coeff_max is None else float(coeff_max)
+    if c.shape[1] * max(1.0, top) >= 2.0 ** (53 - _LIMB):
+        raise ValueError("small_matvec: coefficients too large for an exact float64 sum")
+    out = np.zeros(c.shape[0], dtype=np.uint64)
+    for t, limb in enumerate(_limbs(np.asarray(values, dtype=np.uint64))):
+        out = add(out, mul(from_signed((c @ limb).astype(np.int64)), np.uint64(pow(2, _LIMB * t, P))))
+    return out
+
+
+def from_signed(x: np.ndarray | Sequence[int]) -> Vec:
+    """Signed integers (|x| < 2^63) → their residues."""
+    x = np.asarray(x, dtype=np.int64)
+    out = np.abs(x).astype(np.uint64) % _P
+    return np.where(x < 0, neg(out), out)
+
+
+def to_signed(a: Vec) -> np.ndarray:
+    """Residues → centred representatives in (−p/2, p/2), int64."""
+    a = np.asarray(a, dtype=np.uint64)
+    big = a > _P // np.uint64(2)
+    return np.where(big, -(_P - a).astype(np.int64), a.astype(np.int64))
+
+
+def from_words(words: np.ndarray) -> Vec:
+    """Uniform 64-bit words → field elements: the low 61 bits, reduced (p itself maps to 0), so each
+    element is within 2^-60 of uniform in statistical distance."""
+    w = np.asarray(words).view(np.uint64) & _P
+    w[w == _P] = 0
+    return w
+
+
+def inv(a: int) -> int:
+    if a % P == 0:
+        raise ZeroDivisionError("0 has no inverse in F_p")
+    return pow(a % P, P - 2, P)
+
+
+def powers(base: int, n: int) -> Vec:
+    out = np.empty(n, dtype=np.uint64)
+    acc = 1
+    for i in range(n):
+        out[i] = acc
+        acc = acc * base % P
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _weights(n: int) -> tuple[int, ...]:
+    """Barycentric weights of the nodes 0, 1, …, n−1: w_k = 1 / Π_{j≠k} (k − j)."""
+    fact = [1] * n
+    for i in range(1, n):
+        fact[i] = fact[i - 1] * i % P
+    return tuple(inv(fact[k] * fact[n - 1 - k] * (-1 if (n - 1 - k) % 2 else 1)) for k in range(n))
+
+
+def lagrange_at(n: int, r: int) -> Vec:
+    """λ_k(r), k < n: the value at r of the degree < n polynomial through (k, v_k) is Σ λ_k(r)·v_k.
+    For r among the nodes this is the unit vector."""
+    r %= P
+    if r < n:
+        out = np.zeros(n, dtype=np.uint64)
+        out[r] = 1
+        return out
+    w = _weights(n)
+    diffs = [(r - k) % P for k in range(n)]
+    whole = 1
+    for d in diffs:
+        whole = whole * d % P
+    # batch inversion of the differences: one modular exponentiation
+    prefix = [1] * (n + 1)
+    for k, d in enumerate(diffs):
+        prefix[k + 1] = prefix[k] * d % P
+    back = inv(prefix[n])
+    invs = [0] * n
+    for k in range(n - 1, -1, -1):
+        invs[k] = back * prefix[k] % P
+        back = back * diffs[k] % P
+    return np.array([whole * w[k] % P * invs[k] % P for k in range(n)], dtype=np.uint64)
+
+
+@functools.lru_cache(maxsize=16)
+def extension_matrix(n: int, m: int) -> Vec:
+    """(m − n) × n: the values at the nodes n, …, m−1 of the degree < n polynomial through its values
+    at 0, …, n−1 (a prover extends its wire polynomials to the product's degree with it)."""
+    return np.stack([lagrange_at(n, t) for t in range(n, m)]) if m > n else np.zeros((0, n), dtype=np.uint64)

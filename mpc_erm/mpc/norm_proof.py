@@ -1,0 +1,303 @@
+"""A contributor proves, on shares it deals itself, that its vector's ℓ2 norm is within its public
+bound; the compute parties check the proof with linear work on their shares and a few opened field
+elements, so a compute party that deviates can be caught by the second holder of each share.
+
+Why this, for the malicious-secure mode: :mod:`.validation` checks the same statement inside the
+MPC, with squares and comparisons that a deviating compute party could corrupt (and whose
+verification would need proofs over every AND gate). Here the only party that computes anything
+non-linear is the one that knows the vector; the compute parties add, multiply by public
+constants, and open. It is the design of Prio3/PINE (draft-irtf-cfrg-vdaf; Rothblum et al. 2024)
+on 3-party replicated shares.
+
+The statement, for x ∈ F_p^d (p = 2^61 − 1, :mod:`.field`) and a public bound M (grid units), with
+K, c_q, J fixed by (d, M) in :class:`NormSpec`:
+
+1. **No coordinate wraps.** λ public rows r_j ∈ {−1, 0, 1}^d (:mod:`.projections`) keyed by a
+   hash of x's shares (Fiat–Shamir: the rows follow from the shares, so they cannot be chosen
+   before x is): y_j = ⟨r_j, x⟩ + 2^(K−1) = Σ_k 2^k β_jk with bits β (so |y_j| ≤ 2^(K−1)
+   centred), which bounds ‖x‖_∞ ≤ 2^K except with probability 2^-λ per hash the prover tries.
+2. **Exact squares.** Chunks of c_q coordinates with c_q·2^(2K) < p: q_k = Σ_{i∈k} x_i² is then the
+   integer, proved by the FLP's square slots (:mod:`.flp`), and q_k = Σ_t 2^t γ_kt (bits).
+3. **The bound.** M² − Σ_k q_k = Σ_t 2^t s_t (bits), exact because Σ_k q_k < (n_q + 1)·2^J < p.
+4. **Bits are bits.** Every bit b: b·(b − 1) = 0, in the FLP's bit slots weighted by two
+   independent vectors ρ, ρ' keyed by a hash of the shares of x and of the bits (a wrong bit
+   survives a hash with probability ≤ 2/p², so grinding hashes does not help).
+
+The compute parties check (1)–(3)'s linear identities and (2), (4)'s gadget outputs with one
+random combination C (weights θ from their own coins, drawn after every share and proof is
+fixed), and the FLP at a point r from the same coins: they open C, A(r), B(r), Π(r) and accept
+iff C = 0 and Π(r) = Σ A_j(r)·B_j(r). An honest contributor's openings are uniform or zero.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from . import field as F
+from . import flp
+from .keystream import KeyedMasks
+from .projections import projection_signs, projection_threshold
+
+__all__ = ["NORM_PROJECTIONS", "NormProofError", "NormSpec", "Query", "Submission", "accept", "bits_of", "commitment",
+           "keys_for",
+           "aux_vector", "prove_norm", "rho", "rows_for", "split", "verifier_share", "wires"]
+
+#: λ: rows keyed by a hash, so the bound is 2^-λ per hash a prover tries (2^-60 after 2^40 tries).
+NORM_PROJECTIONS = 100
+_DOMAIN = b"mpc-erm norm proof v1"
+SHARES = 3
+
+
+class NormProofError(ValueError):
+    """A bound that leaves no room for exact squares in F_p, or an honest prover's vector outside it."""
+
+
+def _bits(n: int) -> int:
+    return max(1, int(n).bit_length())
+
+
+@dataclass(frozen=True)
+class NormSpec:
+    """The public statement: ‖x‖₂ ≤ ``bound`` (grid units) for x of ``dim`` coordinates."""
+
+    dim: int
+    bound: int
+    projections: int = NORM_PROJECTIONS
+
+    def __post_init__(self) -> None:
+        if self.dim < 1 or self.bound < 1 or self.projections < 1:
+            raise ValueError("dim, bound and projections must be positive")
+        if self.chunk < 1:
+            raise NormProofError(f"a bound of {self.bound} grid units leaves no room for exact squares in F_p "
+                                 f"(coordinates up to 2^{self.proj_bits}): use a coarser grid")
+        if (self.chunks + 1) << self.sum_bits >= F.P:
+            raise NormProofError(f"a bound of {self.bound} grid units over {self.dim} coordinates leaves no room "
+                                 "for the exact squared norm in F_p: use a coarser grid")
+
+    @cached_property
+    def proj_bits(self) -> int:
+        """K: every honest projection lies in [−2^(K−1), 2^(K−1))."""
+        return _bits(projection_threshold(self.bound, self.dim)) + 1
+
+    @cached_property
+    def chunk(self) -> int:
+        return min(self.dim, (F.P - 1) >> (2 * self.proj_bits))
+
+    @cached_property
+    def chunks(self) -> int:
+        return -(-self.dim // self.chunk)
+
+    @cached_property
+    def sum_bits(self) -> int:
+        """J: 2^J > M², the range of each chunk's square sum and of the slack."""
+        return _bits(self.bound * self.bound)
+
+    @cached_property
+    def bit_count(self) -> int:
+        return self.projections * self.proj_bits + (self.chunks + 1) * self.sum_bits
+
+    @property
+    def aux_length(self) -> int:
+        """The auxiliary vector: the chunks' square sums q, then every bit."""
+        return self.chunks + self.bit_count
+
+    @cached_property
+    def layout(self) -> flp.Layout:
+        width = flp.Layout.balanced(self.dim + 2 * self.bit_count).width
+        return flp.Layout(self._square_calls(width)[-1] * width + 2 * self.bit_count, width)
+
+    def _square_calls(self, width: int) -> list[int]:
+        """Call boundaries of the chunks' square slots (each chunk padded to whole calls)."""
+        out = [0]
+        for k in range(self.chunks):
+            size = min(self.chunk, self.dim - k * self.chunk)
+            out.append(out[-1] + -(-size // width))
+        return out
+
+    @cached_property
+    def square_calls(self) -> tuple[int, ...]:
+        return tuple(self._square_calls(self.layout.width))
+
+    @property
+    def residuals(self) -> int:
+        """Identities combined into C: λ projections, n_q squares, n_q ranges, 1 slack, the bit calls."""
+        return self.projections + 2 * self.chunks + 1 + (self.layout.calls - self.square_calls[-1])
+
+    @property
+    def submission_length(self) -> int:
+        """Field elements a contributor deals per share: x, aux and the proof."""
+        return self.dim + self.aux_length + self.layout.proof_length
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What a contributor deals: three additive shares each of x, aux and the proof."""
+
+    x: tuple[np.ndarray, ...]
+    aux: tuple[np.ndarray, ...]
+    proof: tuple[np.ndarray, ...]
+
+
+def split(value: np.ndarray, shares: int = SHARES) -> tuple[np.ndarray, ...]:
+    """Additive shares of a field vector: all but the last uniform."""
+    parts = [F.from_words(np.frombuffer(secrets.token_bytes(8 * value.size), dtype=np.uint64).copy())
+             for _ in range(shares - 1)]
+    last = value.astype(np.uint64)
+    for part in parts:
+        last = F.sub(last, part)
+    return (*parts, last)
+
+
+def commitment(index: int, share: np.ndarray) -> bytes:
+    """The hash a share is bound by; each share's two holders compute it and must agree."""
+    return hashlib.sha256(_DOMAIN + b"share" + index.to_bytes(1, "big") + share.astype(np.uint64).tobytes()).digest()
+
+
+def keys_for(context: bytes, x_commitments: Sequence[bytes], aux_commitments: Sequence[bytes]) -> tuple[bytes, bytes]:
+    """(rows key, ρ key): Fiat–Shamir over the shares, bound to the job, round and contributor."""
+    rows_key = hashlib.sha256(_DOMAIN + b"rows" + len(context).to_bytes(4, "big") + context
+                              + b"".join(x_commitments)).digest()
+    rho_key = hashlib.sha256(_DOMAIN + b"rho" + rows_key + b"".join(aux_commitments)).digest()
+    return rows_key, rho_key
+
+
+def rows_for(rows_key: bytes, spec: NormSpec) -> np.ndarray:
+    """The projection rows, (λ × d) float64 in {−1, 0, 1} (the layout the verifier's products want)."""
+    return np.ascontiguousarray(projection_signs(rows_key, spec.dim, spec.projections).T, dtype=np.float64)
+
+
+def rho(rho_key: bytes, spec: NormSpec) -> np.ndarray:
+    """(2, bits) weights of the bit checks."""
+    words = KeyedMasks().words(rho_key, 0, 2 * spec.bit_count).numpy().copy()
+    return F.from_words(words).reshape(2, spec.bit_count)
+
+
+def bits_of(values: np.ndarray, width: int) -> np.ndarray:
+    """(n,) non-negative integers < 2^width → (n, width) bits, least significant first."""
+    return ((values.astype(np.uint64)[:, None] >> np.arange(width, dtype=np.uint64)) & np.uint64(1)).astype(np.uint64)
+
+
+def _chunk_squares(x: np.ndarray, spec: NormSpec) -> list[int]:
+    return [sum(int(v) * int(v) for v in x[k * spec.chunk:(k + 1) * spec.chunk]) for k in range(spec.chunks)]
+
+
+def aux_vector(x: np.ndarray, spec: NormSpec, rows: np.ndarray) -> np.ndarray:
+    """The honest auxiliary vector for integer x (int64): q, projection bits, q bits, slack bits."""
+    half = 1 << (spec.proj_bits - 1)
+    y = rows.astype(np.int64) @ x + half
+    if (y < 0).any() or (y >= 2 * half).any():  # an honest vector: probability ≤ 2^-80 per row
+        raise NormProofError("a projection of this vector falls outside its proof range: prove it again "
+                             "(fresh shares give fresh rows)")
+    q = _chunk_squares(x, spec)
+    slack = spec.bound * spec.bound - sum(q)
+    if slack < 0:
+        raise NormProofError("the vector is outside its bound: an honest contributor clips before it proves")
+    parts = [np.array(q, dtype=np.uint64), bits_of(y, spec.proj_bits).ravel(),
+             bits_of(np.array(q, dtype=np.int64), spec.sum_bits).ravel(),
+             bits_of(np.array([slack]), spec.sum_bits).ravel()]
+    return np.concatenate(parts).astype(np.uint64)
+
+
+def wires(x: np.ndarray, aux: np.ndarray, weights: np.ndarray, spec: NormSpec,
+          first: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(left, right) slot values from a share of x and of aux (linear; ``first``: the share that
+    carries public constants)."""
+    width = spec.layout.width
+    calls = spec.square_calls
+    left = np.zeros(spec.layout.slots, dtype=np.uint64)
+    for k in range(spec.chunks):
+        part = x[k * spec.chunk:(k + 1) * spec.chunk]
+        left[calls[k] * width: calls[k] * width + part.size] = part
+    right = left.copy()
+    bits = aux[spec.chunks:]
+    minus = F.sub(bits, np.full(bits.size, int(first), dtype=np.uint64))
+    start = calls[-1] * width
+    for copy in range(2):
+        lo = start + copy * spec.bit_count
+        left[lo: lo + spec.bit_count] = F.mul(weights[copy], bits)
+        right[lo: lo + spec.bit_count] = minus
+    return left, right
+
+
+def _powers_of_two(width: int) -> np.ndarray:
+    return np.array([1 << t for t in range(width)], dtype=np.uint64)
+
+
+def _residuals(x: np.ndarray, aux: np.ndarray, proof: np.ndarray, rows: np.ndarray, spec: NormSpec,
+               first: bool) -> np.ndarray:
+    """This share of every identity that must be zero (module docstring), in a fixed order."""
+    k_bits, j_bits, n_q = spec.proj_bits, spec.sum_bits, spec.chunks
+    q = aux[:n_q]
+    at = n_q
+    proj_bits = aux[at: at + spec.projections * k_bits].reshape(spec.projections, k_bits)
+    at += spec.projections * k_bits
+    q_bits = aux[at: at + n_q * j_bits].reshape(n_q, j_bits)
+    at += n_q * j_bits
+    slack_bits = aux[at: at + j_bits]
+    y = F.small_matvec(rows, x, coeff_max=1)
+    if first:
+        y = F.add(y, np.full(spec.projections, 1 << (k_bits - 1), dtype=np.uint64))
+    res_proj = F.sub(y, F.matvec(proj_bits, _powers_of_two(k_bits)))
+    outputs = spec.layout.outputs(proof)
+    calls = spec.square_calls
+    sums = np.array([F.sum_along(outputs[calls[k]:calls[k + 1]], axis=0) for k in range(n_q)], dtype=np.uint64)
+    res_square = F.sub(sums, q)
+    res_range = F.sub(q, F.matvec(q_bits, _powers_of_two(j_bits)))
+    total = F.sum_along(q, axis=0)
+    slack = F.add(total, np.uint64(F.dot(slack_bits, _powers_of_two(j_bits))))
+    res_slack = F.sub(np.array([(spec.bound * spec.bound) % F.P if first else 0], dtype=np.uint64), np.array([slack]))
+    res_bits = outputs[calls[-1]:]
+    return np.concatenate([res_proj, res_square, res_range, res_slack, res_bits]).astype(np.uint64)
+
+
+@dataclass(frozen=True)
+class Query:
+    """The compute parties' challenge, drawn from their own coins after every share is fixed."""
+
+    point: int
+    weights: np.ndarray  # θ, one per identity
+
+    @classmethod
+    def from_key(cls, key: bytes, spec: NormSpec) -> Query:
+        words = F.from_words(KeyedMasks().words(key, 1, spec.residuals + 8).numpy().copy())
+        nodes = 2 * spec.layout.calls
+        point = next(int(w) for w in words[spec.residuals:] if int(w) > nodes)  # fails with prob. ≈ 2^-480
+        return cls(point, words[: spec.residuals])
+
+
+def verifier_share(index: int, x: np.ndarray, aux: np.ndarray, proof: np.ndarray, spec: NormSpec,
+                   keys: tuple[bytes, bytes], query: Query) -> np.ndarray:
+    """One share's part of what is opened: [C, A(r), B(r), Π(r)]. Linear in the share, so two
+    holders of the same share compute the same vector, and the three parts sum to the opened one."""
+    rows = rows_for(keys[0], spec)
+    first = index == 0
+    c = F.dot(query.weights, _residuals(x, aux, proof, rows, spec, first))
+    left, right = wires(x, aux, rho(keys[1], spec), spec, first)
+    opened = flp.query_share(left, right, proof, spec.layout, query.point)
+    return np.concatenate([[np.uint64(c)], opened.vector()]).astype(np.uint64)
+
+
+def accept(opened: np.ndarray, spec: NormSpec) -> bool:
+    """The opened vector (the sum of the three parts) passes iff C = 0 and the FLP holds at r."""
+    return int(opened[0]) == 0 and flp.accept(flp.Openings.from_vector(opened[1:], spec.layout))
+
+
+def prove_norm(x: np.ndarray, spec: NormSpec, context: bytes) -> Submission:
+    """An honest contributor: shares of x (int64 grid units, ‖x‖₂ ≤ M), of its aux and proof."""
+    x = np.asarray(x, dtype=np.int64)
+    if x.shape != (spec.dim,):
+        raise ValueError(f"a vector of {spec.dim} coordinates expected, got shape {x.shape}")
+    xs = split(F.from_signed(x))
+    rows_key, _ = keys_for(context, [commitment(i, s) for i, s in enumerate(xs)], [])
+    aux = aux_vector(x, spec, rows_for(rows_key, spec))
+    auxs = split(aux)
+    keys = keys_for(context, [commitment(i, s) for i, s in enumerate(xs)],
+                    [commitment(i, s) for i, s in enumerate(auxs)])
+    left, right = wires(F.from_signed(x), aux, rho(keys[1], spec), spec, first=True)
+    return Submission(xs, auxs, split(flp.prove(left, right, spec.layout)))

@@ -1,0 +1,344 @@
+"""Contributor-proven ℓ2 bounds (mpc_erm.mpc.norm_proof) on 3-party replicated shares: the field
+arithmetic against Python integers, the fully linear proof, and a seeded campaign of lying
+contributors and deviating compute parties, every one of which must be refused."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from mpc_erm.mpc import field as F
+from mpc_erm.mpc import flp
+from mpc_erm.mpc import norm_proof as N
+from mpc_erm.mpc.replicated_open import OpeningMismatch, open_verified, shares_of
+
+P = F.P
+
+
+def _ints(a: np.ndarray) -> list[int]:
+    return [int(v) for v in np.asarray(a).ravel()]
+
+
+def test_field_operations_agree_with_python_integers() -> None:
+    rng = np.random.default_rng(7)
+    a = rng.integers(0, P, 3000, dtype=np.uint64)
+    b = rng.integers(0, P, 3000, dtype=np.uint64)
+    a[:4] = [0, P - 1, P - 1, 1 << 60]
+    b[:4] = [P - 1, P - 1, 1, (1 << 60) + 12345]
+    for op, ref in [(F.mul, lambda x, y: x * y), (F.add, lambda x, y: x + y), (F.sub, lambda x, y: x - y)]:
+        assert _ints(op(a, b)) == [ref(x, y) % P for x, y in zip(_ints(a), _ints(b), strict=True)]
+    assert _ints(F.neg(a)) == [(-x) % P for x in _ints(a)]
+    assert int(F.dot(a, b)) == sum(x * y for x, y in zip(_ints(a), _ints(b), strict=True)) % P
+    m = rng.integers(0, P, (5, 3000), dtype=np.uint64)
+    m[0] = P - 1
+    full = np.full(3000, P - 1, dtype=np.uint64)
+    for vec in (b, full):
+        want = [sum(x * y for x, y in zip(_ints(row), _ints(vec), strict=True)) % P for row in m]
+        assert _ints(F.matvec(m, vec)) == want
+    signs = rng.integers(-1, 2, (4, 3000))
+    assert _ints(F.small_matvec(signs, a)) == [sum(s * x for s, x in zip(_ints(row), _ints(a), strict=True)) % P
+                                               for row in signs]
+    ints = [-5, 0, 7, -(1 << 40), 1 << 59]
+    assert _ints(F.to_signed(F.from_signed(np.array(ints)))) == ints
+
+
+def test_lagrange_weights_interpolate_and_extend_a_polynomial() -> None:
+    coeffs = [secrets.randbelow(P) for _ in range(9)]
+
+    def poly(t: int) -> int:
+        return sum(c * pow(t, k, P) for k, c in enumerate(coeffs)) % P
+
+    values = np.array([poly(t) for t in range(9)], dtype=np.uint64)
+    r = secrets.randbelow(P - 100) + 100
+    assert int(F.dot(F.lagrange_at(9, r), values)) == poly(r)
+    assert _ints(F.lagrange_at(9, 4)) == [0, 0, 0, 0, 1, 0, 0, 0, 0]
+    assert _ints(F.matvec(F.extension_matrix(9, 20), values)) == [poly(t) for t in range(9, 20)]
+
+
+def _opened(left: np.ndarray, right: np.ndarray, proof: np.ndarray, layout: flp.Layout, r: int) -> flp.Openings:
+    parts = [N.split(v) for v in (left, right, proof)]
+    total = np.zeros(layout.opened, dtype=np.uint64)
+    for i in range(3):
+        total = F.add(total, flp.query_share(parts[0][i], parts[1][i], parts[2][i], layout, r).vector())
+    return flp.Openings.from_vector(total, layout)
+
+
+def test_the_linear_proof_accepts_true_products_and_refuses_any_altered_proof_element() -> None:
+    rng = np.random.default_rng(3)
+    layout = flp.Layout.balanced(400)
+    left = rng.integers(0, P, 400, dtype=np.uint64)
+    right = rng.integers(0, P, 400, dtype=np.uint64)
+    proof = flp.prove(left, right, layout)
+    assert len(proof) == layout.proof_length
+    truth = F.sum_along(F.mul(layout.grid(left), layout.grid(right)), axis=1)
+    assert _ints(layout.outputs(proof)) == _ints(truth)
+    r = secrets.randbelow(P - 10_000) + 10_000
+    assert flp.accept(_opened(left, right, proof, layout, r))
+    for at in rng.choice(np.arange(2 * layout.width, layout.proof_length), 12, replace=False):
+        bad = proof.copy()
+        bad[at] = F.add(bad[at:at + 1], np.array([1 + secrets.randbelow(P - 1)], dtype=np.uint64))[0]
+        assert not flp.accept(_opened(left, right, bad, layout, r)), f"proof element {at} altered and accepted"
+    with pytest.raises(ValueError, match="nodes"):
+        flp.query_share(left, right, proof, layout, 3)
+
+
+def test_an_honest_proof_opens_fresh_uniform_values_each_time() -> None:
+    """The opened A(r) carry the prover's seeds: two proofs of the same wires open different values."""
+    layout = flp.Layout.balanced(100)
+    left = np.arange(100, dtype=np.uint64)
+    r = 10**12
+    first = _opened(left, left, flp.prove(left, left, layout), layout, r)
+    second = _opened(left, left, flp.prove(left, left, layout), layout, r)
+    assert flp.accept(first) and flp.accept(second)
+    assert not np.array_equal(first.a, second.a)
+
+
+# ================================================================ the norm proof, end to end
+SPEC = N.NormSpec(dim=300, bound=1 << 16, projections=60)
+CONTEXT = b"job 7 round 3 owner 12"
+
+
+def _vector(rng: np.random.Generator, norm: float, spec: N.NormSpec = SPEC) -> np.ndarray:
+    v = rng.normal(size=spec.dim)
+    v *= norm * spec.bound / np.linalg.norm(v)
+    x = np.trunc(v).astype(np.int64)  # truncation never increases the norm
+    return x
+
+
+def _keys(sub: N.Submission, context: bytes = CONTEXT) -> tuple[bytes, bytes]:
+    return N.keys_for(context, [N.commitment(i, s) for i, s in enumerate(sub.x)],
+                      [N.commitment(i, s) for i, s in enumerate(sub.aux)])
+
+
+Tamper = Callable[[int, int, np.ndarray], np.ndarray]  # (party, share, its report) → what it sends
+
+
+def _verify(sub: N.Submission, spec: N.NormSpec = SPEC, context: bytes = CONTEXT,
+            tamper: Tamper | None = None) -> bool:
+    """Three compute parties, each reporting the verifier parts of the two shares it holds; the
+    opening takes each share's part from both holders."""
+    keys = _keys(sub, context)
+    query = N.Query.from_key(secrets.token_bytes(32), spec)
+    reports: dict[int, dict[int, np.ndarray]] = {}
+    for party in range(3):
+        reports[party] = {}
+        for share in shares_of(party):
+            part = N.verifier_share(share, sub.x[share], sub.aux[share], sub.proof[share], spec, keys, query)
+            reports[party][share] = tamper(party, share, part) if tamper else part
+    return N.accept(open_verified(reports), spec)
+
+
+@pytest.mark.parametrize("norm", [0.0, 0.5, 0.999])
+def test_an_honest_contributor_is_accepted(norm: float) -> None:
+    x = _vector(np.random.default_rng(int(norm * 100)), norm)
+    assert _verify(N.prove_norm(x, SPEC, CONTEXT))
+
+
+def test_a_vector_exactly_at_its_bound_is_accepted_and_an_honest_prover_refuses_one_beyond() -> None:
+    x = np.zeros(SPEC.dim, dtype=np.int64)
+    x[0] = SPEC.bound
+    assert _verify(N.prove_norm(x, SPEC, CONTEXT))
+    x[1] = 1
+    with pytest.raises(N.NormProofError, match="outside its bound"):
+        N.prove_norm(x, SPEC, CONTEXT)
+
+
+def test_several_chunks_of_squares_at_the_mnist_size() -> None:
+    spec = N.NormSpec(dim=7850, bound=1 << 20)
+    assert spec.chunks > 1
+    x = _vector(np.random.default_rng(5), 0.99, spec)
+    sub = N.prove_norm(x, spec, CONTEXT)
+    assert _verify(sub, spec)
+    assert sub.x[0].size + sub.aux[0].size + sub.proof[0].size == spec.submission_length
+
+
+def test_a_bound_with_no_room_for_exact_squares_is_refused_naming_the_grid() -> None:
+    with pytest.raises(N.NormProofError, match="coarser grid"):
+        N.NormSpec(dim=1000, bound=1 << 29)
+
+
+# ---------------------------------------------------------------- lying contributors
+def _forge(x: np.ndarray, aux_of: Callable[[np.ndarray, bytes], np.ndarray], spec: N.NormSpec = SPEC,
+           context: bytes = CONTEXT, proof_edit: Callable[[np.ndarray], np.ndarray] | None = None) -> N.Submission:
+    """A contributor that follows the protocol's steps with an aux of its choosing (and, optionally,
+    edits its proof): it knows the Fiat–Shamir keys exactly as an honest one does."""
+    xs = N.split(F.from_signed(x))
+    rows_key, _ = N.keys_for(context, [N.commitment(i, s) for i, s in enumerate(xs)], [])
+    aux = aux_of(x, rows_key)
+    auxs = N.split(aux)
+    keys = N.keys_for(context, [N.commitment(i, s) for i, s in enumerate(xs)],
+                      [N.commitment(i, s) for i, s in enumerate(auxs)])
+    left, right = N.wires(F.from_signed(x), aux, N.rho(keys[1], spec), spec, first=True)
+    proof = flp.prove(left, right, spec.layout)
+    if proof_edit is not None:
+        proof = proof_edit(proof)
+    return N.Submission(xs, auxs, N.split(proof))
+
+
+def _naive_aux(x: np.ndarray, rows_key: bytes, spec: N.NormSpec = SPEC) -> np.ndarray:
+    """The honest recipe applied to any vector, every value reduced into range: what a liar sends."""
+    rows = N.rows_for(rows_key, spec).astype(np.int64)
+    half = 1 << (spec.proj_bits - 1)
+    y = np.mod(rows @ x + half, 1 << spec.proj_bits)
+    q = [sum(int(v) ** 2 for v in x[k * spec.chunk:(k + 1) * spec.chunk]) % P for k in range(spec.chunks)]
+    q_in = [v % (1 << spec.sum_bits) for v in q]
+    slack = (spec.bound ** 2 - sum(q)) % (1 << spec.sum_bits)
+    return np.concatenate([np.array(q, dtype=np.uint64), N.bits_of(y, spec.proj_bits).ravel(),
+                           N.bits_of(np.array(q_in, dtype=np.int64), spec.sum_bits).ravel(),
+                           N.bits_of(np.array([slack], dtype=np.int64), spec.sum_bits).ravel()]).astype(np.uint64)
+
+
+def _slack_as_field_digit(x: np.ndarray, rows_key: bytes) -> np.ndarray:
+    """Every linear identity exact, the slack's negative value carried by a non-bit 'bit'."""
+    aux = np.zeros(SPEC.aux_length, dtype=np.uint64)
+    honest_rows = N.rows_for(rows_key, SPEC).astype(np.int64)
+    half = 1 << (SPEC.proj_bits - 1)
+    y = honest_rows @ x + half
+    q = [sum(int(v) ** 2 for v in x[k * SPEC.chunk:(k + 1) * SPEC.chunk]) for k in range(SPEC.chunks)]
+    at = SPEC.chunks
+    aux[:at] = np.array(q, dtype=np.uint64)
+    aux[at: at + SPEC.projections * SPEC.proj_bits] = N.bits_of(y, SPEC.proj_bits).ravel()
+    at += SPEC.projections * SPEC.proj_bits
+    aux[at: at + SPEC.chunks * SPEC.sum_bits] = N.bits_of(np.array(q, dtype=np.int64), SPEC.sum_bits).ravel()
+    at += SPEC.chunks * SPEC.sum_bits
+    aux[at: at + SPEC.sum_bits] = 0
+    aux[at] = (SPEC.bound ** 2 - sum(q)) % P  # one 'bit' holds the whole (negative) slack
+    return aux
+
+
+def _hide_the_bit_calls(proof: np.ndarray) -> np.ndarray:
+    """Claim every bit gadget output is zero, whatever the wires say."""
+    out = proof.copy()
+    c, calls = SPEC.layout.width, SPEC.square_calls
+    out[2 * c + 1 + calls[-1]: 2 * c + 1 + SPEC.layout.calls] = 0
+    return out
+
+
+def _understated_squares(x: np.ndarray, rows_key: bytes) -> np.ndarray:
+    """A vector 1.5× its bound, its square sums claimed as the bound's (bits consistent with the claim)."""
+    honest = N.aux_vector(x * 0, SPEC, N.rows_for(rows_key, SPEC))
+    true = N.rows_for(rows_key, SPEC).astype(np.int64) @ x + (1 << (SPEC.proj_bits - 1))
+    at = SPEC.chunks
+    honest[at: at + SPEC.projections * SPEC.proj_bits] = N.bits_of(true, SPEC.proj_bits).ravel()
+    return honest  # q = 0, slack = M² — the squares' residual is what gives it away
+
+
+def test_the_forging_path_with_an_honest_aux_is_accepted() -> None:
+    """The control for the liars below: their refusals come from their lies, not from the harness."""
+    x = _vector(np.random.default_rng(11), 0.95)
+    assert _verify(_forge(x, lambda v, k: N.aux_vector(v, SPEC, N.rows_for(k, SPEC))))
+
+
+LIARS: dict[str, Callable[[np.random.Generator], tuple[np.ndarray, N.Submission | None]]] = {}
+
+
+def _liar(name: str) -> Callable:
+    def register(fn: Callable) -> Callable:
+        LIARS[name] = fn
+        return fn
+    return register
+
+
+@_liar("over the bound, values reduced into range")
+def _over(rng: np.random.Generator) -> N.Submission:
+    x = _vector(rng, 1.0 + rng.uniform(0.01, 3.0))
+    return _forge(x, _naive_aux)
+
+
+@_liar("one coordinate that wraps the squares")
+def _wrap(rng: np.random.Generator) -> N.Submission:
+    x = _vector(rng, 0.3)
+    x[rng.integers(SPEC.dim)] = int(rng.choice([1 << 31, 1 << 40, P // 2, (1 << 61) - 1 - 5]))
+    return _forge(x, _naive_aux)
+
+
+@_liar("negative slack carried by a non-bit")
+def _digit(rng: np.random.Generator) -> N.Submission:
+    return _forge(_vector(rng, 1.0 + rng.uniform(0.05, 1.0)), _slack_as_field_digit)
+
+
+@_liar("non-bit and a proof that hides it")
+def _hidden(rng: np.random.Generator) -> N.Submission:
+    return _forge(_vector(rng, 1.0 + rng.uniform(0.05, 1.0)), _slack_as_field_digit, proof_edit=_hide_the_bit_calls)
+
+
+@_liar("square sums understated")
+def _under(rng: np.random.Generator) -> N.Submission:
+    return _forge(_vector(rng, 1.5), _understated_squares)
+
+
+@_liar("a random proof element altered")
+def _altered(rng: np.random.Generator) -> N.Submission:
+    at = int(rng.integers(2 * SPEC.layout.width, SPEC.layout.proof_length))
+
+    def edit(proof: np.ndarray) -> np.ndarray:
+        out = proof.copy()
+        out[at] = F.add(out[at:at + 1], np.array([1 + int(rng.integers(P - 1))], dtype=np.uint64))[0]
+        return out
+    return _forge(_vector(rng, 0.8), lambda x, k: N.aux_vector(x, SPEC, N.rows_for(k, SPEC)), proof_edit=edit)
+
+
+@_liar("an honest proof replayed in another round")
+def _replay(rng: np.random.Generator) -> N.Submission:
+    return N.prove_norm(_vector(rng, 0.8), SPEC, b"job 7 round 2 owner 12")
+
+
+@_liar("shares of another vector than the one proved")
+def _swap(rng: np.random.Generator) -> N.Submission:
+    honest = N.prove_norm(_vector(rng, 0.8), SPEC, CONTEXT)
+    other = N.split(F.from_signed(_vector(rng, 3.0)))
+    return N.Submission(other, honest.aux, honest.proof)
+
+
+def _party_flips_one_word(party: int, share: int, seed: int) -> Tamper:
+    def tamper(p: int, s: int, part: np.ndarray) -> np.ndarray:
+        if (p, s) != (party, share):
+            return part
+        out = part.copy()
+        at = seed % out.size
+        out[at] = np.uint64(int(out[at]) ^ (1 << (seed % 61)))
+        return out
+    return tamper
+
+
+def _party_claims_zero(party: int, share: int) -> Tamper:
+    """The deviating party reports the part that would make the opened C zero and the FLP hold."""
+    def tamper(p: int, s: int, part: np.ndarray) -> np.ndarray:
+        return np.zeros_like(part) if (p, s) == (party, share) else part
+    return tamper
+
+
+def test_a_seeded_campaign_of_lying_contributors_and_deviating_parties_is_refused_every_time() -> None:
+    """240 trials: every lie of a contributor is refused by the opened check; every deviation of a
+    compute party in what it reports is caught by the share's second holder (with honest and
+    dishonest contributors alike); honest trials in between are accepted."""
+    kinds = [*LIARS, "party flips a bit", "party reports zero", "honest"]
+    refused = {k: 0 for k in kinds}
+    trials = {k: 0 for k in kinds}
+    for seed in range(240):
+        rng = np.random.default_rng(seed)
+        kind = kinds[seed % len(kinds)]
+        trials[kind] += 1
+        if kind in LIARS:
+            refused[kind] += not _verify(LIARS[kind](rng))
+            continue
+        if kind == "honest":
+            refused[kind] += not _verify(N.prove_norm(_vector(rng, 0.9), SPEC, CONTEXT))
+            continue
+        honest_owner = seed % 2 == 1
+        sub = N.prove_norm(_vector(rng, 0.9), SPEC, CONTEXT) if honest_owner else _over(rng)
+        party = seed % 3
+        share = shares_of(party)[seed // 3 % 2]
+        flips = kind == "party flips a bit"
+        tamper = _party_flips_one_word(party, share, seed) if flips else _party_claims_zero(party, share)
+        with pytest.raises(OpeningMismatch) as caught:
+            _verify(sub, tamper=tamper)
+        assert party in caught.value.parties
+        refused[kind] += 1
+    assert refused["honest"] == 0, "an honest contributor was refused"
+    missed = {k: trials[k] - refused[k] for k in kinds if k != "honest" and refused[k] != trials[k]}
+    assert not missed, f"deviations that went through: {missed}"
+    assert sum(trials.values()) == 240 and min(trials.values()) >= 20
