@@ -6,6 +6,8 @@ seeded campaign of single-message deviations, the control for a malicious-secure
         --out benchmarks/results/deviation_campaign_semi_honest_kinds.json
     python -m benchmarks.deviation_campaign --trials 210 --kinds flip,zero,drop --noise distributed \
         --out benchmarks/results/deviation_campaign_semi_honest_distributed.json
+    python -m benchmarks.deviation_campaign --security malicious --trials 250 --kinds flip,zero,drop,consistent,input \
+        --out benchmarks/results/deviation_campaign_malicious.json
 
 Each trial is one session of three compute processes (gRPC + mTLS, 3-party replicated sharing):
 one noisy aggregate of known contributions (d coordinates, σ on the grid; the noise sampled inside
@@ -15,7 +17,13 @@ messages an honest run sends, counted in a first run), by a kind drawn from ``--
 one bit (position from the trial's seed), ``zero`` the whole message, or ``drop`` it (never sent,
 its key used up, as if lost) — each reaches one party only — or, ``consistent``, it alters one bit
 of its share in its k-th all_reduce for every recipient alike (k uniform over its all_reduce
-calls): the deviation no agreement can see, which only a malicious-secure protocol catches. Outcomes:
+calls): the deviation no agreement can see, which only a malicious-secure protocol catches.
+
+With ``--security malicious`` the aggregate is the malicious-secure one
+(:mod:`mpc_erm.mpc.verified_aggregator`, distributed noise); it opens by all-gathers, so
+``consistent`` alters party 1's k-th all_gather for every recipient alike, and one more kind,
+``input``, has party 1 substitute a contribution 20 times its bound with a proof forged by the
+honest recipe applied to it (every value reduced into range). Outcomes:
 
 * ``caught_integrity`` — the parties' agreement checks stopped the job (IntegrityError: differing
   reveals, a stalled sampler);
@@ -51,7 +59,10 @@ def _contributions(rank: int) -> Any:
     return torch.linspace(-1.0, 1.0, DIM, dtype=torch.float64) * (rank + 1)
 
 
-def _party(ctx: Any, flip: tuple[int, int, str] | None, noise: str) -> dict[str, Any]:
+BOUND = 10.0  # each party's public ℓ2 bound in the malicious mode (the contributions' norms are 2.4–7.1)
+
+
+def _party(ctx: Any, flip: tuple[int, int, str] | None, noise: str, security: str = "semi-honest") -> dict[str, Any]:
     import math
     from concurrent.futures import Future
 
@@ -87,12 +98,17 @@ def _party(ctx: Any, flip: tuple[int, int, str] | None, noise: str) -> dict[str,
         return post(dst, op, payload, **kw)
 
     reduces = [0]
-    reduce = ctx.comm.all_reduce
+    opening = "all_gather" if security == "malicious" else "all_reduce"
+    reduce = getattr(ctx.comm, opening)
 
     def consistent(value: Any, *args: Any, **kw: Any) -> Any:
         """The same altered share to every party: bit ``flip[1] mod 63`` of one word of its input."""
-        if flip is not None and flip[2] == "consistent" and reduces[0] == flip[0] and isinstance(value, torch.Tensor) \
-                and value.dtype == torch.long and value.numel():
+        hit = flip is not None and flip[2] == "consistent" and reduces[0] == flip[0] and isinstance(value, torch.Tensor)
+        if hit and security == "malicious" and value.numel():  # hashes and coins are bytes: any word, any bit
+            value = value.clone()
+            flat = value.reshape(-1).view(torch.uint8)
+            flat[flip[1] % flat.numel()] ^= 1 << (flip[1] % 8)
+        elif hit and value.dtype == torch.long and value.numel():
             value = value.clone()
             value.view(-1)[flip[1] % value.numel()] ^= 1 << (flip[1] % 63)
         reduces[0] += 1
@@ -100,7 +116,22 @@ def _party(ctx: Any, flip: tuple[int, int, str] | None, noise: str) -> dict[str,
 
     if ctx.rank == DEVIATOR:
         ep.post = counting
-        ctx.comm.all_reduce = consistent
+        setattr(ctx.comm, opening, consistent)
+    c = _contributions(ctx.rank)
+    if security == "malicious":  # distributed noise, the verified aggregate
+        import mpc_erm.mpc.verified_aggregator as V
+
+        grid = plan_noise(NoiseSpec("gaussian", SIGMA, sensitivity=1.0), DIM, 3).grid_bits
+        spec = NoiseSpec("gaussian", SIGMA / math.sqrt(2.0), sensitivity=1.0, grid_bits=grid)
+        pool = DistributedNoise()
+        if ctx.rank == DEVIATOR and flip is not None and flip[2] == "input":
+            from tests.mpc.forgery import forge
+
+            V.N.prove_norm = forge
+            c = c * (20.0 * BOUND / float(c.norm()))
+        magg = V.VerifiedAggregator(pool, (BOUND,) * 3, ctx.comm)
+        out = magg.aggregate(c[None], torch.ones(1, dtype=torch.float64), spec)
+        return {"release": out.tolist(), "sent": sent, "reduces": reduces[0]}
     if noise == "distributed":  # each party's own share: σ/√2, two honest shares carry σ
         grid = plan_noise(NoiseSpec("gaussian", SIGMA, sensitivity=1.0), DIM, 3).grid_bits
         spec = NoiseSpec("gaussian", SIGMA / math.sqrt(2.0), sensitivity=1.0, grid_bits=grid)
@@ -110,23 +141,23 @@ def _party(ctx: Any, flip: tuple[int, int, str] | None, noise: str) -> dict[str,
         src = InMpcNoise()
     agg = MpcAggregator(src)
     src.prepare(spec, DIM, releases=1)
-    out = agg.aggregate(_contributions(ctx.rank)[None], torch.ones(1, dtype=torch.float64), spec)
+    out = agg.aggregate(c[None], torch.ones(1, dtype=torch.float64), spec)
     return {"release": out.tolist(), "sent": sent, "reduces": reduces[0]}
 
 
-def _trial(flip: tuple[int, int, str] | None, noise: str) -> dict[str, Any]:
+def _trial(flip: tuple[int, int, str] | None, noise: str, security: str = "semi-honest") -> dict[str, Any]:
     import numpy as np
 
     from mpc_erm.mpc.local import LocalRunError, run_local
 
     tic = time.perf_counter()
     try:
-        reps = run_local(_party, parties=3, trust="replicated", args=(flip, noise), timeout_s=180,
+        reps = run_local(_party, parties=3, trust="replicated", args=(flip, noise, security), timeout_s=180,
                          deadline_s=DEADLINE_S)
     except LocalRunError as exc:
         text = str(exc)
         kind = "caught_integrity" if any(k in text for k in ("RevealMismatch", "SamplerStall", "SetupMismatch",
-                                                             "IntegrityError")) else "caught_other"
+                                                             "IntegrityError", "DeviationDetected")) else "caught_other"
         return {"outcome": kind, "error": exc.summary, "seconds": time.perf_counter() - tic}
     truth = sum(np.asarray(_contributions(r)) for r in range(3))
     rel = [np.asarray(r["release"]) for r in reps]
@@ -143,14 +174,19 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=60)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--kinds", default="flip", help="comma-separated: flip, zero, drop, consistent")
+    ap.add_argument("--kinds", default="flip", help="comma-separated: flip, zero, drop, consistent, input (malicious)")
     ap.add_argument("--noise", choices=["mpc", "distributed"], default="mpc")
+    ap.add_argument("--security", choices=["semi-honest", "malicious"], default="semi-honest",
+                    help="malicious: the verified aggregate, with distributed noise")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     kinds = [k for k in a.kinds.split(",") if k]
-    if not kinds or set(kinds) - {"flip", "zero", "drop", "consistent"}:
-        raise SystemExit(f"--kinds: flip, zero, drop, consistent; got {a.kinds!r}")
-    honest = _trial(None, a.noise)
+    allowed = {"flip", "zero", "drop", "consistent"} | ({"input"} if a.security == "malicious" else set())
+    if not kinds or set(kinds) - allowed:
+        raise SystemExit(f"--kinds: {', '.join(sorted(allowed))}; got {a.kinds!r}")
+    if a.security == "malicious":
+        a.noise = "distributed"
+    honest = _trial(None, a.noise, a.security)
     if honest["outcome"] != "silent_plausible":
         raise SystemExit(f"the honest run did not give a plausible release: {honest}")
     messages, ops, reduces = int(honest["sent"]), list(honest["ops"]), int(honest["reduces"])
@@ -160,9 +196,11 @@ def main(argv: list[str] | None = None) -> None:
         k, bit = int(rng.integers(messages)), int(rng.integers(1 << 30))
         kind = kinds[i % len(kinds)] if len(kinds) > 1 else kinds[0]
         op = ops[k]
-        if kind == "consistent":  # the k-th of its all_reduce calls, the same altered share to every party
-            k, op = k % reduces, "all_reduce (every recipient)"
-        r = _trial((k, bit, kind), a.noise)
+        if kind == "consistent":  # the k-th of its openings, the same altered share to every party
+            k, op = k % reduces, ("all_gather" if a.security == "malicious" else "all_reduce") + " (every recipient)"
+        elif kind == "input":
+            op = "its own input, beyond its bound, with a forged proof"
+        r = _trial((k, bit, kind), a.noise, a.security)
         r.pop("ops", None)
         r.pop("reduces", None)
         trials.append({"trial": i, "kind": kind, "message": k, "op": op, "bit": bit, **r})
@@ -175,7 +213,9 @@ def main(argv: list[str] | None = None) -> None:
              for op in sorted({t["op"] for t in trials})}
     command = "python -m benchmarks.deviation_campaign " + " ".join(sys.argv[1:] if argv is None else argv)
     made = "in-MPC discrete Gaussian" if a.noise == "mpc" else "distributed discrete Gaussian (each party's share)"
-    out = jsonable({"benchmark": "deviation_campaign", "mode": "semi-honest (3-party replicated sharing)",
+    mode = ("malicious-secure with abort (3-party replicated sharing in F_p, proved inputs, verified openings)"
+            if a.security == "malicious" else "semi-honest (3-party replicated sharing)")
+    out = jsonable({"benchmark": "deviation_campaign", "mode": mode, "security": a.security,
                     "noise": a.noise, "machine": machine_info(), "command": command,
                     "what": (f"one noisy aggregate of known contributions (d = {DIM}, {made}, σ = {SIGMA:g}); party "
                              f"{DEVIATOR} deviates in one outgoing message after set-up ({', '.join(kinds)}, in turn), "

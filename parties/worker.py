@@ -39,6 +39,7 @@ from mpc_erm.mpc.dealer import run_dealer, stop_dealer_client
 from mpc_erm.mpc.local_noise import DistributedNoise
 from mpc_erm.mpc.noise import InMpcNoise, Realisation, realise
 from mpc_erm.mpc.transport import PartyTable, TransportError, TransportOptions
+from mpc_erm.mpc.verified_aggregator import VerifiedAggregator
 from mpc_erm.privacy.plan import PrivacyPlan, plan_job, public_sizes
 from mpc_erm.privacy.report import PrivacyReport
 from mpc_erm.runs import CurvePoint, ModelFacts, NetworkRun, RunResult, run_for
@@ -130,7 +131,8 @@ def _write_results(ctx: WorkerContext, result: RunResult, report: PrivacyReport,
           f"{job.job.name}: {job.spec.method} perturbation, ε = {report.epsilon:.3g}")
 
 
-def _own_run(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator, pool: InMpcNoise | DistributedNoise,
+def _own_run(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator | VerifiedAggregator,
+             pool: InMpcNoise | DistributedNoise,
              rows: Rows, plan: PrivacyPlan, real: Realisation | None, builder: NetworkBuilder | None) -> RunResult:
     """This party's run on its own rows, guarded by its ledger and audit log."""
     spec, ds = ctx.job.spec, rows.train
@@ -197,15 +199,21 @@ def run_party_job(ctx: WorkerContext) -> dict[str, object]:
         # devices would draw different "common" values; and the sampler is bound by bytes, not
         # arithmetic (docs/how-to/gpu.md, "Why the MPC stays on the CPU": CUDA gains nothing there).
         pool: InMpcNoise | DistributedNoise = DistributedNoise() if plan.noise == "distributed" else InMpcNoise("cpu")
-        agg = MpcAggregator(ZeroNoise() if no_noise else pool, allow_test_only=no_noise,
-                            bounds=None if owners else _party_bounds(plan, comm.get_world_size()),
-                            on_refused=None if owners else _on_refused(ctx, plan))
+        agg: MpcAggregator | VerifiedAggregator
+        if ctx.job.job.security == "malicious":  # the job file admits it with distributed noise and no owners only
+            assert isinstance(pool, DistributedNoise) and not owners and not no_noise
+            agg = VerifiedAggregator(pool, tuple(plan.member_bound(j) for j in range(comm.get_world_size())), comm)
+        else:
+            agg = MpcAggregator(ZeroNoise() if no_noise else pool, allow_test_only=no_noise,
+                                bounds=None if owners else _party_bounds(plan, comm.get_world_size()),
+                                on_refused=None if owners else _on_refused(ctx, plan))
         ctx.emit({"phase": "agreed", "message": (f"n = {sum(counts)} rows over {len(counts)} parties" if counts
                                                  else f"add/remove: normaliser n̂ = {plan.public_n}")
                   + f"; {agg.trust_model}"})
         counters: dict[str, object] = {}
         trust = agg.trust_model
         if rows is None:
+            assert isinstance(agg, MpcAggregator)
             served = serve_owners(ctx, comm, agg, pool, plan, real, callers)
             result, counters, trust = served.result, served.counters, served.trust_model
         else:

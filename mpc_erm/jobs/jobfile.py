@@ -105,19 +105,35 @@ def _distinct(names: tuple[str, ...], what: str) -> tuple[str, ...]:
     return names
 
 
-def _security_problems(security: str, trust: str) -> list[str]:
+def _security_problems(security: str, trust: str, parties: int) -> list[str]:
     """Why ``security`` cannot run with ``trust`` (docs/explanation/trust-models.md): a dealer is
-    trusted by construction, and this version verifies no product or opening yet."""
+    trusted by construction, and the malicious-secure protocol is for three parties."""
     if security != "malicious":
         return []
     if trust == "dealer":
         return ['security: "malicious" cannot run with trust = "dealer": the dealer makes every product\'s '
                 "correlated randomness and is trusted by construction; a malicious-secure job needs "
                 'trust = "replicated" (three compute parties, honest majority)']
-    return ['security: "malicious" is not available in this version: the compute parties\' products, comparisons '
-            "and in-MPC noise sampler are not yet verified, so a party that deviates the same way toward every "
-            'member would go unseen; use "semi-honest" (the default; every revealed value is still agreed on by '
-            "digest, and owners use only releases every compute party signed)"]
+    if parties != 3:
+        return [f'security: "malicious" runs on exactly three compute parties (honest majority), not {parties}']
+    return []
+
+
+def _malicious_job_problems(spec: JobSpec, owners: bool, test_no_noise: bool) -> list[str]:
+    """What the malicious-secure mode does not cover yet: it proves every party's own input and
+    checks every opening, with each party's own noise share; the in-MPC sampler's circuits and the
+    owners' intake (checked inside the MPC) are not verified."""
+    out = []
+    if spec.privacy.noise != "distributed":
+        out.append('privacy.noise: security = "malicious" needs noise = "distributed" (each compute party proves '
+                   "its own noise share within its bound; the in-MPC sampler's circuits are not verified yet)")
+    if owners:
+        out.append('job.owners: security = "malicious" does not cover data owners yet (their contributions are '
+                   'checked inside the MPC, by products a deviating party could corrupt); run owner jobs with '
+                   'security = "semi-honest"')
+    if test_no_noise:
+        out.append('job.test_no_noise: not with security = "malicious" (a test switch of the semi-honest engine)')
+    return out
 
 
 class JobTable(BaseModel):
@@ -201,7 +217,7 @@ class JobTable(BaseModel):
                 problems.append('dealer: only for trust = "dealer"; replicated sharing has no dealer')
             if len(self.parties) != 3:
                 problems.append(f'parties: trust = "replicated" needs exactly 3, got {len(self.parties)}')
-        problems += _security_problems(self.security, self.trust)
+        problems += _security_problems(self.security, self.trust, len(self.parties))
         if self.dealer is not None and self.dealer.lower() in {p.lower() for p in self.parties}:
             problems.append(f"dealer: {self.dealer!r} is also a party; the dealer must be a separate identity")
         members = {p.lower() for p in self.parties} | ({self.dealer.lower()} if self.dealer else set())
@@ -251,6 +267,8 @@ class JobFile(BaseModel):
                                 "(or sampling = \"poisson\": each owner tosses its own coin)")
         elif self.spec.federated is not None:
             problems.append("federated: a federated job runs with data owners: list them in job.owners")
+        if self.job.security == "malicious":
+            problems += _malicious_job_problems(self.spec, bool(self.job.owners), self.job.test_no_noise)
         shape = m.input_shape
         if self.job.owners and m.is_network and shape is not None and self.job.features is not None \
                 and self.job.features != math.prod(shape):

@@ -15,6 +15,7 @@ share of the aggregate.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -27,7 +28,21 @@ from .keystream import Keystream, new_key
 from .noise import NoisePlan, plan_noise
 from .samplers.gaussian import DiscreteGaussianParams, gaussian_reference_samples
 
-__all__ = ["DistributedNoise", "KeystreamIntegers"]
+__all__ = ["NORM_FAILURE_LOG2", "DistributedNoise", "KeystreamIntegers", "gaussian_share_norm_bound"]
+
+#: An honest party's noise share exceeds its proved norm bound with probability ≤ 2^-this (the job
+#: then stops with nothing revealed).
+NORM_FAILURE_LOG2 = 40
+
+
+def gaussian_share_norm_bound(sigma2: int, dim: int, failure_log2: int = NORM_FAILURE_LOG2) -> int:
+    """⌈σ·√(d + 2√(d·x) + 2x)⌉, x = failure_log2·ln 2: the Laurent–Massart χ² bound, which holds
+    for d independent discrete Gaussians N_Z(0, σ²) too. Their E[e^{tX²}] is at most the
+    continuous Gaussian's (1 − 2tσ²)^{-1/2}: by Poisson summation Σ_k e^{-a k²} = √(π/a)·θ(a)
+    with θ(a) = Σ_m e^{-π²m²/a} increasing in a, so the ratio of the sums at a − t and at a is
+    ≤ √(a/(a − t)); and Laurent–Massart's proof uses the MGF alone."""
+    x = failure_log2 * math.log(2.0)
+    return math.ceil(math.sqrt(sigma2 * (dim + 2.0 * math.sqrt(dim * x) + 2.0 * x))) + 1
 
 
 class KeystreamIntegers:
@@ -73,6 +88,14 @@ class DistributedNoise:
 
     def precision_bits(self, spec: NoiseSpec, dim: int) -> int:
         return self.plan(spec, dim).grid_bits
+
+    def norm_bound(self, spec: NoiseSpec, dim: int, failure_log2: int = NORM_FAILURE_LOG2) -> int:
+        """B (grid units) with P(‖z‖₂ > B) ≤ 2^-failure_log2 for this party's share z of ``dim``
+        samples: what it proves its noise within in the malicious-secure mode
+        (:func:`gaussian_share_norm_bound`)."""
+        params = self.plan(spec, dim).params
+        assert isinstance(params, DiscreteGaussianParams)
+        return gaussian_share_norm_bound(params.t * params.mu, dim, failure_log2)
 
     def _sample(self, spec: NoiseSpec, n: int) -> np.ndarray:
         params = self.plan(spec, n).params

@@ -137,9 +137,14 @@ def _noise_words(report: PrivacyReport) -> str:
 def _security(report: PrivacyReport) -> str:
     """What the compute parties were assumed to do, and what that leaves a deviating one able to do."""
     if report.security == "malicious":
-        return ("Security model: malicious, with abort. Every product and opening of the compute parties was "
-                "verified before anything that depends on it was revealed; a party that deviates stops the job at "
-                "every member, and the only thing an abort reveals is that it happened.")
+        return ("Security model: malicious, with abort (three compute parties, any one of which may deviate). Each "
+                "party proved its own input — its data's contribution plus its own noise share — within a public "
+                "bound, and every value opened was checked against both parties holding each share, before anything "
+                "that depends on it was revealed; a party that deviates stops the job at every member, and an abort "
+                "reveals only that it happened. What a deviating party can still do: choose its own data within its "
+                "bound, as in any MPC, and replace its noise share by any vector within the share's bound, which "
+                "moves the release by at most that much but cannot weaken the guarantee, carried by the honest "
+                "parties' shares.")
     head = ("Security model: semi-honest. " if report.security == "semi-honest" else
             "This report does not state a security model (it was written before reports did); read it as "
             "semi-honest. ")

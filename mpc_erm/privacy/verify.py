@@ -72,19 +72,32 @@ def _sensitivity(plan: dict[str, Any]) -> float:
     return 2 * c / (m * n_min * lam) + 2 * tol / m
 
 
+#: What the malicious-secure engine's trust model says (mpc_erm.mpc.verified_aggregator), lower case.
+MALICIOUS_MARK = "malicious security with abort"
+
+
 def _security_check(report: PrivacyReport) -> Check:
     """The stated security model is one this version runs for the stated trust model: an in-process
-    simulation states none; a job states "semi-honest" (or nothing, if written before reports did).
-    No version so far runs "malicious" (and a dealer, trusted by construction, never can)."""
+    simulation states none; a job states "semi-honest" (or nothing, if written before reports did),
+    or "malicious" only for three replicated parties with distributed noise, whose trust model says
+    the verified protocol ran (a dealer, trusted by construction, never can)."""
     simulated = report.trust_model == SIMULATION_TRUST_MODEL
     sec = report.security
     if simulated:
         return Check("security", sec is None, "an in-process simulation: no compute parties, no security model"
                      + ("" if sec is None else f"; the report claims {sec!r}"))
     if sec == "malicious":
+        trust = report.trust_model.lower()
+        real = report.realisation or {}
         why = ("a dealer is trusted by construction, so a dealer job cannot be malicious-secure"
-               if "replicated" not in report.trust_model.lower() else "this version runs no malicious-secure mode")
-        return Check("security", False, f"the report claims 'malicious' security: {why}")
+               if "replicated" not in trust else
+               "the trust model does not say the verified protocol ran" if MALICIOUS_MARK not in trust else
+               "malicious security needs distributed noise (the in-MPC sampler is not verified)"
+               if real.get("noise") != "distributed" else "")
+        if why:
+            return Check("security", False, f"the report claims 'malicious' security: {why}")
+        return Check("security", True, "malicious, with abort: three replicated parties, every input proved within "
+                     "its bound and every opening checked by both holders; distributed noise")
     return Check("security", True, "semi-honest: the compute parties are trusted to follow the protocol"
                  + ("" if sec else " (not stated: a report written before reports stated it)"))
 

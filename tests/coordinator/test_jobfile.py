@@ -47,7 +47,13 @@ BAD = [
      'job.security: "malicious" cannot run with trust = "dealer": the dealer makes every product\'s correlated '
      "randomness and is trusted by construction"),
     ([REPLICATED, ('trust = "replicated"', 'trust = "replicated"\nsecurity = "malicious"')],
-     'job.security: "malicious" is not available in this version'),
+     'privacy.noise: security = "malicious" needs noise = "distributed"'),
+    ([REPLICATED, ('trust = "replicated"', 'trust = "replicated"\nsecurity = "malicious"'),
+      ('parties = ["alice", "bob", "carol"]', 'parties = ["alice", "bob", "carol", "dave"]')],
+     'job.security: "malicious" runs on exactly three compute parties'),
+    ([REPLICATED, ('trust = "replicated"', 'trust = "replicated"\nsecurity = "malicious"\ntest_no_noise = true'),
+      ("delta = 1e-5", 'delta = 1e-5\nnoise = "distributed"')],
+     'job.test_no_noise: not with security = "malicious"'),
     ([('dealer = "dealer"', 'dealer = "dealer"\nsecurity = "honest"')], "job.security: must be"),
     ([("epsilon = 1.0", "epsilon = 0.0")], "privacy.epsilon: must be > 0"),
     ([("epsilon = 1.0", "epsilon = -1.0")], "privacy.epsilon: must be > 0"),
@@ -227,6 +233,15 @@ def test_the_default_security_model_is_semi_honest_and_naming_it_keeps_the_diges
     assert plain.spec_digest() == named.spec_digest() and "security" not in plain.to_toml()
 
 
+def test_a_malicious_job_parses_with_three_replicated_parties_and_distributed_noise_and_is_digested() -> None:
+    text = BASE.replace('trust = "dealer"\ndealer = "dealer"', 'trust = "replicated"\nsecurity = "malicious"') \
+        .replace("delta = 1e-5", 'delta = 1e-5\nnoise = "distributed"')
+    job = parse_job_file(text)
+    assert job.job.security == "malicious"
+    honest = parse_job_file(text.replace('security = "malicious"', ""))
+    assert job.spec_digest() != honest.spec_digest() and 'security = "malicious"' in job.to_toml()
+
+
 def test_digest_changes_when_any_field_changes() -> None:
     job = load_job_file(EXAMPLES / "gradient-adult.toml")
     base = job.model_dump(mode="json")
@@ -235,7 +250,7 @@ def test_digest_changes_when_any_field_changes() -> None:
     for path, value in _leaves(base):
         if value is None or path in (("job", "trust"), ("job", "owners"), ("job", "security")):
             continue  # owners: test_a_job_with_owners_loads_keeps_the_old_digests_and_refuses_what_it_cannot_run;
-            # security: its one other value is refused (test_bad_job_files_name_the_field)
+            # security: test_a_malicious_job_parses_with_three_replicated_parties_and_distributed_noise_...
         if path[:2] == ("spec", "model") and path[2] in NETWORK_MODEL_FIELDS or \
                 path[:2] == ("spec", "training") and path[2] in NETWORK_TRAINING_FIELDS:
             continue  # a linear job must leave them at their defaults (test_network_fields_enter_the_digest)

@@ -14,6 +14,7 @@ from mpc_erm.mpc import field as F
 from mpc_erm.mpc import flp
 from mpc_erm.mpc import norm_proof as N
 from mpc_erm.mpc.replicated_open import OpeningMismatch, open_verified, shares_of
+from tests.mpc.forgery import forge, naive_aux
 
 P = F.P
 
@@ -161,34 +162,13 @@ def test_a_bound_with_no_room_for_exact_squares_is_refused_naming_the_grid() -> 
 
 
 # ---------------------------------------------------------------- lying contributors
-def _forge(x: np.ndarray, aux_of: Callable[[np.ndarray, bytes], np.ndarray], spec: N.NormSpec = SPEC,
-           context: bytes = CONTEXT, proof_edit: Callable[[np.ndarray], np.ndarray] | None = None) -> N.Submission:
-    """A contributor that follows the protocol's steps with an aux of its choosing (and, optionally,
-    edits its proof): it knows the Fiat–Shamir keys exactly as an honest one does."""
-    xs = N.split(F.from_signed(x))
-    rows_key, _ = N.keys_for(context, [N.commitment(i, s) for i, s in enumerate(xs)], [])
-    aux = aux_of(x, rows_key)
-    auxs = N.split(aux)
-    keys = N.keys_for(context, [N.commitment(i, s) for i, s in enumerate(xs)],
-                      [N.commitment(i, s) for i, s in enumerate(auxs)])
-    left, right = N.wires(F.from_signed(x), aux, N.rho(keys[1], spec), spec, first=True)
-    proof = flp.prove(left, right, spec.layout)
-    if proof_edit is not None:
-        proof = proof_edit(proof)
-    return N.Submission(xs, auxs, N.split(proof))
+def _forge(x: np.ndarray, aux_of: Callable[[np.ndarray, bytes], np.ndarray],
+           proof_edit: Callable[[np.ndarray], np.ndarray] | None = None) -> N.Submission:
+    return forge(x, SPEC, CONTEXT, aux_of=lambda v, key, spec: aux_of(v, key), proof_edit=proof_edit)
 
 
-def _naive_aux(x: np.ndarray, rows_key: bytes, spec: N.NormSpec = SPEC) -> np.ndarray:
-    """The honest recipe applied to any vector, every value reduced into range: what a liar sends."""
-    rows = N.rows_for(rows_key, spec).astype(np.int64)
-    half = 1 << (spec.proj_bits - 1)
-    y = np.mod(rows @ x + half, 1 << spec.proj_bits)
-    q = [sum(int(v) ** 2 for v in x[k * spec.chunk:(k + 1) * spec.chunk]) % P for k in range(spec.chunks)]
-    q_in = [v % (1 << spec.sum_bits) for v in q]
-    slack = (spec.bound ** 2 - sum(q)) % (1 << spec.sum_bits)
-    return np.concatenate([np.array(q, dtype=np.uint64), N.bits_of(y, spec.proj_bits).ravel(),
-                           N.bits_of(np.array(q_in, dtype=np.int64), spec.sum_bits).ravel(),
-                           N.bits_of(np.array([slack], dtype=np.int64), spec.sum_bits).ravel()]).astype(np.uint64)
+def _naive_aux(x: np.ndarray, rows_key: bytes) -> np.ndarray:
+    return naive_aux(x, rows_key, SPEC)
 
 
 def _slack_as_field_digit(x: np.ndarray, rows_key: bytes) -> np.ndarray:

@@ -1,0 +1,279 @@
+"""The noisy sum of ``security = "malicious"``: three compute parties, any one of whom may deviate,
+and no release unless every step was checked (security with abort).
+
+What one :meth:`VerifiedAggregator.aggregate` call does at party i (all three call it in step):
+
+1. **Its own input, bounded and proved.** v_i = round(Σ w·c · 2^g) + z_i, its contribution on the
+   noise's grid plus its own share z_i of the distributed noise (:class:`~.local_noise.DistributedNoise`).
+   It proves ‖v_i‖₂ ≤ M_i + B_z (:mod:`.norm_proof`): M_i its public contribution bound, B_z the
+   bound that a discrete Gaussian share of its σ exceeds with probability ≤ 2^-40
+   (:meth:`~.local_noise.DistributedNoise.norm_bound`).
+2. **Dealt as replicated shares** in F_p (:mod:`.field`): three additive shares of (v_i, aux,
+   proof), party k receiving shares k and k + 1 (:mod:`.replicated_open`).
+3. **Each share's two holders compare its hash.** A dealer that dealt two copies differently, or
+   a holder that misreports, stops the job here, naming the share's dealer and holders.
+4. **Challenge by commit-then-reveal coins.** Each party commits to 32 fresh bytes, then opens
+   them: the FLP query point and the check's weights follow from all three, and no party can
+   choose them after seeing the others' (a party that could would grind a bad proof through).
+5. **Every proof checked by verified openings**: each party computes, from each share it holds,
+   the linear parts of every dealer's check; each share's part comes from both its holders. A
+   mismatch names the two holders; a proof that fails names its dealer. Either ends the job.
+6. **The sum, opened from both holders of each share**, decoded from its centred representative,
+   and agreed (:func:`~.agreement.agree_on`) before it is returned.
+
+What a deviating party can still do: choose its own input v_i within M_i + B_z — its data within
+its bound (as in any MPC), and a noise share that is not Gaussian, moving the release by at most
+B_z more (the honest parties' shares alone carry the privacy guarantee,
+:mod:`mpc_erm.privacy.distributed`) — or stop the job. Every other deviation in what it sends
+either raises here before the value is used, or is a lie in a share whose second holder is honest.
+Nothing in this protocol is a product of shares: the compute parties only add, scale by public
+constants and open, which is why the openings are all that needs checking.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from mpc_erm.protocols.aggregation import NoiseSpec
+
+from . import field as F
+from . import norm_proof as N
+from .agreement import IntegrityError, agree_on, member_name
+from .local_noise import DistributedNoise
+from .replicated_open import OpeningMismatch, holders, open_verified, shares_of
+from .validation import bound_units
+
+__all__ = ["MALICIOUS_TRUST_MODEL", "DeviationDetected", "VerifiedAggregator"]
+
+MALICIOUS_TRUST_MODEL = ("MPC: 3-party replicated sharing in F_p, malicious security with abort (honest majority): "
+                         "every party's input proved within its bound, every opening checked by both holders of "
+                         "each share; noise: each party's own share")
+_DOMAIN = b"mpc-erm verified aggregate v1"
+_PARTIES = 3
+
+
+class DeviationDetected(IntegrityError):
+    """A compute party sent something the protocol does not allow: nothing that depends on it is used."""
+
+
+@dataclass
+class _Totals:
+    aggregates: int = 0
+    bytes: int = 0
+    rounds: int = 0
+    seconds: float = 0.0
+    prove_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    field_elements_dealt: int = 0
+    last: dict[str, float] = field(default_factory=dict)
+
+
+def _as_tensor(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.uint64).view(np.int64))
+
+
+def _as_field(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to("cpu").contiguous().numpy().view(np.uint64)
+
+
+class VerifiedAggregator:
+    """``SecureAggregator`` of the malicious-secure mode, for one of exactly three compute parties
+    that hold their own rows, with distributed noise (module docstring)."""
+
+    def __init__(self, noise: DistributedNoise, bounds: tuple[float, ...], comm: Any) -> None:
+        """``bounds``: the public ℓ2 bound of each party's weighted contribution, by rank."""
+        self.comm = comm
+        self.rank: int = comm.get_rank()
+        self.world_size: int = comm.get_world_size()
+        if self.world_size != _PARTIES:
+            raise ValueError(f'security = "malicious" runs on exactly 3 compute parties, not {self.world_size}')
+        if len(bounds) != _PARTIES:
+            raise ValueError(f"bounds: one per party ({_PARTIES}), got {len(bounds)}")
+        self.noise = noise
+        self.bounds = tuple(float(b) for b in bounds)
+        self.trust_model = MALICIOUS_TRUST_MODEL
+        self.refused: list[list[int]] = []  # a failing proof ends the job: never anything to leave out
+        self.precision_bits = 0
+        self.limit = 0.0
+        self.totals = _Totals()
+        table = getattr(comm, "table", None)
+        self._job = str(getattr(table, "job_id", "")).encode()
+        self._counter = 0
+
+    # ------------------------------------------------------------------ steps
+    def _name(self, rank: int) -> str:
+        return member_name(self.comm, rank)
+
+    def _context(self, t: int, dealer: int) -> bytes:
+        return _DOMAIN + b"|" + self._job + f"|aggregate {t}|dealer {dealer}".encode()
+
+    def _specs(self, p: int, g: int, noise: NoiseSpec) -> list[N.NormSpec]:
+        extra = self.noise.norm_bound(noise, p)
+        return [N.NormSpec(p, bound_units(b, g, p) + extra) for b in self.bounds]
+
+    def _deal(self, sub: N.Submission, specs: list[N.NormSpec]) -> dict[int, dict[int, np.ndarray]]:
+        """Send each other party the two shares it holds; receive ours of theirs.
+        Returns held[dealer][share] = concat(x, aux, proof)."""
+        me = self.rank
+        whole = [np.concatenate([sub.x[s], sub.aux[s], sub.proof[s]]) for s in range(_PARTIES)]
+        sends = [self.comm.isend(_as_tensor(np.concatenate([whole[s] for s in shares_of(k)])), k)
+                 for k in range(_PARTIES) if k != me]
+        held: dict[int, dict[int, np.ndarray]] = {me: {s: whole[s] for s in shares_of(me)}}
+        for k in range(_PARTIES):
+            if k == me:
+                continue
+            n = specs[k].submission_length
+            got = _as_field(self.comm.recv(torch.empty(2 * n, dtype=torch.long), k))
+            if got.size != 2 * n:
+                raise DeviationDetected(f"{self._name(k)} dealt {got.size} field elements, not {2 * n}")
+            a, b = shares_of(me)
+            held[k] = {a: got[:n].copy(), b: got[n:].copy()}
+        for req in sends:
+            req.wait()
+        self.totals.field_elements_dealt += 2 * sum(w.size for w in whole)
+        return held
+
+    @staticmethod
+    def _parts(whole: np.ndarray, spec: N.NormSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return whole[: spec.dim], whole[spec.dim: spec.dim + spec.aux_length], whole[spec.dim + spec.aux_length:]
+
+    def _commitments(self, held: dict[int, dict[int, np.ndarray]],
+                     specs: list[N.NormSpec]) -> list[tuple[list[bytes], list[bytes]]]:
+        """Exchange the hashes of every share held; each share's two holders must agree. Returns,
+        per dealer, (x hashes, aux hashes) by share."""
+        mine = bytearray()
+        for dealer in range(_PARTIES):
+            for s in shares_of(self.rank):
+                x, aux, _ = self._parts(held[dealer][s], specs[dealer])
+                mine += N.commitment(s, x) + N.commitment(s, aux)
+        every = [bytes(t.numpy().tobytes()) for t in self.comm.all_gather(torch.frombuffer(mine, dtype=torch.uint8))]
+        out = []
+        for dealer in range(_PARTIES):
+            xs: list[bytes] = []
+            auxs: list[bytes] = []
+            for s in range(_PARTIES):
+                copies = []
+                for party in holders(s):
+                    at = (dealer * 2 + shares_of(party).index(s)) * 64
+                    copies.append(every[party][at: at + 64])
+                if copies[0] != copies[1]:
+                    a, b = holders(s)
+                    raise DeviationDetected(
+                        f"share {s} of {self._name(dealer)}'s input: its holders {self._name(a)} and {self._name(b)} "
+                        f"hold different copies (the dealer dealt them differently, or one holder misreports); "
+                        "nothing is revealed")
+                xs.append(copies[0][:32])
+                auxs.append(copies[0][32:])
+            out.append((xs, auxs))
+        return out
+
+    def _challenge(self, t: int) -> bytes:
+        """Commit-then-reveal coins: the key of the proofs' queries."""
+        coin = secrets.token_bytes(32)
+        promise = hashlib.sha256(_DOMAIN + b"coin" + coin).digest()
+        promises = [bytes(x.numpy().tobytes()) for x in self.comm.all_gather(torch.frombuffer(bytearray(promise),
+                                                                                              dtype=torch.uint8))]
+        coins = [bytes(x.numpy().tobytes()) for x in self.comm.all_gather(torch.frombuffer(bytearray(coin),
+                                                                                          dtype=torch.uint8))]
+        for r, (c, h) in enumerate(zip(coins, promises, strict=True)):
+            if hashlib.sha256(_DOMAIN + b"coin" + c).digest() != h:
+                raise DeviationDetected(f"{self._name(r)} opened a coin other than the one it committed to")
+        return hashlib.sha256(_DOMAIN + b"query" + self._job + t.to_bytes(8, "big") + b"".join(coins)).digest()
+
+    def _open(self, mine: dict[int, np.ndarray], what: str) -> np.ndarray:
+        """Open a vector from every party's results per share it holds (both holders of each share)."""
+        a, b = shares_of(self.rank)
+        stacked = np.concatenate([mine[a], mine[b]])
+        every = [_as_field(x) for x in self.comm.all_gather(_as_tensor(stacked))]
+        n = mine[a].size
+        reports = {}
+        for party in range(_PARTIES):
+            if every[party].size != 2 * n:
+                raise DeviationDetected(f"{what}: {self._name(party)} sent {every[party].size} elements, not {2 * n}")
+            pa, pb = shares_of(party)
+            reports[party] = {pa: every[party][:n], pb: every[party][n:]}
+        try:
+            return open_verified(reports)
+        except OpeningMismatch as exc:
+            x, y = (self._name(r) for r in exc.parties)
+            raise DeviationDetected(f"{what}: share {exc.share}'s holders {x} and {y} report different values "
+                                    "(one of them deviated); nothing is revealed") from None
+
+    # ------------------------------------------------------------------ the interface
+    def aggregate(self, contributions: torch.Tensor, weights: torch.Tensor, noise: NoiseSpec) -> torch.Tensor:
+        """Reveal ``Σ_parties Σ_rows w·c + z`` (float64, shape (p,)); see the module docstring."""
+        if contributions.ndim != 2 or weights.ndim != 1 or weights.shape[0] != contributions.shape[0]:
+            raise ValueError(f"contributions (k, p) and weights (k,) expected, got {tuple(contributions.shape)} "
+                             f"and {tuple(weights.shape)}")
+        if noise.mechanism != "gaussian":
+            raise ValueError('security = "malicious" adds distributed Gaussian noise only')
+        p = int(contributions.shape[1])
+        tic = time.perf_counter()
+        stats0 = self.comm.get_communication_stats()
+        t = self._counter
+        self._counter += 1
+        g = int(self.noise.precision_bits(noise, p))
+        specs = self._specs(p, g, noise)
+        local = weights.detach().to("cpu", torch.float64) @ contributions.detach().to("cpu", torch.float64)
+        if not bool(torch.isfinite(local).all()):
+            raise ValueError(f"aggregate #{t}: this party's weighted contribution is NaN/inf; nothing revealed")
+        mine = torch.round(local * float(2**g)).to(torch.long) + self.noise.take(p, noise)
+
+        t0 = time.perf_counter()
+        sub = N.prove_norm(mine.numpy(), specs[self.rank], self._context(t, self.rank))
+        t1 = time.perf_counter()
+        held = self._deal(sub, specs)
+        hashes = self._commitments(held, specs)
+        query_key = self._challenge(t)
+        t2 = time.perf_counter()
+        parts: dict[int, list[np.ndarray]] = {s: [] for s in shares_of(self.rank)}
+        for dealer in range(_PARTIES):
+            spec = specs[dealer]
+            keys = N.keys_for(self._context(t, dealer), *hashes[dealer])
+            query = N.Query.from_key(hashlib.sha256(query_key + bytes([dealer])).digest(), spec)
+            for s in shares_of(self.rank):
+                x, aux, proof = self._parts(held[dealer][s], spec)
+                parts[s].append(N.verifier_share(s, x, aux, proof, spec, keys, query))
+        widths = [part.size for part in parts[shares_of(self.rank)[0]]]
+        opened = self._open({s: np.concatenate(v) for s, v in parts.items()}, f"aggregate #{t}: the input proofs")
+        at = 0
+        for dealer, width in enumerate(widths):
+            if not N.accept(opened[at: at + width], specs[dealer]):
+                raise DeviationDetected(f"aggregate #{t}: {self._name(dealer)}'s input fails its proof (outside its "
+                                        "bound, or a false proof): the job stops; nothing is revealed")
+            at += width
+        t3 = time.perf_counter()
+        sums = {s: F.sum_along(np.stack([self._parts(held[d][s], specs[d])[0] for d in range(_PARTIES)]), axis=0)
+                for s in shares_of(self.rank)}
+        total = self._open(sums, f"aggregate #{t}: the sum")
+        ring = torch.from_numpy(F.to_signed(total))
+        agree_on(self.comm, f"aggregate #{t}", ring)
+        result = ring.to(torch.float64).div_(float(2**g))
+
+        self.precision_bits = g
+        self.limit = float(F.P // 2) / 2.0**g
+        stats1 = self.comm.get_communication_stats()
+        tot = self.totals
+        tot.aggregates += 1
+        tot.rounds += stats1["rounds"] - stats0["rounds"]
+        tot.bytes += stats1["bytes"] - stats0["bytes"]
+        tot.seconds += time.perf_counter() - tic
+        tot.prove_seconds += t1 - t0
+        tot.verify_seconds += t3 - t2
+        return result.to(contributions.device)
+
+    def describe(self) -> dict[str, Any]:
+        """Trust model and cumulative cost, for the job report."""
+        tot = self.totals
+        return {"trust_model": self.trust_model, "parties": self.world_size, "security": "malicious",
+                "aggregates": tot.aggregates, "rounds": tot.rounds, "bytes": tot.bytes, "seconds": tot.seconds,
+                "prove_seconds": tot.prove_seconds, "verify_seconds": tot.verify_seconds,
+                "field_elements_dealt": tot.field_elements_dealt,
+                "limit_abs": self.limit, "resolution": 2.0**-self.precision_bits if self.precision_bits else None}
