@@ -22,6 +22,8 @@ z = 1.2 (1.02), so the noise is the simulator's.
         --out benchmarks/results/deep_mnist_daemons_distributed.json
     .venv/bin/python -m benchmarks.deep_mnist --compare-noise --trust replicated --epochs 1 \
         --out benchmarks/results/deep_mnist_noise_kinds.json
+    .venv/bin/python -m benchmarks.deep_mnist --compare-security --epochs 1 \
+        --out benchmarks/results/deep_mnist_malicious.json
 """
 
 from __future__ import annotations
@@ -126,7 +128,7 @@ def run(*, epochs: float = 10.0, noise: float = 1.2, lr: float = 0.32, batch: in
 
 def run_daemons(out: Path, *, epochs: float = 10.0, noise: float = 1.2, lr: float = 0.32, batch: int = 256,
                 parties: int = 3, seed: int = 0, trust: str = "dealer", noise_kind: str = "mpc",
-                progress: Any = print) -> dict[str, Any]:
+                security: str = "semi-honest", progress: Any = print) -> dict[str, Any]:
     """The same job through real party daemons (+ a dealer): each party holds its third of the
     training images as its own IDX files, samples its Poisson batches, computes and clips its
     per-example gradients; the noise is the discrete Gaussian sampled inside the MPC. The job's ε is
@@ -161,7 +163,8 @@ def run_daemons(out: Path, *, epochs: float = 10.0, noise: float = 1.2, lr: floa
     job.write_text("\n".join([
         'method = "gradient"', "", "[job]", 'name = "deep-mnist"', 'dataset = "mnist"',
         f"parties = [{', '.join(json.dumps(n) for n in names)}]", f'trust = "{trust}"',
-        *(['dealer = "dealer"'] if trust == "dealer" else []), "",
+        *(['dealer = "dealer"'] if trust == "dealer" else []),
+        *([f'security = "{security}"'] if security != "semi-honest" else []), "",
         "[model]", 'name = "mnist_cnn"', "input_shape = [1, 28, 28]", "n_classes = 10", f"init_seed = {seed}", "",
         "[privacy]", f"epsilon = {eps!r}", f"delta = {delta!r}", "clip = 1.0", 'adjacency = "add_remove"',
         f"public_n = {N_TRAIN}", 'accountant = "rdp"', f'noise = "{noise_kind}"', "",
@@ -204,7 +207,7 @@ def run_daemons(out: Path, *, epochs: float = 10.0, noise: float = 1.2, lr: floa
                 f"TLS, {made}, Poisson batches drawn by each party on its own rows",
         "parameters": {"epochs": epochs, "rounds": rounds, "sampling_rate": q, "expected_batch": batch, "clip": 1.0,
                        "noise_multiplier": report["plan"]["noise_multiplier"], "learning_rate": lr, "delta": delta,
-                       "seed": seed, "parties": parties, "trust": trust, "noise": noise_kind,
+                       "seed": seed, "parties": parties, "trust": trust, "noise": noise_kind, "security": security,
                        "inflation": inflation},
         "epsilon": report["epsilon"], "delta": report["delta"], "delta_sampler": report.get("delta_sampler"),
         "accountant": report["accountant"], "test_accuracy": acc, "wall_seconds": wall,
@@ -254,6 +257,28 @@ def compare_noise(out: Path, *, epochs: float, trust: str = "replicated", progre
                          "inflation": r["parameters"]["inflation"]} for k, r in runs.items()},
             "distributed_over_mpc_per_round": runs["distributed"]["seconds_per_round"]
             / runs["mpc"]["seconds_per_round"]}
+
+
+def compare_security(out: Path, *, epochs: float, progress: Any = print) -> dict[str, Any]:
+    """The same job through three replicated daemons with distributed noise, semi-honest and
+    malicious-secure, and the simulator of each, in one run."""
+    runs = {}
+    for sec in ("semi-honest", "malicious"):
+        runs[sec] = with_baseline(run_daemons(out / sec, epochs=epochs, trust="replicated", noise_kind="distributed",
+                                              security=sec, progress=progress), progress)
+    return {"benchmark": "deep_mnist_malicious", "machine": machine_info(),
+            "what": "DP-SGD on MNIST (TF-Privacy's CNN) through 3 replicated party daemons with distributed noise, "
+                    "semi-honest and malicious-secure (every party's input proved, every opening verified), each "
+                    "beside the in-process simulator of the same job",
+            "epochs": epochs,
+            "runs": {k: {"seconds_per_round": r["seconds_per_round"], "wall_seconds": r["wall_seconds"],
+                         "simulator_wall_seconds": r["baseline"]["wall_seconds"],
+                         "wall_over_simulator": r["wall_over_simulator"], "test_accuracy": r["test_accuracy"],
+                         "simulator_test_accuracy": r["baseline"]["test_accuracy"], "epsilon": r["epsilon"],
+                         "noise_multiplier": r["parameters"]["noise_multiplier"]} for k, r in runs.items()},
+            "malicious_over_semi_honest_wall": runs["malicious"]["wall_seconds"] / runs["semi-honest"]["wall_seconds"],
+            "malicious_over_semi_honest_per_round": runs["malicious"]["seconds_per_round"]
+            / runs["semi-honest"]["seconds_per_round"]}
 
 
 COMPARE = {  # DP-LSSGD paper §A4.2 defaults: lr 0.15 for DP-(LS)SGD, 0.001 for DP-(LS)Adam; σ_LS = 1 here
@@ -359,11 +384,14 @@ def main(argv: list[str] | None = None) -> None:
                     help="with --daemons: noise sampled inside the MPC, or each party's own share (privacy.noise)")
     ap.add_argument("--compare-noise", action="store_true",
                     help="both noise kinds through the daemons (and the simulator of each) in one run")
+    ap.add_argument("--compare-security", action="store_true",
+                    help="semi-honest and malicious (replicated, distributed noise) through the daemons, one run")
     ap.add_argument("--work", type=Path, default=Path("deep_mnist_run"), help="with --daemons: consortium and data")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
-    if a.compare_noise:
-        res = compare_noise(a.work, epochs=a.epochs, trust=a.trust)
+    if a.compare_noise or a.compare_security:
+        res = (compare_security(a.work, epochs=a.epochs) if a.compare_security
+               else compare_noise(a.work, epochs=a.epochs, trust=a.trust))
         if a.out:
             a.out.parent.mkdir(parents=True, exist_ok=True)
             a.out.write_text(json.dumps(res, indent=1) + "\n")

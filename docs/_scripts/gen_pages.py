@@ -189,8 +189,9 @@ DESCRIPTIONS = {
     "JobTable.parties": "the parties that run the job, by certificate name (with `owners`: the compute parties)",
     "JobTable.trust": "`dealer`: additive sharing with a dealer; `replicated`: 3 parties, honest majority, no dealer",
     "JobTable.dealer": "with `trust = \"dealer\"`: the dealer's identity",
-    "JobTable.security": "what the compute parties are assumed to do: `semi-honest` (follow the protocol; the only "
-                         "mode this version runs) or `malicious` (refused: not yet built, and never with a dealer)",
+    "JobTable.security": "what the compute parties are assumed to do: `semi-honest` (follow the protocol; the default) "
+                         "or `malicious` (any one may deviate: three replicated parties holding their own rows, with "
+                         "`privacy.noise = \"distributed\"`; never with a dealer)",
     "JobTable.device": "where the parties' local work runs (default: each party's own `device`)",
     "IdentityConfig.name": "this member's name: the name in its certificate",
     "IdentityConfig.cert": "its certificate (PEM)",

@@ -45,7 +45,7 @@ from .keystream import KeyedMasks
 from .projections import projection_signs, projection_threshold
 
 __all__ = ["NORM_PROJECTIONS", "NormProofError", "NormSpec", "Query", "Submission", "accept", "bits_of", "commitment",
-           "keys_for",
+           "SALT_BYTES", "keys_for",
            "aux_vector", "prove_norm", "rho", "rows_for", "split", "verifier_share", "wires"]
 
 #: λ: rows keyed by a hash, so the bound is 2^-λ per hash a prover tries (2^-60 after 2^40 tries).
@@ -135,13 +135,24 @@ class NormSpec:
         return self.dim + self.aux_length + self.layout.proof_length
 
 
+#: Bytes of the salt each share is committed with.
+SALT_BYTES = 32
+
+
 @dataclass(frozen=True)
 class Submission:
-    """What a contributor deals: three additive shares each of x, aux and the proof."""
+    """What a contributor deals: three additive shares each of x, aux and the proof, and one salt
+    per share (sent with it to both its holders)."""
 
     x: tuple[np.ndarray, ...]
     aux: tuple[np.ndarray, ...]
     proof: tuple[np.ndarray, ...]
+    salts: tuple[bytes, ...]
+
+    def commitments(self) -> tuple[list[bytes], list[bytes]]:
+        """(x, aux) commitments by share: what :func:`keys_for` takes."""
+        return ([commitment(i, s, self.salts[i]) for i, s in enumerate(self.x)],
+                [commitment(i, s, self.salts[i], b"aux") for i, s in enumerate(self.aux)])
 
 
 def split(value: np.ndarray, shares: int = SHARES) -> tuple[np.ndarray, ...]:
@@ -154,9 +165,14 @@ def split(value: np.ndarray, shares: int = SHARES) -> tuple[np.ndarray, ...]:
     return (*parts, last)
 
 
-def commitment(index: int, share: np.ndarray) -> bytes:
-    """The hash a share is bound by; each share's two holders compute it and must agree."""
-    return hashlib.sha256(_DOMAIN + b"share" + index.to_bytes(1, "big") + share.astype(np.uint64).tobytes()).digest()
+def commitment(index: int, share: np.ndarray, salt: bytes, part: bytes = b"x") -> bytes:
+    """The hash a share is bound by; each share's two holders compute it and must agree. The salt,
+    known to the share's holders only, keeps it hiding: the party that does not hold the share
+    cannot test guesses of the contribution against it."""
+    if len(salt) != SALT_BYTES:
+        raise ValueError(f"a share's salt has {SALT_BYTES} bytes, not {len(salt)}")
+    return hashlib.sha256(_DOMAIN + b"share" + part + index.to_bytes(1, "big") + salt
+                          + share.astype(np.uint64).tobytes()).digest()
 
 
 def keys_for(context: bytes, x_commitments: Sequence[bytes], aux_commitments: Sequence[bytes]) -> tuple[bytes, bytes]:
@@ -294,10 +310,10 @@ def prove_norm(x: np.ndarray, spec: NormSpec, context: bytes) -> Submission:
     if x.shape != (spec.dim,):
         raise ValueError(f"a vector of {spec.dim} coordinates expected, got shape {x.shape}")
     xs = split(F.from_signed(x))
-    rows_key, _ = keys_for(context, [commitment(i, s) for i, s in enumerate(xs)], [])
+    salts = tuple(secrets.token_bytes(SALT_BYTES) for _ in xs)
+    rows_key, _ = keys_for(context, [commitment(i, s, salts[i]) for i, s in enumerate(xs)], [])
     aux = aux_vector(x, spec, rows_for(rows_key, spec))
     auxs = split(aux)
-    keys = keys_for(context, [commitment(i, s) for i, s in enumerate(xs)],
-                    [commitment(i, s) for i, s in enumerate(auxs)])
+    keys = keys_for(context, *Submission(xs, auxs, (), salts).commitments())
     left, right = wires(F.from_signed(x), aux, rho(keys[1], spec), spec, first=True)
-    return Submission(xs, auxs, split(flp.prove(left, right, spec.layout)))
+    return Submission(xs, auxs, split(flp.prove(left, right, spec.layout)), salts)

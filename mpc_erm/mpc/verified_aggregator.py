@@ -10,7 +10,9 @@ What one :meth:`VerifiedAggregator.aggregate` call does at party i (all three ca
    (:meth:`~.local_noise.DistributedNoise.norm_bound`).
 2. **Dealt as replicated shares** in F_p (:mod:`.field`): three additive shares of (v_i, aux,
    proof), party k receiving shares k and k + 1 (:mod:`.replicated_open`).
-3. **Each share's two holders compare its hash.** A dealer that dealt two copies differently, or
+3. **Each share's two holders compare its hash** (salted: the dealer sends each share's salt to its
+   two holders only, so the third party cannot test guesses of the input against the hash of the
+   share it lacks). A dealer that dealt two copies differently, or
    a holder that misreports, stops the job here, naming the share's dealer and holders.
 4. **Challenge by commit-then-reveal coins.** Each party commits to 32 fresh bytes, then opens
    them: the FLP query point and the check's weights follow from all three, and no party can
@@ -57,6 +59,7 @@ MALICIOUS_TRUST_MODEL = ("MPC: 3-party replicated sharing in F_p, malicious secu
                          "each share; noise: each party's own share")
 _DOMAIN = b"mpc-erm verified aggregate v1"
 _PARTIES = 3
+_SALT_WORDS = N.SALT_BYTES // 8
 
 
 class DeviationDetected(IntegrityError):
@@ -122,14 +125,15 @@ class VerifiedAggregator:
         """Send each other party the two shares it holds; receive ours of theirs.
         Returns held[dealer][share] = concat(x, aux, proof)."""
         me = self.rank
-        whole = [np.concatenate([sub.x[s], sub.aux[s], sub.proof[s]]) for s in range(_PARTIES)]
+        whole = [np.concatenate([np.frombuffer(sub.salts[s], dtype=np.uint64), sub.x[s], sub.aux[s], sub.proof[s]])
+                 for s in range(_PARTIES)]
         sends = [self.comm.isend(_as_tensor(np.concatenate([whole[s] for s in shares_of(k)])), k)
                  for k in range(_PARTIES) if k != me]
         held: dict[int, dict[int, np.ndarray]] = {me: {s: whole[s] for s in shares_of(me)}}
         for k in range(_PARTIES):
             if k == me:
                 continue
-            n = specs[k].submission_length
+            n = _SALT_WORDS + specs[k].submission_length
             got = _as_field(self.comm.recv(torch.empty(2 * n, dtype=torch.long), k))
             if got.size != 2 * n:
                 raise DeviationDetected(f"{self._name(k)} dealt {got.size} field elements, not {2 * n}")
@@ -142,17 +146,24 @@ class VerifiedAggregator:
 
     @staticmethod
     def _parts(whole: np.ndarray, spec: N.NormSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return whole[: spec.dim], whole[spec.dim: spec.dim + spec.aux_length], whole[spec.dim + spec.aux_length:]
+        """(x, aux, proof) of one dealt share (its salt, the first words, aside)."""
+        body = whole[_SALT_WORDS:]
+        return body[: spec.dim], body[spec.dim: spec.dim + spec.aux_length], body[spec.dim + spec.aux_length:]
 
-    def _commitments(self, held: dict[int, dict[int, np.ndarray]],
-                     specs: list[N.NormSpec]) -> list[tuple[list[bytes], list[bytes]]]:
+    @staticmethod
+    def _salt(whole: np.ndarray) -> bytes:
+        return whole[:_SALT_WORDS].tobytes()
+
+    def _commitments(self, held: dict[int, dict[int, np.ndarray]], specs: list[N.NormSpec],
+                     t: int) -> list[tuple[list[bytes], list[bytes]]]:
         """Exchange the hashes of every share held; each share's two holders must agree. Returns,
         per dealer, (x hashes, aux hashes) by share."""
         mine = bytearray()
         for dealer in range(_PARTIES):
             for s in shares_of(self.rank):
                 x, aux, _ = self._parts(held[dealer][s], specs[dealer])
-                mine += N.commitment(s, x) + N.commitment(s, aux)
+                salt = self._salt(held[dealer][s])
+                mine += N.commitment(s, x, salt) + N.commitment(s, aux, salt, b"aux")
         every = [bytes(t.numpy().tobytes()) for t in self.comm.all_gather(torch.frombuffer(mine, dtype=torch.uint8))]
         out = []
         for dealer in range(_PARTIES):
@@ -166,8 +177,9 @@ class VerifiedAggregator:
                 if copies[0] != copies[1]:
                     a, b = holders(s)
                     raise DeviationDetected(
-                        f"share {s} of {self._name(dealer)}'s input: its holders {self._name(a)} and {self._name(b)} "
-                        f"hold different copies (the dealer dealt them differently, or one holder misreports); "
+                        f"aggregate #{t}: share {s} of {self._name(dealer)}'s input: its holders {self._name(a)} "
+                        f"and {self._name(b)} hold different copies (the dealer dealt them differently, or one "
+                        "holder misreports); "
                         "nothing is revealed")
                 xs.append(copies[0][:32])
                 auxs.append(copies[0][32:])
@@ -184,7 +196,8 @@ class VerifiedAggregator:
                                                                                           dtype=torch.uint8))]
         for r, (c, h) in enumerate(zip(coins, promises, strict=True)):
             if hashlib.sha256(_DOMAIN + b"coin" + c).digest() != h:
-                raise DeviationDetected(f"{self._name(r)} opened a coin other than the one it committed to")
+                raise DeviationDetected(f"aggregate #{t}: {self._name(r)} opened a coin other than the one it "
+                                        "committed to; nothing is revealed")
         return hashlib.sha256(_DOMAIN + b"query" + self._job + t.to_bytes(8, "big") + b"".join(coins)).digest()
 
     def _open(self, mine: dict[int, np.ndarray], what: str) -> np.ndarray:
@@ -230,7 +243,7 @@ class VerifiedAggregator:
         sub = N.prove_norm(mine.numpy(), specs[self.rank], self._context(t, self.rank))
         t1 = time.perf_counter()
         held = self._deal(sub, specs)
-        hashes = self._commitments(held, specs)
+        hashes = self._commitments(held, specs, t)
         query_key = self._challenge(t)
         t2 = time.perf_counter()
         parts: dict[int, list[np.ndarray]] = {s: [] for s in shares_of(self.rank)}

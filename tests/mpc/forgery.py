@@ -28,14 +28,16 @@ def naive_aux(x: np.ndarray, rows_key: bytes, spec: N.NormSpec) -> np.ndarray:
 def forge(x: np.ndarray, spec: N.NormSpec, context: bytes, aux_of: Any = naive_aux,
           proof_edit: Any = None) -> N.Submission:
     """The protocol's steps with an aux of the liar's choosing (and, optionally, an edited proof)."""
+    import secrets
+
     xs = N.split(F.from_signed(x))
-    rows_key, _ = N.keys_for(context, [N.commitment(i, s) for i, s in enumerate(xs)], [])
+    salts = tuple(secrets.token_bytes(N.SALT_BYTES) for _ in xs)
+    rows_key, _ = N.keys_for(context, [N.commitment(i, s, salts[i]) for i, s in enumerate(xs)], [])
     aux = aux_of(x, rows_key, spec)
     auxs = N.split(aux)
-    keys = N.keys_for(context, [N.commitment(i, s) for i, s in enumerate(xs)],
-                      [N.commitment(i, s) for i, s in enumerate(auxs)])
+    keys = N.keys_for(context, *N.Submission(xs, auxs, (), salts).commitments())
     left, right = N.wires(F.from_signed(x), aux, N.rho(keys[1], spec), spec, first=True)
     proof = flp.prove(left, right, spec.layout)
     if proof_edit is not None:
         proof = proof_edit(proof)
-    return N.Submission(xs, auxs, N.split(proof))
+    return N.Submission(xs, auxs, N.split(proof), salts)

@@ -110,8 +110,7 @@ def _vector(rng: np.random.Generator, norm: float, spec: N.NormSpec = SPEC) -> n
 
 
 def _keys(sub: N.Submission, context: bytes = CONTEXT) -> tuple[bytes, bytes]:
-    return N.keys_for(context, [N.commitment(i, s) for i, s in enumerate(sub.x)],
-                      [N.commitment(i, s) for i, s in enumerate(sub.aux)])
+    return N.keys_for(context, *sub.commitments())
 
 
 Tamper = Callable[[int, int, np.ndarray], np.ndarray]  # (party, share, its report) → what it sends
@@ -270,7 +269,7 @@ def _replay(rng: np.random.Generator) -> N.Submission:
 def _swap(rng: np.random.Generator) -> N.Submission:
     honest = N.prove_norm(_vector(rng, 0.8), SPEC, CONTEXT)
     other = N.split(F.from_signed(_vector(rng, 3.0)))
-    return N.Submission(other, honest.aux, honest.proof)
+    return N.Submission(other, honest.aux, honest.proof, honest.salts)
 
 
 def _party_flips_one_word(party: int, share: int, seed: int) -> Tamper:

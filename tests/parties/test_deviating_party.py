@@ -47,14 +47,20 @@ PARTIES = ("alice", "bob", "carol")
 
 
 def _run(tmp_path: Path, trust: str, schedule: str, *, peer_timeout_s: float | None = None,
-         events: list[dict[str, object]] | None = None) -> tuple[dict[str, dict[str, object]], float, Path]:
+         events: list[dict[str, object]] | None = None,
+         malicious: bool = False) -> tuple[dict[str, dict[str, object]], float, Path]:
     """(each party's status, seconds from submit to the end, the consortium's root); ``events``
-    receives every member's watched events."""
+    receives every member's watched events; ``malicious``: security = "malicious" (distributed noise)."""
     path = tmp_path / "job.toml"
     job = LocalJob("deviating", "gradient", lam=1e-3, iterations=3, learning_rate=1.0, epsilon=1.0)
     dealer = "dealer" if trust == "dealer" else None
-    path.write_text(job_toml(job, list(PARTIES), "adult", trust, dealer))
-    env = ["env", f"PYTHONPATH={HERE / 'deviating_party'}{os.pathsep}{ROOT}", f"MPC_ERM_TEST_DEVIATE={schedule}"]
+    text = job_toml(job, list(PARTIES), "adult", trust, dealer)
+    if malicious:
+        text = text.replace('trust = "replicated"', 'trust = "replicated"\nsecurity = "malicious"').replace(
+            'accountant = "rdp"', 'accountant = "rdp"\nnoise = "distributed"')
+    path.write_text(text)
+    env = ["env", f"PYTHONPATH={HERE / 'deviating_party'}{os.pathsep}{ROOT}", f"MPC_ERM_TEST_DEVIATE={schedule}"] \
+        if schedule else []
     with LocalConsortium(tmp_path / "c", dealer=dealer is not None, device="cpu", peer_timeout_s=peer_timeout_s,
                          wrap=lambda name: env if name == "bob" else []) as cons:
         with cons.client() as client:
@@ -171,3 +177,48 @@ def test_owners_refuse_a_release_their_compute_party_altered(tmp_path: Path) -> 
             assert "round 1's release read from bob lacks a valid signature of alice, bob, carol" in stderr, stderr
         else:
             assert code == 0, (o, code, stderr[-2000:])
+
+
+#: bob's all-gathers in one malicious-secure aggregate: share hashes, coin promise, coin, proof
+#: parts, the sum's shares, the agreement's digest.
+GATHERS = 6
+
+
+@pytest.mark.timeout(600)
+def test_a_malicious_secure_job_releases_one_model_and_a_report_that_verifies(tmp_path: Path) -> None:
+    import json
+
+    from mpc_erm.privacy.report import PrivacyReport
+    from mpc_erm.privacy.statement import job_statement
+    from mpc_erm.privacy.verify import verify_report
+
+    status, _took, root = _run(tmp_path, "replicated", "", malicious=True)
+    assert {m: v["status"] for m, v in status.items()} == dict.fromkeys(PARTIES, "succeeded"), status
+    models = [next((root / m / "state").rglob("model.safetensors")).read_bytes() for m in PARTIES]
+    assert models[0] == models[1] == models[2]
+    text = next((root / "alice" / "state").rglob("privacy_report.json")).read_text()
+    report = PrivacyReport.from_json(text)
+    assert report.security == "malicious" and "malicious security with abort" in report.trust_model
+    assert json.loads(text)["realisation"]["noise"] == "distributed"
+    assert verify_report(report).ok
+    assert "Security model: malicious, with abort" in job_statement(report)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("schedule, words", [
+    (f"verified-flip:{GATHERS + 4}", ["aggregate #1: the sum", "bob"]),  # round 2's sum, every recipient alike
+    (f"verified-flip:{GATHERS + 1}", ["bob opened a coin other than the one it committed to"]),
+    ("verified-input:1", ["aggregate #1: bob's input fails its proof"]),
+])
+def test_a_deviation_in_a_malicious_secure_job_stops_every_party_naming_bob(tmp_path: Path, schedule: str,
+                                                                             words: list[str]) -> None:
+    status, _took, root = _run(tmp_path, "replicated", schedule, malicious=True)
+    assert {m: v["status"] for m, v in status.items()} == dict.fromkeys(PARTIES, "failed"), status
+    for m, v in status.items():
+        reason = str(v["reason"])
+        assert reason.startswith("INTEGRITY: "), (m, reason)
+        for w in words:
+            assert w in reason, (m, reason)
+        assert not re.search(r"\d{5,}", reason), (m, reason)  # no share value, no data
+    for m in PARTIES:  # nothing released
+        assert not list((root / m / "state").rglob("model.safetensors")), m

@@ -10,7 +10,11 @@ alters one outgoing message chosen by ``MPC_ERM_TEST_DEVIATE``:
   flipped (the value the parties agreed on, and signed, stays as it was);
 * ``drop:K`` — its K-th tensor message (K from 0) posted after the MPC session is set up (the
   parties' set-up check passed) never sent, while the caller is told it was delivered: the
-  message's key is used up, as when it is lost on the way, so the receiver waits for it in vain.
+  message's key is used up, as when it is lost on the way, so the receiver waits for it in vain;
+* ``verified-flip:K`` — in the malicious-secure aggregate, one bit of its K-th all-gather (K from
+  0, counted over the job's aggregates) flipped in what every recipient gets alike;
+* ``verified-input:R`` — in the R-th malicious-secure aggregate (R from 0), its contribution
+  scaled to 100 times its bound and proved by a forger (tests/mpc/forgery.py).
 
 The patches are applied when the modules are loaded; the party otherwise follows the protocol."""
 
@@ -25,7 +29,8 @@ import torch
 from tests.parties.patch_on_import import patch_on_import
 
 SCHEDULE = os.environ.get("MPC_ERM_TEST_DEVIATE", "")
-_state = {"aggregate": -1, "in_reveal": False, "p2p": 0, "done": False, "set_up": False, "posted": 0}
+_state = {"aggregate": -1, "in_reveal": False, "p2p": 0, "done": False, "set_up": False, "posted": 0,
+          "verified": -1, "gathers": 0}
 _lock = threading.Lock()  # the count of posted messages: one number, whichever thread posts
 
 
@@ -99,6 +104,53 @@ def _patch_aggregator(module):  # type: ignore[no-untyped-def]
     module.MpcAggregator._noise_and_reveal = tracked
 
 
+class _FlipGather:
+    """The verified aggregator's communicator: ``verified-flip:K`` alters its K-th all-gather."""
+
+    def __init__(self, comm):  # type: ignore[no-untyped-def]
+        self._comm = comm
+
+    def __getattr__(self, name):  # type: ignore[no-untyped-def]
+        return getattr(self._comm, name)
+
+    def all_gather(self, tensor):  # type: ignore[no-untyped-def]
+        _, _, arg = SCHEDULE.partition(":")
+        n = _state["gathers"]
+        _state["gathers"] += 1
+        if n == int(arg) and not _state["done"]:
+            tensor = tensor.clone()
+            tensor.reshape(-1).view(torch.uint8)[-1] ^= 1
+            _state["done"] = True
+        return self._comm.all_gather(tensor)
+
+
+def _patch_verified(module):  # type: ignore[no-untyped-def]
+    aggregate = module.VerifiedAggregator.aggregate
+
+    def deviating(self, contributions, weights, noise):  # type: ignore[no-untyped-def]
+        _state["verified"] += 1
+        kind, _, arg = SCHEDULE.partition(":")
+        if kind == "verified-input" and _state["verified"] == int(arg):
+            from tests.mpc.forgery import forge
+
+            local = weights.double() @ contributions.double()
+            contributions = contributions * (100.0 * max(self.bounds) / max(float(local.norm()), 1e-12))
+            honest, module.N.prove_norm = module.N.prove_norm, forge
+            try:
+                return aggregate(self, contributions, weights, noise)
+            finally:
+                module.N.prove_norm = honest
+        if kind == "verified-flip":
+            comm, self.comm = self.comm, _FlipGather(self.comm)
+            try:
+                return aggregate(self, contributions, weights, noise)
+            finally:
+                self.comm = comm
+        return aggregate(self, contributions, weights, noise)
+
+    module.VerifiedAggregator.aggregate = deviating
+
+
 def _patch_intake(module):  # type: ignore[no-untyped-def]
     get = module.OwnerIntake.GetRound
 
@@ -115,7 +167,8 @@ def _patch_intake(module):  # type: ignore[no-untyped-def]
 
 
 PATCHES = {"parties.owner.intake": _patch_intake, "mpc_erm.mpc.transport.endpoint": _patch_endpoint,
-           "mpc_erm.mpc.aggregator": _patch_aggregator, "mpc_erm.mpc.agreement": _patch_agreement}
+           "mpc_erm.mpc.aggregator": _patch_aggregator, "mpc_erm.mpc.agreement": _patch_agreement,
+           "mpc_erm.mpc.verified_aggregator": _patch_verified}
 
 
 if SCHEDULE:
