@@ -135,6 +135,10 @@ def security_line(trust: str, security: str, parties: int) -> str:
     """Who must not collude, and what the compute parties are assumed to do, in one line."""
     who = ("3 compute parties with replicated sharing: no two may work together" if trust == "replicated" else
            f"{parties} parties and a dealer: the dealer works with no party, and not every party against the others")
+    if security == "malicious":
+        return (f"security: malicious, with abort ({who}; any one may deviate: each proves its own input, "
+                "contribution plus noise share, within its bound, and every opening is checked by both holders of "
+                "each share, so a deviation stops the job before anything it affects is revealed)")
     return (f"security: {security} ({who}; the parties are trusted to follow the protocol, and every revealed "
             "value is agreed on by digest before anyone uses it)")
 

@@ -265,3 +265,8 @@ def test_a_distributed_noise_job_forecasts_the_noise_every_party_adds(
     assert shared["noise"] == "distributed" and in_mpc["noise"] == "mpc"
     assert shared["noise_std_per_coordinate"] == pytest.approx(1.5**0.5 * in_mpc["noise_std_per_coordinate"])
     assert shared["epsilon"] == pytest.approx(in_mpc["epsilon"])  # the same guarantee, from the honest shares
+    job.write_text(JOB.format(eps=2.0).replace("clip = 1.0", 'clip = 1.0\nnoise = "distributed"')
+                   .replace('trust = "replicated"', 'trust = "replicated"\nsecurity = "malicious"'))
+    code, out, _ = _plan(files, job, monkeypatch, capsys)
+    assert code == 0 and "security: malicious, with abort (3 compute parties with replicated sharing" in out, out
+    assert json.loads((files / "shared.plan.json").read_text())["security"] == "malicious"
