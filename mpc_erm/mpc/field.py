@@ -166,21 +166,28 @@ def powers(base: int, n: int) -> Vec:
 
 @functools.lru_cache(maxsize=64)
 def _weights(n: int) -> tuple[int, ...]:
-    """Barycentric weights of the nodes 0, 1, …, n−1: w_k = 1 / Π_{j≠k} (k − j)."""
+    """Barycentric weights of the nodes 0, 1, …, n−1: w_k = 1 / Π_{j≠k} (k − j)
+    = (−1)^(n−1−k) / (k!·(n−1−k)!), from the inverse factorials (one exponentiation)."""
     fact = [1] * n
     for i in range(1, n):
         fact[i] = fact[i - 1] * i % P
-    return tuple(inv(fact[k] * fact[n - 1 - k] * (-1 if (n - 1 - k) % 2 else 1)) for k in range(n))
+    inv_fact = [1] * n
+    inv_fact[n - 1] = inv(fact[n - 1])
+    for i in range(n - 1, 0, -1):
+        inv_fact[i - 1] = inv_fact[i] * i % P
+    return tuple((P - 1 if (n - 1 - k) % 2 else 1) * inv_fact[k] % P * inv_fact[n - 1 - k] % P for k in range(n))
 
 
+@functools.lru_cache(maxsize=256)
 def lagrange_at(n: int, r: int) -> Vec:
     """λ_k(r), k < n: the value at r of the degree < n polynomial through (k, v_k) is Σ λ_k(r)·v_k.
     For r among the nodes this is the unit vector."""
     r %= P
     if r < n:
-        out = np.zeros(n, dtype=np.uint64)
-        out[r] = 1
-        return out
+        unit = np.zeros(n, dtype=np.uint64)
+        unit[r] = 1
+        unit.flags.writeable = False
+        return unit
     w = _weights(n)
     diffs = [(r - k) % P for k in range(n)]
     whole = 1
@@ -195,11 +202,33 @@ def lagrange_at(n: int, r: int) -> Vec:
     for k in range(n - 1, -1, -1):
         invs[k] = back * prefix[k] % P
         back = back * diffs[k] % P
-    return np.array([whole * w[k] % P * invs[k] % P for k in range(n)], dtype=np.uint64)
+    out = np.array([whole * w[k] % P * invs[k] % P for k in range(n)], dtype=np.uint64)
+    out.flags.writeable = False  # cached: shared by every caller with the same (n, r)
+    return out
+
+
+def _inverses(m: int) -> list[int]:
+    """1/i mod p for i = 0..m (0 ↦ 0): inv[i] = −⌊p/i⌋·inv[p mod i]."""
+    out = [0, 1] + [0] * max(0, m - 1)
+    for i in range(2, m + 1):
+        out[i] = (P - (P // i) * out[P % i] % P) % P
+    return out[: m + 1]
 
 
 @functools.lru_cache(maxsize=16)
 def extension_matrix(n: int, m: int) -> Vec:
     """(m − n) × n: the values at the nodes n, …, m−1 of the degree < n polynomial through its values
-    at 0, …, n−1 (a prover extends its wire polynomials to the product's degree with it)."""
-    return np.stack([lagrange_at(n, t) for t in range(n, m)]) if m > n else np.zeros((0, n), dtype=np.uint64)
+    at 0, …, n−1 (a prover extends its wire polynomials to the product's degree with it).
+    E[t, k] = w_k·ℓ(t)/(t − k), ℓ(t) = Π_j (t − j) = t!/(t − n)!, all in F_p."""
+    if m <= n:
+        return np.zeros((0, n), dtype=np.uint64)
+    inv = _inverses(m)
+    fact = [1] * (m + 1)
+    for i in range(1, m + 1):
+        fact[i] = fact[i - 1] * i % P
+    ell = np.array([fact[t] * pow(fact[t - n], P - 2, P) % P for t in range(n, m)], dtype=np.uint64)
+    w = np.array(_weights(n), dtype=np.uint64)
+    t = np.arange(n, m)[:, None]
+    k = np.arange(n)[None, :]
+    inv_arr = np.array(inv, dtype=np.uint64)
+    return mul(mul(ell[:, None], w[None, :]), inv_arr[t - k])

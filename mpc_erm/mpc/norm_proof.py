@@ -46,7 +46,7 @@ from .projections import projection_signs, projection_threshold
 
 __all__ = ["NORM_PROJECTIONS", "NormProofError", "NormSpec", "Query", "Submission", "accept", "bits_of", "commitment",
            "SALT_BYTES", "keys_for",
-           "aux_vector", "prove_norm", "rho", "rows_for", "split", "verifier_share", "wires"]
+           "aux_vector", "prove_norm", "prove_wires", "rho", "rows_for", "split", "verifier_share", "wires"]
 
 #: λ: rows keyed by a hash, so the bound is 2^-λ per hash a prover tries (2^-60 after 2^40 tries).
 NORM_PROJECTIONS = 100
@@ -73,7 +73,7 @@ class NormSpec:
     def __post_init__(self) -> None:
         if self.dim < 1 or self.bound < 1 or self.projections < 1:
             raise ValueError("dim, bound and projections must be positive")
-        if self.chunk < 1:
+        if self.max_chunk < 1:
             raise NormProofError(f"a bound of {self.bound} grid units leaves no room for exact squares in F_p "
                                  f"(coordinates up to 2^{self.proj_bits}): use a coarser grid")
         if (self.chunks + 1) << self.sum_bits >= F.P:
@@ -86,8 +86,20 @@ class NormSpec:
         return _bits(projection_threshold(self.bound, self.dim)) + 1
 
     @cached_property
+    def max_chunk(self) -> int:
+        """The most coordinates whose squares sum exactly below p: c·2^(2K) < p."""
+        return (F.P - 1) >> (2 * self.proj_bits)
+
+    @cached_property
+    def square_width(self) -> int:
+        """Coordinates squared per gadget call (≈ √d, at most a chunk)."""
+        return max(1, min(flp.Layout.balanced(self.dim).width, self.max_chunk))
+
+    @cached_property
     def chunk(self) -> int:
-        return min(self.dim, (F.P - 1) >> (2 * self.proj_bits))
+        """c_q: coordinates per exact partial sum, a whole number of calls (the last chunk padded)."""
+        w = self.square_width
+        return min(self.max_chunk // w, -(-self.dim // w)) * w
 
     @cached_property
     def chunks(self) -> int:
@@ -108,31 +120,38 @@ class NormSpec:
         return self.chunks + self.bit_count
 
     @cached_property
-    def layout(self) -> flp.Layout:
-        width = flp.Layout.balanced(self.dim + 2 * self.bit_count).width
-        return flp.Layout(self._square_calls(width)[-1] * width + 2 * self.bit_count, width)
-
-    def _square_calls(self, width: int) -> list[int]:
-        """Call boundaries of the chunks' square slots (each chunk padded to whole calls)."""
-        out = [0]
-        for k in range(self.chunks):
-            size = min(self.chunk, self.dim - k * self.chunk)
-            out.append(out[-1] + -(-size // width))
-        return out
+    def square_layout(self) -> flp.Layout:
+        """The squares' proof: call g sums the squares of ``square_width`` coordinates, so each
+        chunk is ``chunk / square_width`` whole calls."""
+        return flp.Layout(self.chunks * self.chunk, self.square_width)
 
     @cached_property
-    def square_calls(self) -> tuple[int, ...]:
-        return tuple(self._square_calls(self.layout.width))
+    def bit_layout(self) -> flp.Layout:
+        """The bits' proof: two weighted copies of every bit check, balanced."""
+        return flp.Layout.balanced(2 * self.bit_count)
+
+    @property
+    def proof_length(self) -> int:
+        return self.square_layout.proof_length + self.bit_layout.proof_length
+
+    @property
+    def nodes(self) -> int:
+        """The query point must exceed this (both proofs' evaluation nodes)."""
+        return 2 * max(self.square_layout.calls, self.bit_layout.calls)
 
     @property
     def residuals(self) -> int:
         """Identities combined into C: λ projections, n_q squares, n_q ranges, 1 slack, the bit calls."""
-        return self.projections + 2 * self.chunks + 1 + (self.layout.calls - self.square_calls[-1])
+        return self.projections + 2 * self.chunks + 1 + self.bit_layout.calls
+
+    @property
+    def opened(self) -> int:
+        return 1 + self.square_layout.opened + self.bit_layout.opened
 
     @property
     def submission_length(self) -> int:
         """Field elements a contributor deals per share: x, aux and the proof."""
-        return self.dim + self.aux_length + self.layout.proof_length
+        return self.dim + self.aux_length + self.proof_length
 
 
 #: Bytes of the salt each share is committed with.
@@ -220,25 +239,36 @@ def aux_vector(x: np.ndarray, spec: NormSpec, rows: np.ndarray) -> np.ndarray:
     return np.concatenate(parts).astype(np.uint64)
 
 
-def wires(x: np.ndarray, aux: np.ndarray, weights: np.ndarray, spec: NormSpec,
-          first: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(left, right) slot values from a share of x and of aux (linear; ``first``: the share that
-    carries public constants)."""
-    width = spec.layout.width
-    calls = spec.square_calls
-    left = np.zeros(spec.layout.slots, dtype=np.uint64)
-    for k in range(spec.chunks):
-        part = x[k * spec.chunk:(k + 1) * spec.chunk]
-        left[calls[k] * width: calls[k] * width + part.size] = part
-    right = left.copy()
+def square_wires(x: np.ndarray, spec: NormSpec) -> np.ndarray:
+    """The squares' slots from a share of x: x, zero-padded (each slot's product is x_i·x_i)."""
+    out = np.zeros(spec.square_layout.slots, dtype=np.uint64)
+    out[: spec.dim] = x
+    return out
+
+
+def bit_wires(aux: np.ndarray, weights: np.ndarray, spec: NormSpec, first: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(left, right) bit-check slots from a share of aux: ρ·b and b − 1, twice (linear; ``first``:
+    the share that carries public constants)."""
     bits = aux[spec.chunks:]
     minus = F.sub(bits, np.full(bits.size, int(first), dtype=np.uint64))
-    start = calls[-1] * width
-    for copy in range(2):
-        lo = start + copy * spec.bit_count
-        left[lo: lo + spec.bit_count] = F.mul(weights[copy], bits)
-        right[lo: lo + spec.bit_count] = minus
-    return left, right
+    return np.concatenate([F.mul(weights[0], bits), F.mul(weights[1], bits)]), np.concatenate([minus, minus])
+
+
+def wires(x: np.ndarray, aux: np.ndarray, weights: np.ndarray, spec: NormSpec,
+          first: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every proof's slots: (squares, bits' left, bits' right)."""
+    return (square_wires(x, spec), *bit_wires(aux, weights, spec, first))
+
+
+def _split_proof(proof: np.ndarray, spec: NormSpec) -> tuple[np.ndarray, np.ndarray]:
+    n = spec.square_layout.proof_length
+    return proof[:n], proof[n:]
+
+
+def prove_wires(squares: np.ndarray, left: np.ndarray, right: np.ndarray, spec: NormSpec) -> np.ndarray:
+    """Both proofs, concatenated: the squares', then the bits'."""
+    return np.concatenate([flp.prove(squares, squares, spec.square_layout),
+                           flp.prove(left, right, spec.bit_layout)])
 
 
 def _powers_of_two(width: int) -> np.ndarray:
@@ -260,15 +290,14 @@ def _residuals(x: np.ndarray, aux: np.ndarray, proof: np.ndarray, rows: np.ndarr
     if first:
         y = F.add(y, np.full(spec.projections, 1 << (k_bits - 1), dtype=np.uint64))
     res_proj = F.sub(y, F.matvec(proj_bits, _powers_of_two(k_bits)))
-    outputs = spec.layout.outputs(proof)
-    calls = spec.square_calls
-    sums = np.array([F.sum_along(outputs[calls[k]:calls[k + 1]], axis=0) for k in range(n_q)], dtype=np.uint64)
-    res_square = F.sub(sums, q)
+    square_proof, bit_proof = _split_proof(proof, spec)
+    outputs = spec.square_layout.outputs(square_proof).reshape(n_q, spec.chunk // spec.square_width)
+    res_square = F.sub(F.sum_along(outputs, axis=1), q)
     res_range = F.sub(q, F.matvec(q_bits, _powers_of_two(j_bits)))
     total = F.sum_along(q, axis=0)
     slack = F.add(total, np.uint64(F.dot(slack_bits, _powers_of_two(j_bits))))
     res_slack = F.sub(np.array([(spec.bound * spec.bound) % F.P if first else 0], dtype=np.uint64), np.array([slack]))
-    res_bits = outputs[calls[-1]:]
+    res_bits = spec.bit_layout.outputs(bit_proof)
     return np.concatenate([res_proj, res_square, res_range, res_slack, res_bits]).astype(np.uint64)
 
 
@@ -282,26 +311,30 @@ class Query:
     @classmethod
     def from_key(cls, key: bytes, spec: NormSpec) -> Query:
         words = F.from_words(KeyedMasks().words(key, 1, spec.residuals + 8).numpy().copy())
-        nodes = 2 * spec.layout.calls
-        point = next(int(w) for w in words[spec.residuals:] if int(w) > nodes)  # fails with prob. ≈ 2^-480
+        point = next(int(w) for w in words[spec.residuals:] if int(w) > spec.nodes)  # fails with prob. ≈ 2^-480
         return cls(point, words[: spec.residuals])
 
 
 def verifier_share(index: int, x: np.ndarray, aux: np.ndarray, proof: np.ndarray, spec: NormSpec,
                    keys: tuple[bytes, bytes], query: Query) -> np.ndarray:
-    """One share's part of what is opened: [C, A(r), B(r), Π(r)]. Linear in the share, so two
-    holders of the same share compute the same vector, and the three parts sum to the opened one."""
+    """One share's part of what is opened: [C, then A(r), B(r), Π(r) of the squares' proof and of
+    the bits']. Linear in the share, so two holders of the same share compute the same vector, and
+    the three parts sum to the opened one."""
     rows = rows_for(keys[0], spec)
     first = index == 0
     c = F.dot(query.weights, _residuals(x, aux, proof, rows, spec, first))
-    left, right = wires(x, aux, rho(keys[1], spec), spec, first)
-    opened = flp.query_share(left, right, proof, spec.layout, query.point)
-    return np.concatenate([[np.uint64(c)], opened.vector()]).astype(np.uint64)
+    squares, left, right = wires(x, aux, rho(keys[1], spec), spec, first)
+    square_proof, bit_proof = _split_proof(proof, spec)
+    sq = flp.query_share(squares, squares, square_proof, spec.square_layout, query.point)
+    bits = flp.query_share(left, right, bit_proof, spec.bit_layout, query.point)
+    return np.concatenate([[np.uint64(c)], sq.vector(), bits.vector()]).astype(np.uint64)
 
 
 def accept(opened: np.ndarray, spec: NormSpec) -> bool:
     """The opened vector (the sum of the three parts) passes iff C = 0 and the FLP holds at r."""
-    return int(opened[0]) == 0 and flp.accept(flp.Openings.from_vector(opened[1:], spec.layout))
+    n = spec.square_layout.opened
+    return (int(opened[0]) == 0 and flp.accept(flp.Openings.from_vector(opened[1: 1 + n], spec.square_layout))
+            and flp.accept(flp.Openings.from_vector(opened[1 + n:], spec.bit_layout)))
 
 
 def prove_norm(x: np.ndarray, spec: NormSpec, context: bytes) -> Submission:
@@ -315,5 +348,5 @@ def prove_norm(x: np.ndarray, spec: NormSpec, context: bytes) -> Submission:
     aux = aux_vector(x, spec, rows_for(rows_key, spec))
     auxs = split(aux)
     keys = keys_for(context, *Submission(xs, auxs, (), salts).commitments())
-    left, right = wires(F.from_signed(x), aux, rho(keys[1], spec), spec, first=True)
-    return Submission(xs, auxs, split(flp.prove(left, right, spec.layout)), salts)
+    proof = prove_wires(*wires(F.from_signed(x), aux, rho(keys[1], spec), spec, first=True), spec)
+    return Submission(xs, auxs, split(proof), salts)

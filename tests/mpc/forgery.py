@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 
 from mpc_erm.mpc import field as F
-from mpc_erm.mpc import flp
 from mpc_erm.mpc import norm_proof as N
 
 
@@ -36,8 +35,7 @@ def forge(x: np.ndarray, spec: N.NormSpec, context: bytes, aux_of: Any = naive_a
     aux = aux_of(x, rows_key, spec)
     auxs = N.split(aux)
     keys = N.keys_for(context, *N.Submission(xs, auxs, (), salts).commitments())
-    left, right = N.wires(F.from_signed(x), aux, N.rho(keys[1], spec), spec, first=True)
-    proof = flp.prove(left, right, spec.layout)
+    proof = N.prove_wires(*N.wires(F.from_signed(x), aux, N.rho(keys[1], spec), spec, first=True), spec)
     if proof_edit is not None:
         proof = proof_edit(proof)
     return N.Submission(xs, auxs, N.split(proof), salts)

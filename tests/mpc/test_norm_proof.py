@@ -191,8 +191,8 @@ def _slack_as_field_digit(x: np.ndarray, rows_key: bytes) -> np.ndarray:
 def _hide_the_bit_calls(proof: np.ndarray) -> np.ndarray:
     """Claim every bit gadget output is zero, whatever the wires say."""
     out = proof.copy()
-    c, calls = SPEC.layout.width, SPEC.square_calls
-    out[2 * c + 1 + calls[-1]: 2 * c + 1 + SPEC.layout.calls] = 0
+    at = SPEC.square_layout.proof_length + 2 * SPEC.bit_layout.width + 1  # the bits' proof: Π(1..G)
+    out[at: at + SPEC.bit_layout.calls] = 0
     return out
 
 
@@ -251,7 +251,7 @@ def _under(rng: np.random.Generator) -> N.Submission:
 
 @_liar("a random proof element altered")
 def _altered(rng: np.random.Generator) -> N.Submission:
-    at = int(rng.integers(2 * SPEC.layout.width, SPEC.layout.proof_length))
+    at = int(rng.integers(SPEC.proof_length))  # a seed or a value of either proof
 
     def edit(proof: np.ndarray) -> np.ndarray:
         out = proof.copy()
