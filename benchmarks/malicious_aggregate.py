@@ -79,6 +79,7 @@ def _party(ctx: Any, dims: list[int], rounds: int) -> dict[str, Any]:
                 "prove_seconds": (getattr(agg.totals, "prove_seconds", 0.0) - p0) / rounds,
                 "verify_seconds": (getattr(agg.totals, "verify_seconds", 0.0) - v0) / rounds,
                 "grid_bits": grid,
+                "phase_seconds": {k: v / (rounds + 1) for k, v in getattr(agg.totals, "phases", {}).items()},
             }
     return out
 
@@ -106,7 +107,8 @@ def main(argv: list[str] | None = None) -> None:
                          "seconds_max": max(m["seconds"]), "bytes_per_party": m["bytes_per_aggregate"],
                          "message_rounds": m["rounds_per_aggregate"]}
             if mode == "malicious":
-                row[mode] |= {"prove_seconds": m["prove_seconds"], "verify_seconds": m["verify_seconds"]}
+                row[mode] |= {"prove_seconds": m["prove_seconds"], "verify_seconds": m["verify_seconds"],
+                              "phase_seconds_per_aggregate": m["phase_seconds"]}
                 g = m["grid_bits"]
                 # the statement each party proves: its bound plus its noise share's (σ_p² in grid units)
                 sigma_p = Z * CLIP / 2 ** 0.5 * 2.0 ** g
