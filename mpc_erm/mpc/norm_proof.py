@@ -10,20 +10,27 @@ constants, and open. It is the design of Prio3/PINE (draft-irtf-cfrg-vdaf; Rothb
 on 3-party replicated shares.
 
 The statement, for x ∈ F_p^d (p = 2^61 − 1, :mod:`.field`) and a public bound M (grid units), with
-K, c_q, J fixed by (d, M) in :class:`NormSpec`:
+τ, K, c_q, K_q, J fixed by (d, M) in :class:`NormSpec`:
 
 1. **No coordinate wraps.** λ public rows r_j ∈ {−1, 0, 1}^d (:mod:`.projections`) keyed by a
    hash of x's shares (Fiat–Shamir: the rows follow from the shares, so they cannot be chosen
-   before x is): y_j = ⟨r_j, x⟩ + 2^(K−1) = Σ_k 2^k β_jk with bits β (so |y_j| ≤ 2^(K−1)
-   centred), which bounds ‖x‖_∞ ≤ 2^K except with probability 2^-λ per hash the prover tries.
-2. **Exact squares.** Chunks of c_q coordinates with c_q·2^(2K) < p: q_k = Σ_{i∈k} x_i² is then the
-   integer, proved by the FLP's square slots (:mod:`.flp`), and q_k = Σ_t 2^t γ_kt (bits).
-3. **The bound.** M² − Σ_k q_k = Σ_t 2^t s_t (bits), exact because Σ_k q_k < (n_q + 1)·2^J < p.
-4. **Bits are bits.** Every bit b: b·(b − 1) = 0, in the FLP's bit slots weighted by two
+   before x is): y_j = ⟨r_j, x⟩ with y_j + τ = Σ_k 2^k α_jk and y_j + τ + (2^K − 1 − 2τ) =
+   Σ_k 2^k α'_jk (bits; together |y_j| ≤ τ exactly), which bounds ‖x‖_∞ ≤ 2τ except with
+   probability 2^-λ per hash the prover tries. (One decomposition against 2^(K−1) instead would
+   allow up to twice the coordinate, four times the squares.)
+2. **Exact squares.** Chunks of c_q coordinates with c_q·(2τ)² < p/2: the FLP's square slots
+   (:mod:`.flp`) give each chunk's S_k = Σ_{i∈k} x_i², the integer itself, as sums of gadget
+   outputs.
+3. **No wrap in their sum.** λ_q rows r'_j over the chunks, keyed from the same hash (S follows
+   from x): ⟨r'_j, S⟩ + 2^(K_q−1) = Σ_t 2^t γ_jt (bits), which bounds every S_k ≤ 2^K_q, so
+   Σ_k S_k < n_q·2^K_q < p is the integer ‖x‖². (Bits per chunk instead cost n_q·J: 39,480
+   at d = 26,010 against 5,100.)
+4. **The bound.** M² − Σ_k S_k = Σ_t 2^t s_t (bits).
+5. **Bits are bits.** Every bit b: b·(b − 1) = 0, in the FLP's bit slots weighted by two
    independent vectors ρ, ρ' keyed by a hash of the shares of x and of the bits (a wrong bit
    survives a hash with probability ≤ 2/p², so grinding hashes does not help).
 
-The compute parties check (1)–(3)'s linear identities and (2), (4)'s gadget outputs with one
+The compute parties check (1), (3), (4)'s linear identities and (5)'s gadget outputs with one
 random combination C (weights θ from their own coins, drawn after every share and proof is
 fixed), and the FLP at a point r from the same coins: they open C, A(r), B(r), Π(r) and accept
 iff C = 0 and Π(r) = Σ A_j(r)·B_j(r). An honest contributor's openings are uniform or zero.
@@ -46,7 +53,8 @@ from .projections import projection_signs, projection_threshold
 
 __all__ = ["NORM_PROJECTIONS", "NormProofError", "NormSpec", "Query", "Submission", "accept", "bits_of", "commitment",
            "SALT_BYTES", "keys_for",
-           "aux_vector", "prove_norm", "prove_wires", "rho", "rows_for", "split", "verifier_share", "wires"]
+           "aux_vector", "chunk_squares", "prove_norm", "prove_wires", "q_rows_for", "rho", "rows_for", "split",
+           "verifier_share", "wires"]
 
 #: λ: rows keyed by a hash, so the bound is 2^-λ per hash a prover tries (2^-60 after 2^40 tries).
 NORM_PROJECTIONS = 100
@@ -63,6 +71,45 @@ def _bits(n: int) -> int:
 
 
 @dataclass(frozen=True)
+class Shape:
+    """One way to state ‖x‖₂ ≤ M exactly in F_p: the projections' ranges one- or two-sided (the
+    coordinate bound 2^K or 2τ), and the chunks' square sums bounded by J bits each or by λ rows."""
+
+    two_sided: bool
+    chunk_rows: bool
+    proj_bits: int
+    square_width: int
+    chunk: int
+    chunks: int
+    q_bits: int
+    bit_count: int
+
+    @classmethod
+    def of(cls, dim: int, bound: int, lam: int, tau: int, sum_bits: int, two_sided: bool,
+           chunk_rows: bool) -> Shape | None:
+        k = _bits(2 * tau) if two_sided else _bits(tau) + 1
+        coordinate = 2 * tau if two_sided else 1 << k  # every |x_i| once the projections pass
+        max_chunk = (F.P - 1) // (2 * coordinate * coordinate)  # each chunk's sum below p/2
+        if max_chunk < 1:
+            return None
+        width = max(1, min(flp.Layout.balanced(dim).width, max_chunk))
+        chunk = max(1, min(max_chunk // width, -(-dim // width))) * width
+        chunks = -(-dim // chunk)
+        if chunk_rows:
+            if chunks == 1:
+                return None  # one sum: its bound is the slack's
+            q_bits = _bits(projection_threshold(bound * bound, chunks)) + 1
+            room, q_total = chunks << q_bits, lam * q_bits
+        else:
+            q_bits = sum_bits
+            room, q_total = (chunks << q_bits) if chunks > 1 else F.P // 2, (chunks * q_bits if chunks > 1 else 0)
+        if room + (1 << sum_bits) >= F.P:
+            return None
+        bits = (2 if two_sided else 1) * lam * k + q_total + sum_bits
+        return cls(two_sided, chunk_rows, k, width, chunk, chunks, q_bits, bits)
+
+
+@dataclass(frozen=True)
 class NormSpec:
     """The public statement: ‖x‖₂ ≤ ``bound`` (grid units) for x of ``dim`` coordinates."""
 
@@ -73,51 +120,80 @@ class NormSpec:
     def __post_init__(self) -> None:
         if self.dim < 1 or self.bound < 1 or self.projections < 1:
             raise ValueError("dim, bound and projections must be positive")
-        if self.max_chunk < 1:
-            raise NormProofError(f"a bound of {self.bound} grid units leaves no room for exact squares in F_p "
-                                 f"(coordinates up to 2^{self.proj_bits}): use a coarser grid")
-        if (self.chunks + 1) << self.sum_bits >= F.P:
-            raise NormProofError(f"a bound of {self.bound} grid units over {self.dim} coordinates leaves no room "
-                                 "for the exact squared norm in F_p: use a coarser grid")
+        if self.shape is None:
+            raise NormProofError(f"a bound of {self.bound} grid units over {self.dim} coordinates leaves no room for "
+                                 "the exact squared norm in F_p: use a coarser grid")
 
     @cached_property
-    def proj_bits(self) -> int:
-        """K: every honest projection lies in [−2^(K−1), 2^(K−1))."""
-        return _bits(projection_threshold(self.bound, self.dim)) + 1
-
-    @cached_property
-    def max_chunk(self) -> int:
-        """The most coordinates whose squares sum exactly below p: c·2^(2K) < p."""
-        return (F.P - 1) >> (2 * self.proj_bits)
-
-    @cached_property
-    def square_width(self) -> int:
-        """Coordinates squared per gadget call (≈ √d, at most a chunk)."""
-        return max(1, min(flp.Layout.balanced(self.dim).width, self.max_chunk))
-
-    @cached_property
-    def chunk(self) -> int:
-        """c_q: coordinates per exact partial sum, a whole number of calls (the last chunk padded)."""
-        w = self.square_width
-        return min(self.max_chunk // w, -(-self.dim // w)) * w
-
-    @cached_property
-    def chunks(self) -> int:
-        return -(-self.dim // self.chunk)
+    def tau(self) -> int:
+        """τ: every honest projection has |y| ≤ τ (Cauchy–Schwarz, or Hoeffding at 2^-80)."""
+        return projection_threshold(self.bound, self.dim)
 
     @cached_property
     def sum_bits(self) -> int:
-        """J: 2^J > M², the range of each chunk's square sum and of the slack."""
+        """J: 2^J > M², the range of the slack (and of each chunk's sum, when bounded by bits)."""
         return _bits(self.bound * self.bound)
 
     @cached_property
+    def shape(self) -> Shape | None:
+        """The cheapest statement (fewest bits) of the four that fit F_p: one- or two-sided
+        projection ranges, chunk sums bounded by bits or by projections (module docstring)."""
+        fits = [sh for two in (False, True) for proj in (False, True)
+                if (sh := Shape.of(self.dim, self.bound, self.projections, self.tau, self.sum_bits, two, proj))]
+        return min(fits, key=lambda sh: sh.bit_count, default=None)
+
+    @property
+    def two_sided(self) -> bool:
+        assert self.shape is not None
+        return self.shape.two_sided
+
+    @property
+    def proj_bits(self) -> int:
+        """K, the width of each projection's decomposition(s)."""
+        assert self.shape is not None
+        return self.shape.proj_bits
+
+    @property
+    def square_width(self) -> int:
+        assert self.shape is not None
+        return self.shape.square_width
+
+    @property
+    def chunk(self) -> int:
+        assert self.shape is not None
+        return self.shape.chunk
+
+    @property
+    def chunks(self) -> int:
+        assert self.shape is not None
+        return self.shape.chunks
+
+    @property
+    def q_projections(self) -> int:
+        """λ_q: rows over the chunks' square sums (0: each sum bounded by its own J bits)."""
+        assert self.shape is not None
+        return self.projections if self.shape.chunk_rows else 0
+
+    @property
+    def q_bits(self) -> int:
+        """Per chunk-sum row (K_q), or per chunk sum (J)."""
+        assert self.shape is not None
+        return self.shape.q_bits
+
+    @property
+    def q_count(self) -> int:
+        """How many values the chunk sums' bits decompose: λ_q rows, or the n_q sums themselves."""
+        return self.q_projections if self.q_projections else self.chunks
+
+    @property
     def bit_count(self) -> int:
-        return self.projections * self.proj_bits + (self.chunks + 1) * self.sum_bits
+        assert self.shape is not None
+        return self.shape.bit_count
 
     @property
     def aux_length(self) -> int:
-        """The auxiliary vector: the chunks' square sums q, then every bit."""
-        return self.chunks + self.bit_count
+        """The auxiliary vector: every bit (α, α' if two-sided, γ, s)."""
+        return self.bit_count
 
     @cached_property
     def square_layout(self) -> flp.Layout:
@@ -141,8 +217,9 @@ class NormSpec:
 
     @property
     def residuals(self) -> int:
-        """Identities combined into C: λ projections, n_q squares, n_q ranges, 1 slack, the bit calls."""
-        return self.projections + 2 * self.chunks + 1 + self.bit_layout.calls
+        """Identities combined into C: the projection ranges, the chunk sums' ranges, the slack, the bit calls."""
+        ranges = (2 if self.two_sided else 1) * self.projections
+        return ranges + (self.q_count if self.chunks > 1 else 0) + 1 + self.bit_layout.calls
 
     @property
     def opened(self) -> int:
@@ -207,6 +284,12 @@ def rows_for(rows_key: bytes, spec: NormSpec) -> np.ndarray:
     return np.ascontiguousarray(projection_signs(rows_key, spec.dim, spec.projections).T, dtype=np.float64)
 
 
+def q_rows_for(rows_key: bytes, spec: NormSpec) -> np.ndarray:
+    """The rows over the chunks' square sums, (λ_q × n_q) float64 in {−1, 0, 1}."""
+    key = hashlib.sha256(_DOMAIN + b"chunk rows" + rows_key).digest()
+    return np.ascontiguousarray(projection_signs(key, spec.chunks, spec.q_projections).T, dtype=np.float64)
+
+
 def rho(rho_key: bytes, spec: NormSpec) -> np.ndarray:
     """(2, bits) weights of the bit checks."""
     words = KeyedMasks().words(rho_key, 0, 2 * spec.bit_count).numpy().copy()
@@ -218,24 +301,43 @@ def bits_of(values: np.ndarray, width: int) -> np.ndarray:
     return ((values.astype(np.uint64)[:, None] >> np.arange(width, dtype=np.uint64)) & np.uint64(1)).astype(np.uint64)
 
 
-def _chunk_squares(x: np.ndarray, spec: NormSpec) -> list[int]:
-    return [sum(int(v) * int(v) for v in x[k * spec.chunk:(k + 1) * spec.chunk]) for k in range(spec.chunks)]
+def chunk_squares(x: np.ndarray, spec: NormSpec) -> np.ndarray:
+    """S_k for an honest x (int64: |x_i| ≤ M, so every sum is below 2^62)."""
+    padded = np.zeros(spec.chunks * spec.chunk, dtype=np.int64)
+    padded[: spec.dim] = x
+    return (padded * padded).reshape(spec.chunks, spec.chunk).sum(axis=1)
 
 
-def aux_vector(x: np.ndarray, spec: NormSpec, rows: np.ndarray) -> np.ndarray:
-    """The honest auxiliary vector for integer x (int64): q, projection bits, q bits, slack bits."""
-    half = 1 << (spec.proj_bits - 1)
-    y = rows.astype(np.int64) @ x + half
-    if (y < 0).any() or (y >= 2 * half).any():  # an honest vector: probability ≤ 2^-80 per row
+def _projection_values(y: np.ndarray, spec: NormSpec) -> list[np.ndarray]:
+    """The integers the projections' bits decompose: y + τ and y + τ + (2^K − 1 − 2τ) (two-sided),
+    or y + 2^(K−1) (one-sided)."""
+    k = spec.proj_bits
+    if spec.two_sided:
+        return [y + spec.tau, y + spec.tau + (1 << k) - 1 - 2 * spec.tau]
+    return [y + (1 << (k - 1))]
+
+
+def aux_vector(x: np.ndarray, spec: NormSpec, rows_key: bytes) -> np.ndarray:
+    """The honest auxiliary vector for integer x (int64): α (and α'), γ, s (module docstring)."""
+    y = rows_for(rows_key, spec).astype(np.int64) @ x
+    if (np.abs(y) > spec.tau).any():  # an honest vector: probability ≤ 2^-80 per row
         raise NormProofError("a projection of this vector falls outside its proof range: prove it again "
                              "(fresh shares give fresh rows)")
-    q = _chunk_squares(x, spec)
-    slack = spec.bound * spec.bound - sum(q)
-    if slack < 0:
+    sums = chunk_squares(x, spec)
+    slack = spec.bound * spec.bound - int(sums.sum())
+    if slack < 0 or np.abs(x).max(initial=0) > spec.bound:
         raise NormProofError("the vector is outside its bound: an honest contributor clips before it proves")
-    parts = [np.array(q, dtype=np.uint64), bits_of(y, spec.proj_bits).ravel(),
-             bits_of(np.array(q, dtype=np.int64), spec.sum_bits).ravel(),
-             bits_of(np.array([slack]), spec.sum_bits).ravel()]
+    parts = [bits_of(v, spec.proj_bits).ravel() for v in _projection_values(y, spec)]
+    if spec.chunks > 1 and spec.q_projections:
+        half = 1 << (spec.q_bits - 1)
+        z = q_rows_for(rows_key, spec).astype(np.int64) @ sums + half
+        if (z < 0).any() or (z >= 2 * half).any():
+            raise NormProofError("a projection of this vector's square sums falls outside its proof range: prove it "
+                                 "again (fresh shares give fresh rows)")
+        parts.append(bits_of(z, spec.q_bits).ravel())
+    elif spec.chunks > 1:
+        parts.append(bits_of(sums, spec.q_bits).ravel())
+    parts.append(bits_of(np.array([slack]), spec.sum_bits).ravel())
     return np.concatenate(parts).astype(np.uint64)
 
 
@@ -249,7 +351,7 @@ def square_wires(x: np.ndarray, spec: NormSpec) -> np.ndarray:
 def bit_wires(aux: np.ndarray, weights: np.ndarray, spec: NormSpec, first: bool) -> tuple[np.ndarray, np.ndarray]:
     """(left, right) bit-check slots from a share of aux: ρ·b and b − 1, twice (linear; ``first``:
     the share that carries public constants)."""
-    bits = aux[spec.chunks:]
+    bits = aux
     minus = F.sub(bits, np.full(bits.size, int(first), dtype=np.uint64))
     return np.concatenate([F.mul(weights[0], bits), F.mul(weights[1], bits)]), np.concatenate([minus, minus])
 
@@ -275,30 +377,37 @@ def _powers_of_two(width: int) -> np.ndarray:
     return np.array([1 << t for t in range(width)], dtype=np.uint64)
 
 
-def _residuals(x: np.ndarray, aux: np.ndarray, proof: np.ndarray, rows: np.ndarray, spec: NormSpec,
+def _residuals(x: np.ndarray, aux: np.ndarray, proof: np.ndarray, rows_key: bytes, spec: NormSpec,
                first: bool) -> np.ndarray:
     """This share of every identity that must be zero (module docstring), in a fixed order."""
-    k_bits, j_bits, n_q = spec.proj_bits, spec.sum_bits, spec.chunks
-    q = aux[:n_q]
-    at = n_q
-    proj_bits = aux[at: at + spec.projections * k_bits].reshape(spec.projections, k_bits)
-    at += spec.projections * k_bits
-    q_bits = aux[at: at + n_q * j_bits].reshape(n_q, j_bits)
-    at += n_q * j_bits
-    slack_bits = aux[at: at + j_bits]
-    y = F.small_matvec(rows, x, coeff_max=1)
-    if first:
-        y = F.add(y, np.full(spec.projections, 1 << (k_bits - 1), dtype=np.uint64))
-    res_proj = F.sub(y, F.matvec(proj_bits, _powers_of_two(k_bits)))
+    k_bits, lam = spec.proj_bits, spec.projections
+    one = int(first)  # public constants ride on share 0 only
+    y = F.small_matvec(rows_for(rows_key, spec), x, coeff_max=1)
+    offsets = ([spec.tau, spec.tau + (1 << k_bits) - 1 - 2 * spec.tau] if spec.two_sided else [1 << (k_bits - 1)])
+    res, at = [], 0
+    for off in offsets:
+        alpha = aux[at: at + lam * k_bits].reshape(lam, k_bits)
+        at += lam * k_bits
+        shifted = F.add(y, np.full(lam, one * off, dtype=np.uint64))
+        res.append(F.sub(shifted, F.matvec(alpha, _powers_of_two(k_bits))))
     square_proof, bit_proof = _split_proof(proof, spec)
-    outputs = spec.square_layout.outputs(square_proof).reshape(n_q, spec.chunk // spec.square_width)
-    res_square = F.sub(F.sum_along(outputs, axis=1), q)
-    res_range = F.sub(q, F.matvec(q_bits, _powers_of_two(j_bits)))
-    total = F.sum_along(q, axis=0)
-    slack = F.add(total, np.uint64(F.dot(slack_bits, _powers_of_two(j_bits))))
-    res_slack = F.sub(np.array([(spec.bound * spec.bound) % F.P if first else 0], dtype=np.uint64), np.array([slack]))
-    res_bits = spec.bit_layout.outputs(bit_proof)
-    return np.concatenate([res_proj, res_square, res_range, res_slack, res_bits]).astype(np.uint64)
+    outputs = spec.square_layout.outputs(square_proof).reshape(spec.chunks, spec.chunk // spec.square_width)
+    sums = F.sum_along(outputs, axis=1)  # S_k, this share
+    if spec.chunks > 1:
+        n = spec.q_count
+        gamma = aux[at: at + n * spec.q_bits].reshape(n, spec.q_bits)
+        at += n * spec.q_bits
+        if spec.q_projections:
+            z = F.small_matvec(q_rows_for(rows_key, spec), sums, coeff_max=1)
+            z = F.add(z, np.full(n, one << (spec.q_bits - 1), dtype=np.uint64))
+        else:
+            z = sums
+        res.append(F.sub(z, F.matvec(gamma, _powers_of_two(spec.q_bits))))
+    slack_bits = aux[at:]
+    total = F.add(F.sum_along(sums, axis=0), np.uint64(F.dot(slack_bits, _powers_of_two(spec.sum_bits))))
+    res.append(F.sub(np.array([one * (spec.bound * spec.bound) % F.P], dtype=np.uint64), np.array([total])))
+    res.append(spec.bit_layout.outputs(bit_proof))
+    return np.concatenate(res).astype(np.uint64)
 
 
 @dataclass(frozen=True)
@@ -320,9 +429,8 @@ def verifier_share(index: int, x: np.ndarray, aux: np.ndarray, proof: np.ndarray
     """One share's part of what is opened: [C, then A(r), B(r), Π(r) of the squares' proof and of
     the bits']. Linear in the share, so two holders of the same share compute the same vector, and
     the three parts sum to the opened one."""
-    rows = rows_for(keys[0], spec)
     first = index == 0
-    c = F.dot(query.weights, _residuals(x, aux, proof, rows, spec, first))
+    c = F.dot(query.weights, _residuals(x, aux, proof, keys[0], spec, first))
     squares, left, right = wires(x, aux, rho(keys[1], spec), spec, first)
     square_proof, bit_proof = _split_proof(proof, spec)
     sq = flp.query_share(squares, squares, square_proof, spec.square_layout, query.point)
@@ -345,7 +453,7 @@ def prove_norm(x: np.ndarray, spec: NormSpec, context: bytes) -> Submission:
     xs = split(F.from_signed(x))
     salts = tuple(secrets.token_bytes(SALT_BYTES) for _ in xs)
     rows_key, _ = keys_for(context, [commitment(i, s, salts[i]) for i, s in enumerate(xs)], [])
-    aux = aux_vector(x, spec, rows_for(rows_key, spec))
+    aux = aux_vector(x, spec, rows_key)
     auxs = split(aux)
     keys = keys_for(context, *Submission(xs, auxs, (), salts).commitments())
     proof = prove_wires(*wires(F.from_signed(x), aux, rho(keys[1], spec), spec, first=True), spec)

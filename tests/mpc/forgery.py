@@ -14,14 +14,24 @@ from mpc_erm.mpc import norm_proof as N
 
 
 def naive_aux(x: np.ndarray, rows_key: bytes, spec: N.NormSpec) -> np.ndarray:
-    rows = N.rows_for(rows_key, spec).astype(np.int64)
-    y = np.mod(rows @ x + (1 << (spec.proj_bits - 1)), 1 << spec.proj_bits)
-    q = [sum(int(v) ** 2 for v in x[k * spec.chunk:(k + 1) * spec.chunk]) % F.P for k in range(spec.chunks)]
-    q_in = [v % (1 << spec.sum_bits) for v in q]
-    slack = (spec.bound ** 2 - sum(q)) % (1 << spec.sum_bits)
-    return np.concatenate([np.array(q, dtype=np.uint64), N.bits_of(y, spec.proj_bits).ravel(),
-                           N.bits_of(np.array(q_in, dtype=np.int64), spec.sum_bits).ravel(),
-                           N.bits_of(np.array([slack], dtype=np.int64), spec.sum_bits).ravel()]).astype(np.uint64)
+    """The honest recipe applied to any vector, every value reduced into its bits' range."""
+    rows = N.rows_for(rows_key, spec).astype(np.int64).astype(object)
+    k = spec.proj_bits
+    y = rows @ x.astype(object)
+    parts = [N.bits_of(np.array([int(v) % (1 << k) for v in values], dtype=np.int64), k).ravel()
+             for values in N._projection_values(y, spec)]
+    sums = [sum(int(v) ** 2 for v in x[c * spec.chunk:(c + 1) * spec.chunk]) % F.P for c in range(spec.chunks)]
+    if spec.chunks > 1:
+        if spec.q_projections:
+            half = 1 << (spec.q_bits - 1)
+            z = [int(v) + half for v in N.q_rows_for(rows_key, spec).astype(np.int64).astype(object)
+                 @ np.array(sums, dtype=object)]
+        else:
+            z = sums
+        parts.append(N.bits_of(np.array([v % (1 << spec.q_bits) for v in z], dtype=np.int64), spec.q_bits).ravel())
+    slack = (spec.bound ** 2 - sum(sums)) % (1 << spec.sum_bits)
+    parts.append(N.bits_of(np.array([slack], dtype=np.int64), spec.sum_bits).ravel())
+    return np.concatenate(parts).astype(np.uint64)
 
 
 def forge(x: np.ndarray, spec: N.NormSpec, context: bytes, aux_of: Any = naive_aux,

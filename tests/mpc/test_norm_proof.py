@@ -5,6 +5,7 @@ contributors and deviating compute parties, every one of which must be refused."
 from __future__ import annotations
 
 import secrets
+import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -98,11 +99,12 @@ def test_an_honest_proof_opens_fresh_uniform_values_each_time() -> None:
 
 
 # ================================================================ the norm proof, end to end
-SPEC = N.NormSpec(dim=300, bound=1 << 16, projections=60)
+SPEC = N.NormSpec(dim=300, bound=1 << 22, projections=60)  # five chunks of squares
 CONTEXT = b"job 7 round 3 owner 12"
 
 
-def _vector(rng: np.random.Generator, norm: float, spec: N.NormSpec = SPEC) -> np.ndarray:
+def _vector(rng: np.random.Generator, norm: float, spec: N.NormSpec | None = None) -> np.ndarray:
+    spec = spec or SPEC
     v = rng.normal(size=spec.dim)
     v *= norm * spec.bound / np.linalg.norm(v)
     x = np.trunc(v).astype(np.int64)  # truncation never increases the norm
@@ -116,10 +118,11 @@ def _keys(sub: N.Submission, context: bytes = CONTEXT) -> tuple[bytes, bytes]:
 Tamper = Callable[[int, int, np.ndarray], np.ndarray]  # (party, share, its report) → what it sends
 
 
-def _verify(sub: N.Submission, spec: N.NormSpec = SPEC, context: bytes = CONTEXT,
+def _verify(sub: N.Submission, spec: N.NormSpec | None = None, context: bytes = CONTEXT,
             tamper: Tamper | None = None) -> bool:
     """Three compute parties, each reporting the verifier parts of the two shares it holds; the
     opening takes each share's part from both holders."""
+    spec = spec or SPEC
     keys = _keys(sub, context)
     query = N.Query.from_key(secrets.token_bytes(32), spec)
     reports: dict[int, dict[int, np.ndarray]] = {}
@@ -172,19 +175,11 @@ def _naive_aux(x: np.ndarray, rows_key: bytes) -> np.ndarray:
 
 def _slack_as_field_digit(x: np.ndarray, rows_key: bytes) -> np.ndarray:
     """Every linear identity exact, the slack's negative value carried by a non-bit 'bit'."""
-    aux = np.zeros(SPEC.aux_length, dtype=np.uint64)
-    honest_rows = N.rows_for(rows_key, SPEC).astype(np.int64)
-    half = 1 << (SPEC.proj_bits - 1)
-    y = honest_rows @ x + half
-    q = [sum(int(v) ** 2 for v in x[k * SPEC.chunk:(k + 1) * SPEC.chunk]) for k in range(SPEC.chunks)]
-    at = SPEC.chunks
-    aux[:at] = np.array(q, dtype=np.uint64)
-    aux[at: at + SPEC.projections * SPEC.proj_bits] = N.bits_of(y, SPEC.proj_bits).ravel()
-    at += SPEC.projections * SPEC.proj_bits
-    aux[at: at + SPEC.chunks * SPEC.sum_bits] = N.bits_of(np.array(q, dtype=np.int64), SPEC.sum_bits).ravel()
-    at += SPEC.chunks * SPEC.sum_bits
-    aux[at: at + SPEC.sum_bits] = 0
-    aux[at] = (SPEC.bound ** 2 - sum(q)) % P  # one 'bit' holds the whole (negative) slack
+    aux = naive_aux(x, rows_key, SPEC)
+    slack_at = SPEC.aux_length - SPEC.sum_bits
+    aux[slack_at:] = 0
+    squares = sum(int(v) ** 2 for v in x)
+    aux[slack_at] = (SPEC.bound ** 2 - squares) % P  # one 'bit' holds all of it
     return aux
 
 
@@ -196,19 +191,26 @@ def _hide_the_bit_calls(proof: np.ndarray) -> np.ndarray:
     return out
 
 
-def _understated_squares(x: np.ndarray, rows_key: bytes) -> np.ndarray:
-    """A vector 1.5× its bound, its square sums claimed as the bound's (bits consistent with the claim)."""
-    honest = N.aux_vector(x * 0, SPEC, N.rows_for(rows_key, SPEC))
-    true = N.rows_for(rows_key, SPEC).astype(np.int64) @ x + (1 << (SPEC.proj_bits - 1))
-    at = SPEC.chunks
-    honest[at: at + SPEC.projections * SPEC.proj_bits] = N.bits_of(true, SPEC.proj_bits).ravel()
-    return honest  # q = 0, slack = M² — the squares' residual is what gives it away
+def _claimed_zero_squares(x: np.ndarray, rows_key: bytes) -> np.ndarray:
+    """An aux that claims every square sum is zero (its projections' bits true, the slack M²)."""
+    aux = naive_aux(x, rows_key, SPEC)
+    zero = N.aux_vector(np.zeros_like(x), SPEC, rows_key)
+    lam2 = 2 * SPEC.projections * SPEC.proj_bits
+    aux[lam2:] = zero[lam2:]  # the chunk sums' projections and the slack, as if every S_k were 0
+    return aux
+
+
+def _zero_square_outputs(proof: np.ndarray) -> np.ndarray:
+    out = proof.copy()
+    at = 2 * SPEC.square_layout.width + 1  # the squares' proof: Π(1..G)
+    out[at: at + SPEC.square_layout.calls] = 0
+    return out
 
 
 def test_the_forging_path_with_an_honest_aux_is_accepted() -> None:
     """The control for the liars below: their refusals come from their lies, not from the harness."""
     x = _vector(np.random.default_rng(11), 0.95)
-    assert _verify(_forge(x, lambda v, k: N.aux_vector(v, SPEC, N.rows_for(k, SPEC))))
+    assert _verify(_forge(x, lambda v, k: N.aux_vector(v, SPEC, k)))
 
 
 LIARS: dict[str, Callable[[np.random.Generator], tuple[np.ndarray, N.Submission | None]]] = {}
@@ -246,7 +248,12 @@ def _hidden(rng: np.random.Generator) -> N.Submission:
 
 @_liar("square sums understated")
 def _under(rng: np.random.Generator) -> N.Submission:
-    return _forge(_vector(rng, 1.5), _understated_squares)
+    return _forge(_vector(rng, 1.5), _claimed_zero_squares)
+
+
+@_liar("square sums understated, in the proof too")
+def _under_proved(rng: np.random.Generator) -> N.Submission:
+    return _forge(_vector(rng, 1.5), _claimed_zero_squares, proof_edit=_zero_square_outputs)
 
 
 @_liar("a random proof element altered")
@@ -257,7 +264,7 @@ def _altered(rng: np.random.Generator) -> N.Submission:
         out = proof.copy()
         out[at] = F.add(out[at:at + 1], np.array([1 + int(rng.integers(P - 1))], dtype=np.uint64))[0]
         return out
-    return _forge(_vector(rng, 0.8), lambda x, k: N.aux_vector(x, SPEC, N.rows_for(k, SPEC)), proof_edit=edit)
+    return _forge(_vector(rng, 0.8), lambda x, k: N.aux_vector(x, SPEC, k), proof_edit=edit)
 
 
 @_liar("an honest proof replayed in another round")
@@ -321,3 +328,18 @@ def test_a_seeded_campaign_of_lying_contributors_and_deviating_parties_is_refuse
     missed = {k: trials[k] - refused[k] for k in kinds if k != "honest" and refused[k] != trials[k]}
     assert not missed, f"deviations that went through: {missed}"
     assert sum(trials.values()) == 240 and min(trials.values()) >= 20
+
+
+@pytest.mark.parametrize("dim, bound", [(7850, 1 << 23), (26010, 1 << 23)])
+def test_every_lie_is_refused_in_the_other_shapes_of_the_statement(monkeypatch: pytest.MonkeyPatch, dim: int,
+                                                                    bound: int) -> None:
+    """SPEC bounds its chunk sums by bits, with one-sided projection ranges; a larger bound makes
+    the chunks many and small: bounded by rows over their sums, and (at d = 26,010) two-sided
+    ranges. Every liar once per shape, an honest contributor accepted."""
+    spec = N.NormSpec(dim=dim, bound=bound)
+    assert spec.q_projections and spec.chunks > 100
+    monkeypatch.setattr(sys.modules[__name__], "SPEC", spec)
+    rng = np.random.default_rng(dim)
+    assert _verify(N.prove_norm(_vector(rng, 0.9), spec, CONTEXT))
+    for name, liar in LIARS.items():
+        assert not _verify(liar(rng)), name
