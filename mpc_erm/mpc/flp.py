@@ -85,11 +85,17 @@ def prove(left: np.ndarray, right: np.ndarray, layout: Layout, seeds: np.ndarray
     c, g = layout.width, layout.calls
     if seeds is None:
         seeds = F.from_words(np.frombuffer(secrets.token_bytes(16 * c), dtype=np.uint64).copy())
-    a = np.vstack([seeds[:c], layout.grid(left)])  # values of A_j at 0..G
-    b = np.vstack([seeds[c:], layout.grid(right)])
     ext = F.extension_matrix(g + 1, 2 * g + 1)  # values at G+1..2G
-    a = np.vstack([a, F.matvec(ext, a)])
-    b = np.vstack([b, F.matvec(ext, b)])
+    if right is left:  # squares: the wires extended once; only the seeds (row 0) differ
+        wires = layout.grid(left)
+        shared = F.matvec(np.ascontiguousarray(ext[:, 1:]), wires)
+        a = np.vstack([seeds[:c], wires, F.add(shared, F.mul(ext[:, :1], seeds[None, :c]))])
+        b = np.vstack([seeds[c:2 * c], wires, F.add(shared, F.mul(ext[:, :1], seeds[None, c:2 * c]))])
+    else:
+        a = np.vstack([seeds[:c], layout.grid(left)])  # values of A_j at 0..G
+        b = np.vstack([seeds[c:], layout.grid(right)])
+        a = np.vstack([a, F.matvec(ext, a)])
+        b = np.vstack([b, F.matvec(ext, b)])
     pi = F.sum_along(F.mul(a, b), axis=1)  # Π at 0..2G
     return np.concatenate([seeds[: 2 * c], pi]).astype(np.uint64)
 

@@ -38,6 +38,7 @@ iff C = 0 and Π(r) = Σ A_j(r)·B_j(r). An honest contributor's openings are un
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import secrets
 from collections.abc import Sequence
@@ -279,15 +280,21 @@ def keys_for(context: bytes, x_commitments: Sequence[bytes], aux_commitments: Se
     return rows_key, rho_key
 
 
+@functools.lru_cache(maxsize=3)  # one per dealer of a round: both shares a party holds use the same rows
 def rows_for(rows_key: bytes, spec: NormSpec) -> np.ndarray:
     """The projection rows, (λ × d) float64 in {−1, 0, 1} (the layout the verifier's products want)."""
-    return np.ascontiguousarray(projection_signs(rows_key, spec.dim, spec.projections).T, dtype=np.float64)
+    rows = np.ascontiguousarray(projection_signs(rows_key, spec.dim, spec.projections).T, dtype=np.float64)
+    rows.flags.writeable = False  # cached
+    return rows
 
 
+@functools.lru_cache(maxsize=3)
 def q_rows_for(rows_key: bytes, spec: NormSpec) -> np.ndarray:
     """The rows over the chunks' square sums, (λ_q × n_q) float64 in {−1, 0, 1}."""
     key = hashlib.sha256(_DOMAIN + b"chunk rows" + rows_key).digest()
-    return np.ascontiguousarray(projection_signs(key, spec.chunks, spec.q_projections).T, dtype=np.float64)
+    rows = np.ascontiguousarray(projection_signs(key, spec.chunks, spec.q_projections).T, dtype=np.float64)
+    rows.flags.writeable = False  # cached
+    return rows
 
 
 def rho(rho_key: bytes, spec: NormSpec) -> np.ndarray:
@@ -319,7 +326,10 @@ def _projection_values(y: np.ndarray, spec: NormSpec) -> list[np.ndarray]:
 
 def aux_vector(x: np.ndarray, spec: NormSpec, rows_key: bytes) -> np.ndarray:
     """The honest auxiliary vector for integer x (int64): α (and α'), γ, s (module docstring)."""
-    y = rows_for(rows_key, spec).astype(np.int64) @ x
+    if spec.dim * spec.bound < 1 << 53 and np.abs(x).max(initial=0) <= spec.bound:  # exact in float64
+        y = (rows_for(rows_key, spec) @ x.astype(np.float64)).astype(np.int64)
+    else:
+        y = rows_for(rows_key, spec).astype(np.int64) @ x
     if (np.abs(y) > spec.tau).any():  # an honest vector: probability ≤ 2^-80 per row
         raise NormProofError("a projection of this vector falls outside its proof range: prove it again "
                              "(fresh shares give fresh rows)")
