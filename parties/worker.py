@@ -139,6 +139,8 @@ def _own_run(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator | Ve
     run = run_for(spec, plan, rows, features=ds.d, noise=None if real is None else real.spec,
                   pool=None if real is None else pool, device=device_for(ctx), builder=builder,
                   weight=1.0 if spec.model.is_network else plan.weight(comm.get_rank(), int(ds.n)))
+    if isinstance(agg, VerifiedAggregator) and real is not None:  # refuse before anything is charged
+        agg.prepare(run.p, real.spec)
     if isinstance(run, NetworkRun):  # every party must build the same initial weights (public, not data)
         mine = run.model_digest()
         first = comm.broadcast_obj(mine if comm.get_rank() == 0 else None, 0)

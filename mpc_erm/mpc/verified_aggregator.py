@@ -115,6 +115,7 @@ class VerifiedAggregator:
         table = getattr(comm, "table", None)
         self._job = str(getattr(table, "job_id", "")).encode()
         self._counter = 0
+        self._spec_cache: dict[tuple[int, int, NoiseSpec], list[N.NormSpec]] = {}
         # One BLAS thread for the proofs' products: they are small (at most a few thousand square),
         # and OpenBLAS's spinning threads beside the party's torch threads (or, on one machine, the
         # other parties' processes) made an aggregate 2.8× slower at d = 7,850 on 2 cores.
@@ -128,8 +129,24 @@ class VerifiedAggregator:
         return _DOMAIN + b"|" + self._job + f"|aggregate {t}|dealer {dealer}".encode()
 
     def _specs(self, p: int, g: int, noise: NoiseSpec) -> list[N.NormSpec]:
-        extra = self.noise.norm_bound(noise, p)
-        return [N.NormSpec(p, bound_units(b, g, p) + extra) for b in self.bounds]
+        key = (p, g, noise)
+        if key not in self._spec_cache:
+            extra = self.noise.norm_bound(noise, p)
+            try:
+                self._spec_cache[key] = [N.NormSpec(p, bound_units(b, g, p) + extra) for b in self.bounds]
+            except N.NormProofError as exc:
+                raise ValueError(
+                    f'job.security: "malicious" cannot prove this job\'s inputs: each party proves its contribution '
+                    f"(bound {max(self.bounds):.4g}, from privacy.clip and, with sampling, the batch cap) plus its "
+                    f"noise share (bound {extra / 2.0 ** g:.4g}) over {p} coordinates on the grid 2^-{g}, and {exc}; "
+                    'a smaller clip, a lower sampling rate or fewer parameters fit; or run security = "semi-honest"'
+                ) from None
+        return self._spec_cache[key]
+
+    def prepare(self, p: int, noise: NoiseSpec) -> None:
+        """Check, before anything is charged or revealed, that every party's statement for ``p``
+        coordinates fits the proof (raises a ValueError naming ``job.security`` if not)."""
+        self._specs(p, int(self.noise.precision_bits(noise, p)), noise)
 
     def _deal(self, sub: N.Submission, specs: list[N.NormSpec]) -> dict[int, dict[int, np.ndarray]]:
         """Send each other party the two shares it holds; receive ours of theirs.

@@ -112,6 +112,12 @@ def _party(rank: int, table: Any, identity: Any, server: Any) -> dict[str, Any]:
             rep["describe"] = {k: v for k, v in agg.describe().items() if isinstance(v, int | float | str)}
     finally:
         uninit_crypten()
+    big = V.VerifiedAggregator(DistributedNoise(), (1e4,) * 3, comm)  # no message: a local check
+    try:
+        big.prepare(DIM, spec)
+        rep["too_big"] = None
+    except ValueError as exc:
+        rep["too_big"] = str(exc)
     rep["hash"] = hashlib.sha256(b"done").hexdigest()
     return rep
 
@@ -163,3 +169,10 @@ def test_the_cost_is_reported(reports: dict[int, dict[str, Any]]) -> None:
     d = reports[0]["describe"]
     assert d["security"] == "malicious" and d["aggregates"] == 1 and d["bytes"] > 0
     assert d["prove_seconds"] > 0 and d["verify_seconds"] > 0
+
+
+def test_a_statement_that_does_not_fit_the_field_is_refused_before_any_message(
+        reports: dict[int, dict[str, Any]]) -> None:
+    message = reports[0]["too_big"]
+    assert message and message.startswith('job.security: "malicious" cannot prove this job\'s inputs'), message
+    assert "privacy.clip" in message and 'security = "semi-honest"' in message
