@@ -14,17 +14,19 @@ The statement, for x ∈ F_p^d (p = 2^61 − 1, :mod:`.field`) and a public boun
 
 1. **No coordinate wraps.** λ public rows r_j ∈ {−1, 0, 1}^d (:mod:`.projections`) keyed by a
    hash of x's shares (Fiat–Shamir: the rows follow from the shares, so they cannot be chosen
-   before x is): y_j = ⟨r_j, x⟩ with y_j + τ = Σ_k 2^k α_jk and y_j + τ + (2^K − 1 − 2τ) =
-   Σ_k 2^k α'_jk (bits; together |y_j| ≤ τ exactly), which bounds ‖x‖_∞ ≤ 2τ except with
-   probability 2^-λ per hash the prover tries. (One decomposition against 2^(K−1) instead would
-   allow up to twice the coordinate, four times the squares.)
-2. **Exact squares.** Chunks of c_q coordinates with c_q·(2τ)² < p/2: the FLP's square slots
-   (:mod:`.flp`) give each chunk's S_k = Σ_{i∈k} x_i², the integer itself, as sums of gadget
-   outputs.
-3. **No wrap in their sum.** λ_q rows r'_j over the chunks, keyed from the same hash (S follows
-   from x): ⟨r'_j, S⟩ + 2^(K_q−1) = Σ_t 2^t γ_jt (bits), which bounds every S_k ≤ 2^K_q, so
-   Σ_k S_k < n_q·2^K_q < p is the integer ‖x‖². (Bits per chunk instead cost n_q·J: 39,480
-   at d = 26,010 against 5,100.)
+   before x is), each y_j = ⟨r_j, x⟩ range-checked by bits, which bounds every |x_i| except with
+   probability 2^-λ per hash the prover tries. *Two-sided*: y_j + τ = Σ_k 2^k α_jk and
+   y_j + τ + (2^K − 1 − 2τ) = Σ_k 2^k α'_jk, so |y_j| ≤ τ exactly and |x_i| ≤ 2τ; *one-sided*:
+   y_j + 2^(K−1) = Σ_k 2^k α_jk, half the bits, |x_i| ≤ 2^K (up to 4τ).
+2. **Exact squares.** Chunks of c_q coordinates with c_q·(bound on |x_i|)² < p/2: the FLP's
+   square slots (:mod:`.flp`) give each chunk's S_k = Σ_{i∈k} x_i², the integer itself, as sums
+   of gadget outputs.
+3. **No wrap in their sum.** Either J bits per chunk sum (S_k = Σ_t 2^t γ_kt), or λ rows r'_j
+   over the chunks, keyed from the same hash (S follows from x): ⟨r'_j, S⟩ + 2^(K_q−1) =
+   Σ_t 2^t γ_jt, which bounds every S_k ≤ 2^K_q. Either way Σ_k S_k < p is the integer ‖x‖².
+   :attr:`NormSpec.shape` takes whichever of the four statements costs fewest bits (at
+   d = 26,010 and M = 2^23: two-sided with rows, 10,747 bits; one-sided with bits per chunk,
+   42,327).
 4. **The bound.** M² − Σ_k S_k = Σ_t 2^t s_t (bits).
 5. **Bits are bits.** Every bit b: b·(b − 1) = 0, in the FLP's bit slots weighted by two
    independent vectors ρ, ρ' keyed by a hash of the shares of x and of the bits (a wrong bit
