@@ -55,7 +55,7 @@ from .keystream import KeyedMasks
 from .projections import projection_signs, projection_threshold
 
 __all__ = ["NORM_PROJECTIONS", "NormProofError", "NormSpec", "Query", "Submission", "accept", "bits_of", "commitment",
-           "SALT_BYTES", "keys_for",
+           "SALT_BYTES", "keys_for", "seeded_share",
            "aux_vector", "chunk_squares", "prove_norm", "prove_wires", "q_rows_for", "rho", "rows_for", "split",
            "verifier_share", "wires"]
 
@@ -247,6 +247,7 @@ class Submission:
     aux: tuple[np.ndarray, ...]
     proof: tuple[np.ndarray, ...]
     salts: tuple[bytes, ...]
+    seeds: tuple[bytes, ...] = ()  # of shares 0 and 1 when they were drawn from seeds (:func:`split`)
 
     def commitments(self) -> tuple[list[bytes], list[bytes]]:
         """(x, aux) commitments by share: what :func:`keys_for` takes."""
@@ -254,10 +255,21 @@ class Submission:
                 [commitment(i, s, self.salts[i], b"aux") for i, s in enumerate(self.aux)])
 
 
-def split(value: np.ndarray, shares: int = SHARES) -> tuple[np.ndarray, ...]:
-    """Additive shares of a field vector: all but the last uniform."""
-    parts = [F.from_words(np.frombuffer(secrets.token_bytes(8 * value.size), dtype=np.uint64).copy())
-             for _ in range(shares - 1)]
+def seeded_share(seed: bytes, part: int, n: int) -> np.ndarray:
+    """n field elements of a share drawn from a 32-byte seed (AES-256-CTR, nonce ``part``: 0 for x,
+    1 for aux, 2 for the proof): what a holder expands from the seed it was sent."""
+    return F.from_words(KeyedMasks().words(seed, part, n).numpy().copy())
+
+
+def split(value: np.ndarray, shares: int = SHARES, seeds: Sequence[bytes] = (),
+          part: int = 0) -> tuple[np.ndarray, ...]:
+    """Additive shares of a field vector: all but the last uniform — drawn from ``seeds`` (one per
+    share but the last) when given, so that those shares travel as 32 bytes each."""
+    if seeds and len(seeds) != shares - 1:
+        raise ValueError(f"{shares - 1} seeds expected, got {len(seeds)}")
+    parts = ([seeded_share(seed, part, value.size) for seed in seeds] if seeds else
+             [F.from_words(np.frombuffer(secrets.token_bytes(8 * value.size), dtype=np.uint64).copy())
+              for _ in range(shares - 1)])
     last = value.astype(np.uint64)
     for part in parts:
         last = F.sub(last, part)
@@ -462,11 +474,12 @@ def prove_norm(x: np.ndarray, spec: NormSpec, context: bytes) -> Submission:
     x = np.asarray(x, dtype=np.int64)
     if x.shape != (spec.dim,):
         raise ValueError(f"a vector of {spec.dim} coordinates expected, got shape {x.shape}")
-    xs = split(F.from_signed(x))
+    seeds = tuple(secrets.token_bytes(SALT_BYTES) for _ in range(SHARES - 1))
+    xs = split(F.from_signed(x), seeds=seeds, part=0)
     salts = tuple(secrets.token_bytes(SALT_BYTES) for _ in xs)
     rows_key, _ = keys_for(context, [commitment(i, s, salts[i]) for i, s in enumerate(xs)], [])
     aux = aux_vector(x, spec, rows_key)
-    auxs = split(aux)
+    auxs = split(aux, seeds=seeds, part=1)
     keys = keys_for(context, *Submission(xs, auxs, (), salts).commitments())
     proof = prove_wires(*wires(F.from_signed(x), aux, rho(keys[1], spec), spec, first=True), spec)
-    return Submission(xs, auxs, split(proof), salts)
+    return Submission(xs, auxs, split(proof, seeds=seeds, part=2), salts, seeds)

@@ -9,7 +9,9 @@ What one :meth:`VerifiedAggregator.aggregate` call does at party i (all three ca
    bound that a discrete Gaussian share of its σ exceeds with probability ≤ 2^-40
    (:meth:`~.local_noise.DistributedNoise.norm_bound`).
 2. **Dealt as replicated shares** in F_p (:mod:`.field`): three additive shares of (v_i, aux,
-   proof), party k receiving shares k and k + 1 (:mod:`.replicated_open`).
+   proof), party k receiving shares k and k + 1 (:mod:`.replicated_open`); shares 0 and 1 are
+   drawn from 32-byte seeds and travel as the seeds, so only share 2 is sent whole (to its two
+   holders).
 3. **Each share's two holders compare its hash** (salted: the dealer sends each share's salt to its
    two holders only, so the third party cannot test guesses of the input against the hash of the
    share it lacks). A dealer that dealt two copies differently, or
@@ -61,6 +63,7 @@ MALICIOUS_TRUST_MODEL = ("MPC: 3-party replicated sharing in F_p, malicious secu
 _DOMAIN = b"mpc-erm verified aggregate v1"
 _PARTIES = 3
 _SALT_WORDS = N.SALT_BYTES // 8
+_SEEDED = 2  # shares 0 and 1 are drawn from seeds: only share 2 travels whole
 
 
 class DeviationDetected(IntegrityError):
@@ -148,27 +151,49 @@ class VerifiedAggregator:
         coordinates fits the proof (raises a ValueError naming ``job.security`` if not)."""
         self._specs(p, int(self.noise.precision_bits(noise, p)), noise)
 
+    @staticmethod
+    def _sent(sub: N.Submission, s: int) -> np.ndarray:
+        """Share s as it travels: its salt, then its seed when it was drawn from one (4 words in
+        place of the whole share), else the share itself."""
+        salt = np.frombuffer(sub.salts[s], dtype=np.uint64)
+        if s < len(sub.seeds):
+            return np.concatenate([salt, np.frombuffer(sub.seeds[s], dtype=np.uint64)])
+        return np.concatenate([salt, sub.x[s], sub.aux[s], sub.proof[s]])
+
+    @staticmethod
+    def _received(got: np.ndarray, s: int, spec: N.NormSpec) -> np.ndarray:
+        """The whole share (salt, x, aux, proof) from what travelled (:meth:`_sent`)."""
+        if s >= _SEEDED:
+            return got
+        seed = got[_SALT_WORDS:].tobytes()
+        return np.concatenate([got[:_SALT_WORDS], N.seeded_share(seed, 0, spec.dim),
+                               N.seeded_share(seed, 1, spec.aux_length), N.seeded_share(seed, 2, spec.proof_length)])
+
+    @staticmethod
+    def _sent_length(s: int, spec: N.NormSpec) -> int:
+        return _SALT_WORDS + (_SALT_WORDS if s < _SEEDED else spec.submission_length)
+
     def _deal(self, sub: N.Submission, specs: list[N.NormSpec]) -> dict[int, dict[int, np.ndarray]]:
-        """Send each other party the two shares it holds; receive ours of theirs.
-        Returns held[dealer][share] = concat(x, aux, proof)."""
+        """Send each other party the two shares it holds (shares 0 and 1 as their seeds); receive
+        ours of theirs. Returns held[dealer][share] = concat(salt, x, aux, proof)."""
         me = self.rank
         whole = [np.concatenate([np.frombuffer(sub.salts[s], dtype=np.uint64), sub.x[s], sub.aux[s], sub.proof[s]])
                  for s in range(_PARTIES)]
-        sends = [self.comm.isend(_as_tensor(np.concatenate([whole[s] for s in shares_of(k)])), k)
-                 for k in range(_PARTIES) if k != me]
+        messages = {k: np.concatenate([self._sent(sub, s) for s in shares_of(k)]) for k in range(_PARTIES) if k != me}
+        sends = [self.comm.isend(_as_tensor(m), k) for k, m in messages.items()]
         held: dict[int, dict[int, np.ndarray]] = {me: {s: whole[s] for s in shares_of(me)}}
+        a, b = shares_of(me)
         for k in range(_PARTIES):
             if k == me:
                 continue
-            n = _SALT_WORDS + specs[k].submission_length
-            got = _as_field(self.comm.recv(torch.empty(2 * n, dtype=torch.long), k))
-            if got.size != 2 * n:
-                raise DeviationDetected(f"{self._name(k)} dealt {got.size} field elements, not {2 * n}")
-            a, b = shares_of(me)
-            held[k] = {a: got[:n].copy(), b: got[n:].copy()}
+            na, nb = self._sent_length(a, specs[k]), self._sent_length(b, specs[k])
+            got = _as_field(self.comm.recv(torch.empty(na + nb, dtype=torch.long), k))
+            if got.size != na + nb:
+                raise DeviationDetected(f"{self._name(k)} dealt {got.size} words, not {na + nb}")
+            held[k] = {a: self._received(got[:na].copy(), a, specs[k]), b: self._received(got[na:].copy(), b, specs[k])}
         for req in sends:
             req.wait()
-        self.totals.field_elements_dealt += 2 * sum(w.size for w in whole)
+        self.totals.field_elements_dealt += sum(m.size for m in messages.values())
         return held
 
     @staticmethod

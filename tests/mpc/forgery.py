@@ -39,13 +39,14 @@ def forge(x: np.ndarray, spec: N.NormSpec, context: bytes, aux_of: Any = naive_a
     """The protocol's steps with an aux of the liar's choosing (and, optionally, an edited proof)."""
     import secrets
 
-    xs = N.split(F.from_signed(x))
+    seeds = (secrets.token_bytes(N.SALT_BYTES), secrets.token_bytes(N.SALT_BYTES))
+    xs = N.split(F.from_signed(x), seeds=seeds, part=0)
     salts = tuple(secrets.token_bytes(N.SALT_BYTES) for _ in xs)
     rows_key, _ = N.keys_for(context, [N.commitment(i, s, salts[i]) for i, s in enumerate(xs)], [])
     aux = aux_of(x, rows_key, spec)
-    auxs = N.split(aux)
+    auxs = N.split(aux, seeds=seeds, part=1)
     keys = N.keys_for(context, *N.Submission(xs, auxs, (), salts).commitments())
     proof = N.prove_wires(*N.wires(F.from_signed(x), aux, N.rho(keys[1], spec), spec, first=True), spec)
     if proof_edit is not None:
         proof = proof_edit(proof)
-    return N.Submission(xs, auxs, N.split(proof), salts)
+    return N.Submission(xs, auxs, N.split(proof, seeds=seeds, part=2), salts, seeds)
