@@ -51,9 +51,13 @@ from mpc_erm.protocols.aggregation import NoiseSpec
 from . import field as F
 from . import norm_proof as N
 from .agreement import IntegrityError, agree_on, member_name
+from .crypten_compat import import_crypten
 from .local_noise import DistributedNoise
 from .replicated_open import OpeningMismatch, holders, open_verified, shares_of
 from .validation import bound_units
+
+crypten = import_crypten()
+from crypten.communicator.communicator import Communicator  # noqa: E402  (after the compat shim)
 
 __all__ = ["MALICIOUS_TRUST_MODEL", "DeviationDetected", "VerifiedAggregator"]
 
@@ -99,7 +103,7 @@ class VerifiedAggregator:
     """``SecureAggregator`` of the malicious-secure mode, for one of exactly three compute parties
     that hold their own rows, with distributed noise (module docstring)."""
 
-    def __init__(self, noise: DistributedNoise, bounds: tuple[float, ...], comm: Any) -> None:
+    def __init__(self, noise: DistributedNoise, bounds: tuple[float, ...], comm: Communicator) -> None:
         """``bounds``: the public ℓ2 bound of each party's weighted contribution, by rank."""
         self.comm = comm
         self.rank: int = comm.get_rank()
