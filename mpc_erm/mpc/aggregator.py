@@ -43,7 +43,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -145,12 +145,19 @@ class AggregateStats:
 
 
 @dataclass
-class _Totals:
+class AggregateTotals:
+    """A party's cost over all its aggregates (the job's metrics): what :meth:`add` summed."""
+
     aggregates: int = 0
     rounds: int = 0
     bytes: int = 0
     seconds: float = 0.0
-    history: list[AggregateStats] = field(default_factory=list)
+
+    def add(self, st: AggregateStats) -> None:
+        self.aggregates += 1
+        self.rounds += st.rounds
+        self.bytes += st.bytes
+        self.seconds += st.seconds
 
 
 def current_trust_model(dealer_name: str | None = None) -> str:
@@ -227,7 +234,7 @@ class MpcAggregator:
         self.limit = self._limit(PRECISION_BITS)
         self.precision_bits = PRECISION_BITS  # of the last aggregate
         self._counter = 0
-        self.totals = _Totals()
+        self.totals = AggregateTotals()
         self.last: AggregateStats | None = None
         self._keys = self._exchange_keys()
         self._keystream = KeyedMasks()
@@ -387,11 +394,7 @@ class MpcAggregator:
             seconds=time.perf_counter() - tic,
         )
         self.last = st
-        tot = self.totals
-        tot.aggregates += 1
-        tot.rounds += st.rounds
-        tot.bytes += st.bytes
-        tot.seconds += st.seconds
+        self.totals.add(st)
         return result
 
     def describe(self) -> dict[str, Any]:
@@ -410,6 +413,7 @@ class MpcAggregator:
 
 __all__ = [
     "AggregateStats",
+    "AggregateTotals",
     "FixedPointRangeError",
     "MpcAggregator",
     "NoiseSource",

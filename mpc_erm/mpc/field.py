@@ -22,7 +22,7 @@ import numpy as np
 
 __all__ = ["P", "BITS", "add", "dot", "extension_matrix", "from_signed", "from_words", "inv", "lagrange_at", "matvec",
            "mul", "small_matvec", "sum_along",
-           "neg", "powers", "sub", "to_signed"]
+           "neg", "sub", "to_signed"]
 
 BITS = 61
 P = (1 << BITS) - 1
@@ -153,15 +153,6 @@ def inv(a: int) -> int:
     if a % P == 0:
         raise ZeroDivisionError("0 has no inverse in F_p")
     return pow(a % P, P - 2, P)
-
-
-def powers(base: int, n: int) -> Vec:
-    out = np.empty(n, dtype=np.uint64)
-    acc = 1
-    for i in range(n):
-        out[i] = acc
-        acc = acc * base % P
-    return out
 
 
 @functools.lru_cache(maxsize=64)

@@ -123,9 +123,7 @@ class NormSpec:
     def __post_init__(self) -> None:
         if self.dim < 1 or self.bound < 1 or self.projections < 1:
             raise ValueError("dim, bound and projections must be positive")
-        if self.shape is None:
-            raise NormProofError(f"a bound of {self.bound} grid units over {self.dim} coordinates leaves no room for "
-                                 "the exact squared norm in F_p: use a coarser grid")
+        _ = self.shape  # a statement that fits, or NormProofError now
 
     @cached_property
     def tau(self) -> int:
@@ -138,49 +136,52 @@ class NormSpec:
         return _bits(self.bound * self.bound)
 
     @cached_property
-    def shape(self) -> Shape | None:
+    def shape(self) -> Shape:
         """The cheapest statement (fewest bits) of the four that fit F_p: one- or two-sided
         projection ranges, chunk sums bounded by bits or by projections (module docstring)."""
         fits = [sh for two in (False, True) for proj in (False, True)
                 if (sh := Shape.of(self.dim, self.bound, self.projections, self.tau, self.sum_bits, two, proj))]
-        return min(fits, key=lambda sh: sh.bit_count, default=None)
+        if not fits:
+            raise NormProofError(f"a bound of {self.bound} grid units over {self.dim} coordinates leaves no room for "
+                                 "the exact squared norm in F_p: use a coarser grid")
+        return min(fits, key=lambda sh: sh.bit_count)
 
     @property
     def two_sided(self) -> bool:
-        assert self.shape is not None
         return self.shape.two_sided
 
     @property
     def proj_bits(self) -> int:
         """K, the width of each projection's decomposition(s)."""
-        assert self.shape is not None
         return self.shape.proj_bits
 
     @property
+    def projection_offsets(self) -> tuple[int, ...]:
+        """What each decomposition adds to a projection y: τ and τ + (2^K − 1 − 2τ) (two-sided),
+        or 2^(K−1) (one-sided); each y + offset must lie in [0, 2^K)."""
+        k = self.proj_bits
+        return (self.tau, self.tau + (1 << k) - 1 - 2 * self.tau) if self.two_sided else (1 << (k - 1),)
+
+    @property
     def square_width(self) -> int:
-        assert self.shape is not None
         return self.shape.square_width
 
     @property
     def chunk(self) -> int:
-        assert self.shape is not None
         return self.shape.chunk
 
     @property
     def chunks(self) -> int:
-        assert self.shape is not None
         return self.shape.chunks
 
     @property
     def q_projections(self) -> int:
         """λ_q: rows over the chunks' square sums (0: each sum bounded by its own J bits)."""
-        assert self.shape is not None
         return self.projections if self.shape.chunk_rows else 0
 
     @property
     def q_bits(self) -> int:
         """Per chunk-sum row (K_q), or per chunk sum (J)."""
-        assert self.shape is not None
         return self.shape.q_bits
 
     @property
@@ -190,7 +191,6 @@ class NormSpec:
 
     @property
     def bit_count(self) -> int:
-        assert self.shape is not None
         return self.shape.bit_count
 
     @property
@@ -271,8 +271,8 @@ def split(value: np.ndarray, shares: int = SHARES, seeds: Sequence[bytes] = (),
              [F.from_words(np.frombuffer(secrets.token_bytes(8 * value.size), dtype=np.uint64).copy())
               for _ in range(shares - 1)])
     last = value.astype(np.uint64)
-    for part in parts:
-        last = F.sub(last, part)
+    for share in parts:
+        last = F.sub(last, share)
     return (*parts, last)
 
 
@@ -311,10 +311,13 @@ def q_rows_for(rows_key: bytes, spec: NormSpec) -> np.ndarray:
     return rows
 
 
+@functools.lru_cache(maxsize=3)  # one per dealer of a round, as the rows
 def rho(rho_key: bytes, spec: NormSpec) -> np.ndarray:
     """(2, bits) weights of the bit checks."""
     words = KeyedMasks().words(rho_key, 0, 2 * spec.bit_count).numpy().copy()
-    return F.from_words(words).reshape(2, spec.bit_count)
+    weights = F.from_words(words).reshape(2, spec.bit_count)
+    weights.flags.writeable = False  # cached
+    return weights
 
 
 def bits_of(values: np.ndarray, width: int) -> np.ndarray:
@@ -329,18 +332,10 @@ def chunk_squares(x: np.ndarray, spec: NormSpec) -> np.ndarray:
     return (padded * padded).reshape(spec.chunks, spec.chunk).sum(axis=1)
 
 
-def _projection_values(y: np.ndarray, spec: NormSpec) -> list[np.ndarray]:
-    """The integers the projections' bits decompose: y + τ and y + τ + (2^K − 1 − 2τ) (two-sided),
-    or y + 2^(K−1) (one-sided)."""
-    k = spec.proj_bits
-    if spec.two_sided:
-        return [y + spec.tau, y + spec.tau + (1 << k) - 1 - 2 * spec.tau]
-    return [y + (1 << (k - 1))]
-
-
 def aux_vector(x: np.ndarray, spec: NormSpec, rows_key: bytes) -> np.ndarray:
     """The honest auxiliary vector for integer x (int64): α (and α'), γ, s (module docstring)."""
-    if spec.dim * spec.bound < 1 << 53 and np.abs(x).max(initial=0) <= spec.bound:  # exact in float64
+    top = int(np.abs(x).max(initial=0))
+    if spec.dim * spec.bound < 1 << 53 and top <= spec.bound:  # exact in float64
         y = (rows_for(rows_key, spec) @ x.astype(np.float64)).astype(np.int64)
     else:
         y = rows_for(rows_key, spec).astype(np.int64) @ x
@@ -349,9 +344,9 @@ def aux_vector(x: np.ndarray, spec: NormSpec, rows_key: bytes) -> np.ndarray:
                              "(fresh shares give fresh rows)")
     sums = chunk_squares(x, spec)
     slack = spec.bound * spec.bound - int(sums.sum())
-    if slack < 0 or np.abs(x).max(initial=0) > spec.bound:
+    if slack < 0 or top > spec.bound:
         raise NormProofError("the vector is outside its bound: an honest contributor clips before it proves")
-    parts = [bits_of(v, spec.proj_bits).ravel() for v in _projection_values(y, spec)]
+    parts = [bits_of(y + off, spec.proj_bits).ravel() for off in spec.projection_offsets]
     if spec.chunks > 1 and spec.q_projections:
         half = 1 << (spec.q_bits - 1)
         z = q_rows_for(rows_key, spec).astype(np.int64) @ sums + half
@@ -375,9 +370,8 @@ def square_wires(x: np.ndarray, spec: NormSpec) -> np.ndarray:
 def bit_wires(aux: np.ndarray, weights: np.ndarray, spec: NormSpec, first: bool) -> tuple[np.ndarray, np.ndarray]:
     """(left, right) bit-check slots from a share of aux: ρ·b and b − 1, twice (linear; ``first``:
     the share that carries public constants)."""
-    bits = aux
-    minus = F.sub(bits, np.full(bits.size, int(first), dtype=np.uint64))
-    return np.concatenate([F.mul(weights[0], bits), F.mul(weights[1], bits)]), np.concatenate([minus, minus])
+    minus = F.sub(aux, np.full(aux.size, int(first), dtype=np.uint64))
+    return np.concatenate([F.mul(weights[0], aux), F.mul(weights[1], aux)]), np.concatenate([minus, minus])
 
 
 def wires(x: np.ndarray, aux: np.ndarray, weights: np.ndarray, spec: NormSpec,
@@ -407,9 +401,8 @@ def _residuals(x: np.ndarray, aux: np.ndarray, proof: np.ndarray, rows_key: byte
     k_bits, lam = spec.proj_bits, spec.projections
     one = int(first)  # public constants ride on share 0 only
     y = F.small_matvec(rows_for(rows_key, spec), x, coeff_max=1)
-    offsets = ([spec.tau, spec.tau + (1 << k_bits) - 1 - 2 * spec.tau] if spec.two_sided else [1 << (k_bits - 1)])
     res, at = [], 0
-    for off in offsets:
+    for off in spec.projection_offsets:
         alpha = aux[at: at + lam * k_bits].reshape(lam, k_bits)
         at += lam * k_bits
         shifted = F.add(y, np.full(lam, one * off, dtype=np.uint64))

@@ -50,6 +50,7 @@ from mpc_erm.protocols.aggregation import NoiseSpec
 
 from . import field as F
 from . import norm_proof as N
+from .aggregator import AggregateStats, AggregateTotals
 from .agreement import IntegrityError, agree_on, member_name
 from .crypten_compat import import_crypten
 from .local_noise import DistributedNoise
@@ -75,15 +76,18 @@ class DeviationDetected(IntegrityError):
 
 
 @dataclass
-class _Totals:
-    aggregates: int = 0
-    bytes: int = 0
-    rounds: int = 0
-    seconds: float = 0.0
-    prove_seconds: float = 0.0
-    verify_seconds: float = 0.0
+class _Totals(AggregateTotals):
     field_elements_dealt: int = 0
     phases: dict[str, float] = field(default_factory=dict)  # seconds by step, over every aggregate
+
+    @property
+    def prove_seconds(self) -> float:
+        return self.phases.get("prove", 0.0)
+
+    @property
+    def verify_seconds(self) -> float:
+        """Checking every dealer's proof: the local linear work and its verified opening."""
+        return self.phases.get("verify (local)", 0.0) + self.phases.get("open the proofs", 0.0)
 
 
 def _as_tensor(a: np.ndarray) -> torch.Tensor:
@@ -92,11 +96,6 @@ def _as_tensor(a: np.ndarray) -> torch.Tensor:
 
 def _as_field(t: torch.Tensor) -> np.ndarray:
     return t.detach().to("cpu").contiguous().numpy().view(np.uint64)
-
-
-def phases_of(clock: list[float], i: int) -> float:
-    """The i-th lap of an aggregate's clock (1: prove, 5: local verification, 6: opening the proofs)."""
-    return clock[i + 1] - clock[i]
 
 
 class VerifiedAggregator:
@@ -156,13 +155,17 @@ class VerifiedAggregator:
         self._specs(p, int(self.noise.precision_bits(noise, p)), noise)
 
     @staticmethod
-    def _sent(sub: N.Submission, s: int) -> np.ndarray:
+    def _whole(sub: N.Submission, s: int) -> np.ndarray:
+        """Share s as its holders keep it: salt, x, aux, proof."""
+        return np.concatenate([np.frombuffer(sub.salts[s], dtype=np.uint64), sub.x[s], sub.aux[s], sub.proof[s]])
+
+    @classmethod
+    def _sent(cls, sub: N.Submission, s: int) -> np.ndarray:
         """Share s as it travels: its salt, then its seed when it was drawn from one (4 words in
-        place of the whole share), else the share itself."""
-        salt = np.frombuffer(sub.salts[s], dtype=np.uint64)
+        place of the whole share), else the whole share."""
         if s < len(sub.seeds):
-            return np.concatenate([salt, np.frombuffer(sub.seeds[s], dtype=np.uint64)])
-        return np.concatenate([salt, sub.x[s], sub.aux[s], sub.proof[s]])
+            return np.frombuffer(sub.salts[s] + sub.seeds[s], dtype=np.uint64)
+        return cls._whole(sub, s)
 
     @staticmethod
     def _received(got: np.ndarray, s: int, spec: N.NormSpec) -> np.ndarray:
@@ -181,11 +184,9 @@ class VerifiedAggregator:
         """Send each other party the two shares it holds (shares 0 and 1 as their seeds); receive
         ours of theirs. Returns held[dealer][share] = concat(salt, x, aux, proof)."""
         me = self.rank
-        whole = [np.concatenate([np.frombuffer(sub.salts[s], dtype=np.uint64), sub.x[s], sub.aux[s], sub.proof[s]])
-                 for s in range(_PARTIES)]
         messages = {k: np.concatenate([self._sent(sub, s) for s in shares_of(k)]) for k in range(_PARTIES) if k != me}
         sends = [self.comm.isend(_as_tensor(m), k) for k, m in messages.items()]
-        held: dict[int, dict[int, np.ndarray]] = {me: {s: whole[s] for s in shares_of(me)}}
+        held: dict[int, dict[int, np.ndarray]] = {me: {s: self._whole(sub, s) for s in shares_of(me)}}
         a, b = shares_of(me)
         for k in range(_PARTIES):
             if k == me:
@@ -235,8 +236,7 @@ class VerifiedAggregator:
                     raise DeviationDetected(
                         f"aggregate #{t}: share {s} of {self._name(dealer)}'s input: its holders {self._name(a)} "
                         f"and {self._name(b)} hold different copies (the dealer dealt them differently, or one "
-                        "holder misreports); "
-                        "nothing is revealed")
+                        "holder misreports); nothing is revealed")
                 xs.append(copies[0][:32])
                 auxs.append(copies[0][32:])
             out.append((xs, auxs))
@@ -345,13 +345,8 @@ class VerifiedAggregator:
         self.precision_bits = g
         self.limit = float(F.P // 2) / 2.0**g
         stats1 = self.comm.get_communication_stats()
-        tot = self.totals
-        tot.aggregates += 1
-        tot.rounds += stats1["rounds"] - stats0["rounds"]
-        tot.bytes += stats1["bytes"] - stats0["bytes"]
-        tot.seconds += time.perf_counter() - tic
-        tot.prove_seconds += phases_of(clock, 1)
-        tot.verify_seconds += phases_of(clock, 5) + phases_of(clock, 6)
+        self.totals.add(AggregateStats(rounds=stats1["rounds"] - stats0["rounds"],
+                                       bytes=stats1["bytes"] - stats0["bytes"], seconds=time.perf_counter() - tic))
         return result.to(contributions.device)
 
     def describe(self) -> dict[str, Any]:

@@ -18,8 +18,8 @@ def naive_aux(x: np.ndarray, rows_key: bytes, spec: N.NormSpec) -> np.ndarray:
     rows = N.rows_for(rows_key, spec).astype(np.int64).astype(object)
     k = spec.proj_bits
     y = rows @ x.astype(object)
-    parts = [N.bits_of(np.array([int(v) % (1 << k) for v in values], dtype=np.int64), k).ravel()
-             for values in N._projection_values(y, spec)]
+    parts = [N.bits_of(np.array([(int(v) + off) % (1 << k) for v in y], dtype=np.int64), k).ravel()
+             for off in spec.projection_offsets]
     sums = [sum(int(v) ** 2 for v in x[c * spec.chunk:(c + 1) * spec.chunk]) % F.P for c in range(spec.chunks)]
     if spec.chunks > 1:
         if spec.q_projections:
