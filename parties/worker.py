@@ -194,7 +194,6 @@ def run_party_job(ctx: WorkerContext) -> dict[str, object]:
         plan = plan_job(spec, sampler="mpc", test_no_noise=no_noise,
                         sizes=public_sizes(spec, counts), noise_split=ctx.job.noise_split(),
                         n_features=ctx.job.job.features if rows is None else rows.train.d, builder=builder)
-        real = None if no_noise else realise(plan, comm.get_world_size())
         # The MPC (noise, secure sum) runs on the CPU whatever the party's device: its correlated
         # randomness (CrypTen's shared generators, the dealer's per-party streams) is drawn by
         # torch generators whose CPU and CUDA streams differ for one seed, so parties on different
@@ -202,10 +201,13 @@ def run_party_job(ctx: WorkerContext) -> dict[str, object]:
         # arithmetic (docs/how-to/gpu.md, "Why the MPC stays on the CPU": CUDA gains nothing there).
         pool: InMpcNoise | DistributedNoise = DistributedNoise() if plan.noise == "distributed" else InMpcNoise("cpu")
         agg: MpcAggregator | VerifiedAggregator
+        real: Realisation | None = None
         if ctx.job.job.security == "malicious":  # the job file admits it with distributed noise and no owners only
             assert isinstance(pool, DistributedNoise) and not owners and not no_noise
             agg = VerifiedAggregator(pool, tuple(plan.member_bound(j) for j in range(comm.get_world_size())), comm)
+            real = agg.realise(plan)  # the finest grid whose proofs fit: refused here, before anything is charged
         else:
+            real = None if no_noise else realise(plan, comm.get_world_size())
             agg = MpcAggregator(ZeroNoise() if no_noise else pool, allow_test_only=no_noise,
                                 bounds=None if owners else _party_bounds(plan, comm.get_world_size()),
                                 on_refused=None if owners else _on_refused(ctx, plan))

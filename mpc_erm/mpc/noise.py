@@ -302,27 +302,31 @@ class Realisation:
 
 
 @functools.lru_cache(maxsize=32)  # a pure function of a frozen plan; owners sharing a process (benchmarks) ask once
-def realise(plan: PrivacyPlan, parties: int) -> Realisation:
+def realise(plan: PrivacyPlan, parties: int, grid_bits: int | None = None) -> Realisation:
     """Realise ``plan`` (a bound :class:`~mpc_erm.privacy.plan.PrivacyPlan`) among ``parties``
     parties: pick the grid, set σ_grid = z·s_grid (Gaussian) or t = s_grid/ε (Laplace) with s_grid
     the grid sensitivity including every party's rounding, and check the sampler's total-variation
     bound against the plan's budget. Distributed noise (``plan.noise_split``, Gaussian only): each
     party's share σ_p with h·σ_p² ≥ (z·s_grid)², h the honest shares, the TV counted over the h·d
     honest samples of a release, and the Kairouz–Liu–Steinke τ·d term checked to vanish over the
-    job (mpc_erm.privacy.distributed). Raises ValueError (before anything is sampled or revealed)
-    if the realisation cannot meet the plan."""
+    job (mpc_erm.privacy.distributed). ``grid_bits``: a grid chosen by the caller (the
+    malicious-secure mode's coarser grid, whose statements fit its proofs) in place of the default
+    rule; the noise still meets the plan on it, rounding counted. Raises ValueError (before anything
+    is sampled or revealed) if the realisation cannot meet the plan."""
     from .samplers.guarantee import gaussian_tv_bound, grid_sensitivity_units, laplace_tv_bound
 
     if plan.sampler != "mpc" or plan.dim is None or plan.sizes is None:
         raise ValueError("realise: needs an in-MPC plan bound with the agreed sizes and the dimension")
     dim, delta_s = int(plan.dim), plan.sensitivity()
+    if grid_bits is not None and not 0 <= grid_bits <= MAX_GRID_BITS:
+        raise ValueError(f"realise: grid_bits must be in [0, {MAX_GRID_BITS}], got {grid_bits}")
     split = plan.noise_split  # distributed noise: each party samples a share, h of them carry the guarantee
     if split is not None and split.parties != parties:
         raise ValueError(f"realise: the plan splits the noise among {split.parties} parties, the session has {parties}")
     if plan.mechanism == "gaussian":
         h = 1 if split is None else split.honest  # the samples whose sum must carry σ = z·s_grid
         z = float(plan.noise_multiplier)
-        g = _grid_bits(z * delta_s / math.sqrt(h), delta_s, dim, parties, "l2")
+        g = _grid_bits(z * delta_s / math.sqrt(h), delta_s, dim, parties, "l2") if grid_bits is None else grid_bits
         s_grid = grid_sensitivity_units(delta_s, g, dim, parties, "l2")
         need = z * s_grid
         sigma = need / math.sqrt(h) * 2.0**-g
@@ -341,7 +345,7 @@ def realise(plan: PrivacyPlan, parties: int) -> Realisation:
         ok = mult >= z
     elif plan.mechanism == "laplace":
         eps = float(plan.epsilon_per_release)
-        g = _grid_bits(delta_s / eps, delta_s, dim, parties, "l1")
+        g = _grid_bits(delta_s / eps, delta_s, dim, parties, "l1") if grid_bits is None else grid_bits
         s_grid = grid_sensitivity_units(delta_s, g, dim, parties, "l1")
         b = s_grid / eps * 2.0**-g * (1.0 + 1e-12)
         spec = NoiseSpec("laplace", b, sensitivity=delta_s, grid_bits=g)

@@ -46,6 +46,7 @@ import numpy as np
 import torch
 from threadpoolctl import ThreadpoolController
 
+from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.protocols.aggregation import NoiseSpec
 
 from . import field as F
@@ -54,13 +55,15 @@ from .aggregator import AggregateStats, AggregateTotals
 from .agreement import IntegrityError, agree_on, member_name
 from .crypten_compat import import_crypten
 from .local_noise import DistributedNoise
+from .noise import Realisation, realise
 from .replicated_open import OpeningMismatch, holders, open_verified, shares_of
 from .validation import bound_units
 
 crypten = import_crypten()
 from crypten.communicator.communicator import Communicator  # noqa: E402  (after the compat shim)
 
-__all__ = ["MALICIOUS_TRUST_MODEL", "DeviationDetected", "VerifiedAggregator"]
+__all__ = ["MALICIOUS_GRID_SLACK", "MALICIOUS_TRUST_MODEL", "DeviationDetected", "VerifiedAggregator",
+           "realise_verified", "statements"]
 
 MALICIOUS_TRUST_MODEL = ("MPC: 3-party replicated sharing in F_p, malicious security with abort (honest majority): "
                          "every party's input proved within its bound, every opening checked by both holders of "
@@ -69,6 +72,12 @@ _DOMAIN = b"mpc-erm verified aggregate v1"
 _PARTIES = 3
 _SALT_WORDS = N.SALT_BYTES // 8
 _SEEDED = 2  # shares 0 and 1 are drawn from seeds: only share 2 travels whole
+#: The coarsest grid the mode may take to fit its statements: rounding may add at most 5 % to the
+#: sensitivity (the default grid's rule allows 1 %), so the noise grows by at most 4 %.
+MALICIOUS_GRID_SLACK = 0.05
+#: A statement may range-check at most max(d, 2^14) bits: its proof then at most about doubles
+#: the words each input deals, where a finer grid would cost up to 6× (d = 26,010 at M = 2^24).
+_MIN_BIT_ALLOWANCE = 1 << 14
 
 
 class DeviationDetected(IntegrityError):
@@ -137,17 +146,12 @@ class VerifiedAggregator:
     def _specs(self, p: int, g: int, noise: NoiseSpec) -> list[N.NormSpec]:
         key = (p, g, noise)
         if key not in self._spec_cache:
-            extra = self.noise.norm_bound(noise, p)
-            try:
-                self._spec_cache[key] = [N.NormSpec(p, bound_units(b, g, p) + extra) for b in self.bounds]
-            except N.NormProofError as exc:
-                raise ValueError(
-                    f'job.security: "malicious" cannot prove this job\'s inputs: each party proves its contribution '
-                    f"(bound {max(self.bounds):.4g}, from privacy.clip and, with sampling, the batch cap) plus its "
-                    f"noise share (bound {extra / 2.0 ** g:.4g}) over {p} coordinates on the grid 2^-{g}, and {exc}; "
-                    'a smaller clip, a lower sampling rate or fewer parameters fit; or run security = "semi-honest"'
-                ) from None
+            self._spec_cache[key] = statements(self.noise, self.bounds, p, g, noise)
         return self._spec_cache[key]
+
+    def realise(self, plan: PrivacyPlan) -> Realisation:
+        """:func:`realise_verified` for this aggregator's parties."""
+        return realise_verified(plan, self.noise, self.bounds)
 
     def prepare(self, p: int, noise: NoiseSpec) -> None:
         """Check, before anything is charged or revealed, that every party's statement for ``p``
@@ -357,3 +361,51 @@ class VerifiedAggregator:
                 "prove_seconds": tot.prove_seconds, "verify_seconds": tot.verify_seconds,
                 "field_elements_dealt": tot.field_elements_dealt, "phase_seconds": dict(tot.phases),
                 "limit_abs": self.limit, "resolution": 2.0**-self.precision_bits if self.precision_bits else None}
+
+
+def statements(noise: DistributedNoise, bounds: tuple[float, ...], p: int, g: int,
+               spec: NoiseSpec) -> list[N.NormSpec]:
+    """Each party's statement, by rank: its contribution within its bound plus its noise share
+    within :meth:`~.local_noise.DistributedNoise.norm_bound`, over ``p`` coordinates on the grid
+    2^-g. Raises a ValueError naming ``job.security`` when one does not fit F_p."""
+    extra = noise.norm_bound(spec, p)
+    try:
+        return [N.NormSpec(p, bound_units(b, g, p) + extra) for b in bounds]
+    except N.NormProofError as exc:
+        raise ValueError(
+            f'job.security: "malicious" cannot prove this job\'s inputs: each party proves its contribution '
+            f"(bound {max(bounds):.4g}, from privacy.clip and, with sampling, the batch cap) plus its "
+            f"noise share (bound {extra / 2.0 ** g:.4g}) over {p} coordinates on the grid 2^-{g} (the "
+            f"coarsest whose rounding adds at most {MALICIOUS_GRID_SLACK:.0%} to the sensitivity), and {exc}; "
+            'a lower sampling rate or fewer parameters fit; or run security = "semi-honest"'
+        ) from None
+
+
+def realise_verified(plan: PrivacyPlan, noise: DistributedNoise, bounds: tuple[float, ...]) -> Realisation:
+    """The realisation of a malicious-secure job: the finest grid at which every party's statement
+    (:func:`statements`) fits F_p within its bit allowance, the default grid first, then coarser
+    while rounding adds at most :data:`MALICIOUS_GRID_SLACK` to the sensitivity; if none is
+    within the allowance, the one of fewest bits that fits. The noise meets the plan on whichever
+    grid is taken (:func:`~.noise.realise` counts the rounding); only the rounding's share of it
+    grows. Raises a ValueError naming ``job.security`` when no grid fits."""
+    real = realise(plan, _PARTIES)
+    dim = int(real.plan.dim)
+    allowance = max(dim, _MIN_BIT_ALLOWANCE)
+    g = real.plan.grid_bits
+    cheapest: tuple[int, Realisation] | None = None
+    while True:
+        try:
+            bits = max(s.shape.bit_count for s in statements(noise, bounds, dim, g, real.spec))
+        except ValueError as exc:  # a coarser grid may fit (a finer one never fits where this does not)
+            refusal = exc
+        else:
+            if bits <= allowance:
+                return real
+            if cheapest is None or bits < cheapest[0]:
+                cheapest = (bits, real)
+        if g == 0 or (real.plan.slack or 0.0) * 2.0 > MALICIOUS_GRID_SLACK:
+            if cheapest is not None:
+                return cheapest[1]
+            raise refusal
+        g -= 1
+        real = realise(plan, _PARTIES, grid_bits=g)
