@@ -386,7 +386,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="both noise kinds through the daemons (and the simulator of each) in one run")
     ap.add_argument("--compare-security", action="store_true",
                     help="semi-honest and malicious (replicated, distributed noise) through the daemons, one run")
-    ap.add_argument("--work", type=Path, default=Path("deep_mnist_run"), help="with --daemons: consortium and data")
+    ap.add_argument("--work", type=lambda s: Path(s).resolve(), default=Path("deep_mnist_run").resolve(),
+                    help="with --daemons: consortium and data (the daemons run elsewhere: made absolute)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     if a.compare_noise or a.compare_security:

@@ -148,6 +148,8 @@ def _own_run(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator | Ve
             raise ValueError(f"model: the initial {spec.model.name} built here differs from party 0's (digest "
                              f"{mine[:12]} vs {str(first)[:12]}): the parties' PyTorch builds disagree")
     with party_guard(ctx, plan, spends=True) as guard:
+        if isinstance(agg, VerifiedAggregator):  # charge a round only once its checks passed
+            agg.before_open = guard.defer_marks()
         return run.run(agg, guard)
 
 

@@ -23,7 +23,11 @@ What one :meth:`VerifiedAggregator.aggregate` call does at party i (all three ca
    the linear parts of every dealer's check; each share's part comes from both its holders. A
    mismatch names the two holders; a proof that fails names its dealer. Either ends the job.
 6. **The sum, opened from both holders of each share**, decoded from its centred representative,
-   and agreed (:func:`~.agreement.agree_on`) before it is returned.
+   and agreed (:func:`~.agreement.agree_on`) before it is returned. The round is marked in the
+   ledger just before this opening (:attr:`VerifiedAggregator.before_open`), not before step 1:
+   steps 1–5 open nothing but the proofs' checks (uniform or zero for an honest dealer), so a
+   round a check stops is not charged; once the sum's shares are sent, the deviating party may
+   reconstruct it from the honest holders' copies, so from then on it is.
 
 What a deviating party can still do: choose its own input v_i within M_i + B_z — its data within
 its bound (as in any MPC), and a noise share that is not Gaussian, moving the release by at most
@@ -39,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,6 +135,10 @@ class VerifiedAggregator:
         table = getattr(comm, "table", None)
         self._job = str(getattr(table, "job_id", "")).encode()
         self._counter = 0
+        #: Called just before the sum is opened, after every check passed: the reveal guard's
+        #: deferred mark (:meth:`~mpc_erm.runs.guard.RevealGuard.defer_marks`), so that a round
+        #: stopped by a check, which opened nothing of the sum, is not charged.
+        self.before_open: Callable[[], None] | None = None
         self._spec_cache: dict[tuple[int, int, NoiseSpec], list[N.NormSpec]] = {}
         # One BLAS thread for the proofs' products: they are small (at most a few thousand square),
         # and OpenBLAS's spinning threads beside the party's torch threads (or, on one machine, the
@@ -337,6 +346,9 @@ class VerifiedAggregator:
                                         "bound, or a false proof): the job stops; nothing is revealed")
             at += width
         lap("open the proofs")
+        if self.before_open is not None:
+            self.before_open()  # the ledger's mark: from here on the round may be revealed
+        lap("mark")
         sums = {s: F.sum_along(np.stack([self._parts(held[d][s], specs[d])[0] for d in range(_PARTIES)]), axis=0)
                 for s in shares_of(self.rank)}
         total = self._open(sums, f"aggregate #{t}: the sum")

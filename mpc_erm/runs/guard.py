@@ -6,6 +6,10 @@ daemon's worker, a data owner's process, a compute party serving owners, or the 
 * :meth:`RevealGuard.before_reveal` — the host's cancel check; then the ledger marks the round
   revealed with the plan's event (the one reserved); then, once per job, the audit log charges the
   job. Either record failing raises, and the round is not revealed.
+* :meth:`RevealGuard.defer_marks` — for an aggregator that checks every message of a round before
+  it opens anything (the malicious-secure mode): ``before_reveal`` then only checks for a cancel
+  and holds the round; the aggregator calls the returned mark just before it opens the release, so
+  a round stopped by a failed check (nothing of it opened) is never charged.
 * :meth:`RevealGuard.after_release` — the audit log records the released value (a digest, never
   the value itself: :mod:`parties.audit`).
 * :meth:`RevealGuard.report` — progress: the public event and the curve point (whose private part,
@@ -80,6 +84,9 @@ class RevealGuard:
         self.plan, self.facts, self._extra = plan, facts, extra
         self._check, self._ledger, self._audit, self._progress = check, ledger, audit, progress
         self.charged = False  # the audit log charged the job: some round may be revealed
+        self._deferred = False
+        self._pending: int | None = None  # deferred: the round before_reveal announced, to mark at its opening
+        self._marked = 0  # deferred: the last round marked
 
     @classmethod
     def unrecorded(cls, plan: PrivacyPlan) -> RevealGuard:
@@ -97,8 +104,30 @@ class RevealGuard:
             self._check()
 
     def before_reveal(self, t: int) -> None:
-        """Before round ``t`` is revealed: cancel check, ledger mark, the audit charge (once)."""
+        """Before round ``t`` is revealed: cancel check, ledger mark, the audit charge (once);
+        deferred (:meth:`defer_marks`): the cancel check, and the round held for its opening."""
         self.check()
+        if self._deferred:
+            self._pending = t
+            return
+        self._mark(t)
+
+    def defer_marks(self) -> Callable[[], None]:
+        """Mark each round only when its aggregate is about to open (module docstring). Returns
+        the mark, for the aggregator to call before every opening of a release: it marks the
+        round ``before_reveal`` announced (once, however many openings the round makes) and
+        raises if no round was announced (an opening no guard ordered)."""
+        self._deferred = True
+        return self._mark_pending
+
+    def _mark_pending(self) -> None:
+        if self._pending is None:
+            raise RuntimeError("an aggregate is about to open with no round announced to the reveal guard")
+        if self._pending != self._marked:
+            self._mark(self._pending)
+            self._marked = self._pending
+
+    def _mark(self, t: int) -> None:
         if self._ledger is not None:
             self._ledger.mark_revealed(self.facts.job_id, self.plan.event, rounds=t)
         if not self.charged and self._audit is not None:

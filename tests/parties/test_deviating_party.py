@@ -204,14 +204,30 @@ def test_a_malicious_secure_job_releases_one_model_and_a_report_that_verifies(tm
     assert "Security model: malicious, with abort" in job_statement(report)
 
 
+def _ledger_rows(root: Path) -> dict[str, list[tuple[str, int | None]]]:
+    """Each party's ledger: (state, rounds charged) of every job it holds."""
+    from parties.ledger import Ledger
+
+    out = {}
+    for m in PARTIES:
+        with Ledger(root / m / "state" / "ledger.sqlite3") as led:
+            out[m] = [(r.state, r.revealed_rounds) for r in led.open_reservations()] + [
+                (r.state, r.revealed_rounds) for r, _ev in led.charges("adult")]
+    return out
+
+
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("schedule, words", [
-    (f"verified-flip:{GATHERS + 4}", ["aggregate #1: the sum", "bob"]),  # round 2's sum, every recipient alike
-    (f"verified-flip:{GATHERS + 1}", ["bob opened a coin other than the one it committed to"]),
-    ("verified-input:1", ["aggregate #1: bob's input fails its proof"]),
+@pytest.mark.parametrize("schedule, words, charged", [
+    # round 2's sum, every recipient alike: its shares were sent, so round 2 may be known to bob: charged
+    (f"verified-flip:{GATHERS + 4}", ["aggregate #1: the sum", "bob"], 2),
+    # caught before round 2 opened anything: only round 1 is charged
+    (f"verified-flip:{GATHERS + 1}", ["bob opened a coin other than the one it committed to"], 1),
+    ("verified-input:1", ["aggregate #1: bob's input fails its proof"], 1),
+    # caught in the first round: nothing charged, the budget released
+    ("verified-input:0", ["aggregate #0: bob's input fails its proof"], 0),
 ])
 def test_a_deviation_in_a_malicious_secure_job_stops_every_party_naming_bob(tmp_path: Path, schedule: str,
-                                                                             words: list[str]) -> None:
+                                                                             words: list[str], charged: int) -> None:
     status, _took, root = _run(tmp_path, "replicated", schedule, malicious=True)
     assert {m: v["status"] for m, v in status.items()} == dict.fromkeys(PARTIES, "failed"), status
     for m, v in status.items():
@@ -222,3 +238,6 @@ def test_a_deviation_in_a_malicious_secure_job_stops_every_party_naming_bob(tmp_
         assert not re.search(r"\d{5,}", reason), (m, reason)  # no share value, no data
     for m in PARTIES:  # nothing released
         assert not list((root / m / "state").rglob("model.safetensors")), m
+    # every ledger charges the rounds whose sum was opened, no more: the round a check stopped is not
+    want = [] if charged == 0 else [("committed", charged)]
+    assert _ledger_rows(root) == dict.fromkeys(PARTIES, want)

@@ -190,3 +190,51 @@ def test_a_federated_run_at_an_owner_and_at_a_compute_party_is_guarded_the_same(
         assert _spend(log) == want
         assert out.curve == [] and out.model.shape == (run.p,)  # no progress sink: no curve points
         assert run.joined == ([1, 2, 3] if member is not None else [])  # τ = 1: the owner joins every round
+
+
+class CheckingAggregator(Aggregator):
+    """An aggregator that checks each round's messages before it opens anything (the
+    malicious-secure mode's order): its checks fail at round ``fail_at``, before the opening."""
+
+    def __init__(self, log: Log, fail_at: int | None = None) -> None:
+        super().__init__(log)
+        self.fail_at = fail_at
+        self.before_open = None
+
+    def aggregate(self, contributions, weights, noise):
+        t = self.inner.rounds + 1
+        self.log.append(("checks", t))
+        if t == self.fail_at:
+            raise RuntimeError(f"round {t}: a deviation detected")
+        self.before_open()
+        return super().aggregate(contributions, weights, noise)
+
+
+def test_deferred_marks_charge_only_the_rounds_whose_checks_passed(parts) -> None:
+    plan, run = _first_party_gradient_run(parts, T=5)
+    log = Log()
+    guard = _guard(plan, log)
+    agg = CheckingAggregator(log, fail_at=3)
+    agg.before_open = guard.defer_marks()
+    with pytest.raises(RuntimeError, match="round 3: a deviation detected"):
+        run.run(agg, guard)
+    assert _spend(log) == [("checks", 1), ("mark", 1), ("charge", "cancer"), ("reveal", 1), ("release", 1),
+                           ("checks", 2), ("mark", 2), ("reveal", 2), ("release", 2), ("checks", 3)]
+
+
+def test_a_deferred_first_round_that_fails_its_checks_charges_nothing(parts) -> None:
+    plan, run = _first_party_gradient_run(parts, T=5)
+    log = Log()
+    guard = _guard(plan, log)
+    agg = CheckingAggregator(log, fail_at=1)
+    agg.before_open = guard.defer_marks()
+    with pytest.raises(RuntimeError):
+        run.run(agg, guard)
+    assert _spend(log) == [("checks", 1)] and not guard.charged
+
+
+def test_a_deferred_mark_with_no_round_announced_refuses_to_open(parts) -> None:
+    plan, _run = _first_party_gradient_run(parts, T=2)
+    mark = _guard(plan, Log()).defer_marks()
+    with pytest.raises(RuntimeError, match="no round announced"):
+        mark()
