@@ -23,12 +23,16 @@ With ``--security malicious`` the aggregate is the malicious-secure one
 (:mod:`mpc_erm.mpc.verified_aggregator`, distributed noise); it opens by all-gathers, so
 ``consistent`` alters party 1's k-th all_gather for every recipient alike, and one more kind,
 ``input``, has party 1 substitute a contribution 20 times its bound with a proof forged by the
-honest recipe applied to it (every value reduced into range). Outcomes:
+honest recipe applied to it (every value reduced into range). In that mode each party reports its
+own outcome, and a trial is judged by the two honest parties: both stopped (caught), one stopped
+(selective), or both released (the releases compared as below). Outcomes:
 
 * ``caught_integrity`` — the parties' agreement checks stopped the job (IntegrityError: differing
   reveals, a stalled sampler);
 * ``caught_other`` — it ended with another error (a desynchronised program, a timeout, the range
   check);
+* ``caught_selective`` — (malicious mode, which reports each party's own outcome) one honest party
+  stopped and the other released: security with *selective* abort;
 * ``silent_corrupted`` — it finished, every party with the same release, off the true sum by more
   than 8 σ somewhere: a release nobody can tell from a correct one;
 * ``silent_plausible`` — it finished with a release within 8 σ of the true sum: harmless, or the
@@ -42,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -62,7 +67,18 @@ def _contributions(rank: int) -> Any:
 BOUND = 10.0  # each party's public ℓ2 bound in the malicious mode (the contributions' norms are 2.4–7.1)
 
 
-def _party(ctx: Any, flip: tuple[int, int, str] | None, noise: str, security: str = "semi-honest") -> dict[str, Any]:
+def _own_outcome(outcomes: str, rank: int, outcome: dict[str, Any], tic: float) -> None:
+    """The malicious mode: write this party's own outcome, then wait (at most three deadlines, the
+    longest an honest party may wait) until every party wrote its own, so that the first party to
+    stop does not end the others' processes before they decided."""
+    folder = Path(outcomes)
+    (folder / f"{rank}.json").write_text(json.dumps(outcome))
+    while time.monotonic() < tic + 3 * DEADLINE_S + 1.0 and len(list(folder.glob("*.json"))) < 3:
+        time.sleep(0.05)
+
+
+def _party(ctx: Any, flip: tuple[int, int, str] | None, noise: str, security: str = "semi-honest",
+           outcomes: str = "") -> dict[str, Any]:
     import math
     from concurrent.futures import Future
 
@@ -79,7 +95,7 @@ def _party(ctx: Any, flip: tuple[int, int, str] | None, noise: str, security: st
 
     def counting(dst: int, op: str, payload: Any, **kw: Any) -> Any:
         if isinstance(payload, torch.Tensor):
-            if flip is not None and flip[2] != "consistent" and len(sent) == flip[0]:
+            if flip is not None and flip[2] in ("flip", "zero", "drop") and len(sent) == flip[0]:
                 sent.append(op)
                 if flip[2] == "drop":  # never sent; its key used up, so the receiver waits in vain
                     ep._take_seq(ep._send_seq, dst)
@@ -130,7 +146,13 @@ def _party(ctx: Any, flip: tuple[int, int, str] | None, noise: str, security: st
             V.N.prove_norm = forge
             c = c * (20.0 * BOUND / float(c.norm()))
         magg = V.VerifiedAggregator(pool, (BOUND,) * 3, ctx.comm)
-        out = magg.aggregate(c[None], torch.ones(1, dtype=torch.float64), spec)
+        tic = time.monotonic()
+        try:
+            out = magg.aggregate(c[None], torch.ones(1, dtype=torch.float64), spec)
+            _own_outcome(outcomes, ctx.rank, {"release": out.tolist()}, tic)
+        except Exception as exc:
+            _own_outcome(outcomes, ctx.rank, {"stopped": f"{type(exc).__name__}: {exc}"}, tic)
+            raise
         return {"release": out.tolist(), "sent": sent, "reduces": reduces[0]}
     if noise == "distributed":  # each party's own share: σ/√2, two honest shares carry σ
         grid = plan_noise(NoiseSpec("gaussian", SIGMA, sensitivity=1.0), DIM, 3).grid_bits
@@ -146,26 +168,57 @@ def _party(ctx: Any, flip: tuple[int, int, str] | None, noise: str, security: st
 
 
 def _trial(flip: tuple[int, int, str] | None, noise: str, security: str = "semi-honest") -> dict[str, Any]:
-    import numpy as np
-
     from mpc_erm.mpc.local import LocalRunError, run_local
 
     tic = time.perf_counter()
-    try:
-        reps = run_local(_party, parties=3, trust="replicated", args=(flip, noise, security), timeout_s=180,
-                         deadline_s=DEADLINE_S)
-    except LocalRunError as exc:
-        text = str(exc)
+    with tempfile.TemporaryDirectory() as outcomes:
+        try:
+            reps = run_local(_party, parties=3, trust="replicated", args=(flip, noise, security, outcomes),
+                             timeout_s=180, deadline_s=DEADLINE_S)
+            failure: LocalRunError | None = None
+        except LocalRunError as exc:
+            reps, failure = [], exc
+        own = {int(f.stem): json.loads(f.read_text()) for f in Path(outcomes).glob("*.json")}
+    if security == "malicious":  # judged by the honest parties' own outcomes
+        return _judge(own, tic) if failure is not None or any("stopped" in o for o in own.values()) else \
+            _released(reps, tic)
+    if failure is not None:
+        text = str(failure)
         kind = "caught_integrity" if any(k in text for k in ("RevealMismatch", "SamplerStall", "SetupMismatch",
                                                              "IntegrityError", "DeviationDetected")) else "caught_other"
-        return {"outcome": kind, "error": exc.summary, "seconds": time.perf_counter() - tic}
+        return {"outcome": kind, "error": failure.summary, "seconds": time.perf_counter() - tic}
+    return _released(reps, tic)
+
+
+def _judge(own: dict[int, dict[str, Any]], tic: float) -> dict[str, Any]:
+    """A malicious-mode trial by the two honest parties' own outcomes (a party with none never
+    released: it was stuck until its process ended)."""
+    honest = [r for r in range(3) if r != DEVIATOR]
+    released = [r for r in honest if "release" in own.get(r, {})]
+    text = " | ".join(f"party {r}: {own.get(r, {}).get('stopped', 'no outcome (never decided)')}"
+                      for r in honest if r not in released)
+    if len(released) == len(honest):  # only the deviating party stopped: compare the honest releases
+        return _released([own[r] for r in honest], tic)
+    if released:
+        return {"outcome": "caught_selective", "error": text[:600], "released": released,
+                "seconds": time.perf_counter() - tic}
+    kind = "caught_integrity" if any(k in text for k in ("Mismatch", "DeviationDetected", "UnanimityFailed")) \
+        else "caught_other"
+    return {"outcome": kind, "error": text[:600], "seconds": time.perf_counter() - tic}
+
+
+def _released(reps: list[dict[str, Any]], tic: float) -> dict[str, Any]:
+    """Every party (or both honest ones) released: the same value, and how far from the truth."""
+    import numpy as np
+
     truth = sum(np.asarray(_contributions(r)) for r in range(3))
     rel = [np.asarray(r["release"]) for r in reps]
     same = all(np.array_equal(rel[0], x) for x in rel)
     off = float(np.max(np.abs(rel[0] - truth)) / SIGMA)
     kind = "silent_corrupted" if off > FAR else "silent_plausible"
     return {"outcome": kind if same else "split", "max_off_in_sigma": off, "seconds": time.perf_counter() - tic,
-            "sent": len(reps[DEVIATOR]["sent"]), "ops": reps[DEVIATOR]["sent"], "reduces": reps[DEVIATOR]["reduces"]}
+            **({"sent": len(reps[DEVIATOR]["sent"]), "ops": reps[DEVIATOR]["sent"],
+                "reduces": reps[DEVIATOR]["reduces"]} if len(reps) == 3 and "sent" in reps[DEVIATOR] else {})}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -205,7 +258,7 @@ def main(argv: list[str] | None = None) -> None:
         r.pop("reduces", None)
         trials.append({"trial": i, "kind": kind, "message": k, "op": op, "bit": bit, **r})
         print(f"trial {i}: {kind} message {k} ({op}): {r['outcome']}", flush=True)
-    outcomes = ("caught_integrity", "caught_other", "silent_corrupted", "silent_plausible", "split")
+    outcomes = ("caught_integrity", "caught_other", "caught_selective", "silent_corrupted", "silent_plausible", "split")
     counts = {k: sum(t["outcome"] == k for t in trials) for k in outcomes}
     by_kind = {kind: {k: sum(t["outcome"] == k for t in trials if t["kind"] == kind) for k in outcomes}
                for kind in kinds}

@@ -23,7 +23,8 @@ What one :meth:`VerifiedAggregator.aggregate` call does at party i (all three ca
    the linear parts of every dealer's check; each share's part comes from both its holders. A
    mismatch names the two holders; a proof that fails names its dealer. Either ends the job.
 6. **The sum, opened from both holders of each share**, decoded from its centred representative,
-   and agreed (:func:`~.agreement.agree_on`) before it is returned. The round is marked in the
+   and ended unanimously (:mod:`.unanimous`: signed verdicts, relayed once, Dolev–Strong) before
+   it is returned: both honest parties release it, or both stop. The round is marked in the
    ledger just before this opening (:attr:`VerifiedAggregator.before_open`), not before step 1:
    steps 1–5 open nothing but the proofs' checks (uniform or zero for an honest dealer), so a
    round a check stops is not charged; once the sum's shares are sent, the deviating party may
@@ -57,11 +58,12 @@ from mpc_erm.protocols.aggregation import NoiseSpec
 from . import field as F
 from . import norm_proof as N
 from .aggregator import AggregateStats, AggregateTotals
-from .agreement import IntegrityError, agree_on, member_name
+from .agreement import IntegrityError, member_name
 from .crypten_compat import import_crypten
 from .local_noise import DistributedNoise
 from .noise import Realisation, realise
 from .replicated_open import OpeningMismatch, holders, open_verified, shares_of
+from .unanimous import UnanimousRelease
 from .validation import bound_units
 
 crypten = import_crypten()
@@ -135,6 +137,7 @@ class VerifiedAggregator:
         table = getattr(comm, "table", None)
         self._job = str(getattr(table, "job_id", "")).encode()
         self._counter = 0
+        self._unanimous = UnanimousRelease(self._job)
         #: Called just before the sum is opened, after every check passed: the reveal guard's
         #: deferred mark (:meth:`~mpc_erm.runs.guard.RevealGuard.defer_marks`), so that a round
         #: stopped by a check, which opened nothing of the sum, is not charged.
@@ -319,6 +322,7 @@ class VerifiedAggregator:
             clock.append(time.perf_counter())
             phases[name] = phases.get(name, 0.0) + clock[-1] - clock[-2]
 
+        self._unanimous.setup(self.comm)  # the release keys, agreed once (a mismatch stops every party here)
         lap("encode and noise")
         sub = N.prove_norm(mine.numpy(), specs[self.rank], self._context(t, self.rank))
         lap("prove")
@@ -354,7 +358,7 @@ class VerifiedAggregator:
         total = self._open(sums, f"aggregate #{t}: the sum")
         lap("open the sum")
         ring = torch.from_numpy(F.to_signed(total))
-        agree_on(self.comm, f"aggregate #{t}", ring)
+        self._unanimous.decide(self.comm, f"aggregate #{t}", ring)  # both honest parties release it, or neither
         lap("agree")
         result = ring.to(torch.float64).div_(float(2**g))
 

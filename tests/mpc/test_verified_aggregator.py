@@ -93,7 +93,8 @@ def _party(rank: int, table: Any, identity: Any, server: Any) -> dict[str, Any]:
 
                 def gather(t: torch.Tensor, real_gather: Any = real_gather, calls: dict = calls) -> Any:
                     calls["n"] += 1
-                    if t.dtype == torch.uint8 and t.numel() == 32 and calls["n"] == 3:  # the revealed coin
+                    # the revealed coin: after the release keys' two gathers, the hashes and the promise
+                    if t.dtype == torch.uint8 and t.numel() == 32 and calls["n"] == 5:
                         t = t.clone()
                         t[0] ^= 1
                     return real_gather(t)

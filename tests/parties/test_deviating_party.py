@@ -179,9 +179,9 @@ def test_owners_refuse_a_release_their_compute_party_altered(tmp_path: Path) -> 
             assert code == 0, (o, code, stderr[-2000:])
 
 
-#: bob's all-gathers in one malicious-secure aggregate: share hashes, coin promise, coin, proof
-#: parts, the sum's shares, the agreement's digest.
-GATHERS = 6
+#: bob's all-gathers in the first malicious-secure aggregate: the release keys and their agreement,
+#: then (in every aggregate) share hashes, coin promise, coin, proof parts, the sum's shares.
+GATHERS = 7
 
 
 @pytest.mark.timeout(600)
@@ -241,3 +241,19 @@ def test_a_deviation_in_a_malicious_secure_job_stops_every_party_naming_bob(tmp_
     # every ledger charges the rounds whose sum was opened, no more: the round a check stopped is not
     want = [] if charged == 0 else [("committed", charged)]
     assert _ledger_rows(root) == dict.fromkeys(PARTIES, want)
+
+
+@pytest.mark.timeout(600)
+def test_an_equivocation_at_the_last_release_stops_both_honest_parties(tmp_path: Path) -> None:
+    """bob signs one verdict to alice and another to carol at the job's final release (aggregate
+    #2 of 3): the selective abort the digest agreement allowed (one honest party released, the
+    other stopped). Both honest parties now stop, naming bob; neither writes a model. bob, the
+    deviating party, holds the value it helped compute, as security with abort allows."""
+    status, _took, root = _run(tmp_path, "replicated", "verdict-split:2", malicious=True)
+    for m in ("alice", "carol"):
+        reason = str(status[m]["reason"])
+        assert status[m]["status"] == "failed" and reason.startswith("INTEGRITY: "), (m, status[m])
+        assert "aggregate #2" in reason and "bob signed two different verdicts" in reason, (m, reason)
+        assert not list((root / m / "state").rglob("model.safetensors")), m
+    rows = _ledger_rows(root)  # the sum was opened: all three rounds are charged at the honest parties
+    assert rows["alice"] == rows["carol"] == [("committed", 3)], rows

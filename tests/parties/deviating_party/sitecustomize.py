@@ -14,7 +14,10 @@ alters one outgoing message chosen by ``MPC_ERM_TEST_DEVIATE``:
 * ``verified-flip:K`` — in the malicious-secure aggregate, one bit of its K-th all-gather (K from
   0, counted over the job's aggregates) flipped in what every recipient gets alike;
 * ``verified-input:R`` — in the R-th malicious-secure aggregate (R from 0), its contribution
-  scaled to 100 times its bound and proved by a forger (tests/mpc/forgery.py).
+  scaled to 100 times its bound and proved by a forger (tests/mpc/forgery.py);
+* ``verdict-split:R`` — at the unanimous end of the R-th malicious-secure release (R from 0), its
+  signed verdict to rank 0 names another value than its verdict to rank 2 (equivocation: the
+  selective abort the digest agreement alone allowed).
 
 The patches are applied when the modules are loaded; the party otherwise follows the protocol."""
 
@@ -30,7 +33,7 @@ from tests.parties.patch_on_import import patch_on_import
 
 SCHEDULE = os.environ.get("MPC_ERM_TEST_DEVIATE", "")
 _state = {"aggregate": -1, "in_reveal": False, "p2p": 0, "done": False, "set_up": False, "posted": 0,
-          "verified": -1, "gathers": 0}
+          "verified": -1, "gathers": 0, "verdicts": -1}
 _lock = threading.Lock()  # the count of posted messages: one number, whichever thread posts
 
 
@@ -166,7 +169,25 @@ def _patch_intake(module):  # type: ignore[no-untyped-def]
     module.OwnerIntake.GetRound = altered
 
 
-PATCHES = {"parties.owner.intake": _patch_intake, "mpc_erm.mpc.transport.endpoint": _patch_endpoint,
+def _patch_unanimous(module):  # type: ignore[no-untyped-def]
+    decide = module.UnanimousRelease.decide
+    verdict_for = module.UnanimousRelease.verdict_for
+
+    def counted(self, comm, what, value):  # type: ignore[no-untyped-def]
+        _state["verdicts"] += 1
+        return decide(self, comm, what, value)
+
+    def split(self, dst, what, me, digest):  # type: ignore[no-untyped-def]
+        kind, _, arg = SCHEDULE.partition(":")
+        if kind == "verdict-split" and _state["verdicts"] == int(arg) and dst == 0:
+            digest = bytes(32)  # another value, under a valid signature
+        return verdict_for(self, dst, what, me, digest)
+
+    module.UnanimousRelease.decide = counted
+    module.UnanimousRelease.verdict_for = split
+
+
+PATCHES = {"parties.owner.intake": _patch_intake, "mpc_erm.mpc.unanimous": _patch_unanimous, "mpc_erm.mpc.transport.endpoint": _patch_endpoint,
            "mpc_erm.mpc.aggregator": _patch_aggregator, "mpc_erm.mpc.agreement": _patch_agreement,
            "mpc_erm.mpc.verified_aggregator": _patch_verified}
 
