@@ -20,9 +20,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["P", "BITS", "add", "dot", "extension_matrix", "from_signed", "from_words", "inv", "lagrange_at", "matvec",
-           "mul", "small_matvec", "sum_along",
-           "neg", "sub", "to_signed"]
+__all__ = ["P", "BITS", "add", "dot", "extension_matrix", "from_signed", "from_words", "inv", "lagrange_at",
+           "matvec", "mul", "mul_pow2", "neg", "small_matvec", "sub", "sum_along", "to_signed"]
 
 BITS = 61
 P = (1 << BITS) - 1
@@ -87,6 +86,19 @@ def dot(coeffs: Vec, values: Vec) -> np.uint64:
     return sum_along(mul(coeffs, values), axis=0)[()]
 
 
+def mul_pow2(a: Vec, k: int) -> Vec:
+    """a·2^k mod p (k ≥ 0): a rotation of the 61 bits, since 2^61 ≡ 1."""
+    if k < 0:
+        raise ValueError(f"mul_pow2: k >= 0, got {k}")
+    k %= 61
+    a = np.asarray(a, dtype=np.uint64)
+    if k == 0:
+        return a
+    s = ((a << np.uint64(k)) & _P) + (a >> np.uint64(61 - k))
+    s -= _P * (s >= _P)
+    return s
+
+
 _LIMB = 21
 _LIMB_MASK = np.uint64((1 << _LIMB) - 1)
 _EXACT_TERMS = 1 << (53 - 2 * _LIMB)  # 21-bit × 21-bit products: this many sum exactly in a float64
@@ -110,7 +122,7 @@ def matvec(matrix: Vec, values: Vec) -> Vec:
         for shift in range(5):
             # each limb product is an exact integer < 2^53; up to three of them, summed in uint64
             part = sum((ml[s] @ vl[shift - s]).astype(np.uint64) for s in range(max(0, shift - 2), min(2, shift) + 1))
-            out = add(out, mul(_fold(part), np.uint64(pow(2, _LIMB * shift, P))))
+            out = add(out, mul_pow2(_fold(part), _LIMB * shift))
     return out if values.ndim == 2 else out[:, 0]
 
 
@@ -123,7 +135,7 @@ def small_matvec(coeffs: np.ndarray, values: Vec, coeff_max: int | None = None) 
         raise ValueError("small_matvec: coefficients too large for an exact float64 sum")
     out = np.zeros(c.shape[0], dtype=np.uint64)
     for t, limb in enumerate(_limbs(np.asarray(values, dtype=np.uint64))):
-        out = add(out, mul(from_signed((c @ limb).astype(np.int64)), np.uint64(pow(2, _LIMB * t, P))))
+        out = add(out, mul_pow2(from_signed((c @ limb).astype(np.int64)), _LIMB * t))
     return out
 
 

@@ -55,7 +55,7 @@ from .keystream import KeyedMasks
 from .projections import projection_signs, projection_threshold
 
 __all__ = ["NORM_PROJECTIONS", "NormProofError", "NormSpec", "Query", "Submission", "accept", "bits_of", "commitment",
-           "SALT_BYTES", "keys_for", "seeded_share",
+           "SALT_BYTES", "CheckWeights", "check_weights", "keys_for", "seeded_share",
            "aux_vector", "chunk_squares", "prove_norm", "prove_wires", "q_rows_for", "rho", "rows_for", "split",
            "verifier_share", "wires"]
 
@@ -296,19 +296,22 @@ def keys_for(context: bytes, x_commitments: Sequence[bytes], aux_commitments: Se
 
 @functools.lru_cache(maxsize=3)  # one per dealer of a round: both shares a party holds use the same rows
 def rows_for(rows_key: bytes, spec: NormSpec) -> np.ndarray:
-    """The projection rows, (λ × d) float64 in {−1, 0, 1} (the layout the verifier's products want)."""
-    rows = np.ascontiguousarray(projection_signs(rows_key, spec.dim, spec.projections).T, dtype=np.float64)
+    """The projection rows, (λ × d) float64 in {−1, 0, 1}: a transposed view of the (d × λ) signs
+    as drawn (no copy to transpose: the verifiers' Rᵀθ reads them in that order, the prover's R·x
+    through BLAS's transposed product)."""
+    rows = projection_signs(rows_key, spec.dim, spec.projections).astype(np.float64)
     rows.flags.writeable = False  # cached
-    return rows
+    return rows.T
 
 
 @functools.lru_cache(maxsize=3)
 def q_rows_for(rows_key: bytes, spec: NormSpec) -> np.ndarray:
-    """The rows over the chunks' square sums, (λ_q × n_q) float64 in {−1, 0, 1}."""
+    """The rows over the chunks' square sums, (λ_q × n_q) float64 in {−1, 0, 1} (a transposed view,
+    as :func:`rows_for`)."""
     key = hashlib.sha256(_DOMAIN + b"chunk rows" + rows_key).digest()
-    rows = np.ascontiguousarray(projection_signs(key, spec.chunks, spec.q_projections).T, dtype=np.float64)
+    rows = projection_signs(key, spec.chunks, spec.q_projections).astype(np.float64)
     rows.flags.writeable = False  # cached
-    return rows
+    return rows.T
 
 
 @functools.lru_cache(maxsize=3)  # one per dealer of a round, as the rows
@@ -397,7 +400,9 @@ def _powers_of_two(width: int) -> np.ndarray:
 
 def _residuals(x: np.ndarray, aux: np.ndarray, proof: np.ndarray, rows_key: bytes, spec: NormSpec,
                first: bool) -> np.ndarray:
-    """This share of every identity that must be zero (module docstring), in a fixed order."""
+    """This share of every identity that must be zero (module docstring), in a fixed order: the
+    statement written out. The verifiers compute its θ-combination folded (:func:`check_weights`);
+    this form checks it (and serves a query given by its weights alone)."""
     k_bits, lam = spec.proj_bits, spec.projections
     one = int(first)  # public constants ride on share 0 only
     y = F.small_matvec(rows_for(rows_key, spec), x, coeff_max=1)
@@ -433,12 +438,81 @@ class Query:
 
     point: int
     weights: np.ndarray  # θ, one per identity
+    key: bytes = b""  # what it was drawn from (its folded weights are cached by it)
 
     @classmethod
     def from_key(cls, key: bytes, spec: NormSpec) -> Query:
         words = F.from_words(KeyedMasks().words(key, 1, spec.residuals + 8).numpy().copy())
         point = next(int(w) for w in words[spec.residuals:] if int(w) > spec.nodes)  # fails with prob. ≈ 2^-480
-        return cls(point, words[: spec.residuals])
+        weights = words[: spec.residuals]
+        weights.flags.writeable = False
+        return cls(point, weights, key)
+
+
+@dataclass(frozen=True)
+class CheckWeights:
+    """C = θ·residuals (:func:`_residuals`) folded into one weight vector per part of a share:
+    C = ⟨w_x, x⟩ + ⟨w_aux, aux⟩ + ⟨w_sums, S⟩ + ⟨θ_bits, bit outputs⟩ + [share 0] const, with S the
+    share's chunk square sums. The projections enter only as w_x = Rᵀ·(Σ θ over the range blocks)
+    (and Qᵀθ_q over the chunk sums), computed once for every share checked against the same rows
+    and query: each share then costs dot products, not λ·d projections."""
+
+    x: np.ndarray
+    aux: np.ndarray
+    sums: np.ndarray
+    bits: np.ndarray
+    const: np.uint64
+
+
+@functools.lru_cache(maxsize=3)  # one per dealer of a round, as the rows
+def check_weights(rows_key: bytes, spec: NormSpec, query_key: bytes) -> CheckWeights:
+    """The folded weights of :class:`CheckWeights` for the rows of ``rows_key`` and the query of
+    ``query_key`` (:meth:`Query.from_key`)."""
+    theta = Query.from_key(query_key, spec).weights
+    lam, k_bits = spec.projections, spec.proj_bits
+    powers = _powers_of_two(k_bits)
+    aux_parts, at, proj = [], 0, np.zeros(lam, dtype=np.uint64)
+    const = 0
+    for off in spec.projection_offsets:  # θ_o·(R x + off − Σ_k 2^k α_ok)
+        t = theta[at: at + lam]
+        at += lam
+        proj = F.add(proj, t)
+        const = (const + off * int(F.sum_along(t, axis=0))) % F.P
+        aux_parts.append(F.neg(F.mul(t[:, None], powers[None, :])).ravel())
+    w_x = F.small_matvec(rows_for(rows_key, spec).T, proj, coeff_max=1)  # Rᵀ·Σθ_o
+    w_sums = np.zeros(spec.chunks, dtype=np.uint64)
+    if spec.chunks > 1:  # θ_q·(Q S + half − Σ_t 2^t γ_t), or θ_q·(S − Σ_t 2^t γ_t)
+        n = spec.q_count
+        t = theta[at: at + n]
+        at += n
+        if spec.q_projections:
+            w_sums = F.small_matvec(q_rows_for(rows_key, spec).T, t, coeff_max=1)
+            const = (const + (1 << (spec.q_bits - 1)) * int(F.sum_along(t, axis=0))) % F.P
+        else:
+            w_sums = t.copy()
+        aux_parts.append(F.neg(F.mul(t[:, None], _powers_of_two(spec.q_bits)[None, :])).ravel())
+    t_slack = theta[at]  # θ_s·(M² − Σ_k S_k − Σ_t 2^t s_t)
+    at += 1
+    w_sums = F.sub(w_sums, np.full(spec.chunks, t_slack, dtype=np.uint64))
+    aux_parts.append(F.neg(F.mul(np.full(spec.sum_bits, t_slack, dtype=np.uint64), _powers_of_two(spec.sum_bits))))
+    const = (const + int(t_slack) * (spec.bound * spec.bound % F.P)) % F.P
+    bits = theta[at:]
+    out = CheckWeights(w_x, np.concatenate(aux_parts).astype(np.uint64), w_sums, bits.copy(), np.uint64(const))
+    for a in (out.x, out.aux, out.sums, out.bits):
+        a.flags.writeable = False  # cached
+    return out
+
+
+def _folded_check(x: np.ndarray, aux: np.ndarray, proof: np.ndarray, spec: NormSpec, weights: CheckWeights,
+                  first: bool) -> np.uint64:
+    """This share of C from the folded weights (the same number as θ·:func:`_residuals`)."""
+    square_proof, bit_proof = _split_proof(proof, spec)
+    outputs = spec.square_layout.outputs(square_proof).reshape(spec.chunks, spec.chunk // spec.square_width)
+    sums = F.sum_along(outputs, axis=1)  # S_k, this share
+    terms = np.array([F.dot(weights.x, x), F.dot(weights.aux, aux), F.dot(weights.sums, sums),
+                      F.dot(weights.bits, spec.bit_layout.outputs(bit_proof)),
+                      weights.const if first else np.uint64(0)], dtype=np.uint64)
+    return F.sum_along(terms, axis=0)[()]
 
 
 def verifier_share(index: int, x: np.ndarray, aux: np.ndarray, proof: np.ndarray, spec: NormSpec,
@@ -447,7 +521,10 @@ def verifier_share(index: int, x: np.ndarray, aux: np.ndarray, proof: np.ndarray
     the bits']. Linear in the share, so two holders of the same share compute the same vector, and
     the three parts sum to the opened one."""
     first = index == 0
-    c = F.dot(query.weights, _residuals(x, aux, proof, keys[0], spec, first))
+    if query.key:  # the folded weights, shared by every share checked against these rows and this query
+        c = _folded_check(x, aux, proof, spec, check_weights(keys[0], spec, query.key), first)
+    else:
+        c = F.dot(query.weights, _residuals(x, aux, proof, keys[0], spec, first))
     squares, left, right = wires(x, aux, rho(keys[1], spec), spec, first)
     square_proof, bit_proof = _split_proof(proof, spec)
     sq = flp.query_share(squares, squares, square_proof, spec.square_layout, query.point)

@@ -34,6 +34,8 @@ def test_field_operations_agree_with_python_integers() -> None:
         assert _ints(op(a, b)) == [ref(x, y) % P for x, y in zip(_ints(a), _ints(b), strict=True)]
     assert _ints(F.neg(a)) == [(-x) % P for x in _ints(a)]
     assert int(F.dot(a, b)) == sum(x * y for x, y in zip(_ints(a), _ints(b), strict=True)) % P
+    for k in (0, 1, 21, 42, 60, 61, 84):
+        assert _ints(F.mul_pow2(a, k)) == [x * pow(2, k, P) % P for x in _ints(a)]
     m = rng.integers(0, P, (5, 3000), dtype=np.uint64)
     m[0] = P - 1
     full = np.full(3000, P - 1, dtype=np.uint64)
@@ -343,3 +345,24 @@ def test_every_lie_is_refused_in_the_other_shapes_of_the_statement(monkeypatch: 
     assert _verify(N.prove_norm(_vector(rng, 0.9), spec, CONTEXT))
     for name, liar in LIARS.items():
         assert not _verify(liar(rng)), name
+
+
+@pytest.mark.parametrize("dim, bound", [(300, 1 << 22), (122, 1 << 10), (7850, 1 << 20), (7850, 1 << 23),
+                                        (26010, 1 << 23)])
+def test_the_folded_check_is_the_combination_of_every_identity(dim: int, bound: int) -> None:
+    """verifier_share folds θ·residuals into one weight vector per part (rows applied once, as
+    Rᵀθ): for every shape, honest and garbage shares alike, it is the same field element."""
+    spec = N.NormSpec(dim, bound)
+    rng = np.random.default_rng(dim + bound)
+    sub = N.prove_norm(_vector(rng, 0.7, spec), spec, CONTEXT)
+    keys = _keys(sub)
+    qkey = secrets.token_bytes(32)
+    folded, plain = N.Query.from_key(qkey, spec), N.Query(N.Query.from_key(qkey, spec).point,
+                                                          N.Query.from_key(qkey, spec).weights)
+    garbage = tuple(F.from_words(rng.integers(0, 2**63, size=n, dtype=np.int64).view(np.uint64).copy())
+                    for n in (spec.dim, spec.aux_length, spec.proof_length))
+    for s in range(3):
+        for x, aux, proof in ((sub.x[s], sub.aux[s], sub.proof[s]), garbage):
+            a = N.verifier_share(s, x, aux, proof, spec, keys, folded)
+            b = N.verifier_share(s, x, aux, proof, spec, keys, plain)
+            assert np.array_equal(a, b), (s, spec.shape)

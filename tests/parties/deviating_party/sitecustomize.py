@@ -187,9 +187,9 @@ def _patch_unanimous(module):  # type: ignore[no-untyped-def]
     module.UnanimousRelease.verdict_for = split
 
 
-PATCHES = {"parties.owner.intake": _patch_intake, "mpc_erm.mpc.unanimous": _patch_unanimous, "mpc_erm.mpc.transport.endpoint": _patch_endpoint,
-           "mpc_erm.mpc.aggregator": _patch_aggregator, "mpc_erm.mpc.agreement": _patch_agreement,
-           "mpc_erm.mpc.verified_aggregator": _patch_verified}
+PATCHES = {"parties.owner.intake": _patch_intake, "mpc_erm.mpc.unanimous": _patch_unanimous,
+           "mpc_erm.mpc.transport.endpoint": _patch_endpoint, "mpc_erm.mpc.aggregator": _patch_aggregator,
+           "mpc_erm.mpc.agreement": _patch_agreement, "mpc_erm.mpc.verified_aggregator": _patch_verified}
 
 
 if SCHEDULE:
