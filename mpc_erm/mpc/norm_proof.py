@@ -55,7 +55,8 @@ from .keystream import KeyedMasks
 from .projections import projection_signs, projection_threshold
 
 __all__ = ["NORM_PROJECTIONS", "NormProofError", "NormSpec", "Query", "Submission", "accept", "bits_of", "commitment",
-           "SALT_BYTES", "CheckWeights", "check_weights", "keys_for", "seeded_share",
+           "SALT_BYTES", "CheckWeights", "DealtInput", "check_weights", "deal_input", "keys_for", "prove_dealt",
+           "rho_key_for", "seeded_share",
            "aux_vector", "chunk_squares", "prove_norm", "prove_wires", "q_rows_for", "rho", "rows_for", "split",
            "verifier_share", "wires"]
 
@@ -290,8 +291,12 @@ def keys_for(context: bytes, x_commitments: Sequence[bytes], aux_commitments: Se
     """(rows key, ρ key): Fiat–Shamir over the shares, bound to the job, round and contributor."""
     rows_key = hashlib.sha256(_DOMAIN + b"rows" + len(context).to_bytes(4, "big") + context
                               + b"".join(x_commitments)).digest()
-    rho_key = hashlib.sha256(_DOMAIN + b"rho" + rows_key + b"".join(aux_commitments)).digest()
-    return rows_key, rho_key
+    return rows_key, rho_key_for(rows_key, aux_commitments)
+
+
+def rho_key_for(rows_key: bytes, aux_commitments: Sequence[bytes]) -> bytes:
+    """The bit checks' key: a hash of the rows' key and of the aux shares (made after the rows)."""
+    return hashlib.sha256(_DOMAIN + b"rho" + rows_key + b"".join(aux_commitments)).digest()
 
 
 @functools.lru_cache(maxsize=3)  # one per dealer of a round: both shares a party holds use the same rows
@@ -539,17 +544,44 @@ def accept(opened: np.ndarray, spec: NormSpec) -> bool:
             and flp.accept(flp.Openings.from_vector(opened[1 + n:], spec.bit_layout)))
 
 
-def prove_norm(x: np.ndarray, spec: NormSpec, context: bytes) -> Submission:
-    """An honest contributor: shares of x (int64 grid units, ‖x‖₂ ≤ M), of its aux and proof."""
+@dataclass(frozen=True)
+class DealtInput:
+    """The first half of a proof whose rows are drawn by the verifiers rather than by Fiat–Shamir:
+    the vector's three shares (0 and 1 from seeds) and their salts, committed before any row is
+    known. The aux and proof shares follow from the same seeds once the rows are (:func:`prove_dealt`)."""
+
+    x: tuple[np.ndarray, ...]
+    salts: tuple[bytes, ...]
+    seeds: tuple[bytes, ...]
+
+    def commitments(self) -> list[bytes]:
+        return [commitment(i, s, self.salts[i]) for i, s in enumerate(self.x)]
+
+
+def deal_input(x: np.ndarray, spec: NormSpec) -> DealtInput:
+    """Shares of x (int64 grid units) and their salts: what a contributor commits to first."""
     x = np.asarray(x, dtype=np.int64)
     if x.shape != (spec.dim,):
         raise ValueError(f"a vector of {spec.dim} coordinates expected, got shape {x.shape}")
     seeds = tuple(secrets.token_bytes(SALT_BYTES) for _ in range(SHARES - 1))
     xs = split(F.from_signed(x), seeds=seeds, part=0)
-    salts = tuple(secrets.token_bytes(SALT_BYTES) for _ in xs)
-    rows_key, _ = keys_for(context, [commitment(i, s, salts[i]) for i, s in enumerate(xs)], [])
+    return DealtInput(xs, tuple(secrets.token_bytes(SALT_BYTES) for _ in xs), seeds)
+
+
+def prove_dealt(dealt: DealtInput, x: np.ndarray, spec: NormSpec, rows_key: bytes) -> Submission:
+    """The proof for committed shares of x against the rows of ``rows_key``: the verifiers' key,
+    drawn after ``dealt`` was committed, or the Fiat–Shamir one (:func:`prove_norm`)."""
+    x = np.asarray(x, dtype=np.int64)
     aux = aux_vector(x, spec, rows_key)
-    auxs = split(aux, seeds=seeds, part=1)
-    keys = keys_for(context, *Submission(xs, auxs, (), salts).commitments())
-    proof = prove_wires(*wires(F.from_signed(x), aux, rho(keys[1], spec), spec, first=True), spec)
-    return Submission(xs, auxs, split(proof, seeds=seeds, part=2), salts, seeds)
+    auxs = split(aux, seeds=dealt.seeds, part=1)
+    rho_key = rho_key_for(rows_key, [commitment(i, s, dealt.salts[i], b"aux") for i, s in enumerate(auxs)])
+    proof = prove_wires(*wires(F.from_signed(x), aux, rho(rho_key, spec), spec, first=True), spec)
+    return Submission(dealt.x, auxs, split(proof, seeds=dealt.seeds, part=2), dealt.salts, dealt.seeds)
+
+
+def prove_norm(x: np.ndarray, spec: NormSpec, context: bytes) -> Submission:
+    """An honest contributor: shares of x (int64 grid units, ‖x‖₂ ≤ M), of its aux and proof, the
+    rows keyed by Fiat–Shamir over the shares of x (one message, no interaction)."""
+    dealt = deal_input(x, spec)
+    rows_key, _ = keys_for(context, dealt.commitments(), [])
+    return prove_dealt(dealt, x, spec, rows_key)

@@ -35,18 +35,20 @@ def naive_aux(x: np.ndarray, rows_key: bytes, spec: N.NormSpec) -> np.ndarray:
 
 
 def forge(x: np.ndarray, spec: N.NormSpec, context: bytes, aux_of: Any = naive_aux,
-          proof_edit: Any = None) -> N.Submission:
-    """The protocol's steps with an aux of the liar's choosing (and, optionally, an edited proof)."""
+          proof_edit: Any = None, rows_key: bytes | None = None) -> N.Submission:
+    """The protocol's steps with an aux of the liar's choosing (and, optionally, an edited proof);
+    ``rows_key``: the verifiers' rows (the two-message proof), drawn after x's shares were fixed."""
     import secrets
 
     seeds = (secrets.token_bytes(N.SALT_BYTES), secrets.token_bytes(N.SALT_BYTES))
     xs = N.split(F.from_signed(x), seeds=seeds, part=0)
     salts = tuple(secrets.token_bytes(N.SALT_BYTES) for _ in xs)
-    rows_key, _ = N.keys_for(context, [N.commitment(i, s, salts[i]) for i, s in enumerate(xs)], [])
+    if rows_key is None:
+        rows_key, _ = N.keys_for(context, [N.commitment(i, s, salts[i]) for i, s in enumerate(xs)], [])
     aux = aux_of(x, rows_key, spec)
     auxs = N.split(aux, seeds=seeds, part=1)
-    keys = N.keys_for(context, *N.Submission(xs, auxs, (), salts).commitments())
-    proof = N.prove_wires(*N.wires(F.from_signed(x), aux, N.rho(keys[1], spec), spec, first=True), spec)
+    rho_key = N.rho_key_for(rows_key, N.Submission(xs, auxs, (), salts).commitments()[1])
+    proof = N.prove_wires(*N.wires(F.from_signed(x), aux, N.rho(rho_key, spec), spec, first=True), spec)
     if proof_edit is not None:
         proof = proof_edit(proof)
     return N.Submission(xs, auxs, N.split(proof, seeds=seeds, part=2), salts, seeds)

@@ -366,3 +366,28 @@ def test_the_folded_check_is_the_combination_of_every_identity(dim: int, bound: 
             a = N.verifier_share(s, x, aux, proof, spec, keys, folded)
             b = N.verifier_share(s, x, aux, proof, spec, keys, plain)
             assert np.array_equal(a, b), (s, spec.shape)
+
+
+def test_with_rows_drawn_by_the_verifiers_after_the_shares_an_honest_contributor_passes_and_a_liar_does_not() -> None:
+    """The two-message proof (deal_input, then prove_dealt once the verifiers' rows are known):
+    one set of rows for every contributor of a round. Honest vectors pass; a vector beyond its
+    bound, its aux made by the honest recipe reduced into range (the forger), fails every time."""
+    from tests.mpc.forgery import forge
+
+    rng = np.random.default_rng(11)
+    for trial in range(12):
+        rows_key = secrets.token_bytes(32)  # the verifiers' coins, drawn after the shares were committed
+        x = _vector(rng, 0.9)
+        dealt = N.deal_input(x, SPEC)
+        sub = N.prove_dealt(dealt, x, SPEC, rows_key)
+        assert sub.x == dealt.x and _verify_rows(sub, rows_key), trial
+        liar = forge(_vector(rng, 4.0), SPEC, CONTEXT, rows_key=rows_key)
+        assert not _verify_rows(liar, rows_key), trial
+
+
+def _verify_rows(sub: N.Submission, rows_key: bytes) -> bool:
+    keys = (rows_key, N.rho_key_for(rows_key, sub.commitments()[1]))
+    query = N.Query.from_key(secrets.token_bytes(32), SPEC)
+    reports = {party: {share: N.verifier_share(share, sub.x[share], sub.aux[share], sub.proof[share], SPEC, keys,
+                                               query) for share in shares_of(party)} for party in range(3)}
+    return N.accept(open_verified(reports), SPEC)
