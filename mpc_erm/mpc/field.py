@@ -133,9 +133,11 @@ def small_matvec(coeffs: np.ndarray, values: Vec, coeff_max: int | None = None) 
     top = float(np.abs(c).max(initial=0.0)) if coeff_max is None else float(coeff_max)
     if c.shape[1] * max(1.0, top) >= 2.0 ** (53 - _LIMB):
         raise ValueError("small_matvec: coefficients too large for an exact float64 sum")
-    out = np.zeros(c.shape[0], dtype=np.uint64)
-    for t, limb in enumerate(_limbs(np.asarray(values, dtype=np.uint64))):
-        out = add(out, mul_pow2(from_signed((c @ limb).astype(np.int64)), _LIMB * t))
+    # the three limbs as one (n × 3) matrix: the coefficients, often the larger operand, are read once
+    sums = (c @ np.stack(_limbs(np.asarray(values, dtype=np.uint64)), axis=1)).astype(np.int64)
+    out = from_signed(sums[:, 0])
+    for t in (1, 2):
+        out = add(out, mul_pow2(from_signed(sums[:, t]), _LIMB * t))
     return out
 
 

@@ -128,8 +128,13 @@ def query_share(left: np.ndarray, right: np.ndarray, proof: np.ndarray, layout: 
     check_point(r, layout)
     c, g = layout.width, layout.calls
     lam = F.lagrange_at(g + 1, r)
-    a = F.matvec(np.vstack([proof[:c], layout.grid(left)]).T, lam)
-    b = F.matvec(np.vstack([proof[c: 2 * c], layout.grid(right)]).T, lam)
+    if right is left:  # squares: the wires' part once; only the seeds (node 0) differ
+        shared = F.matvec(layout.grid(left).T, lam[1:])
+        a = F.add(shared, F.mul(proof[:c], lam[0]))
+        b = F.add(shared, F.mul(proof[c: 2 * c], lam[0]))
+    else:
+        a = F.matvec(np.vstack([proof[:c], layout.grid(left)]).T, lam)
+        b = F.matvec(np.vstack([proof[c: 2 * c], layout.grid(right)]).T, lam)
     pi = F.dot(F.lagrange_at(2 * g + 1, r), proof[2 * c: 2 * c + 2 * g + 1])
     return Openings(a, b, np.uint64(pi))
 
