@@ -53,7 +53,7 @@ def check_before_submit(job_file: Path, jf: Any, *, yes: bool) -> str | None:
 
     Hopeless by the job's dry run (``JOB.plan.json`` for this exact spec), or, for a job never
     planned, by its noise floor: the least noise/signal it can have on any data, from the job
-    file alone (:func:`~mpc_erm.simulate.forecast.noise_floor`)."""
+    file alone (:func:`~mpc_erm.privacy.noise_floor.noise_floor`)."""
     path = receipt_path(job_file)
     try:
         receipt = json.loads(path.read_text())
@@ -66,7 +66,7 @@ def check_before_submit(job_file: Path, jf: Any, *, yes: bool) -> str | None:
                     + (f"; simulated {receipt.get('metric')} {band:.4f}" if isinstance(band, (int, float)) else ""))
         return _gate(f"the dry run of this job ({path.name}, {receipt.get('planned_at', '?')}) says "
                      f"{receipt.get('verdict')}. Its whole ε would be spent on a model no better than noise.", yes)
-    from mpc_erm.simulate.forecast import HOPELESS_NOISE_TO_SIGNAL, noise_floor
+    from mpc_erm.privacy.noise_floor import HOPELESS_NOISE_TO_SIGNAL, noise_floor
 
     floor = noise_floor(jf.spec, features=jf.job.features)  # None where only the agreement's counts fix σ
     if floor is not None and floor.hopeless:
@@ -83,7 +83,7 @@ def check_before_submit(job_file: Path, jf: Any, *, yes: bool) -> str | None:
         return first + f"; from the job file alone: {floor.describe()}"
     if jf.job.owners:
         return first
-    from mpc_erm.simulate.forecast import least_rows
+    from mpc_erm.privacy.noise_floor import least_rows
 
     # replace-one: σ follows the agreed counts, so the floor is stated as the rows it needs
     need = least_rows(jf.spec, parties=len(jf.job.parties), features=jf.job.features)

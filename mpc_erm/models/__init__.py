@@ -5,21 +5,30 @@ Conventions (docs/explanation/contracts.md): torch.float64, rows ||x|| <= 1, lab
 [-1, 1], theta flat with softmax laid out as nn.Linear(d, K, bias=False).weight.flatten().
 """
 
-from .clipping import clip_rows
-from .losses import (
-    LOSSES,
-    HuberSVMLoss,
-    LogisticLoss,
-    Loss,
-    SoftmaxLoss,
-    SquaredLoss,
-    get_loss,
-    ridge_lipschitz_for,
-)
-from .networks import NETWORKS, NetworkSpec, build_network, model_digest, parameter_count
-from .objective import objective_grad, objective_value
-from .per_example import flatten_grads, per_example_grads
-from .solvers import ConvergenceError, SolveResult, solve_erm, solve_erm_batched
+import importlib
+from typing import Any
+
+# Names load their module on first use (PEP 562): importing this package, or its torch-free
+# modules (``facts``, ``job_model``'s planning facts), does not import torch, which a job's
+# planning (``job submit``'s check, the daemon's admission) must not wait for.
+_WHERE = {
+    "clip_rows": "clipping",
+    **dict.fromkeys(("LOSSES", "HuberSVMLoss", "LogisticLoss", "Loss", "SoftmaxLoss", "SquaredLoss", "get_loss",
+                     "ridge_lipschitz_for"), "losses"),
+    **dict.fromkeys(("NETWORKS", "NetworkSpec", "build_network", "model_digest", "parameter_count"), "networks"),
+    **dict.fromkeys(("objective_grad", "objective_value"), "objective"),
+    **dict.fromkeys(("flatten_grads", "per_example_grads"), "per_example"),
+    **dict.fromkeys(("ConvergenceError", "SolveResult", "solve_erm", "solve_erm_batched"), "solvers"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "LOSSES",

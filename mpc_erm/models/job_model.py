@@ -1,19 +1,29 @@
 """The model a job spec names: its loss, the Lipschitz constant and clip bound the privacy plan
-needs, its network, and its parameter count (the plan's dimension)."""
+needs, its network, and its parameter count (the plan's dimension).
+
+The constants and a linear model's parameter count come from :mod:`.facts`, without torch, so
+planning a linear job (``job submit``'s check, the privacy plan) never imports it; the loss
+objects and networks import it when they are asked for."""
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from mpc_erm.spec import JobSpec
 
-from .losses import Loss, get_loss
-from .networks import NetworkBuilder, NetworkSpec, build_network, parameter_count
+from . import facts
+
+if TYPE_CHECKING:
+    from .losses import Loss
+    from .networks import NetworkBuilder, NetworkSpec
 
 __all__ = ["clip_for", "federated_network", "lipschitz_for", "loss_for", "network_spec", "parameter_dim"]
 
 
 def loss_for(spec: JobSpec) -> Loss:
+    from .losses import get_loss
+
     kw: dict[str, object] = {}
     if spec.model.name == "softmax":
         kw["n_classes"] = spec.model.n_classes
@@ -37,11 +47,14 @@ def clip_for(spec: JobSpec) -> float:
     Lipschitz constant) or, for output perturbation, the loss's Lipschitz constant G."""
     if spec.method == "gradient" and spec.privacy.clip is not None:
         return float(spec.privacy.clip)  # networks always name it (JobSpec refuses them without)
-    return lipschitz_for(loss_for(spec), spec.model.lam)
+    lam = spec.model.lam
+    return facts.lipschitz(spec.model.name, radius=1.0 / math.sqrt(lam) if lam > 0 else None)
 
 
 def network_spec(spec: JobSpec) -> NetworkSpec:
     """The :class:`~mpc_erm.models.NetworkSpec` a job's model section names."""
+    from .networks import NetworkSpec
+
     m = spec.model
     if not m.is_network or m.input_shape is None or m.n_classes is None:
         raise ValueError(f"model.name: {m.name!r} is not a network")
@@ -54,6 +67,8 @@ def federated_network(spec: JobSpec, features: int) -> NetworkSpec:
     """A federated job's model (``[federated]``), which every member builds bit for bit from its
     seed: a built-in network, or ``softmax`` as the ``mlp`` with no hidden layer (multinomial
     logistic regression with a bias per class, from ``model.init_seed``)."""
+    from .networks import NetworkSpec
+
     m = spec.model
     if m.is_network:
         return network_spec(spec)
@@ -67,7 +82,13 @@ def parameter_dim(spec: JobSpec, n_features: int | None, builder: NetworkBuilder
     if spec.model.name == "plugin" and builder is None:
         return None
     if spec.federated is not None and not spec.model.is_network:
-        return None if n_features is None else parameter_count(build_network(federated_network(spec, n_features)))
+        if n_features is None:
+            return None
+        from .networks import build_network, parameter_count
+
+        return parameter_count(build_network(federated_network(spec, n_features)))
     if spec.model.is_network:
+        from .networks import build_network, parameter_count
+
         return parameter_count(build_network(network_spec(spec), builder=builder))
-    return None if n_features is None else loss_for(spec).param_dim(n_features)
+    return None if n_features is None else facts.param_dim(spec.model.name, n_features, spec.model.n_classes)

@@ -19,14 +19,14 @@ and accepts any number of leading batch dimensions: ``theta`` (..., p) with ``X`
 
 from __future__ import annotations
 
-import math
-import numbers
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
 import torch
 from torch import Tensor
 from torch.nn import functional as F
+
+from . import facts
 
 __all__ = [
     "LOSSES",
@@ -189,11 +189,11 @@ class LogisticLoss(Loss):
     task = "binary"
 
     def lipschitz(self, radius: float | None = None) -> float:
-        return 1.0
+        return facts.lipschitz(self.name)
 
     @property
     def smoothness(self) -> float:
-        return 0.25
+        return facts.smoothness(self.name)
 
     def check_labels(self, y: Tensor) -> None:
         _check_pm1(y, self.name)
@@ -230,19 +230,18 @@ class HuberSVMLoss(Loss):
     task = "binary"
 
     def __init__(self, h: float = 0.5) -> None:
-        if not (isinstance(h, numbers.Real) and math.isfinite(h) and h > 0):
-            raise ValueError(f"h: Huber width must be a finite number > 0, got {h!r}")
+        facts.smoothness(self.name, h)  # a width that is not a finite number > 0 is refused there
         self.h = float(h)
 
     def __repr__(self) -> str:
         return f"HuberSVMLoss(h={self.h})"
 
     def lipschitz(self, radius: float | None = None) -> float:
-        return 1.0
+        return facts.lipschitz(self.name)
 
     @property
     def smoothness(self) -> float:
-        return 1.0 / (2.0 * self.h)
+        return facts.smoothness(self.name, self.h)
 
     def check_labels(self, y: Tensor) -> None:
         _check_pm1(y, self.name)
@@ -283,9 +282,7 @@ def ridge_lipschitz_for(lam: float) -> float:
     The output-perturbation sensitivity argument only evaluates gradients at minimisers of
     neighbouring data sets, both inside the ball, so G(1/sqrt(lam)) is the constant to use.
     """
-    if not (math.isfinite(lam) and lam > 0):
-        raise ValueError(f"lam: regularisation must be a finite number > 0, got {lam!r}")
-    return 1.0 + 1.0 / math.sqrt(lam)
+    return facts.ridge_lipschitz_for(lam)
 
 
 class SquaredLoss(Loss):
@@ -301,15 +298,7 @@ class SquaredLoss(Loss):
     task = "regression"
 
     def lipschitz(self, radius: float | None = None) -> float:
-        if radius is None:
-            raise ValueError(
-                "radius: the squared loss is not globally Lipschitz; pass radius=R (bound on "
-                "||theta||) to get G = R + 1, or use ridge_lipschitz_for(lam) = 1 + 1/sqrt(lam) "
-                "for the regularised minimiser"
-            )
-        if not (math.isfinite(radius) and radius >= 0):
-            raise ValueError(f"radius: must be a finite number >= 0, got {radius!r}")
-        return float(radius) + 1.0
+        return facts.lipschitz(self.name, radius)
 
     def lipschitz_for(self, lam: float) -> float:
         """Same as ``ridge_lipschitz_for(lam)``."""
@@ -317,7 +306,7 @@ class SquaredLoss(Loss):
 
     @property
     def smoothness(self) -> float:
-        return 1.0
+        return facts.smoothness(self.name)
 
     def check_labels(self, y: Tensor) -> None:
         if y.numel() and not bool((y.abs() <= 1 + 1e-9).all()):
@@ -351,8 +340,7 @@ class SoftmaxLoss(Loss):
     task = "multiclass"
 
     def __init__(self, n_classes: int) -> None:
-        if isinstance(n_classes, bool) or not isinstance(n_classes, int) or n_classes < 2:
-            raise ValueError(f"n_classes: must be an int >= 2, got {n_classes!r}")
+        facts.outputs(self.name, n_classes)  # a count that is not an int >= 2 is refused there
         self.n_classes = n_classes
 
     def __repr__(self) -> str:
@@ -363,11 +351,11 @@ class SoftmaxLoss(Loss):
         return self.n_classes
 
     def lipschitz(self, radius: float | None = None) -> float:
-        return math.sqrt(2.0)
+        return facts.lipschitz(self.name)
 
     @property
     def smoothness(self) -> float:
-        return 0.5
+        return facts.smoothness(self.name)
 
     def check_labels(self, y: Tensor) -> None:
         if y.is_floating_point() or y.is_complex():

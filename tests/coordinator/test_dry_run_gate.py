@@ -270,3 +270,31 @@ def test_a_distributed_noise_job_forecasts_the_noise_every_party_adds(
     code, out, _ = _plan(files, job, monkeypatch, capsys)
     assert code == 0 and "security: malicious, with abort (3 compute parties with replicated sharing" in out, out
     assert json.loads((files / "shared.plan.json").read_text())["security"] == "malicious"
+
+
+def test_the_submit_check_of_a_linear_job_plans_it_without_importing_torch() -> None:
+    """`job submit` checks a job never planned against its noise floor: for a linear model the
+    plan's constants and dimension come from mpc_erm.models.facts, so the check (a fresh process,
+    as the CLI) never pays torch's import."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from mpc_erm.jobs import load_job_file\n"
+        "from mpc_erm.privacy.noise_floor import noise_floor\n"
+        "from coordinator.cli.job_plan import check_before_submit\n"
+        "p = Path('coordinator/examples/gradient-owners.toml')\n"
+        "jf = load_job_file(p)\n"
+        "check_before_submit(p, jf, yes=True)\n"
+        "floor = noise_floor(jf.spec, features=jf.job.features)\n"
+        "assert floor is not None and floor.dim_known, floor\n"
+        "print(floor.describe())\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    described, imported = out.stdout.strip().splitlines()
+    assert "noise/signal" in described and imported == "False", out.stdout
