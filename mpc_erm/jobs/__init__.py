@@ -12,8 +12,9 @@ the training spec (and torch), which the TOML reader and the status enum must no
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from mpc_erm.lazy_exports import lazy_exports
 
 from .status import LIVE, TERMINAL, JobStatus
 
@@ -35,8 +36,4 @@ __all__ = ["LIVE", "MAX_JOB_FILE_BYTES", "MAX_PARTIES", "MIN_PARTIES", "TERMINAL
            "JobStatus", "JobTable", "Trust", "load_job_file", "parse_job_file"]
 _JOBFILE = frozenset(__all__) - {"LIVE", "TERMINAL", "JobStatus"}
 
-
-def __getattr__(name: str) -> Any:
-    if name in _JOBFILE:
-        return getattr(importlib.import_module(".jobfile", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(_JOBFILE, "jobfile"), globals())

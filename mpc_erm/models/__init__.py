@@ -5,8 +5,7 @@ Conventions (docs/explanation/contracts.md): torch.float64, rows ||x|| <= 1, lab
 [-1, 1], theta flat with softmax laid out as nn.Linear(d, K, bias=False).weight.flatten().
 """
 
-import importlib
-from typing import Any
+from mpc_erm.lazy_exports import lazy_exports
 
 # Names load their module on first use (PEP 562): importing this package, or its torch-free
 # modules (``facts``, ``job_model``'s planning facts), does not import torch, which a job's
@@ -21,36 +20,4 @@ _WHERE = {
     **dict.fromkeys(("ConvergenceError", "SolveResult", "solve_erm", "solve_erm_batched"), "solvers"),
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = [
-    "LOSSES",
-    "NETWORKS",
-    "ConvergenceError",
-    "HuberSVMLoss",
-    "LogisticLoss",
-    "Loss",
-    "NetworkSpec",
-    "SoftmaxLoss",
-    "SolveResult",
-    "SquaredLoss",
-    "build_network",
-    "clip_rows",
-    "flatten_grads",
-    "get_loss",
-    "model_digest",
-    "objective_grad",
-    "objective_value",
-    "parameter_count",
-    "per_example_grads",
-    "ridge_lipschitz_for",
-    "solve_erm",
-    "solve_erm_batched",
-]
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())

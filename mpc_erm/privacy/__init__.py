@@ -19,8 +19,7 @@ each one against an independent computation or a published number.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from mpc_erm.lazy_exports import lazy_exports
 
 # Names are loaded on first use (PEP 562): the ledger and the CLI import the light modules
 # (events, plan) without pulling in torch through the plaintext samplers.
@@ -86,77 +85,4 @@ _WHERE = {
     "zcdp_sigma": "zcdp",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
-
-
-__all__ = [
-    "ACCOUNTANTS",
-    "MECHANISMS",
-    "SIMULATION_TRUST_MODEL",
-    "TABLE_6_1_METHODS",
-    "Calibration",
-    "ContractionBound",
-    "PrivacyReport",
-    "analytic_gaussian_sigma",
-    "calibrate_gradient_perturbation",
-    "calibrate_output_perturbation",
-    "classic_gaussian_sigma",
-    "contraction_factor",
-    "delta_for",
-    "epsilon_for",
-    "feldman_balle_delta",
-    "feldman_balle_epsilon",
-    "feldman_balle_kappa",
-    "gaussian_delta_for_rounds",
-    "gaussian_epsilon_for_rounds",
-    "gaussian_rounds_event",
-    "gaussian_sigma_for_rounds",
-    "gdp_delta",
-    "gdp_epsilon",
-    "gdp_log_delta",
-    "gdp_mu",
-    "gradient_sensitivity",
-    "l1_from_l2",
-    "l2_laplace_coordinate_std",
-    "l2_laplace_epsilon",
-    "l2_laplace_norm_mean",
-    "l2_laplace_norm_second_moment",
-    "l2_laplace_scale",
-    "laplace_coordinate_std",
-    "laplace_hockey_stick",
-    "laplace_scale",
-    "log_theta_gamma",
-    "no_noise_calibration",
-    "noise_multiplier_for",
-    "output_perturbation_sensitivity",
-    "per_coordinate_laplace_epsilon",
-    "pnsgd_best_delta",
-    "pnsgd_epsilon",
-    "pnsgd_gaussian_delta",
-    "pnsgd_gaussian_log_delta",
-    "pnsgd_laplace_delta",
-    "pnsgd_random_stop_delta",
-    "sample_gamma",
-    "sample_noise",
-    "table_6_1_scales",
-    "thesis_grad_sigma",
-    "thesis_output_scale",
-    "thesis_table_6_1_grad_scale",
-    "theta_gamma",
-    "zcdp_compose",
-    "zcdp_epsilon",
-    "zcdp_epsilon_for_rounds",
-    "zcdp_rho_for",
-    "zcdp_rho_gaussian",
-    "zcdp_sigma",
-]
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())
