@@ -304,7 +304,7 @@ def rows_for(rows_key: bytes, spec: NormSpec) -> np.ndarray:
     """The projection rows, (λ × d) float64 in {−1, 0, 1}: a transposed view of the (d × λ) signs
     as drawn (no copy to transpose: the verifiers' Rᵀθ reads them in that order, the prover's R·x
     through BLAS's transposed product)."""
-    rows = projection_signs(rows_key, spec.dim, spec.projections).astype(np.float64)
+    rows = projection_signs(rows_key, spec.dim, spec.projections, np.float64)
     rows.flags.writeable = False  # cached
     return rows.T
 
@@ -314,7 +314,7 @@ def q_rows_for(rows_key: bytes, spec: NormSpec) -> np.ndarray:
     """The rows over the chunks' square sums, (λ_q × n_q) float64 in {−1, 0, 1} (a transposed view,
     as :func:`rows_for`)."""
     key = hashlib.sha256(_DOMAIN + b"chunk rows" + rows_key).digest()
-    rows = projection_signs(key, spec.chunks, spec.q_projections).astype(np.float64)
+    rows = projection_signs(key, spec.chunks, spec.q_projections, np.float64)
     rows.flags.writeable = False  # cached
     return rows.T
 

@@ -29,14 +29,25 @@ def projection_threshold(m: int, nnz: int) -> int:
     return min(math.isqrt(nnz * m * m), math.ceil(HOEFFDING_T * m))
 
 
-def projection_signs(key: bytes, dim: int, rows: int) -> np.ndarray:
-    """The public projection matrix (dim × rows, int8 in {−1, 0, +1}, P = ¼, ½, ¼) for ``key``:
-    two bits of AES-256-CTR keystream per coefficient (bits 2t, 2t+1 of each little-endian
-    64-bit word), 00 → −1, 11 → +1, else 0."""
+def _coefficients_by_byte() -> np.ndarray:
+    """(256,) int32: the four int8 coefficients each keystream byte encodes (bit pairs 0–1, 2–3,
+    4–5, 6–7, in memory order), packed in one word, so one gather decodes a byte."""
+    b = np.arange(256)
+    four = np.stack([((b >> (2 * t)) & 1) + ((b >> (2 * t + 1)) & 1) - 1 for t in range(4)], axis=1)
+    return np.ascontiguousarray(four.astype(np.int8)).view(np.int32).ravel()
+
+
+_BY_BYTE = _coefficients_by_byte()
+
+
+def projection_signs(key: bytes, dim: int, rows: int, dtype: type = np.int8) -> np.ndarray:
+    """The public projection matrix (dim × rows, in {−1, 0, +1}, P = ¼, ½, ¼) for ``key``, as
+    ``dtype`` (int8, or float64 for the products): two bits of AES-256-CTR keystream per
+    coefficient (bits 2t, 2t+1 of each little-endian 64-bit word), 00 → −1, 11 → +1, else 0.
+    Each keystream byte is decoded whole (four coefficients) by one table lookup."""
     words = KeyedMasks().words(key, 0, -(-dim * rows // 32))
-    bits = np.unpackbits(words.numpy().view(np.uint8), bitorder="little")[: 2 * dim * rows]
-    pairs = bits[0::2] + bits[1::2]  # 0 (00), 1 (01 or 10), 2 (11)
-    return (pairs.astype(np.int8) - 1).reshape(dim, rows)
+    signs = _BY_BYTE[words.numpy().view(np.uint8)].view(np.int8)[: dim * rows].reshape(dim, rows)
+    return signs if np.dtype(dtype) == np.int8 else signs.astype(dtype)
 
 
 def projection_rows(key: bytes, dim: int, rows: int) -> torch.Tensor:

@@ -391,3 +391,19 @@ def _verify_rows(sub: N.Submission, rows_key: bytes) -> bool:
     reports = {party: {share: N.verifier_share(share, sub.x[share], sub.aux[share], sub.proof[share], SPEC, keys,
                                                query) for share in shares_of(party)} for party in range(3)}
     return N.accept(open_verified(reports), SPEC)
+
+
+@pytest.mark.parametrize("dim, rows", [(2601, 100), (123, 60), (7, 3), (1, 1)])
+def test_the_projection_signs_are_two_keystream_bits_per_coefficient(dim: int, rows: int) -> None:
+    """projection_signs decodes a byte at a time; the rule it must keep: bits 2t and 2t + 1 of the
+    AES-CTR keystream (little-endian words), 00 → −1, 11 → +1, else 0 — the same rows for the
+    prover, the verifiers and the in-MPC check."""
+    from mpc_erm.mpc.keystream import KeyedMasks
+    from mpc_erm.mpc.projections import projection_signs
+
+    key = secrets.token_bytes(32)
+    words = KeyedMasks().words(key, 0, -(-dim * rows // 32)).numpy()
+    stream = [(int(w) >> i) & 1 for w in words.view(np.uint64) for i in range(64)]
+    want = np.array([stream[2 * t] + stream[2 * t + 1] - 1 for t in range(dim * rows)]).reshape(dim, rows)
+    assert np.array_equal(projection_signs(key, dim, rows), want)
+    assert np.array_equal(projection_signs(key, dim, rows, np.float64), want.astype(np.float64))
