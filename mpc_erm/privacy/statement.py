@@ -140,8 +140,9 @@ def _security(report: PrivacyReport) -> str:
         return ("Security model: malicious, with abort (three compute parties, any one of which may deviate). Each "
                 "party proved its own input — its data's contribution plus its own noise share — within a public "
                 "bound, and every value opened was checked against both parties holding each share, before anything "
-                "that depends on it was revealed; a party that deviates stops the job at every member, and an abort "
-                "reveals only that it happened. What a deviating party can still do: choose its own data within its "
+                "that depends on it was revealed; each release ended unanimously, on signed verdicts relayed between "
+                "the parties, so the honest parties both released it or both stopped; an abort reveals only that it "
+                "happened. What a deviating party can still do: choose its own data within its "
                 "bound, as in any MPC, and replace its noise share by any vector within the share's bound, which "
                 "moves the release by at most that much but cannot weaken the guarantee, carried by the honest "
                 "parties' shares.")
