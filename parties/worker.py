@@ -203,7 +203,7 @@ def run_party_job(ctx: WorkerContext) -> dict[str, object]:
         # arithmetic (docs/how-to/gpu.md, "Why the MPC stays on the CPU": CUDA gains nothing there).
         pool: InMpcNoise | DistributedNoise = DistributedNoise() if plan.noise == "distributed" else InMpcNoise("cpu")
         agg: MpcAggregator | VerifiedAggregator
-        real: Realisation | None = None
+        real: Realisation | None
         if ctx.job.job.security == "malicious":  # the job file admits it with distributed noise and no owners only
             assert isinstance(pool, DistributedNoise) and not owners and not no_noise
             agg = VerifiedAggregator(pool, tuple(plan.member_bound(j) for j in range(comm.get_world_size())), comm)

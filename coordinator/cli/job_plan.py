@@ -111,7 +111,7 @@ def load_parts(schema_path: Path, data: tuple[Path, ...]) -> tuple[Any, list[Any
 
 def verdict(fc: Any) -> str:
     """One line a user acts on."""
-    from mpc_erm.simulate.forecast import HOPELESS_NOISE_TO_SIGNAL
+    from mpc_erm.privacy.noise_floor import HOPELESS_NOISE_TO_SIGNAL
 
     if fc.noise_to_signal > HOPELESS_NOISE_TO_SIGNAL:
         return (f"HOPELESS: the noise is {fc.noise_to_signal:.1f}× the signal; more rows, fewer features, a "

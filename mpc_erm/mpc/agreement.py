@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 
 import torch
 
@@ -45,7 +46,7 @@ from .crypten_compat import import_crypten
 crypten = import_crypten()
 
 __all__ = ["IntegrityError", "RevealMismatch", "SamplerStall", "SetupMismatch", "agree_on", "check_setup",
-           "member_name", "stall_limit"]
+           "hash_parts", "member_name", "stall_limit", "value_digest"]
 
 _DOMAIN = b"mpc-erm agreement v1"
 _SETUP_WORDS = 4
@@ -80,13 +81,27 @@ def member_name(comm: object, rank: int) -> str:
         return f"rank {rank}"
 
 
-def _digest(parts: list[bytes]) -> torch.Tensor:
-    """SHA-256 of the length-prefixed parts, as 4 int64 words."""
-    h = hashlib.sha256(_DOMAIN)
+def hash_parts(domain: bytes, parts: Sequence[bytes]) -> bytes:
+    """SHA-256 of ``domain`` and the length-prefixed parts (no two part lists hash alike)."""
+    h = hashlib.sha256(domain)
     for p in parts:
         h.update(len(p).to_bytes(8, "little"))
         h.update(p)
-    return torch.frombuffer(bytearray(h.digest()), dtype=torch.long).clone()
+    return h.digest()
+
+
+def _digest(parts: list[bytes]) -> torch.Tensor:
+    """:func:`hash_parts` in this module's domain, as 4 int64 words."""
+    return torch.frombuffer(bytearray(hash_parts(_DOMAIN, parts)), dtype=torch.long).clone()
+
+
+def value_digest(comm: object, what: str, value: torch.Tensor) -> torch.Tensor:
+    """What the parties compare for a value they believe public: its description, dtype, shape and
+    bytes, and the communicator's digest of every value opened before it (its log of openings)."""
+    v = value.detach().to("cpu").contiguous()
+    opened = getattr(comm, "openings_digest", None)
+    return _digest([what.encode(), str(v.dtype).encode(), repr(tuple(v.shape)).encode(), v.numpy().tobytes(),
+                    b"" if opened is None else opened()])
 
 
 def agree_on(comm: object, what: str, value: torch.Tensor) -> None:
@@ -94,10 +109,7 @@ def agree_on(comm: object, what: str, value: torch.Tensor) -> None:
     and bytes) for ``what`` (a description that names the round: it is hashed with the value, so
     parties at different points of their programs disagree too). Every party calls it at the
     same point of its program, before it uses or publishes ``value``."""
-    v = value.detach().to("cpu").contiguous()
-    opened = getattr(comm, "openings_digest", None)  # every value opened before it (the communicator's log)
-    mine = _digest([what.encode(), str(v.dtype).encode(), repr(tuple(v.shape)).encode(), v.numpy().tobytes(),
-                    b"" if opened is None else opened()])
+    mine = value_digest(comm, what, value)
     every = comm.all_gather(mine)  # type: ignore[attr-defined]
     me = comm.get_rank()  # type: ignore[attr-defined]
     groups: dict[bytes, list[str]] = {}  # by the whole digest; a prefix only names it in the message

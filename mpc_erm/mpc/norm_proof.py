@@ -407,7 +407,7 @@ def _residuals(x: np.ndarray, aux: np.ndarray, proof: np.ndarray, rows_key: byte
                first: bool) -> np.ndarray:
     """This share of every identity that must be zero (module docstring), in a fixed order: the
     statement written out. The verifiers compute its θ-combination folded (:func:`check_weights`);
-    this form checks it (and serves a query given by its weights alone)."""
+    the tests check the two against each other."""
     k_bits, lam = spec.proj_bits, spec.projections
     one = int(first)  # public constants ride on share 0 only
     y = F.small_matvec(rows_for(rows_key, spec), x, coeff_max=1)
@@ -443,7 +443,7 @@ class Query:
 
     point: int
     weights: np.ndarray  # θ, one per identity
-    key: bytes = b""  # what it was drawn from (its folded weights are cached by it)
+    key: bytes  # what it was drawn from (its folded weights are cached by it)
 
     @classmethod
     def from_key(cls, key: bytes, spec: NormSpec) -> Query:
@@ -526,10 +526,8 @@ def verifier_share(index: int, x: np.ndarray, aux: np.ndarray, proof: np.ndarray
     the bits']. Linear in the share, so two holders of the same share compute the same vector, and
     the three parts sum to the opened one."""
     first = index == 0
-    if query.key:  # the folded weights, shared by every share checked against these rows and this query
-        c = _folded_check(x, aux, proof, spec, check_weights(keys[0], spec, query.key), first)
-    else:
-        c = F.dot(query.weights, _residuals(x, aux, proof, keys[0], spec, first))
+    # the folded weights, shared by every share checked against these rows and this query
+    c = _folded_check(x, aux, proof, spec, check_weights(keys[0], spec, query.key), first)
     squares, left, right = wires(x, aux, rho(keys[1], spec), spec, first)
     square_proof, bit_proof = _split_proof(proof, spec)
     sq = flp.query_share(squares, squares, square_proof, spec.square_layout, query.point)

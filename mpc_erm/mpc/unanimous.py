@@ -30,7 +30,6 @@ hundreds of milliseconds; a party that withholds its verdict makes the others wa
 
 from __future__ import annotations
 
-import hashlib
 import time
 from concurrent.futures import Future
 
@@ -39,18 +38,18 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from .agreement import IntegrityError, agree_on, member_name
+from .agreement import IntegrityError, agree_on, hash_parts, member_name, value_digest
+from .communicator import TENSOR
 from .transport.endpoint import Endpoint
 from .transport.errors import TransportError
 
-__all__ = ["UnanimityFailed", "UnanimousRelease", "value_digest"]
+__all__ = ["UnanimityFailed", "UnanimousRelease"]
 
 _DOMAIN = b"mpc-erm unanimous release v1"
 _PARTIES = 3
 _KEY, _SIG, _DIGEST = 32, 64, 32
 _VERDICT = _DIGEST + _SIG  # step 1: digest, sender's signature
 _RELAY = 2 + _DIGEST + 2 * _SIG  # step 2: a present flag, the sender's rank, digest, its and the relayer's signatures
-_TENSOR_KIND = 1  # transport_pb2.PAYLOAD_KIND_TENSOR
 
 
 class UnanimityFailed(IntegrityError):
@@ -58,26 +57,12 @@ class UnanimityFailed(IntegrityError):
     parties stop, neither releases."""
 
 
-def value_digest(comm: object, what: str, value: torch.Tensor) -> bytes:
-    """What a verdict names: SHA-256 over the description, the value (dtype, shape, bytes) and the
-    communicator's digest of every value opened before it (as :func:`~.agreement.agree_on`)."""
-    v = value.detach().to("cpu").contiguous()
-    opened = getattr(comm, "openings_digest", None)
-    h = hashlib.sha256(_DOMAIN + b"value")
-    for part in (what.encode(), str(v.dtype).encode(), repr(tuple(v.shape)).encode(), v.numpy().tobytes(),
-                 b"" if opened is None else opened()):
-        h.update(len(part).to_bytes(8, "little"))
-        h.update(part)
-    return h.digest()
-
-
 def _statement(*parts: bytes | int | str) -> bytes:
-    h = hashlib.sha256(_DOMAIN)
-    for p in parts:
-        b = p.to_bytes(8, "little") if isinstance(p, int) else (p.encode() if isinstance(p, str) else p)
-        h.update(len(b).to_bytes(8, "little"))
-        h.update(b)
-    return h.digest()
+    """What a party signs: the parts (ranks as 8 bytes, text as UTF-8) hashed in this module's domain."""
+    def raw(p: bytes | int | str) -> bytes:
+        return p.to_bytes(8, "little") if isinstance(p, int) else p.encode() if isinstance(p, str) else p
+
+    return hash_parts(_DOMAIN, [raw(p) for p in parts])
 
 
 def _valid(key: bytes, signature: bytes, statement: bytes) -> bool:
@@ -126,7 +111,7 @@ class UnanimousRelease:
     @staticmethod
     def _post(ep: Endpoint, dst: int, op: str, payload: bytes, deadline: float) -> Future[None] | None:
         try:
-            return ep.post(dst, op, torch.frombuffer(bytearray(payload), dtype=torch.uint8), kind=_TENSOR_KIND,
+            return ep.post(dst, op, torch.frombuffer(bytearray(payload), dtype=torch.uint8), kind=TENSOR,
                            deadline=deadline)
         except TransportError:
             return None  # a peer that left: the other honest party still hears everything it must
@@ -135,7 +120,7 @@ class UnanimousRelease:
     def _take(ep: Endpoint, src: int, op: str, deadline: float, size: int) -> bytes | None:
         """The next step message from ``src`` by ``deadline``; None when it does not come or is garbled."""
         try:
-            msg = ep.collect(ep.expect(src, op, _TENSOR_KIND), deadline)
+            msg = ep.collect(ep.expect(src, op, TENSOR), deadline)
             data = bytes(ep.tensor_of(msg).numpy().tobytes())
         except TransportError:
             return None
@@ -150,7 +135,7 @@ class UnanimousRelease:
         ep: Endpoint = comm.endpoint  # type: ignore[attr-defined]
         if comm.get_world_size() != _PARTIES:  # type: ignore[attr-defined]
             raise ValueError("a unanimous release runs among exactly 3 compute parties")
-        mine = value_digest(comm, what, value)
+        mine = value_digest(comm, what, value).numpy().tobytes()  # the digest agree_on compares
         step = float(ep.options.deadline_s)
         first, second = ep.deadline(step), ep.deadline(2.0 * step)
         others = [k for k in range(_PARTIES) if k != me]

@@ -21,14 +21,7 @@ import torch
 from mpc_erm.data import Dataset
 from mpc_erm.models import solve_erm
 from mpc_erm.privacy.distributed import NoiseSplit
-from mpc_erm.privacy.noise_floor import (
-    HOPELESS_NOISE_TO_SIGNAL,
-    NoiseFloor,
-    least_rows,
-    noise_floor,
-    noise_std,
-    noise_to_signal,
-)
+from mpc_erm.privacy.noise_floor import HOPELESS_NOISE_TO_SIGNAL, noise_std, noise_to_signal
 from mpc_erm.privacy.plan import PrivacyPlan, plan_job, public_sizes
 from mpc_erm.protocols.aggregation import NoiseSpec
 from mpc_erm.protocols.common import network_rows
@@ -38,9 +31,8 @@ from mpc_erm.runs import FederatedRun, GradientRun, NetworkRun, OutputRun, Revea
 from mpc_erm.simulate.aggregator import InProcessAggregator
 from mpc_erm.spec import JobSpec
 
-__all__ = ["Forecast", "HOPELESS_NOISE_TO_SIGNAL", "REFERENCE_WORDS", "InProcessFederatedJob", "InProcessJob",
-           "InProcessNetworkJob", "NoiseFloor", "Reference", "deal_to_owners", "forecast_job", "least_rows",
-           "noise_floor", "noise_to_signal"]
+__all__ = ["Forecast", "REFERENCE_WORDS", "InProcessFederatedJob", "InProcessJob", "InProcessNetworkJob",
+           "Reference", "deal_to_owners", "forecast_job"]
 
 #: What a forecast's ``nonprivate`` figure is: the objective's exact minimiser on the pooled rows
 #: (linear jobs), or the job's own rounds run without noise (networks, federated jobs).

@@ -210,26 +210,27 @@ class CheckingAggregator(Aggregator):
         return super().aggregate(contributions, weights, noise)
 
 
-def test_deferred_marks_charge_only_the_rounds_whose_checks_passed(parts) -> None:
+def _deferred_run(parts, fail_at: int) -> tuple[Log, RevealGuard]:
+    """A 5-round gradient run whose aggregator marks each round just before it opens, its checks
+    failing at round ``fail_at``."""
     plan, run = _first_party_gradient_run(parts, T=5)
     log = Log()
     guard = _guard(plan, log)
-    agg = CheckingAggregator(log, fail_at=3)
+    agg = CheckingAggregator(log, fail_at=fail_at)
     agg.before_open = guard.defer_marks()
-    with pytest.raises(RuntimeError, match="round 3: a deviation detected"):
+    with pytest.raises(RuntimeError, match=f"round {fail_at}: a deviation detected"):
         run.run(agg, guard)
+    return log, guard
+
+
+def test_deferred_marks_charge_only_the_rounds_whose_checks_passed(parts) -> None:
+    log, _ = _deferred_run(parts, fail_at=3)
     assert _spend(log) == [("checks", 1), ("mark", 1), ("charge", "cancer"), ("reveal", 1), ("release", 1),
                            ("checks", 2), ("mark", 2), ("reveal", 2), ("release", 2), ("checks", 3)]
 
 
 def test_a_deferred_first_round_that_fails_its_checks_charges_nothing(parts) -> None:
-    plan, run = _first_party_gradient_run(parts, T=5)
-    log = Log()
-    guard = _guard(plan, log)
-    agg = CheckingAggregator(log, fail_at=1)
-    agg.before_open = guard.defer_marks()
-    with pytest.raises(RuntimeError):
-        run.run(agg, guard)
+    log, guard = _deferred_run(parts, fail_at=1)
     assert _spend(log) == [("checks", 1)] and not guard.charged
 
 

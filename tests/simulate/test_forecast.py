@@ -257,7 +257,7 @@ def test_the_noise_floor_from_the_job_file_alone_lies_below_every_forecast() -> 
     allow — is at most what the forecast measures on real rows (n̂ = the rows held, as the job
     asserts), for a network, a federated job and a linear output job; a job whose floor is
     hopeless is hopeless in its forecast too."""
-    from mpc_erm.simulate.forecast import least_rows, noise_floor
+    from mpc_erm.privacy.noise_floor import least_rows, noise_floor
 
     parts = _parts(4)  # 70 rows
     cases = [(_spec(eps=1.0, n_hat=70, T=10, q=0.5, lr=1.0), parts, {}, None),
@@ -292,7 +292,7 @@ def test_a_replace_one_jobs_floor_is_the_rows_it_needs(eps: float, hopeless_here
     the floor is ≤ 3 and one row less per party it is > 3; at the real counts (70 rows, uneven)
     the floor has the forecast's σ, lies below its noise/signal, and is hopeless exactly when the
     rows fall short of the total needed (ε = 0.01 needs 234)."""
-    from mpc_erm.simulate.forecast import HOPELESS_NOISE_TO_SIGNAL, least_rows, noise_floor
+    from mpc_erm.privacy.noise_floor import HOPELESS_NOISE_TO_SIGNAL, least_rows, noise_floor
 
     spec = parse_job_file(LINEAR_OUTPUT_JOB.format(eps=eps, adjacency="replace", public_n="")).spec
     assert noise_floor(spec) is None
