@@ -383,8 +383,10 @@ def _reserved_refused_and_released_by_cancel(d: PartyDaemon, s: pb_grpc.PartyCon
 
     d.max_jobs = 1  # one slot, so that b waits queued behind a
     assert submit(s, "a", job_toml("block")).accepted  # runs (and blocks)
-    assert submit(s, "b", job_toml("ok")).accepted  # queued behind it
+    # b only after a holds the slot: submitted at once, b's agreement could end first (on a loaded
+    # machine it did), b would take the slot and succeed, and never be seen queued
     wait_for(lambda: status(s, "a") == "running", what="a running")
+    assert submit(s, "b", job_toml("ok")).accepted  # queued behind it
     wait_for(lambda: status(s, "b") == "queued", what="b agreed")  # prepared until every member prepared it
     a_and_b = charged(d.ledger, ("a", "b"), 1e-3)
     assert a_and_b == pytest.approx(1.016, abs=1e-3) and a_and_b <= 1.1
