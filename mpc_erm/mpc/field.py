@@ -16,6 +16,7 @@ representative in (−p/2, p/2) (:func:`to_signed`).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -127,17 +128,25 @@ def matvec(matrix: Vec, values: Vec) -> Vec:
 
 
 def small_matvec(coeffs: np.ndarray, values: Vec, coeff_max: int | None = None) -> Vec:
-    """coeffs (m × n, small signed integers, best as float64) @ values (n,), in F_p: values split into
-    21-bit limbs, each limb product summed in float64, exact while n·max|coeff|·2^21 < 2^53."""
-    c = np.asarray(coeffs, dtype=np.float64)
+    """coeffs (m × n, small signed integers, as float64 or float32) @ values (n,), in F_p: values
+    split into limbs as wide as the coefficients' float type sums exactly (n·max|coeff|·2^limb
+    below 2^53, or 2^24 in float32), the limbs side by side as one (n × limbs) matrix — the
+    coefficients, often the larger operand, are read once, and float32 ones half as many bytes."""
+    c = coeffs if coeffs.dtype in (np.float32, np.float64) else np.asarray(coeffs, dtype=np.float64)
     top = float(np.abs(c).max(initial=0.0)) if coeff_max is None else float(coeff_max)
-    if c.shape[1] * max(1.0, top) >= 2.0 ** (53 - _LIMB):
-        raise ValueError("small_matvec: coefficients too large for an exact float64 sum")
-    # the three limbs as one (n × 3) matrix: the coefficients, often the larger operand, are read once
-    sums = (c @ np.stack(_limbs(np.asarray(values, dtype=np.uint64)), axis=1)).astype(np.int64)
+    mantissa = 24 if c.dtype == np.float32 else 53
+    width = mantissa - math.ceil(math.log2(c.shape[1] * max(1.0, top) + 1))
+    if width < 1:
+        raise ValueError("small_matvec: coefficients too large for an exact float sum")
+    width = min(width, BITS)
+    count = -(-BITS // width)
+    v = np.asarray(values, dtype=np.uint64)
+    mask = np.uint64((1 << width) - 1)
+    limbs = np.stack([((v >> np.uint64(width * i)) & mask) for i in range(count)], axis=1).astype(c.dtype)
+    sums = (c @ limbs).astype(np.int64)
     out = from_signed(sums[:, 0])
-    for t in (1, 2):
-        out = add(out, mul_pow2(from_signed(sums[:, t]), _LIMB * t))
+    for t in range(1, count):
+        out = add(out, mul_pow2(from_signed(sums[:, t]), width * t))
     return out
 
 

@@ -203,7 +203,7 @@ class NormSpec:
     def square_layout(self) -> flp.Layout:
         """The squares' proof: call g sums the squares of ``square_width`` coordinates, so each
         chunk is ``chunk / square_width`` whole calls."""
-        return flp.Layout(self.chunks * self.chunk, self.square_width)
+        return flp.Layout.of_width(self.chunks * self.chunk, self.square_width)
 
     @cached_property
     def bit_layout(self) -> flp.Layout:
@@ -217,7 +217,7 @@ class NormSpec:
     @property
     def nodes(self) -> int:
         """The query point must exceed this (both proofs' evaluation nodes)."""
-        return 2 * max(self.square_layout.calls, self.bit_layout.calls)
+        return max(self.square_layout.nodes, self.bit_layout.nodes)
 
     @property
     def residuals(self) -> int:
@@ -301,20 +301,21 @@ def rho_key_for(rows_key: bytes, aux_commitments: Sequence[bytes]) -> bytes:
 
 @functools.lru_cache(maxsize=3)  # one per dealer of a round: both shares a party holds use the same rows
 def rows_for(rows_key: bytes, spec: NormSpec) -> np.ndarray:
-    """The projection rows, (λ × d) float64 in {−1, 0, 1}: a transposed view of the (d × λ) signs
+    """The projection rows, (λ × d) float32 in {−1, 0, 1}: a transposed view of the (d × λ) signs
     as drawn (no copy to transpose: the verifiers' Rᵀθ reads them in that order, the prover's R·x
-    through BLAS's transposed product)."""
-    rows = projection_signs(rows_key, spec.dim, spec.projections, np.float64)
+    through BLAS's transposed product). float32: half the bytes to draw and to read, and still
+    exact for Rᵀθ's sums of λ limbs (:func:`~.field.small_matvec` narrows its limbs to fit)."""
+    rows = projection_signs(rows_key, spec.dim, spec.projections, np.float32)
     rows.flags.writeable = False  # cached
     return rows.T
 
 
 @functools.lru_cache(maxsize=3)
 def q_rows_for(rows_key: bytes, spec: NormSpec) -> np.ndarray:
-    """The rows over the chunks' square sums, (λ_q × n_q) float64 in {−1, 0, 1} (a transposed view,
+    """The rows over the chunks' square sums, (λ_q × n_q) float32 in {−1, 0, 1} (a transposed view,
     as :func:`rows_for`)."""
     key = hashlib.sha256(_DOMAIN + b"chunk rows" + rows_key).digest()
-    rows = projection_signs(key, spec.chunks, spec.q_projections, np.float64)
+    rows = projection_signs(key, spec.chunks, spec.q_projections, np.float32)
     rows.flags.writeable = False  # cached
     return rows.T
 
@@ -344,7 +345,7 @@ def aux_vector(x: np.ndarray, spec: NormSpec, rows_key: bytes) -> np.ndarray:
     """The honest auxiliary vector for integer x (int64): α (and α'), γ, s (module docstring)."""
     top = int(np.abs(x).max(initial=0))
     if spec.dim * spec.bound < 1 << 53 and top <= spec.bound:  # exact in float64
-        y = (rows_for(rows_key, spec) @ x.astype(np.float64)).astype(np.int64)
+        y = (rows_for(rows_key, spec).astype(np.float64) @ x.astype(np.float64)).astype(np.int64)
     else:
         y = rows_for(rows_key, spec).astype(np.int64) @ x
     if (np.abs(y) > spec.tau).any():  # an honest vector: probability ≤ 2^-80 per row
@@ -439,7 +440,10 @@ def _residuals(x: np.ndarray, aux: np.ndarray, proof: np.ndarray, rows_key: byte
 
 @dataclass(frozen=True)
 class Query:
-    """The compute parties' challenge, drawn from their own coins after every share is fixed."""
+    """The compute parties' challenge, drawn from their own coins after every share is fixed. One
+    key may serve every contributor of a round: its point does not depend on the statement, so
+    the Lagrange coefficients at it are computed once for all (each contributor's proof was fixed
+    before the coins, which is all its soundness needs)."""
 
     point: int
     weights: np.ndarray  # θ, one per identity
@@ -447,11 +451,18 @@ class Query:
 
     @classmethod
     def from_key(cls, key: bytes, spec: NormSpec) -> Query:
-        words = F.from_words(KeyedMasks().words(key, 1, spec.residuals + 8).numpy().copy())
-        point = next(int(w) for w in words[spec.residuals:] if int(w) > spec.nodes)  # fails with prob. ≈ 2^-480
-        weights = words[: spec.residuals]
+        if spec.nodes >= _POINT_FLOOR:
+            raise NormProofError(f"a proof of {spec.nodes} nodes is beyond the query's range")
+        words = F.from_words(KeyedMasks().words(key, 2, 8).numpy().copy())
+        point = next(int(w) for w in words if int(w) > _POINT_FLOOR)  # fails with prob. ≈ 2^-168
+        weights = F.from_words(KeyedMasks().words(key, 1, spec.residuals).numpy().copy())
         weights.flags.writeable = False
         return cls(point, weights, key)
+
+
+#: The query point is drawn above this (every proof's nodes are far below it): uniform over
+#: (2^40, p), so a wrong proof polynomial of degree 2g vanishes there with probability ≤ 2g/(p − 2^40).
+_POINT_FLOOR = 1 << 40
 
 
 @dataclass(frozen=True)

@@ -336,7 +336,7 @@ class VerifiedAggregator:
         for dealer in range(_PARTIES):
             spec = specs[dealer]
             keys = N.keys_for(self._context(t, dealer), *hashes[dealer])
-            query = N.Query.from_key(hashlib.sha256(query_key + bytes([dealer])).digest(), spec)
+            query = N.Query.from_key(query_key, spec)  # one point for every dealer: one set of Lagrange coefficients
             for s in shares_of(self.rank):
                 x, aux, proof = self._parts(held[dealer][s], spec)
                 parts[s].append(N.verifier_share(s, x, aux, proof, spec, keys, query))

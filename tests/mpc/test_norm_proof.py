@@ -45,6 +45,13 @@ def test_field_operations_agree_with_python_integers() -> None:
     signs = rng.integers(-1, 2, (4, 3000))
     assert _ints(F.small_matvec(signs, a)) == [sum(s * x for s, x in zip(_ints(row), _ints(a), strict=True)) % P
                                                for row in signs]
+    # float32 coefficients take narrower limbs; the worst case, every coefficient ±1 on p − 1, stays exact
+    for vec in (a, full):
+        for cs in (signs, np.ones((2, 3000)), -np.ones((2, 3000)), signs[:, :100]):
+            want = [sum(int(s) * x for s, x in zip(row, _ints(vec), strict=False)) % P for row in cs]
+            assert _ints(F.small_matvec(cs.astype(np.float32), vec[: cs.shape[1]], coeff_max=1)) == want
+    with pytest.raises(ValueError, match="too large"):
+        F.small_matvec(np.ones((1, 1 << 24), dtype=np.float32), np.zeros(1 << 24, dtype=np.uint64), coeff_max=1)
     ints = [-5, 0, 7, -(1 << 40), 1 << 59]
     assert _ints(F.to_signed(F.from_signed(np.array(ints)))) == ints
 
@@ -70,23 +77,41 @@ def _opened(left: np.ndarray, right: np.ndarray, proof: np.ndarray, layout: flp.
     return flp.Openings.from_vector(total, layout)
 
 
-def test_the_linear_proof_accepts_true_products_and_refuses_any_altered_proof_element() -> None:
+@pytest.mark.parametrize("layout", [flp.Layout.balanced(400), flp.Layout.of_width(3000, 5)],
+                         ids=["one piece", "pieces"])
+def test_the_linear_proof_accepts_true_products_and_refuses_any_altered_proof_element(layout: flp.Layout) -> None:
     rng = np.random.default_rng(3)
-    layout = flp.Layout.balanced(400)
-    left = rng.integers(0, P, 400, dtype=np.uint64)
-    right = rng.integers(0, P, 400, dtype=np.uint64)
-    proof = flp.prove(left, right, layout)
-    assert len(proof) == layout.proof_length
-    truth = F.sum_along(F.mul(layout.grid(left), layout.grid(right)), axis=1)
-    assert _ints(layout.outputs(proof)) == _ints(truth)
-    r = secrets.randbelow(P - 10_000) + 10_000
-    assert flp.accept(_opened(left, right, proof, layout, r))
-    for at in rng.choice(np.arange(2 * layout.width, layout.proof_length), 12, replace=False):
-        bad = proof.copy()
-        bad[at] = F.add(bad[at:at + 1], np.array([1 + secrets.randbelow(P - 1)], dtype=np.uint64))[0]
-        assert not flp.accept(_opened(left, right, bad, layout, r)), f"proof element {at} altered and accepted"
+    n = layout.slots
+    left = rng.integers(0, P, n, dtype=np.uint64)
+    right = rng.integers(0, P, n, dtype=np.uint64)
+    for wires in ((left, right), (left, left)):  # products, and squares (their own extension path)
+        proof = flp.prove(*wires, layout)
+        assert len(proof) == layout.proof_length
+        truth = F.sum_along(F.mul(layout.grid(wires[0]), layout.grid(wires[1])).reshape(-1, layout.width), axis=1)
+        assert _ints(layout.outputs(proof)) == _ints(truth[: layout.calls])
+        r = secrets.randbelow(P - 10_000) + 10_000
+        assert flp.accept(_opened(*wires, proof, layout, r))
+        for at in rng.choice(np.arange(layout.proof_length), 12, replace=False):  # seeds, outputs, Π(r) alike
+            bad = proof.copy()
+            bad[at] = F.add(bad[at:at + 1], np.array([1 + secrets.randbelow(P - 1)], dtype=np.uint64))[0]
+            assert not flp.accept(_opened(*wires, bad, layout, r)), f"proof element {at} altered and accepted"
     with pytest.raises(ValueError, match="nodes"):
         flp.query_share(left, right, proof, layout, 3)
+
+
+def test_a_wide_layout_splits_its_calls_into_pieces_without_an_empty_one() -> None:
+    """The squares at d = 26,010 (c = 36, 723 calls): pieces of about 128 calls, every piece holding
+    real calls, every output claimed once; a layout that leaves G ≤ max(c, 128) is one proof."""
+    wide = flp.Layout.of_width(26_028, 36)
+    assert wide.calls == 723 and wide.pieces == 6 and wide.piece_calls == 121
+    assert wide.nodes == 242 and wide.opened == 6 * 73
+    for slots, width in [(26_028, 36), (1000, 3), (129 * 7, 7), (128 * 7, 7), (50, 10), (10_000, 1)]:
+        lay = flp.Layout.of_width(slots, width)
+        assert (lay.pieces - 1) * lay.piece_calls < lay.calls <= lay.pieces * lay.piece_calls
+        assert lay.piece_calls <= max(width, flp.MIN_PIECE_CALLS)
+    assert flp.Layout.of_width(128 * 7, 7).pieces == 1
+    with pytest.raises(ValueError, match="empty piece"):
+        flp.Layout(20, 1, pieces=11)  # ⌈20/11⌉ = 2 calls a piece: the eleventh would be empty
 
 
 def test_an_honest_proof_opens_fresh_uniform_values_each_time() -> None:
