@@ -112,15 +112,18 @@ class Layout:
         return self.pieces * (2 * self.width + 1)
 
     def grid(self, wires: np.ndarray) -> np.ndarray:
-        """Slots (L,) → (pieces, g, c), the padding slots zero."""
-        out = np.zeros(self.pieces * self.piece_calls * self.width, dtype=np.uint64)
-        out[: self.slots] = wires
-        return out.reshape(self.pieces, self.piece_calls, self.width)
+        """Slots (..., L) → (..., pieces, g, c), the padding slots zero (leading axes: a batch)."""
+        lead = wires.shape[:-1]
+        out = np.zeros((*lead, self.pieces * self.piece_calls * self.width), dtype=np.uint64)
+        out[..., : self.slots] = wires
+        return out.reshape(*lead, self.pieces, self.piece_calls, self.width)
 
     def outputs(self, proof: np.ndarray) -> np.ndarray:
-        """The claimed gadget outputs Π(1..g) of every piece, G in all (shares, if ``proof`` is a share)."""
-        c, g = self.width, self.piece_calls
-        return proof.reshape(self.pieces, self.piece_length)[:, 2 * c + 1: 2 * c + 1 + g].reshape(-1)[: self.calls]
+        """The claimed gadget outputs Π(1..g) of every piece, G in all (shares, if ``proof`` is a
+        share; leading axes: a batch of proofs)."""
+        c, g, lead = self.width, self.piece_calls, proof.shape[:-1]
+        pieces = proof.reshape(*lead, self.pieces, self.piece_length)[..., 2 * c + 1: 2 * c + 1 + g]
+        return pieces.reshape(*lead, -1)[..., : self.calls]
 
 
 def prove(left: np.ndarray, right: np.ndarray, layout: Layout, seeds: np.ndarray | None = None) -> np.ndarray:
@@ -155,14 +158,16 @@ def _extend(ext: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Openings:
-    """A party's shares of what the verifiers open for one proof, by piece."""
+    """A party's shares of what the verifiers open for one proof, by piece (leading axes: a batch
+    of proofs)."""
 
-    a: np.ndarray  # A_j(r), (pieces, c)
-    b: np.ndarray  # B_j(r), (pieces, c)
-    pi: np.ndarray  # Π(r), (pieces,)
+    a: np.ndarray  # A_j(r), (..., pieces, c)
+    b: np.ndarray  # B_j(r), (..., pieces, c)
+    pi: np.ndarray  # Π(r), (..., pieces)
 
     def vector(self) -> np.ndarray:
-        return np.concatenate([self.a, self.b, self.pi[:, None]], axis=1).reshape(-1).astype(np.uint64)
+        lead = self.pi.shape[:-1]
+        return np.concatenate([self.a, self.b, self.pi[..., None]], axis=-1).reshape(*lead, -1).astype(np.uint64)
 
     @classmethod
     def from_vector(cls, v: np.ndarray, layout: Layout) -> Openings:
@@ -178,22 +183,25 @@ def check_point(r: int, layout: Layout) -> None:
 
 def query_share(left: np.ndarray, right: np.ndarray, proof: np.ndarray, layout: Layout, r: int) -> Openings:
     """This party's shares of A(r), B(r), Π(r) of every piece, from its shares of the wires and of
-    the proof: all linear, so the shares of the parties sum to the values."""
+    the proof: all linear, so the shares of the parties sum to the values. Leading axes are a
+    batch (many contributors' shares checked at one point in a few products)."""
     check_point(r, layout)
     c, g, k = layout.width, layout.piece_calls, layout.pieces
+    lead = proof.shape[:-1]
     lam = F.lagrange_at(g + 1, r)  # the same for every piece: each has the nodes 0..g
-    pieces = proof.reshape(k, layout.piece_length)
-    seeds = pieces[:, : 2 * c]
+    pieces = proof.reshape(*lead, k, layout.piece_length)
+    seeds = pieces[..., : 2 * c]
 
-    def at_r(wires: np.ndarray) -> np.ndarray:  # (k, g, c) wires → their part of (k, c) values at r
-        flat = np.ascontiguousarray(wires.transpose(0, 2, 1).reshape(k * c, g))
-        return F.matvec(flat, lam[1:]).reshape(k, c)
+    def at_r(wires: np.ndarray) -> np.ndarray:  # (..., L) wires → their part of the (..., k, c) values at r
+        flat = np.ascontiguousarray(np.swapaxes(layout.grid(wires), -1, -2)).reshape(-1, g)
+        return F.matvec(flat, lam[1:]).reshape(*lead, k, c)
 
-    left_part = at_r(layout.grid(left))
-    right_part = left_part if right is left else at_r(layout.grid(right))  # squares: the wires' part once
-    a = F.add(left_part, F.mul(seeds[:, :c], lam[0]))
-    b = F.add(right_part, F.mul(seeds[:, c:], lam[0]))
-    pi = F.matvec(np.ascontiguousarray(pieces[:, 2 * c:]), F.lagrange_at(2 * g + 1, r))
+    left_part = at_r(left)
+    right_part = left_part if right is left else at_r(right)  # squares: the wires' part once
+    a = F.add(left_part, F.mul(seeds[..., :c], lam[0]))
+    b = F.add(right_part, F.mul(seeds[..., c:], lam[0]))
+    values = np.ascontiguousarray(pieces[..., 2 * c:]).reshape(-1, 2 * g + 1)
+    pi = F.matvec(values, F.lagrange_at(2 * g + 1, r)).reshape(*lead, k)
     return Openings(a, b, pi)
 
 

@@ -58,7 +58,7 @@ __all__ = ["NORM_PROJECTIONS", "NormProofError", "NormSpec", "Query", "Submissio
            "SALT_BYTES", "CheckWeights", "DealtInput", "check_weights", "deal_input", "keys_for", "prove_dealt",
            "rho_key_for", "seeded_share",
            "aux_vector", "chunk_squares", "prove_norm", "prove_wires", "q_rows_for", "rho", "rows_for", "split",
-           "verifier_share", "wires"]
+           "verifier_share", "verifier_shares", "wires"]
 
 #: λ: rows keyed by a hash, so the bound is 2^-λ per hash a prover tries (2^-60 after 2^40 tries).
 NORM_PROJECTIONS = 100
@@ -370,17 +370,18 @@ def aux_vector(x: np.ndarray, spec: NormSpec, rows_key: bytes) -> np.ndarray:
 
 
 def square_wires(x: np.ndarray, spec: NormSpec) -> np.ndarray:
-    """The squares' slots from a share of x: x, zero-padded (each slot's product is x_i·x_i)."""
-    out = np.zeros(spec.square_layout.slots, dtype=np.uint64)
-    out[: spec.dim] = x
+    """The squares' slots from a share of x (..., d): x, zero-padded (each slot's product is x_i·x_i)."""
+    out = np.zeros((*x.shape[:-1], spec.square_layout.slots), dtype=np.uint64)
+    out[..., : spec.dim] = x
     return out
 
 
 def bit_wires(aux: np.ndarray, weights: np.ndarray, spec: NormSpec, first: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(left, right) bit-check slots from a share of aux: ρ·b and b − 1, twice (linear; ``first``:
-    the share that carries public constants)."""
-    minus = F.sub(aux, np.full(aux.size, int(first), dtype=np.uint64))
-    return np.concatenate([F.mul(weights[0], aux), F.mul(weights[1], aux)]), np.concatenate([minus, minus])
+    """(left, right) bit-check slots from a share of aux (..., bits) and its weights (..., 2, bits):
+    ρ·b and b − 1, twice (linear; ``first``: the share that carries public constants)."""
+    minus = F.sub(aux, np.full(aux.shape[-1], int(first), dtype=np.uint64))
+    left = np.concatenate([F.mul(weights[..., 0, :], aux), F.mul(weights[..., 1, :], aux)], axis=-1)
+    return left, np.concatenate([minus, minus], axis=-1)
 
 
 def wires(x: np.ndarray, aux: np.ndarray, weights: np.ndarray, spec: NormSpec,
@@ -391,7 +392,7 @@ def wires(x: np.ndarray, aux: np.ndarray, weights: np.ndarray, spec: NormSpec,
 
 def _split_proof(proof: np.ndarray, spec: NormSpec) -> tuple[np.ndarray, np.ndarray]:
     n = spec.square_layout.proof_length
-    return proof[:n], proof[n:]
+    return proof[..., :n], proof[..., n:]
 
 
 def prove_wires(squares: np.ndarray, left: np.ndarray, right: np.ndarray, spec: NormSpec) -> np.ndarray:
@@ -520,15 +521,17 @@ def check_weights(rows_key: bytes, spec: NormSpec, query_key: bytes) -> CheckWei
 
 
 def _folded_check(x: np.ndarray, aux: np.ndarray, proof: np.ndarray, spec: NormSpec, weights: CheckWeights,
-                  first: bool) -> np.uint64:
-    """This share of C from the folded weights (the same number as θ·:func:`_residuals`)."""
+                  first: bool) -> np.ndarray:
+    """This share of C from the folded weights (the same number as θ·:func:`_residuals`), for a
+    batch of shares (n, ·) → (n,)."""
     square_proof, bit_proof = _split_proof(proof, spec)
-    outputs = spec.square_layout.outputs(square_proof).reshape(spec.chunks, spec.chunk // spec.square_width)
-    sums = F.sum_along(outputs, axis=1)  # S_k, this share
-    terms = np.array([F.dot(weights.x, x), F.dot(weights.aux, aux), F.dot(weights.sums, sums),
-                      F.dot(weights.bits, spec.bit_layout.outputs(bit_proof)),
-                      weights.const if first else np.uint64(0)], dtype=np.uint64)
-    return F.sum_along(terms, axis=0)[()]
+    n = x.shape[0]
+    outputs = spec.square_layout.outputs(square_proof).reshape(n, spec.chunks, spec.chunk // spec.square_width)
+    sums = F.sum_along(outputs, axis=2)  # S_k, this share, (n, chunks)
+    pairs = ((x, weights.x), (aux, weights.aux), (sums, weights.sums),
+             (spec.bit_layout.outputs(bit_proof), weights.bits))
+    terms = [F.sum_along(F.mul(part, w), axis=1) for part, w in pairs]
+    return F.sum_along(np.stack([*terms, np.full(n, weights.const if first else 0, dtype=np.uint64)]), axis=0)
 
 
 def verifier_share(index: int, x: np.ndarray, aux: np.ndarray, proof: np.ndarray, spec: NormSpec,
@@ -536,14 +539,24 @@ def verifier_share(index: int, x: np.ndarray, aux: np.ndarray, proof: np.ndarray
     """One share's part of what is opened: [C, then A(r), B(r), Π(r) of the squares' proof and of
     the bits']. Linear in the share, so two holders of the same share compute the same vector, and
     the three parts sum to the opened one."""
+    return verifier_shares(index, x[None], aux[None], proof[None], spec, keys[0], rho(keys[1], spec)[None], query)[0]
+
+
+def verifier_shares(index: int, x: np.ndarray, aux: np.ndarray, proof: np.ndarray, spec: NormSpec,
+                    rows_key: bytes, weights: np.ndarray, query: Query) -> np.ndarray:
+    """:func:`verifier_share` for n contributors' share ``index`` at once, against one set of rows
+    and one query: x (n, d), aux (n, bits), proof (n, ·), their bit checks' ρ (n, 2, bits) →
+    (n, opened). The work is a few products over the stacked shares, not a few dozen small ones
+    per contributor (what makes checking many data owners' proofs cost about what adding their
+    shares does)."""
     first = index == 0
     # the folded weights, shared by every share checked against these rows and this query
-    c = _folded_check(x, aux, proof, spec, check_weights(keys[0], spec, query.key), first)
-    squares, left, right = wires(x, aux, rho(keys[1], spec), spec, first)
+    c = _folded_check(x, aux, proof, spec, check_weights(rows_key, spec, query.key), first)
+    squares, left, right = wires(x, aux, weights, spec, first)
     square_proof, bit_proof = _split_proof(proof, spec)
-    sq = flp.query_share(squares, squares, square_proof, spec.square_layout, query.point)
-    bits = flp.query_share(left, right, bit_proof, spec.bit_layout, query.point)
-    return np.concatenate([[np.uint64(c)], sq.vector(), bits.vector()]).astype(np.uint64)
+    sq = flp.query_share(squares, squares, np.ascontiguousarray(square_proof), spec.square_layout, query.point)
+    bits = flp.query_share(left, right, np.ascontiguousarray(bit_proof), spec.bit_layout, query.point)
+    return np.concatenate([c[:, None], sq.vector(), bits.vector()], axis=1).astype(np.uint64)
 
 
 def accept(opened: np.ndarray, spec: NormSpec) -> bool:

@@ -408,6 +408,32 @@ def test_with_rows_drawn_by_the_verifiers_after_the_shares_an_honest_contributor
         assert not _verify_rows(liar, rows_key), trial
 
 
+def test_a_batch_of_contributors_is_checked_as_each_one_alone() -> None:
+    """verifier_shares over stacked shares (one set of rows, one query, each contributor its own ρ)
+    gives every contributor the vector verifier_share gives it alone; the honest ones pass, a
+    liar among them fails, and only it."""
+    from tests.mpc.forgery import forge
+
+    rng = np.random.default_rng(5)
+    rows_key = secrets.token_bytes(32)
+    subs = []
+    for _ in range(5):
+        x = _vector(rng, 0.9)
+        subs.append(N.prove_dealt(N.deal_input(x, SPEC), x, SPEC, rows_key))
+    subs.insert(2, forge(_vector(rng, 4.0), SPEC, CONTEXT, rows_key=rows_key))
+    keys = [(rows_key, N.rho_key_for(rows_key, sub.commitments()[1])) for sub in subs]
+    rho = np.stack([N.rho(k[1], SPEC) for k in keys])
+    query = N.Query.from_key(secrets.token_bytes(32), SPEC)
+    batch = {s: N.verifier_shares(s, np.stack([u.x[s] for u in subs]), np.stack([u.aux[s] for u in subs]),
+                                  np.stack([u.proof[s] for u in subs]), SPEC, rows_key, rho, query) for s in range(3)}
+    for i, (sub, k) in enumerate(zip(subs, keys, strict=True)):
+        for s in range(3):
+            alone = N.verifier_share(s, sub.x[s], sub.aux[s], sub.proof[s], SPEC, k, query)
+            assert np.array_equal(batch[s][i], alone), (i, s)
+        opened = F.add(F.add(batch[0][i], batch[1][i]), batch[2][i])
+        assert N.accept(opened, SPEC) == (i != 2), i
+
+
 def _verify_rows(sub: N.Submission, rows_key: bytes) -> bool:
     keys = (rows_key, N.rho_key_for(rows_key, sub.commitments()[1]))
     query = N.Query.from_key(secrets.token_bytes(32), SPEC)
