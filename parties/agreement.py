@@ -44,6 +44,11 @@ start at some members and X be refused by them — both would fail. Waiting only
 smaller id to a larger one, so waits form no cycle; and every prepared job is decided within
 ``peer_timeout_s``, so every wait ends: no deadlock.
 
+A member whose worker pool still warms (the daemon takes jobs within seconds of its start, and
+its fork server imports torch behind it) answers ``preparing`` for its prepared jobs, and as the
+decider decides nothing, until the pool is warm: an agreed job's workers then start at once at
+every member. A member whose pool cannot start ends its prepared jobs (``PEER_FAILED``).
+
 ``GetAdmission`` answers a job's members only (a party or dealer that is not one, or asks about a
 job this member never heard of, gets ``unknown``); its reasons are public (codes and wording of
 :mod:`parties.public_errors`, job-file fields, member names, the data set id; never a value).
@@ -104,8 +109,11 @@ class Agreement:
 
     def __init__(self, *, config: DaemonConfig, identity: Identity, store: JobStore, log: DaemonLog,
                  stopping: threading.Event, agreed: Callable[[str, str], None],
-                 abort: Callable[[str, str], None]) -> None:
+                 abort: Callable[[str, str], None], pool: Callable[[], str] = lambda: "") -> None:
+        """``pool``: "" once this daemon's worker pool can start an agreed job's worker at once,
+        ``"warming"`` before, else the public reason it will start none (it ends its prepared jobs)."""
         self.name = config.identity.name
+        self._pool = pool
         self.peers = config.peers
         self.deadline_s = float(config.peer_timeout_s)
         self.identity = identity
@@ -191,8 +199,9 @@ class Agreement:
             if digest and digest != rec.digest:
                 return "refused", (f"AGREEMENT: refused by {self.name}: {self.name} holds another job under this id "
                                    f"(spec digest {rec.digest[:12]}…, not {digest[:12]}…)")
-            if rec.status == "prepared":
-                return "prepared", ""
+            if rec.status == "prepared":  # prepared here, but not while the pool warms: no worker could start
+                pool = self._pool()
+                return ("preparing", "") if pool == "warming" else ("refused", pool) if pool else ("prepared", "")
             if rec.status in ("queued", "running", "succeeded"):
                 return "agreed", ""
             if remembered is not None:
@@ -238,6 +247,10 @@ class Agreement:
                 cur = self.store.get(rec.id)
                 if cur is None or cur.status != "prepared":
                     return  # cancelled meanwhile: the daemon settled it
+                pool = self._pool()
+                if pool not in ("", "warming"):  # the worker pool failed: this member will run nothing
+                    self._end(rec, pool)
+                    return
                 answers = self._ask(stubs, request)
                 now = time.monotonic()
                 pending: list[str] = []
@@ -259,6 +272,8 @@ class Agreement:
                     if state == "prepared":  # the decider has not decided yet; it keeps the deadline
                         heard = now
                     pending.append(f"{m}: {state}" + (f" ({reason})" if reason else ""))
+                if pool == "warming" and me == lead:  # the decider decides once its own pool is warm
+                    pending.append(f"{me}: preparing (its worker pool warms)")
                 if not pending:
                     how = ("every member prepared it" if me == lead
                            else f"{lead} saw every member prepare it")

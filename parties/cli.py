@@ -12,8 +12,10 @@ listens and takes jobs (``{"event": "listening", "port": …}``), so a script ca
 0) over mutual TLS with the daemon's own identity, pinning the server to that identity, and calls
 ``Health`` with a short deadline. It prints one JSON line and exits 0 if the daemon answered as
 itself and takes jobs, else 1 with one ``error:`` line (never 2, which Docker reserves in health
-checks): a daemon still at its start-up work (its worker pool importing torch, …) answers
-``starting``, and the JSON line says what it waits for (``"status": "starting"``).
+checks): a daemon still at its start-up work (importing the job-file parser) answers
+``starting``, and the JSON line says what it waits for (``"status": "starting"``). A daemon takes
+jobs within seconds while its worker pool (torch and the job code) warms behind it: the ok line
+then says ``"warming": …``, and a job taken meanwhile starts once every member's pool is warm.
 """
 
 from __future__ import annotations
@@ -58,8 +60,8 @@ def _serve(config: object, worker_module: str) -> None:
         daemon.start(wait_ready=False)
     except OSError as exc:  # the listen address, a data file, the state directory: one line naming it
         raise ValueError(os_error_line(exc)) from None
-    try:  # its start-up work (Health answers "starting" meanwhile); a signal still stops it
-        while not daemon.wait_ready(0.5):
+    try:  # its start-up work until it takes jobs (Health answers "starting" meanwhile); a signal still stops it
+        while not daemon.wait_taking(0.5):
             if stop.is_set():
                 daemon.stop()
                 return
@@ -170,6 +172,8 @@ def _health(config_path: Path, role: str, address: str | None, timeout_s: float)
     if reply.starting:  # answering, but not yet taking jobs: not healthy
         click.echo(json.dumps({**state, "waiting_for": reply.starting}))
         fail(f"{role} {name} at {target} is starting: it takes no job yet (waiting for {reply.starting})")
+    if reply.warming:  # healthy: a job is taken, and its workers start once this is warm at every member
+        state["warming"] = reply.warming
     click.echo(json.dumps(state))
 
 

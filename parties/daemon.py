@@ -200,7 +200,8 @@ class PartyDaemon:
         self.callers: CallerPolicy | None = None  # who may call this daemon's servers (parties.callers)
         self.started_at = 0.0
         # start-up work after the server starts (Health answers meanwhile, with what it waits for)
-        self._ready = threading.Event()  # jobs are taken
+        self._taking = threading.Event()  # submissions are taken (the control plane is up)
+        self._ready = threading.Event()  # the worker pool is warm: agreed jobs start at once
         self._warmed = threading.Event()  # the warm-up ended, ready or not
         self._starting = _PARSER_PHASE
         self._start_failure: str | None = None
@@ -222,11 +223,38 @@ class PartyDaemon:
     def starting(self) -> str:
         """What the daemon still does before it takes jobs ("" once it does): Health's ``starting``,
         and SubmitJob's refusal until then."""
-        return "" if self._ready.is_set() else self._starting
+        return "" if self._taking.is_set() else self._starting
 
-    def wait_ready(self, timeout: float | None = None) -> bool:
+    @property
+    def warming(self) -> str:
+        """What warms behind a daemon that takes jobs ("" once nothing does): Health's ``warming``.
+        A job taken meanwhile is agreed only once this is empty at every member (this daemon
+        answers ``preparing`` until then), so no member's worker starts before another's can."""
+        return "" if self._ready.is_set() or not self._taking.is_set() else _POOL_PHASE
+
+    def pool_state(self) -> str:
+        """For the admission agreement: "" once agreed jobs can start here, ``"warming"`` before,
+        else the public reason this daemon will run no job."""
+        if self._ready.is_set():
+            return ""
+        return f"PEER_FAILED: {self.name} cannot start job workers" if self._start_failure else "warming"
+
+    def wait_taking(self, timeout: float | None = None) -> bool:
         """Wait until the daemon takes jobs (True) or ``timeout`` passes (False); OSError (one
         line) when its start-up work failed: it will never take one."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._taking.is_set() and not self._warmed.is_set():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            self._warmed.wait(0.05 if left is None else min(0.05, left))
+        if self._start_failure is not None:
+            raise OSError(self._start_failure)
+        return self._taking.is_set()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Wait until the daemon takes jobs and its worker pool is warm (True) or ``timeout``
+        passes (False); OSError (one line) when its start-up work failed: it will never take one."""
         self._warmed.wait(timeout)
         if self._start_failure is not None:
             raise OSError(self._start_failure)
@@ -275,6 +303,7 @@ class PartyDaemon:
         rendezvous = Rendezvous(config=cfg, identity=self.identity, store=self.store, slots=self.supervisor,
                                 stopping=self._stopping, log=self.log)
         self.agreement = Agreement(config=cfg, identity=self.identity, store=self.store, log=self.log,
+                                   pool=self.pool_state,
                                    stopping=self._stopping, agreed=self._agreed, abort=self._abort)
         self._authorizer = self.callers.authorizer(control_policy(cfg), "control",
                                                    field_limits={"*": 1024, "job_toml": MAX_JOB_TOML_BYTES})
@@ -309,29 +338,41 @@ class PartyDaemon:
         return port
 
     def _warm_up(self) -> None:
-        """The start-up work that follows the server's start; jobs are taken once it is done.
+        """The start-up work that follows the server's start, in two steps.
 
-        Why not take jobs at once: the worker pool's fork server imports torch and the job code
-        before it can fork a worker (tens of seconds on a cold disk), and the first SubmitJob would
-        import the job-file parser in this process; a job submitted meanwhile would stall in its
-        worker's start while its peers' workers wait on it. Health says ``starting`` (and what
-        for) until then, so a probe that says ok means a submission is taken."""
+        1. The job-file parser (SubmitJob parses every job with it; no torch): jobs are taken
+           from then on, and Health says ok, within a couple of seconds of the start.
+        2. The worker pool: its fork server imports torch and the job code before it can fork a
+           worker (seconds here, tens of seconds on a cold disk). It warms behind the control
+           plane, and Health says what warms. A job taken meanwhile waits in the admission
+           agreement: this daemon answers ``preparing`` and decides nothing until the pool is
+           warm, so no member's worker starts and waits on a peer whose pool is still cold.
+
+        If the pool cannot start, jobs are refused from then on and those waiting end at once."""
         t0 = time.monotonic()
         try:  # self._starting is _PARSER_PHASE from the start
             import mpc_erm.jobs.jobfile  # noqa: F401  (SubmitJob parses every job with it)
 
             self._starting = _POOL_PHASE
+            if not self._stopping.is_set():
+                self._taking.set()
+                self.log.info(f"taking jobs ({time.monotonic() - t0:.1f} s of start-up work); the worker pool "
+                              "warms behind", phase="ready")
             self.supervisor.warm_up()
         except Exception as exc:
             self._start_failure = f"{self.role} daemon {self.name} cannot start job workers: {one_line(exc)}"
             self._starting = f"nothing more: it cannot start job workers ({one_line(exc)}); see its log"
+            self._taking.clear()
             self.log.error(self._start_failure, phase="start")
         else:
             if not self._stopping.is_set():
                 self._ready.set()
-                self.log.info(f"ready: taking jobs ({time.monotonic() - t0:.1f} s of start-up work)", phase="ready")
+                self.log.info(f"ready: the worker pool is warm ({time.monotonic() - t0:.1f} s of start-up work)",
+                              phase="ready")
         finally:
             self._warmed.set()
+            if self.agreement is not None:
+                self.agreement.notify()  # the jobs waiting on the pool decide now
 
     def reload_crl(self) -> bool:
         """Re-read ``identity.crl`` now (``mpc-erm party serve`` calls this on SIGHUP; without it a
@@ -419,7 +460,7 @@ class PartyDaemon:
             refused = check_caller(self.config, caller)
             if refused is not None:
                 raise refused
-            if not self._ready.is_set():  # the job's other members hear it too, and end the job at once
+            if not self._taking.is_set():  # the job's other members hear it too, and end the job at once
                 waiting = self.starting
                 raise Refused(grpc.StatusCode.UNAVAILABLE, f"{self.name} is starting (waiting for {waiting}); "
                               "submit again once its health check says ok",

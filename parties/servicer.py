@@ -217,4 +217,4 @@ class Servicer(pb_grpc.PartyControlServicer):
         queued = len(self.d.store.list(statuses=("queued",)))
         return pb.HealthReply(name=self.d.name, role=self.d.role, version=v,
                               uptime_s=time.time() - self.d.started_at, queued=queued, running=running,
-                              starting=self.d.starting)
+                              starting=self.d.starting, warming=self.d.warming)

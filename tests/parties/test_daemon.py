@@ -22,6 +22,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -741,6 +742,41 @@ def test_real_worker_output_job_through_daemons(tmp_path: Path, pki_dir: Path) -
     finally:
         for d in daemons:
             d.stop()
+
+
+def test_a_job_taken_while_the_pool_warms_ends_at_once_when_the_pool_cannot_start(
+        tmp_path: Path, pki_dir: Path, stand_ins: dict[str, tuple[str, str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon takes jobs before its worker pool is warm; a pool that then fails to start
+    ends the jobs it took (their budget released) and refuses the next, rather than holding
+    them prepared until the members' peer timeout."""
+    from parties import supervision
+
+    gate = threading.Event()
+
+    def broken(self: Any, timeout_s: float = 0.0) -> None:
+        gate.wait(30)
+        raise RuntimeError("the fork server could not start a process: unexpected EOF")
+
+    monkeypatch.setattr(supervision.Supervisor, "warm_up", broken)
+    cfg = load_party_config(write_config(tmp_path, pki_dir, "alice", peers=stand_ins))
+    d = PartyDaemon(cfg, worker_module=FAKE, log_to_stderr=False)
+    try:
+        s = stub(pki_dir, d.start(wait_ready=False))
+        assert d.wait_taking(30) and d.warming.startswith("the worker pool")
+        assert submit(s, "w1", job_toml("ok")).accepted
+        time.sleep(1.0)  # bob and carol agreed long ago: alice holds it for her pool
+        assert status(s, "w1") == "prepared" and d.ledger.get("w1").state == "reserved"
+        gate.set()
+        wait_for(lambda: status(s, "w1") == "failed", timeout=30, what="w1 failed")
+        info = s.GetStatus(pb.JobRef(job_id="w1"), timeout=10)
+        assert "PEER_FAILED: alice cannot start job workers" in info.reason and info.started_at == 0, info
+        assert d.ledger.get("w1").state == "released"
+        err = refused(lambda: submit(s, "w2", job_toml("ok")))
+        assert err.code() == grpc.StatusCode.UNAVAILABLE and "cannot start job workers" in err.details()
+        assert d.starting.startswith("nothing more") and d.warming == ""
+    finally:
+        gate.set()
+        d.stop()
 
 
 def test_a_daemon_whose_job_workers_cannot_start_says_so_in_its_log_and_health(
