@@ -79,16 +79,19 @@ def parameter_dim(spec: JobSpec, n_features: int | None, builder: NetworkBuilder
     """The model's parameter count: a linear model's from the feature count, a network's from the
     spec alone (a plugin network's from its ``builder``, which only a party that has it can give);
     None when it cannot be known here (no feature count yet, a plugin without its builder)."""
-    if spec.model.name == "plugin" and builder is None:
-        return None
-    if spec.federated is not None and not spec.model.is_network:
-        if n_features is None:
+    m = spec.model
+    if m.name == "plugin":  # a party's own network: only its builder knows its shapes
+        if builder is None:
             return None
         from .networks import build_network, parameter_count
 
-        return parameter_count(build_network(federated_network(spec, n_features)))
-    if spec.model.is_network:
-        from .networks import build_network, parameter_count
-
         return parameter_count(build_network(network_spec(spec), builder=builder))
-    return None if n_features is None else facts.param_dim(spec.model.name, n_features, spec.model.n_classes)
+    if spec.federated is not None and not m.is_network:  # softmax as the mlp with no hidden layer
+        return None if n_features is None else facts.network_parameters("mlp", (int(n_features),),
+                                                                        int(m.n_classes or 0), hidden=())
+    if m.is_network:  # a built-in network: counted from its spec, without torch
+        if m.input_shape is None or m.n_classes is None:
+            raise ValueError(f"model.name: {m.name!r} is not a network")
+        return facts.network_parameters(m.name, tuple(m.input_shape), int(m.n_classes), hidden=tuple(m.hidden),
+                                        vocab=m.vocab or 0)
+    return None if n_features is None else facts.param_dim(m.name, n_features, m.n_classes)

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from ..plugin_ids import PLUGIN_NAME_RE  # a party's own network (.plugins)
+from . import facts
 
 __all__ = ["NETWORKS", "NetworkSpec", "build_network", "model_digest", "parameter_count"]
 
@@ -71,38 +72,22 @@ def _mlp(spec: NetworkSpec) -> nn.Module:
     return nn.Sequential(*layers)
 
 
-def _conv_out(size: int, kernel: int, stride: int, pad: int = 0) -> int:
-    return (size + 2 * pad - kernel) // stride + 1
-
-
 def _mnist_cnn(spec: NetworkSpec) -> nn.Module:
-    if len(spec.input_shape) != 3:
-        raise ValueError(f"model.input_shape: mnist_cnn takes (C, H, W) images, got {spec.input_shape}")
-    c, h, w = spec.input_shape
-    h, w = _conv_out(h, 8, 2, 3), _conv_out(w, 8, 2, 3)
-    h, w = h - 1, w - 1  # maxpool 2, stride 1
-    h, w = _conv_out(h, 4, 2), _conv_out(w, 4, 2)
-    h, w = h - 1, w - 1
-    if h < 1 or w < 1:
-        raise ValueError(f"model.input_shape: {spec.input_shape} is too small for mnist_cnn")
+    flat = facts.mnist_cnn_flat(spec.input_shape)
     return nn.Sequential(
-        nn.Conv2d(c, 16, 8, stride=2, padding=3), nn.Tanh(), nn.MaxPool2d(2, 1),
+        nn.Conv2d(spec.input_shape[0], 16, 8, stride=2, padding=3), nn.Tanh(), nn.MaxPool2d(2, 1),
         nn.Conv2d(16, 32, 4, stride=2), nn.Tanh(), nn.MaxPool2d(2, 1),
-        nn.Flatten(), nn.Linear(32 * h * w, 32), nn.Tanh(), nn.Linear(32, spec.n_outputs),
+        nn.Flatten(), nn.Linear(flat, 32), nn.Tanh(), nn.Linear(32, spec.n_outputs),
     )
 
 
 def _cifar_cnn(spec: NetworkSpec) -> nn.Module:
-    if len(spec.input_shape) != 3:
-        raise ValueError(f"model.input_shape: cifar_cnn takes (C, H, W) images, got {spec.input_shape}")
-    c, h, w = spec.input_shape
-    if h % 8 or w % 8:
-        raise ValueError(f"model.input_shape: cifar_cnn needs H and W divisible by 8, got {spec.input_shape}")
+    flat = facts.cifar_cnn_flat(spec.input_shape)
     layers: list[nn.Module] = []
-    for a, b in ((c, 32), (32, 64), (64, 128)):
+    for a, b in ((spec.input_shape[0], 32), (32, 64), (64, 128)):
         layers += [nn.Conv2d(a, b, 3, padding=1), nn.Tanh(), nn.Conv2d(b, b, 3, padding=1), nn.Tanh(),
                    nn.MaxPool2d(2)]
-    layers += [nn.Flatten(), nn.Linear(128 * (h // 8) * (w // 8), 128), nn.Tanh(), nn.Linear(128, spec.n_outputs)]
+    layers += [nn.Flatten(), nn.Linear(flat, 128), nn.Tanh(), nn.Linear(128, spec.n_outputs)]
     return nn.Sequential(*layers)
 
 
@@ -133,10 +118,8 @@ class CharLSTM(nn.Module):
 
 
 def _char_lstm(spec: NetworkSpec) -> nn.Module:
-    if len(spec.input_shape) != 1 or spec.vocab < 2:
-        raise ValueError("model.input_shape / model.vocab: char_lstm takes (L,) token ids and a vocabulary ≥ 2")
-    hidden = spec.hidden[0] if spec.hidden else 128
-    return CharLSTM(spec.vocab, min(64, hidden), hidden, spec.n_outputs)
+    embed, hidden = facts.char_lstm_widths(spec.input_shape, spec.hidden, spec.vocab)
+    return CharLSTM(spec.vocab, embed, hidden, spec.n_outputs)
 
 
 NETWORKS: dict[str, Callable[[NetworkSpec], nn.Module]] = {
@@ -145,6 +128,7 @@ NETWORKS: dict[str, Callable[[NetworkSpec], nn.Module]] = {
     "cifar_cnn": _cifar_cnn,
     "char_lstm": _char_lstm,
 }
+assert tuple(NETWORKS) == facts.NETWORK_NAMES
 
 
 #: A plugin network's builder: the party's own code that builds the module for a spec (:mod:`.plugins`).

@@ -84,3 +84,51 @@ def test_bad_specs_name_the_field() -> None:
     with pytest.raises(ValueError, match="model.input_shape"):
         build_network(NetworkSpec("cifar_cnn", (3, 30, 30), 10))
     assert set(NETWORKS) == {"mlp", "mnist_cnn", "cifar_cnn", "char_lstm"}
+
+
+COUNTED = [*SPECS, NetworkSpec("mnist_cnn", (3, 64, 48), 7), NetworkSpec("mlp", (4, 5, 6), 2, hidden=()),
+           NetworkSpec("mlp", (122,), 2, hidden=(64, 64, 32)), NetworkSpec("cifar_cnn", (1, 16, 24), 4),
+           NetworkSpec("char_lstm", (40,), 5, hidden=(200,), vocab=90), NetworkSpec("char_lstm", (5,), 2, hidden=(),
+                                                                                   vocab=2)]
+
+
+@pytest.mark.parametrize("spec", COUNTED, ids=lambda s: f"{s.name}{s.input_shape}")
+def test_the_parameter_count_from_the_spec_alone_is_the_built_networks(spec: NetworkSpec) -> None:
+    """The privacy plan's dimension for a network job comes from mpc_erm.models.facts, without
+    torch: it must be the count of the network every party builds."""
+    from mpc_erm.models import facts
+
+    assert facts.network_parameters(spec.name, spec.input_shape, spec.n_outputs, spec.hidden,
+                                    spec.vocab) == parameter_count(build_network(spec))
+
+
+def test_the_counts_refuse_what_building_refuses_naming_the_same_field() -> None:
+    from mpc_erm.models import facts
+
+    for name, shape, vocab in [("mnist_cnn", (1, 8, 8), 0), ("cifar_cnn", (3, 30, 30), 0), ("mnist_cnn", (28, 28), 0),
+                               ("char_lstm", (12,), 1)]:
+        with pytest.raises(ValueError) as built:
+            build_network(NetworkSpec(name, shape, 10, vocab=vocab))
+        with pytest.raises(ValueError) as counted:
+            facts.network_parameters(name, shape, 10, vocab=vocab)
+        assert str(counted.value) == str(built.value)
+
+
+def test_planning_a_network_job_does_not_import_torch() -> None:
+    """The daemon's admission and `job submit`'s check plan a network job (its dimension, clip and
+    noise) in the control process: a fresh process does it without torch."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = (
+        "import sys\n"
+        "from mpc_erm.spec import JobSpec\n"
+        "from mpc_erm.models.job_model import parameter_dim\n"
+        "spec = JobSpec.model_validate({'method': 'gradient',"
+        " 'model': {'name': 'mnist_cnn', 'input_shape': [1, 28, 28], 'n_classes': 10},"
+        " 'privacy': {'epsilon': 1.0, 'delta': 1e-5, 'clip': 1.0}, 'training': {'iterations': 10}})\n"
+        "print(parameter_dim(spec, None), 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["26010", "False"], out.stdout
