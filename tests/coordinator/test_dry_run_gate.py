@@ -276,10 +276,8 @@ def test_the_submit_check_of_a_linear_job_plans_it_without_importing_torch() -> 
     """`job submit` checks a job never planned against its noise floor: for a linear model the
     plan's constants and dimension come from mpc_erm.models.facts, so the check (a fresh process,
     as the CLI) never pays torch's import."""
-    import subprocess
-    import sys
+    from tests.fresh_python import fresh_python
 
-    root = Path(__file__).resolve().parents[2]
     code = (
         "import sys\n"
         "from pathlib import Path\n"
@@ -294,7 +292,5 @@ def test_the_submit_check_of_a_linear_job_plans_it_without_importing_torch() -> 
         "print(floor.describe())\n"
         "print('torch' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    described, imported = out.stdout.strip().splitlines()
-    assert "noise/signal" in described and imported == "False", out.stdout
+    described, imported = fresh_python(code)
+    assert "noise/signal" in described and imported == "False", (described, imported)

@@ -117,10 +117,9 @@ def test_the_counts_refuse_what_building_refuses_naming_the_same_field() -> None
 def test_planning_a_network_job_does_not_import_torch() -> None:
     """The daemon's admission and `job submit`'s check plan a network job (its dimension, clip and
     noise) in the control process: a fresh process does it without torch."""
-    from pathlib import Path
+    from tests.fresh_python import fresh_python
 
-    root = Path(__file__).resolve().parents[2]
-    code = (
+    out = fresh_python(
         "import sys\n"
         "from mpc_erm.spec import JobSpec\n"
         "from mpc_erm.models.job_model import parameter_dim\n"
@@ -129,6 +128,4 @@ def test_planning_a_network_job_does_not_import_torch() -> None:
         " 'privacy': {'epsilon': 1.0, 'delta': 1e-5, 'clip': 1.0}, 'training': {'iterations': 10}})\n"
         "print(parameter_dim(spec, None), 'torch' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["26010", "False"], out.stdout
+    assert out == ["26010 False"], out
