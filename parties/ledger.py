@@ -88,6 +88,20 @@ _MIGRATIONS = (
 )
 
 
+
+def _covers(reserved: DpEvent | None, ev: DpEvent) -> bool:
+    """A job reserved by its target alone ((ε, δ) with no event of its own) may reveal under a
+    worker's event only if that event is within it: (ε, δ)-DP at the reserved δ, the sampler's TV
+    counted. Otherwise the ledger would keep charging (ε, δ) for a release that costs more (a
+    sampler TV against δ = 0, say) — "a different plan must not reveal"."""
+    if not isinstance(reserved, ApproxDp) or reserved.delta >= 1.0:
+        return False
+    try:
+        got = compose([ev], reserved.delta, reserved.adjacency)
+    except (ValueError, AdjacencyError):
+        return False
+    return got.epsilon <= reserved.epsilon * (1 + 1e-12) and got.delta <= reserved.delta
+
 class LedgerError(Exception):
     """A ledger operation that was refused (the ledger is unchanged)."""
 
@@ -383,7 +397,7 @@ class Ledger(SqliteStore):
             r = self._get(c, job_id)
             if r is None:
                 raise UnknownJob(f"no reservation for job {job_id!r}")
-            if ev is not None and r.dp_event != ev and not isinstance(r.dp_event, ApproxDp):
+            if ev is not None and r.dp_event != ev and not _covers(r.dp_event, ev):
                 raise LedgerError(f"job {job_id!r}: the worker's privacy plan ({ev.to_json()}) is not the one reserved "
                                   f"({r.dp_event.to_json() if r.dp_event else None}); refusing to reveal")
             if r.state == "released":

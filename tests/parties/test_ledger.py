@@ -513,3 +513,12 @@ def test_the_reserved_event_is_what_is_charged(tmp_path: Path) -> None:
             led.reserve("c", "g", 0.1, 0.0, "d")
             led.mark_revealed("c", {"kind": "gaussian"})
         assert led.get("c").state == "reserved"  # a bad event changes nothing
+        # reserved as (0.5, 0) without an event; a worker's event that costs more (its sampler's TV
+        # needs δ > 0, a larger ε) must not reveal under it, or the ledger keeps charging (0.5, 0)
+        led.reserve("d", "g", 0.5, 0.0, "d")
+        for costlier in (PureDp(rounds=1, adjacency="replace", epsilon=0.5, sampler_tv=1e-12),
+                         PureDp(rounds=2, adjacency="replace", epsilon=0.5), gauss(z, rounds)):
+            with pytest.raises(LedgerError, match="not the one reserved"):
+                led.mark_revealed("d", costlier)
+            assert led.get("d").state == "reserved"
+        assert led.mark_revealed("d", PureDp(rounds=1, adjacency="replace", epsilon=0.5)).state == "revealed"
