@@ -449,4 +449,5 @@ def compose(events: Iterable[DpEvent], delta: float, adjacency: Adjacency) -> Co
     eps, d_s, route = best
     if not math.isfinite(eps):
         return Composition(math.inf, 1.0, 0.0, adj, "impossible")
-    return Composition(eps, delta if route != "pure" or tau > 0 else 0.0, d_s, adj, route)
+    # pure ε: the mechanism's own δ is 0, so the guarantee is (ε, δ_sampler), not (ε, the target δ)
+    return Composition(eps, d_s if route == "pure" else delta, d_s, adj, route)
