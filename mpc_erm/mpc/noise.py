@@ -285,20 +285,32 @@ class Realisation:
 
     @property
     def report_scale(self) -> float:
-        """The σ (or b) the guarantee rests on, real units: the honest shares' sum for distributed noise."""
-        return self.spec.scale if self.split is None else self.noise_scale_grid * 2.0**-self.plan.grid_bits
+        """The σ (or b) the guarantee rests on, real units: what the sampler samples (√(tμ), at or
+        above the request), or the honest shares' sum for distributed noise."""
+        return self.noise_scale_grid * 2.0**-self.plan.grid_bits
 
     def describe(self) -> dict[str, Any]:
         out = {"grid_bits": self.plan.grid_bits, "coin_bits": self.plan.params.k,
                "sensitivity_grid": self.sensitivity_grid,
                "noise_scale_grid": self.noise_scale_grid, "realised_multiplier": self.multiplier,
                "sampler_tv_per_release": self.tv_per_release, "noise_scale": self.report_scale,
-               "noise": "mpc" if self.split is None else "distributed"}
+               "noise": "mpc" if self.split is None else "distributed", "sampler": self.sampler_parameters()}
         if self.split is not None:
             out.update(party_noise_scale_grid=self.plan.params.sigma, noise_parties=self.split.parties,
                        noise_honest=self.split.honest, kls_tau=self.kls_tau,
                        release_noise_scale_grid=self.plan.params.sigma * self.split.parties**0.5)
         return out
+
+
+    def sampler_parameters(self) -> dict[str, Any]:
+        """The in-MPC sampler's parameters, from which a verifier recomputes its total-variation
+        bound per sample (:mod:`mpc_erm.privacy.sampler_tv`) without this code."""
+        p = self.plan.params
+        if isinstance(p, DiscreteGaussianParams):
+            return {"kind": "discrete_gaussian", "t": p.t, "mu": p.mu, "revealed": p.revealed, "rounds": p.rounds,
+                    "k": p.k, "laplace_bits": p.laplace.bits, "low_bit": p.low_bit,
+                    "test_coins": len(p.coin_thresholds)}
+        return {"kind": "discrete_laplace", "t": p.t, "bits": p.bits, "k": p.k}
 
 
 @functools.lru_cache(maxsize=32)  # a pure function of a frozen plan; owners sharing a process (benchmarks) ask once

@@ -29,7 +29,7 @@ def _report(method: str = "gradient", adjacency: str = "replace", mechanism: str
     sizes = PublicSizes(counts=(10054, 10054, 10054)) if adjacency == "replace" else PublicSizes(public_n=30000)
     plan = plan_job(spec, sampler="mpc", sizes=sizes, n_features=104)
     real = realise(plan, 3)
-    rep = plan.report(noise_scale=real.spec.scale, realisation=real.describe(),
+    rep = plan.report(noise_scale=real.report_scale, realisation=real.describe(),
                       trust_model="MPC: CrypTen 3-party replicated sharing (test)", parties=3, security="semi-honest")
     return json.loads(rep.to_json())
 

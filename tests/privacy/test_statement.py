@@ -39,7 +39,7 @@ def _report(trust_model: str = RSS, adjacency: str = "replace", method: str = "g
     sizes = PublicSizes(counts=(10217, 10263, 10238)) if adjacency == "replace" else PublicSizes(public_n=30000)
     plan = plan_job(spec, sampler="mpc", sizes=sizes, n_features=28)
     real = realise(plan, 3)
-    return plan.report(noise_scale=real.spec.scale, realisation=real.describe(), trust_model=trust_model, parties=3,
+    return plan.report(noise_scale=real.report_scale, realisation=real.describe(), trust_model=trust_model, parties=3,
                        parameters={"protocol": "gradient_perturbation" if method == "gradient" else "output"},
                        security=None if trust_model == SIMULATION_TRUST_MODEL else "semi-honest")
 
@@ -153,7 +153,7 @@ def test_a_subsampled_jobs_report_and_statement_state_its_sampling_rate() -> Non
         "training": {"iterations": 100, "learning_rate": 0.5, "sampling_rate": 0.01}})
     plan = plan_job(spec, sampler="mpc", sizes=PublicSizes(public_n=30000))
     real = realise(plan, 3)
-    rep = plan.report(noise_scale=real.spec.scale, realisation=real.describe(), trust_model=RSS, parties=3)
+    rep = plan.report(noise_scale=real.report_scale, realisation=real.describe(), trust_model=RSS, parties=3)
     assert rep.sampling_rate == plan.sampling_rate == 0.01
     assert "sampled with probability 0.01 per round" in job_statement(rep)
 

@@ -317,7 +317,7 @@ def test_a_uniform_report_is_recomputed_alone_and_a_halved_sensitivity_is_caught
 
     plan = plans[7.0].with_sizes(None, 10)
     real = realise(plan, 3)  # the in-MPC discrete Gaussian the compute parties sample
-    rep = plan.report(noise_scale=real.spec.scale, realisation=real.describe(), trust_model="test", parties=3)
+    rep = plan.report(noise_scale=real.report_scale, realisation=real.describe(), trust_model="test", parties=3)
     assert verify_report(rep).ok
     d = json.loads(rep.to_json())
     d["sensitivity_l2"] = d["plan"]["sensitivity_l2"] = 0.4 / 50  # what the Poisson formula would state
