@@ -45,9 +45,10 @@ smaller id to a larger one, so waits form no cycle; and every prepared job is de
 ``peer_timeout_s``, so every wait ends: no deadlock.
 
 A member whose worker pool still warms (the daemon takes jobs within seconds of its start, and
-its fork server imports torch behind it) answers ``preparing`` for its prepared jobs, and as the
-decider decides nothing, until the pool is warm: an agreed job's workers then start at once at
-every member. A member whose pool cannot start ends its prepared jobs (``PEER_FAILED``).
+its fork server imports torch behind it) answers ``preparing`` (reason ``WARMING``) for its
+prepared jobs, and as the decider decides nothing, until the pool is warm: an agreed job's workers
+then start at once at every member. The deadline does not run while a member warms (the pool's own
+timeout bounds that). A member whose pool cannot start ends its prepared jobs (``PEER_FAILED``).
 
 ``GetAdmission`` answers a job's members only (a party or dealer that is not one, or asks about a
 job this member never heard of, gets ``unknown``); its reasons are public (codes and wording of
@@ -78,8 +79,11 @@ from .logs import DaemonLog
 from .public_errors import code_of, public_failure
 from .rendezvous import grpc_options, members
 
-__all__ = ["ASK_TIMEOUT_S", "MAX_REMEMBERED", "STATES", "UNKNOWN_GRACE_S", "Agreement", "decider"]
+__all__ = ["ASK_TIMEOUT_S", "MAX_REMEMBERED", "STATES", "UNKNOWN_GRACE_S", "WARMING", "Agreement", "decider"]
 
+#: What a member answers (with ``preparing``) while its worker pool warms: a start-up bounded by
+#: the pool's own timeout, so the job's deadline does not run meanwhile.
+WARMING = "its worker pool warms"
 UNKNOWN_GRACE_S = 10.0  # a member that has not heard of a job prepared elsewhere this long counts as refusing it
 ASK_TIMEOUT_S = 5.0  # one GetAdmission call
 POLL_S = (0.05, 0.05, 0.1, 0.1, 0.2)  # pause between rounds (then the last one): the prepare phase is short
@@ -201,7 +205,7 @@ class Agreement:
                                    f"(spec digest {rec.digest[:12]}…, not {digest[:12]}…)")
             if rec.status == "prepared":  # prepared here, but not while the pool warms: no worker could start
                 pool = self._pool()
-                return ("preparing", "") if pool == "warming" else ("refused", pool) if pool else ("prepared", "")
+                return ("preparing", WARMING) if pool == "warming" else ("refused", pool) if pool else ("prepared", "")
             if rec.status in ("queued", "running", "succeeded"):
                 return "agreed", ""
             if remembered is not None:
@@ -269,11 +273,12 @@ class Agreement:
                         unknown_since.pop(m, None)
                     if state == "agreed" or (state == "prepared" and me == lead):
                         continue
-                    if state == "prepared":  # the decider has not decided yet; it keeps the deadline
-                        heard = now
+                    if state == "prepared" or reason == WARMING:  # the decider has not decided yet, or a
+                        heard = now  # member's pool warms (bounded by its own timeout): the deadline waits
                     pending.append(f"{m}: {state}" + (f" ({reason})" if reason else ""))
                 if pool == "warming" and me == lead:  # the decider decides once its own pool is warm
-                    pending.append(f"{me}: preparing (its worker pool warms)")
+                    pending.append(f"{me}: preparing ({WARMING})")
+                    heard = now
                 if not pending:
                     how = ("every member prepared it" if me == lead
                            else f"{lead} saw every member prepare it")

@@ -1,4 +1,5 @@
-"""`mpc-erm audit verify`: check a party's hash-chained audit log of charges and releases."""
+"""`mpc-erm audit verify`: check a party's hash-chained audit log of charges and releases.
+`mpc-erm audit privacy`: an empirical lower bound on a job's ε from one run with canaries."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from pathlib import Path
 
 import click
 
+from coordinator.cli.job_plan import SCHEMA_OPTION
+
 
 @click.group()
 def audit() -> None:
-    """A party's tamper-evident log of every release and what it cost."""
+    """A party's tamper-evident log of every release and what it cost; an empirical privacy audit."""
 
 
 @audit.command("verify")
@@ -43,3 +46,48 @@ def verify_cmd(config_path: Path, expect_head: str | None, as_json: bool) -> Non
         later = v.extension()
         click.echo(f"{path}: {v.records} records, {v.jobs} jobs, {v.releases} releases; chain intact; head {v.head}"
                    + (f"; {later}" if later else ""))
+
+
+@audit.command("privacy")
+@click.argument("job_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@SCHEMA_OPTION
+@click.option("--data", "data", multiple=True, required=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="one CSV per party, in the job's party order (repeat): the rows the audit's run trains on")
+@click.option("--canaries", default=1000, show_default=True, type=click.IntRange(20, 100_000),
+              help="canary records, each put in the training data with probability ½")
+@click.option("--seed", default=0, show_default=True, type=int, help="which canaries go in, and the run's noise")
+@click.option("--confidence", default=0.95, show_default=True, type=click.FloatRange(0.5, 0.9999),
+              help="of the lower bound")
+@click.option("--broken-control", is_flag=True,
+              help="audit the same job with its noise switched off: the bound must exceed the stated ε")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def privacy_cmd(job_file: Path, schema_path: Path, data: tuple[Path, ...], canaries: int, seed: int,
+                confidence: float, broken_control: bool, as_json: bool) -> None:
+    """One run of JOB_FILE's job on --data with canaries added (in process, the daemons' run
+    code), and a lower bound on its ε from guessing which canaries were in (Steinke–Nasr–Jagielski
+    2023). Exits 1 when the bound exceeds the stated ε: the statement is then false. A bound
+    near 0 says only that no violation was seen: a one-run audit has little power at small ε."""
+    from coordinator.cli.job_plan import load_parts
+    from mpc_erm.jobs import load_job_file
+    from mpc_erm.simulate.audit import audit_job
+
+    jf = load_job_file(job_file)
+    if len(data) != len(jf.job.parties) or jf.job.owners:
+        raise ValueError(f"--data: the audit runs a job of parties holding their rows; give one CSV for each of "
+                         f"its {len(jf.job.parties)} parties ({', '.join(jf.job.parties)}), got {len(data)}")
+    _, parts = load_parts(schema_path, data)
+    a = audit_job(jf.spec, parts, canaries=canaries, seed=seed, alpha=1.0 - confidence,
+                  broken_control=broken_control)
+    if as_json:
+        click.echo(json.dumps({"job": jf.job.name, **a.describe()}, indent=2))
+    else:
+        what = "the same job with its noise switched off (control)" if broken_control else "the job as planned"
+        click.echo(f"audited: {what}, {a.canaries} canaries ({a.included} in), one run")
+        click.echo(f"stated ε = {a.stated_epsilon:.4g} at δ = {a.delta:.3g}")
+        click.echo(f"empirical ε ≥ {a.epsilon_lower_bound:.4g} with confidence {a.confidence:.0%} "
+                   f"({a.correct} of {a.guesses} guesses right)")
+        click.echo("VIOLATED: the run leaks more than the stated ε" if a.violated else
+                   "no violation seen (a lower bound; a one-run audit of small ε has little power)")
+    if a.violated:
+        sys.exit(1)

@@ -157,10 +157,15 @@ def describe(fc: Any) -> dict[str, Any]:
     }
 
 
+#: ``--schema``, as every command that reads the parties' CSV files takes it.
+SCHEMA_OPTION = click.option(
+    "--schema", "schema_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+    help="the data schema the parties hold (maps each CSV's columns to features and labels)")
+
+
 @click.command("plan")
 @click.argument("job_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--schema", "schema_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
-              help="the data schema the parties hold (maps each CSV's columns to features and labels)")
+@SCHEMA_OPTION
 @click.option("--data", "data", multiple=True, required=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="one CSV per party, in the job's party order (repeat): stand-in rows with realistic counts; "

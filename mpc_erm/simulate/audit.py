@@ -1,0 +1,128 @@
+"""An empirical privacy audit of a linear job on its real path: m canary records, each in the
+training data with probability ½, one run of the job's own run class (the daemons' round loop,
+:class:`~mpc_erm.simulate.forecast.InProcessJob`), and a lower bound on ε from guessing which
+canaries were in (:mod:`mpc_erm.privacy.audit_bound`, Steinke–Nasr–Jagielski 2023).
+
+The canaries. The rows get m more feature columns, zero for every real row; canary i is the row
+x = e_(d+i) (norm 1, inside every bound the job clips to) with label +1, appended to the first
+party's rows. A canary left out is replaced by the row x = 0 with the same label (under
+replace-one adjacency the counts stay what the plan published; under add/remove it is simply
+absent), so the only difference between "in" and "out" is the canary itself: a neighbouring
+data set. Only canary i's row touches coordinate d + i, so the released model's θ_(d+i) is its
+score: pushed up when it was in, noise alone when it was out.
+
+The guesses: the k highest scores "in", the k lowest "out", for k in a grid fixed in advance
+(m/20, m/10, m/4, m/2); the grid is paid for by a union bound (each k tested at α/4), so the
+reported bound keeps its confidence 1 − α.
+
+What it can say: a bound above the stated ε proves the statement false (at confidence 1 − α); a
+bound below it says no violation was seen. A one-run audit of the Gaussian mechanism has little
+power at small ε, so a real job's bound sits near 0; the control — the same job with its noise
+switched off (the plan's test-only zero-noise mode) — must exceed the stated ε, which shows the
+audit can see a broken job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from mpc_erm.data import Dataset
+from mpc_erm.privacy.audit_bound import epsilon_lower_bound
+from mpc_erm.privacy.plan import plan_job, public_sizes
+from mpc_erm.simulate.forecast import InProcessJob
+from mpc_erm.spec import JobSpec
+
+__all__ = ["AUDIT_FRACTIONS", "PrivacyAudit", "audit_job"]
+
+#: The guesses' k, as fractions of m, fixed before the run (a union bound pays for trying each).
+AUDIT_FRACTIONS = (0.05, 0.1, 0.25, 0.5)
+_AUDITED_LOSSES = ("logistic", "huber_svm")
+
+
+@dataclass(frozen=True)
+class PrivacyAudit:
+    """One audit: the stated guarantee, the empirical lower bound and how it was reached."""
+
+    stated_epsilon: float
+    delta: float
+    canaries: int
+    included: int
+    epsilon_lower_bound: float
+    confidence: float
+    guesses: int  # r of the best k
+    correct: int  # v of the best k
+    broken_control: bool  # the job's noise was switched off
+    by_k: dict[int, float] = field(default_factory=dict)  # k -> the lower bound at that k
+
+    @property
+    def violated(self) -> bool:
+        """The audit proves the stated ε false (at its confidence)."""
+        return self.epsilon_lower_bound > self.stated_epsilon
+
+    def describe(self) -> dict[str, object]:
+        return {"stated_epsilon": self.stated_epsilon, "delta": self.delta, "canaries": self.canaries,
+                "included": self.included, "epsilon_lower_bound": self.epsilon_lower_bound,
+                "confidence": self.confidence, "guesses": self.guesses, "correct": self.correct,
+                "broken_control": self.broken_control, "violated": self.violated,
+                "by_k": {str(k): v for k, v in self.by_k.items()}}
+
+
+def _with_canaries(parts: Sequence[Dataset], included: np.ndarray, replace: bool) -> list[Dataset]:
+    m = included.size
+    out = []
+    for j, p in enumerate(parts):
+        X = np.hstack([p.X, np.zeros((p.n, m))])
+        y = p.y
+        if j == 0:
+            keep = np.flatnonzero(included) if not replace else np.arange(m)
+            canary = np.zeros((keep.size, p.d + m))
+            if replace:  # every slot filled: the canary's row when it is in, x = 0 when it is out
+                canary[np.flatnonzero(included), p.d + np.flatnonzero(included)] = 1.0
+            else:
+                canary[np.arange(keep.size), p.d + keep] = 1.0
+            X = np.vstack([X, canary])
+            y = np.concatenate([y, np.ones(keep.size, dtype=y.dtype)])
+        names = (*p.feature_names, *(f"canary{i}" for i in range(m)))
+        out.append(Dataset(X, y, p.task, name=p.name, feature_names=names))
+    return out
+
+
+def audit_job(spec: JobSpec, parts: Sequence[Dataset], *, canaries: int = 1000, seed: int = 0,
+              alpha: float = 0.05, broken_control: bool = False) -> PrivacyAudit:
+    """Audit ``spec`` (a linear binary job: logistic or Huber SVM, output or gradient perturbation)
+    run on ``parts`` plus ``canaries`` canaries (module docstring). ``broken_control``: the same
+    job with its noise switched off, which the audit must flag."""
+    if spec.model.is_network or spec.federated is not None or spec.model.name not in _AUDITED_LOSSES:
+        raise ValueError(f"model.name: the audit runs linear binary jobs ({', '.join(_AUDITED_LOSSES)}), "
+                         f"not {spec.model.name!r}")
+    if canaries < 20:
+        raise ValueError(f"canaries: at least 20, got {canaries}")
+    rng = np.random.default_rng(seed)
+    included = rng.random(canaries) < 0.5
+    replace = spec.privacy.adjacency == "replace"
+    rows = _with_canaries(parts, included, replace)
+    d = parts[0].d
+    sizes = public_sizes(spec, [p.n for p in rows] if replace else None)
+    stated = plan_job(spec, sampler="mpc", sizes=sizes, n_features=d + canaries)
+    plan = plan_job(spec, sampler="mpc", sizes=sizes, n_features=d + canaries, test_no_noise=True) \
+        if broken_control else stated
+    theta = InProcessJob(spec, plan, rows).release(torch.Generator().manual_seed(seed))
+    scores = theta.detach().cpu().numpy()[d: d + canaries]
+    order = np.argsort(-scores, kind="stable")  # the highest first: the likeliest in
+    g = stated.guarantee()
+    delta = float(g.delta)
+    by_k: dict[int, tuple[float, int, int]] = {}
+    for frac in AUDIT_FRACTIONS:
+        k = max(1, int(frac * canaries))
+        top, bottom = order[:k], order[canaries - k:]
+        v = int(included[top].sum() + (~included[bottom]).sum())
+        by_k[k] = (epsilon_lower_bound(canaries, 2 * k, v, delta, alpha / len(AUDIT_FRACTIONS)), 2 * k, v)
+    best = max(by_k, key=lambda k: by_k[k][0])
+    return PrivacyAudit(stated_epsilon=float(g.epsilon), delta=delta, canaries=canaries, included=int(included.sum()),
+                        epsilon_lower_bound=by_k[best][0], confidence=1.0 - alpha, guesses=by_k[best][1],
+                        correct=by_k[best][2], broken_control=broken_control,
+                        by_k={k: v[0] for k, v in by_k.items()})
