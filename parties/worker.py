@@ -37,7 +37,7 @@ from mpc_erm.mpc.aggregator import MpcAggregator, ZeroNoise
 from mpc_erm.mpc.communicator import GrpcCommunicator, uninit_crypten
 from mpc_erm.mpc.dealer import run_dealer, stop_dealer_client
 from mpc_erm.mpc.local_noise import DistributedNoise
-from mpc_erm.mpc.noise import InMpcNoise, Realisation, realise
+from mpc_erm.mpc.noise import InMpcNoise, Realisation
 from mpc_erm.mpc.transport import PartyTable, TransportError, TransportOptions
 from mpc_erm.mpc.verified_aggregator import VerifiedAggregator
 from mpc_erm.privacy.plan import PrivacyPlan, plan_job, public_sizes
@@ -209,10 +209,11 @@ def run_party_job(ctx: WorkerContext) -> dict[str, object]:
             agg = VerifiedAggregator(pool, tuple(plan.member_bound(j) for j in range(comm.get_world_size())), comm)
             real = agg.realise(plan)  # the finest grid whose proofs fit: refused here, before anything is charged
         else:
-            real = None if no_noise else realise(plan, comm.get_world_size())
             agg = MpcAggregator(ZeroNoise() if no_noise else pool, allow_test_only=no_noise,
                                 bounds=None if owners else _party_bounds(plan, comm.get_world_size()),
                                 on_refused=None if owners else _on_refused(ctx, plan))
+            # the grid where the parties' bound check fits: refused here, before anything is charged
+            real = None if no_noise else agg.realise(plan)
         ctx.emit({"phase": "agreed", "message": (f"n = {sum(counts)} rows over {len(counts)} parties" if counts
                                                  else f"add/remove: normaliser n̂ = {plan.public_n}")
                   + f"; {agg.trust_model}"})

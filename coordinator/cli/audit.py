@@ -61,9 +61,12 @@ def verify_cmd(config_path: Path, expect_head: str | None, as_json: bool) -> Non
               help="of the lower bound")
 @click.option("--broken-control", is_flag=True,
               help="audit the same job with its noise switched off: the bound must exceed the stated ε")
+@click.option("--daemons", is_flag=True,
+              help="run the job through three local party daemons (mTLS, the noise sampled inside the MPC) "
+                   "instead of in process")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def privacy_cmd(job_file: Path, schema_path: Path, data: tuple[Path, ...], canaries: int, seed: int,
-                confidence: float, broken_control: bool, as_json: bool) -> None:
+                confidence: float, broken_control: bool, daemons: bool, as_json: bool) -> None:
     """One run of JOB_FILE's job on --data with canaries added (in process, the daemons' run
     code), and a lower bound on its ε from guessing which canaries were in (Steinke–Nasr–Jagielski
     2023). Exits 1 when the bound exceeds the stated ε: the statement is then false. A bound
@@ -77,13 +80,20 @@ def privacy_cmd(job_file: Path, schema_path: Path, data: tuple[Path, ...], canar
         raise ValueError(f"--data: the audit runs a job of parties holding their rows; give one CSV for each of "
                          f"its {len(jf.job.parties)} parties ({', '.join(jf.job.parties)}), got {len(data)}")
     _, parts = load_parts(schema_path, data)
-    a = audit_job(jf.spec, parts, canaries=canaries, seed=seed, alpha=1.0 - confidence,
-                  broken_control=broken_control)
+    if daemons:
+        from coordinator.audit_daemons import audit_through_daemons
+
+        a = audit_through_daemons(jf.spec, parts, canaries=canaries, seed=seed, alpha=1.0 - confidence,
+                                  broken_control=broken_control)
+    else:
+        a = audit_job(jf.spec, parts, canaries=canaries, seed=seed, alpha=1.0 - confidence,
+                      broken_control=broken_control)
     if as_json:
         click.echo(json.dumps({"job": jf.job.name, **a.describe()}, indent=2))
     else:
         what = "the same job with its noise switched off (control)" if broken_control else "the job as planned"
-        click.echo(f"audited: {what}, {a.canaries} canaries ({a.included} in), one run")
+        where = "through three party daemons" if daemons else "in process"
+        click.echo(f"audited: {what}, {a.canaries} canaries ({a.included} in), one run {where}")
         click.echo(f"stated ε = {a.stated_epsilon:.4g} at δ = {a.delta:.3g}")
         click.echo(f"empirical ε ≥ {a.epsilon_lower_bound:.4g} with confidence {a.confidence:.0%} "
                    f"({a.correct} of {a.guesses} guesses right)")

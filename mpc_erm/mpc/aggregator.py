@@ -48,11 +48,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.protocols.aggregation import NoiseSpec
 
 from .agreement import agree_on
 from .crypten_compat import import_crypten
 from .keystream import KEY_BYTES, KeyedMasks, new_key
+from .noise import COARSE_GRID_SLACK, Realisation, realise
 
 crypten = import_crypten()
 from crypten.communicator.communicator import Communicator  # noqa: E402  (after the compat shim)
@@ -238,6 +240,10 @@ class MpcAggregator:
         self.last: AggregateStats | None = None
         self._keys = self._exchange_keys()
         self._keystream = KeyedMasks()
+
+    def realise(self, plan: PrivacyPlan) -> Realisation:
+        """:func:`realise_checked` for this aggregator's parties and bounds."""
+        return realise_checked(plan, self.world_size, self.bounds)
 
     # ------------------------------------------------------------------ setup
 
@@ -425,4 +431,32 @@ __all__ = [
     "current_trust_model",
     "dealer_trust_model",
     "error_bound",
+    "realise_checked",
 ]
+
+
+def realise_checked(plan: PrivacyPlan, parties: int, bounds: Sequence[float] | None) -> Realisation:
+    """The plan's noise on the default grid, or — when the in-MPC bound check's exact squared norms
+    do not fit its int64 ring there (large d, fine grid) — on the finest coarser grid where they
+    do, while rounding adds at most :data:`~.noise.COARSE_GRID_SLACK` to the sensitivity (the
+    noise meets the plan on it, rounding counted). Raises a ValueError naming the job's fields
+    when none fits: before anything is charged, where the check itself used to fail at the first
+    round, after the round was marked. ``bounds`` None: unchecked, the default grid."""
+    from .validation import CheckPlan, ValidationError, bound_units
+
+    real = realise(plan, parties)
+    if bounds is None:
+        return real
+    dim, g = int(plan.dim or 0), real.plan.grid_bits
+    while True:
+        try:
+            CheckPlan(dim, tuple(bound_units(b, g, dim) for b in bounds))
+            return real
+        except ValidationError as exc:
+            if g == 0 or (real.plan.slack or 0.0) * 2.0 > COARSE_GRID_SLACK:
+                raise ValueError(f"privacy.clip / job.features: the parties' contribution bounds over {dim} "
+                                 "coordinates fit the in-MPC bound check on no grid whose rounding adds at most "
+                                 f"{COARSE_GRID_SLACK:.0%} to the sensitivity ({exc}); fewer features or a larger "
+                                 "ε fit") from None
+        g -= 1
+        real = realise(plan, parties, grid_bits=g)

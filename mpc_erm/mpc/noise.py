@@ -313,6 +313,12 @@ class Realisation:
         return {"kind": "discrete_laplace", "t": p.t, "bits": p.bits, "k": p.k}
 
 
+#: The coarsest a grid may be taken to fit an exact check or proof (the semi-honest in-MPC bound
+#: check's int64 ring, the malicious-secure mode's statements): rounding may add at most 5 % to
+#: the sensitivity, where the default grid's rule allows 1 %, so the noise grows by at most 4 %.
+COARSE_GRID_SLACK = 0.05
+
+
 @functools.lru_cache(maxsize=32)  # a pure function of a frozen plan; owners sharing a process (benchmarks) ask once
 def realise(plan: PrivacyPlan, parties: int, grid_bits: int | None = None) -> Realisation:
     """Realise ``plan`` (a bound :class:`~mpc_erm.privacy.plan.PrivacyPlan`) among ``parties``

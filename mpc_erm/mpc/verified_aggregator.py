@@ -61,7 +61,7 @@ from .aggregator import AggregateStats, AggregateTotals
 from .agreement import IntegrityError, member_name
 from .crypten_compat import import_crypten
 from .local_noise import DistributedNoise
-from .noise import Realisation, realise
+from .noise import COARSE_GRID_SLACK, Realisation, realise
 from .replicated_open import OpeningMismatch, holders, open_verified, shares_of
 from .unanimous import UnanimousRelease
 from .validation import bound_units
@@ -79,9 +79,8 @@ _DOMAIN = b"mpc-erm verified aggregate v1"
 _PARTIES = 3
 _SALT_WORDS = N.SALT_BYTES // 8
 _SEEDED = 2  # shares 0 and 1 are drawn from seeds: only share 2 travels whole
-#: The coarsest grid the mode may take to fit its statements: rounding may add at most 5 % to the
-#: sensitivity (the default grid's rule allows 1 %), so the noise grows by at most 4 %.
-MALICIOUS_GRID_SLACK = 0.05
+#: The coarsest grid the mode may take to fit its statements (:data:`~.noise.COARSE_GRID_SLACK`).
+MALICIOUS_GRID_SLACK = COARSE_GRID_SLACK
 #: A statement may range-check at most max(d, 2^14) bits: its proof then at most about doubles
 #: the words each input deals, where a finer grid would cost up to 6× (d = 26,010 at M = 2^24).
 _MIN_BIT_ALLOWANCE = 1 << 14

@@ -36,7 +36,8 @@ from mpc_erm.privacy.plan import plan_job, public_sizes
 from mpc_erm.simulate.forecast import InProcessJob
 from mpc_erm.spec import JobSpec
 
-__all__ = ["AUDIT_FRACTIONS", "PrivacyAudit", "audit_job"]
+__all__ = ["AUDIT_FRACTIONS", "PrivacyAudit", "audit_job", "audit_scores", "check_auditable", "draw_canaries",
+           "with_canaries"]
 
 #: The guesses' k, as fractions of m, fixed before the run (a union bound pays for trying each).
 AUDIT_FRACTIONS = (0.05, 0.1, 0.25, 0.5)
@@ -71,50 +72,40 @@ class PrivacyAudit:
                 "by_k": {str(k): v for k, v in self.by_k.items()}}
 
 
-def _with_canaries(parts: Sequence[Dataset], included: np.ndarray, replace: bool) -> list[Dataset]:
+def draw_canaries(canaries: int, seed: int) -> np.ndarray:
+    """Which of the ``canaries`` go in: each independently with probability ½ (bool, seeded)."""
+    if canaries < 20:
+        raise ValueError(f"canaries: at least 20, got {canaries}")
+    return np.random.default_rng(seed).random(canaries) < 0.5
+
+
+def with_canaries(parts: Sequence[Dataset], included: np.ndarray, replace: bool) -> list[Dataset]:
+    """``parts`` with one feature column per canary (zero in every real row) and the canaries'
+    rows appended to the first party's: canary i's row is e_(d+i) with label +1 when it is in;
+    when it is out, the zero row (``replace``: the counts stay the same) or nothing."""
     m = included.size
     out = []
     for j, p in enumerate(parts):
         X = np.hstack([p.X, np.zeros((p.n, m))])
         y = p.y
         if j == 0:
-            keep = np.flatnonzero(included) if not replace else np.arange(m)
-            canary = np.zeros((keep.size, p.d + m))
-            if replace:  # every slot filled: the canary's row when it is in, x = 0 when it is out
-                canary[np.flatnonzero(included), p.d + np.flatnonzero(included)] = 1.0
-            else:
-                canary[np.arange(keep.size), p.d + keep] = 1.0
+            slots = np.arange(m) if replace else np.flatnonzero(included)
+            canary = np.zeros((slots.size, p.d + m))
+            ins = np.flatnonzero(included)
+            canary[ins if replace else np.arange(ins.size), p.d + ins] = 1.0
             X = np.vstack([X, canary])
-            y = np.concatenate([y, np.ones(keep.size, dtype=y.dtype)])
+            y = np.concatenate([y, np.ones(slots.size, dtype=y.dtype)])
         names = (*p.feature_names, *(f"canary{i}" for i in range(m)))
         out.append(Dataset(X, y, p.task, name=p.name, feature_names=names))
     return out
 
 
-def audit_job(spec: JobSpec, parts: Sequence[Dataset], *, canaries: int = 1000, seed: int = 0,
-              alpha: float = 0.05, broken_control: bool = False) -> PrivacyAudit:
-    """Audit ``spec`` (a linear binary job: logistic or Huber SVM, output or gradient perturbation)
-    run on ``parts`` plus ``canaries`` canaries (module docstring). ``broken_control``: the same
-    job with its noise switched off, which the audit must flag."""
-    if spec.model.is_network or spec.federated is not None or spec.model.name not in _AUDITED_LOSSES:
-        raise ValueError(f"model.name: the audit runs linear binary jobs ({', '.join(_AUDITED_LOSSES)}), "
-                         f"not {spec.model.name!r}")
-    if canaries < 20:
-        raise ValueError(f"canaries: at least 20, got {canaries}")
-    rng = np.random.default_rng(seed)
-    included = rng.random(canaries) < 0.5
-    replace = spec.privacy.adjacency == "replace"
-    rows = _with_canaries(parts, included, replace)
-    d = parts[0].d
-    sizes = public_sizes(spec, [p.n for p in rows] if replace else None)
-    stated = plan_job(spec, sampler="mpc", sizes=sizes, n_features=d + canaries)
-    plan = plan_job(spec, sampler="mpc", sizes=sizes, n_features=d + canaries, test_no_noise=True) \
-        if broken_control else stated
-    theta = InProcessJob(spec, plan, rows).release(torch.Generator().manual_seed(seed))
-    scores = theta.detach().cpu().numpy()[d: d + canaries]
-    order = np.argsort(-scores, kind="stable")  # the highest first: the likeliest in
-    g = stated.guarantee()
-    delta = float(g.delta)
+def audit_scores(scores: np.ndarray, included: np.ndarray, stated_epsilon: float, delta: float, *,
+                 alpha: float = 0.05, broken_control: bool = False) -> PrivacyAudit:
+    """The bound from the canaries' scores (their own coordinates of the released model): the k
+    highest guessed in, the k lowest out, for each k of :data:`AUDIT_FRACTIONS` at α/4."""
+    canaries = included.size
+    order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")  # the highest first: the likeliest in
     by_k: dict[int, tuple[float, int, int]] = {}
     for frac in AUDIT_FRACTIONS:
         k = max(1, int(frac * canaries))
@@ -122,7 +113,34 @@ def audit_job(spec: JobSpec, parts: Sequence[Dataset], *, canaries: int = 1000, 
         v = int(included[top].sum() + (~included[bottom]).sum())
         by_k[k] = (epsilon_lower_bound(canaries, 2 * k, v, delta, alpha / len(AUDIT_FRACTIONS)), 2 * k, v)
     best = max(by_k, key=lambda k: by_k[k][0])
-    return PrivacyAudit(stated_epsilon=float(g.epsilon), delta=delta, canaries=canaries, included=int(included.sum()),
-                        epsilon_lower_bound=by_k[best][0], confidence=1.0 - alpha, guesses=by_k[best][1],
-                        correct=by_k[best][2], broken_control=broken_control,
+    return PrivacyAudit(stated_epsilon=float(stated_epsilon), delta=float(delta), canaries=canaries,
+                        included=int(included.sum()), epsilon_lower_bound=by_k[best][0], confidence=1.0 - alpha,
+                        guesses=by_k[best][1], correct=by_k[best][2], broken_control=broken_control,
                         by_k={k: v[0] for k, v in by_k.items()})
+
+
+def check_auditable(spec: JobSpec) -> None:
+    """The audit's scope: a linear binary job of parties holding their rows (ValueError naming the field)."""
+    if spec.model.is_network or spec.federated is not None or spec.model.name not in _AUDITED_LOSSES:
+        raise ValueError(f"model.name: the audit runs linear binary jobs ({', '.join(_AUDITED_LOSSES)}), "
+                         f"not {spec.model.name!r}")
+
+
+def audit_job(spec: JobSpec, parts: Sequence[Dataset], *, canaries: int = 1000, seed: int = 0,
+              alpha: float = 0.05, broken_control: bool = False) -> PrivacyAudit:
+    """Audit ``spec`` (a linear binary job: logistic or Huber SVM, output or gradient perturbation)
+    run on ``parts`` plus ``canaries`` canaries (module docstring). ``broken_control``: the same
+    job with its noise switched off, which the audit must flag."""
+    check_auditable(spec)
+    included = draw_canaries(canaries, seed)
+    replace = spec.privacy.adjacency == "replace"
+    rows = with_canaries(parts, included, replace)
+    d = parts[0].d
+    sizes = public_sizes(spec, [p.n for p in rows] if replace else None)
+    stated = plan_job(spec, sampler="mpc", sizes=sizes, n_features=d + canaries)
+    plan = plan_job(spec, sampler="mpc", sizes=sizes, n_features=d + canaries, test_no_noise=True) \
+        if broken_control else stated
+    theta = InProcessJob(spec, plan, rows).release(torch.Generator().manual_seed(seed))
+    g = stated.guarantee()
+    return audit_scores(theta.detach().cpu().numpy()[d: d + canaries], included, g.epsilon, g.delta, alpha=alpha,
+                        broken_control=broken_control)
