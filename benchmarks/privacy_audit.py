@@ -4,7 +4,8 @@ stated ε, and the same job with its noise switched off as the control the audit
     python -m benchmarks.privacy_audit --canaries 1000 --daemons --out benchmarks/results/privacy_audit.json
 
 UCI Adult's training rows split over three parties, the demo's output (Gaussian, λ = 1e-3) and
-gradient (50 rounds, RDP) jobs at ε = 1, δ = 1e-5, run in process by the daemons' run code with
+gradient (50 rounds, RDP) jobs at ε = 1, δ = 1e-5, and a DP-Fed-LS job (client level, Adult dealt to
+300 owners, the canaries joining as owners, ε = 2), run in process by the daemons' run code with
 canaries added (:func:`mpc_erm.simulate.audit.audit_job`); with ``--daemons`` the gradient job also
 through three party daemons (:func:`coordinator.audit_daemons.audit_through_daemons`: the canaries in
 the parties' npz files, the noise sampled inside the MPC). Confidence 95 %.
@@ -28,6 +29,15 @@ JOBS: dict[str, dict[str, Any]] = {
                        "privacy": {"epsilon": 1.0, "delta": 1e-5, "accountant": "rdp", "clip": 1.0},
                        "training": {"iterations": 50, "learning_rate": 20.0}},
 }
+
+
+#: DP-Fed-LS at client level: Adult dealt to owners, the canaries joining them as owners (N public).
+FEDERATED_OWNERS = 300
+FEDERATED: dict[str, Any] = {
+    "method": "gradient", "model": {"name": "softmax", "n_classes": 2, "lam": 4e-5},
+    "privacy": {"epsilon": 2.0, "delta": 1e-6, "clip": 0.4, "adjacency": "add_remove", "public_n": 1000},
+    "training": {"iterations": 30, "sampling_rate": 0.2, "learning_rate": 1.0, "ls_sigma": 1.0},
+    "federated": {"local_epochs": 1, "local_batch": 32, "local_lr": 0.1}}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -54,6 +64,17 @@ def main(argv: list[str] | None = None) -> None:
             audit = audit_job(spec, parts, canaries=a.canaries, seed=a.seed, broken_control=control)
             results[f"{name}{' (noise off: control)' if control else ''}"] = {
                 **audit.describe(), "seconds": time.perf_counter() - tic}
+    from mpc_erm.simulate.audit import audit_federated_job
+    from mpc_erm.simulate.forecast import deal_to_owners
+
+    owners = deal_to_owners(train, FEDERATED_OWNERS, a.seed)
+    spec = JobSpec.model_validate(FEDERATED)
+    for control in (False, True):
+        tic = time.perf_counter()
+        audit = audit_federated_job(spec, owners, canaries=a.canaries, seed=a.seed, broken_control=control)
+        results[f"adult-dp-fed-ls, {FEDERATED_OWNERS} owners + canary owners"
+                f"{' (noise off: control)' if control else ''}"] = {**audit.describe(),
+                                                                    "seconds": time.perf_counter() - tic}
     if a.daemons:
         from coordinator.audit_daemons import audit_through_daemons
 

@@ -76,11 +76,20 @@ def privacy_cmd(job_file: Path, schema_path: Path, data: tuple[Path, ...], canar
     from mpc_erm.simulate.audit import audit_job
 
     jf = load_job_file(job_file)
-    if len(data) != len(jf.job.parties) or jf.job.owners:
+    federated = jf.spec.federated is not None
+    if not federated and (len(data) != len(jf.job.parties) or jf.job.owners):
         raise ValueError(f"--data: the audit runs a job of parties holding their rows; give one CSV for each of "
                          f"its {len(jf.job.parties)} parties ({', '.join(jf.job.parties)}), got {len(data)}")
+    if federated and daemons:
+        raise ValueError("--daemons: a federated job's audit runs in process (its owners are not started here)")
     _, parts = load_parts(schema_path, data)
-    if daemons:
+    if federated:  # the rows dealt to the job's owners; the canaries join them as owners
+        from mpc_erm.simulate.audit import audit_federated_job
+        from mpc_erm.simulate.forecast import deal_to_owners, pooled_rows
+
+        a = audit_federated_job(jf.spec, deal_to_owners(pooled_rows(parts), len(jf.job.owners), seed),
+                                canaries=canaries, seed=seed, alpha=1.0 - confidence, broken_control=broken_control)
+    elif daemons:
         from coordinator.audit_daemons import audit_through_daemons
 
         a = audit_through_daemons(jf.spec, parts, canaries=canaries, seed=seed, alpha=1.0 - confidence,

@@ -33,11 +33,11 @@ import torch
 from mpc_erm.data import Dataset
 from mpc_erm.privacy.audit_bound import epsilon_lower_bound
 from mpc_erm.privacy.plan import plan_job, public_sizes
-from mpc_erm.simulate.forecast import InProcessJob
+from mpc_erm.simulate.forecast import InProcessFederatedJob, InProcessJob
 from mpc_erm.spec import JobSpec
 
-__all__ = ["AUDIT_FRACTIONS", "PrivacyAudit", "audit_job", "audit_scores", "check_auditable", "draw_canaries",
-           "with_canaries"]
+__all__ = ["AUDIT_FRACTIONS", "PrivacyAudit", "audit_federated_job", "audit_job", "audit_scores", "check_auditable",
+           "draw_canaries", "with_canaries"]
 
 #: The guesses' k, as fractions of m, fixed before the run (a union bound pays for trying each).
 AUDIT_FRACTIONS = (0.05, 0.1, 0.25, 0.5)
@@ -144,3 +144,38 @@ def audit_job(spec: JobSpec, parts: Sequence[Dataset], *, canaries: int = 1000, 
     g = stated.guarantee()
     return audit_scores(theta.detach().cpu().numpy()[d: d + canaries], included, g.epsilon, g.delta, alpha=alpha,
                         broken_control=broken_control)
+
+
+def audit_federated_job(spec: JobSpec, owners: Sequence[Dataset], *, canaries: int = 200, seed: int = 0,
+                        alpha: float = 0.05, broken_control: bool = False) -> PrivacyAudit:
+    """The audit of a federated job (DP-Fed or DP-Fed-LS, a softmax model; the owner is the unit):
+    ``canaries`` canary *owners* join the real ``owners``, each holding one row — e_(d+i) with
+    label +1 (class 1) when it is in, the zero row when it is out, so that one owner's data is
+    replaced (the relation the job is accounted under). N, the public owner count, becomes
+    len(owners) + canaries. The job's own rounds run in process (:class:`InProcessFederatedJob`,
+    the run the compute parties and owners host); canary i's score is how much its class-1 weight
+    gained over its class-0 weight on its own column since the agreed initial model.
+    ``broken_control``: the same rounds without noise."""
+    if spec.federated is None or spec.model.name != "softmax" or spec.model.n_classes != 2:
+        raise ValueError("model.name: the federated audit runs a two-class softmax federated job")
+    included = draw_canaries(canaries, seed)
+    d, m = owners[0].d, canaries
+    width = d + m
+    pad = [Dataset(np.hstack([o.X, np.zeros((o.n, m))]), o.y, o.task, name=o.name,
+                   feature_names=(*o.feature_names, *(f"canary{i}" for i in range(m))), n_classes=o.n_classes)
+           for o in owners]
+    label = np.ones(1, dtype=owners[0].y.dtype)  # +1 (binary) or class 1 (multiclass)
+    for i in range(m):
+        x = np.zeros((1, width))
+        if included[i]:
+            x[0, d + i] = 1.0
+        pad.append(Dataset(x, label, owners[0].task, name=f"canary-{i}", feature_names=pad[0].feature_names,
+                           n_classes=owners[0].n_classes))
+    audited = spec.model_copy(update={"privacy": spec.privacy.model_copy(update={"public_n": len(pad)})})
+    plan = plan_job(audited, sampler="mpc", sizes=public_sizes(audited, None), n_features=width)
+    job = InProcessFederatedJob(audited, plan, pad)
+    start = job.job().w.numpy()  # the agreed initial weights (seeded, not zero): a score is a change
+    w = job.train(torch.Generator().manual_seed(seed), noise=not broken_control).w.numpy() - start
+    scores = w[width + d: width + d + m] - w[d: d + m]  # the (2 × width) weight matrix, row-major, then the bias
+    g = plan.guarantee()
+    return audit_scores(scores, included, g.epsilon, g.delta, alpha=alpha, broken_control=broken_control)

@@ -31,7 +31,7 @@ from mpc_erm.runs import FederatedRun, GradientRun, NetworkRun, OutputRun, Revea
 from mpc_erm.simulate.aggregator import InProcessAggregator
 from mpc_erm.spec import JobSpec
 
-__all__ = ["Forecast", "REFERENCE_WORDS", "InProcessFederatedJob", "InProcessJob", "InProcessNetworkJob",
+__all__ = ["Forecast", "REFERENCE_WORDS", "InProcessFederatedJob", "InProcessJob", "InProcessNetworkJob", "pooled_rows",
            "Reference", "deal_to_owners", "forecast_job"]
 
 #: What a forecast's ``nonprivate`` figure is: the objective's exact minimiser on the pooled rows
@@ -252,7 +252,8 @@ def deal_to_owners(rows: Dataset, owners: int, seed: int = 0) -> list[Dataset]:
             for o, idx in enumerate(np.array_split(order, owners))]
 
 
-def _pooled(parts: Sequence[Dataset]) -> Dataset:
+def pooled_rows(parts: Sequence[Dataset]) -> Dataset:
+    """Every part's rows as one data set (the stand-ins a job's owners are dealt from)."""
     return Dataset(np.vstack([p.X for p in parts]), np.concatenate([p.y for p in parts]), parts[0].task,
                    "pooled", parts[0].feature_names, parts[0].n_classes)
 
@@ -274,7 +275,7 @@ def forecast_job(spec: JobSpec, parts: Sequence[Dataset], *, evaluate: Dataset |
     d = parts[0].d
     if any(p.d != d for p in parts):
         raise ValueError(f"data: the parties' rows have different widths {[p.d for p in parts]}")
-    pooled = _pooled(parts)
+    pooled = pooled_rows(parts)
     target = evaluate if evaluate is not None else pooled
     if spec.federated is not None:
         if owners is None:
