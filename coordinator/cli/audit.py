@@ -76,19 +76,27 @@ def privacy_cmd(job_file: Path, schema_path: Path, data: tuple[Path, ...], canar
     from mpc_erm.simulate.audit import audit_job
 
     jf = load_job_file(job_file)
-    federated = jf.spec.federated is not None
-    if not federated and (len(data) != len(jf.job.parties) or jf.job.owners):
-        raise ValueError(f"--data: the audit runs a job of parties holding their rows; give one CSV for each of "
-                         f"its {len(jf.job.parties)} parties ({', '.join(jf.job.parties)}), got {len(data)}")
-    if federated and daemons:
-        raise ValueError("--daemons: a federated job's audit runs in process (its owners are not started here)")
+    owners = len(jf.job.owners)
+    if not owners and len(data) != len(jf.job.parties):
+        raise ValueError(f"--data: give one CSV for each of the job's {len(jf.job.parties)} parties "
+                         f"({', '.join(jf.job.parties)}), got {len(data)}; a job with data owners takes any number, "
+                         "dealt to its owners")
+    if owners and daemons:
+        raise ValueError("--daemons: a job with data owners is audited in process (its owners are not started here)")
     _, parts = load_parts(schema_path, data)
-    if federated:  # the rows dealt to the job's owners; the canaries join them as owners
-        from mpc_erm.simulate.audit import audit_federated_job
+    if owners:  # the rows dealt to the job's owners, as `job plan` deals them
         from mpc_erm.simulate.forecast import deal_to_owners, pooled_rows
 
-        a = audit_federated_job(jf.spec, deal_to_owners(pooled_rows(parts), len(jf.job.owners), seed),
-                                canaries=canaries, seed=seed, alpha=1.0 - confidence, broken_control=broken_control)
+        pooled = pooled_rows(parts)
+    if jf.spec.federated is not None:  # the canaries join the owners as owners
+        from mpc_erm.simulate.audit import audit_federated_job
+
+        a = audit_federated_job(jf.spec, deal_to_owners(pooled, owners, seed), canaries=canaries, seed=seed,
+                                alpha=1.0 - confidence, broken_control=broken_control)
+    elif owners:  # record level: a gradient round sums the owners' clipped gradients, the pooled rows' sum
+        held = [pooled] if jf.spec.method == "gradient" else deal_to_owners(pooled, owners, seed)
+        a = audit_job(jf.spec, held, canaries=canaries, seed=seed, alpha=1.0 - confidence,
+                      broken_control=broken_control)
     elif daemons:
         from coordinator.audit_daemons import audit_through_daemons
 

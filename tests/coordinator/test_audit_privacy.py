@@ -54,3 +54,24 @@ def test_a_job_the_audit_cannot_run_is_refused_naming_the_field(
         (job / "job.toml").rename(job / "ridge.toml")
         (job / "keep.toml").rename(job / "job.toml")
     assert code == 2 and "model.name" in err and "ridge" in err, err
+
+
+def test_a_job_with_data_owners_is_audited_on_the_rows_dealt_to_them(
+        job: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The example gradient job of six clinics (record level, add/remove, n̂ public): the three
+    CSV files are pooled and their rows summed as the owners' clipped gradients are."""
+    example = Path(__file__).resolve().parents[2] / "coordinator" / "examples" / "gradient-owners.toml"
+    (job / "owners.toml").write_text(example.read_text())
+    files = [a for p in ("alice", "bob", "carol") for a in ("--data", str(job / "d" / f"{p}.csv"))]
+    if not (job / "d").exists():
+        code, _, err = run_main(monkeypatch, capsys, "data", "example", "breast-cancer", "--out", str(job / "d"))
+        assert code == 0, err
+    for control, want in (((), 0), (("--broken-control",), 1)):
+        code, out, err = run_main(monkeypatch, capsys, "audit", "privacy", str(job / "owners.toml"), "--schema",
+                                  str(SCHEMA), "--canaries", "200", "--json", *control, *files)
+        assert code == want, (control, out, err)
+        got = json.loads(out)
+        assert got["violated"] == bool(control) and got["stated_epsilon"] <= 1.0 + 1e-9, got
+    code, _, err = run_main(monkeypatch, capsys, "audit", "privacy", str(job / "owners.toml"), "--schema",
+                            str(SCHEMA), "--daemons", *files)
+    assert code == 2 and "--daemons: a job with data owners" in err, err
