@@ -93,6 +93,11 @@ def privacy_cmd(job_file: Path, schema_path: Path, data: tuple[Path, ...], canar
 
         a = audit_federated_job(jf.spec, deal_to_owners(pooled, owners, seed), canaries=canaries, seed=seed,
                                 alpha=1.0 - confidence, broken_control=broken_control)
+    elif jf.spec.model.is_network and not daemons:  # DP-SGD / DP-Adam on an mlp
+        from mpc_erm.simulate.audit import audit_network_job
+
+        a = audit_network_job(jf.spec, [pooled] if owners else parts, canaries=canaries, seed=seed,
+                              alpha=1.0 - confidence, broken_control=broken_control)
     elif owners:  # record level: a gradient round sums the owners' clipped gradients, the pooled rows' sum
         held = [pooled] if jf.spec.method == "gradient" else deal_to_owners(pooled, owners, seed)
         a = audit_job(jf.spec, held, canaries=canaries, seed=seed, alpha=1.0 - confidence,

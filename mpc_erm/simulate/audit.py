@@ -33,11 +33,11 @@ import torch
 from mpc_erm.data import Dataset
 from mpc_erm.privacy.audit_bound import epsilon_lower_bound
 from mpc_erm.privacy.plan import plan_job, public_sizes
-from mpc_erm.simulate.forecast import InProcessFederatedJob, InProcessJob
+from mpc_erm.simulate.forecast import InProcessFederatedJob, InProcessJob, InProcessNetworkJob
 from mpc_erm.spec import JobSpec
 
-__all__ = ["AUDIT_FRACTIONS", "PrivacyAudit", "audit_federated_job", "audit_job", "audit_scores", "check_auditable",
-           "draw_canaries", "with_canaries"]
+__all__ = ["AUDIT_FRACTIONS", "PrivacyAudit", "audit_federated_job", "audit_job", "audit_network_job", "audit_scores",
+           "check_auditable", "draw_canaries", "with_canaries"]
 
 #: The guesses' k, as fractions of m, fixed before the run (a union bound pays for trying each).
 AUDIT_FRACTIONS = (0.05, 0.1, 0.25, 0.5)
@@ -120,10 +120,11 @@ def audit_scores(scores: np.ndarray, included: np.ndarray, stated_epsilon: float
 
 
 def check_auditable(spec: JobSpec) -> None:
-    """The audit's scope: a linear binary job of parties holding their rows (ValueError naming the field)."""
+    """The linear audit's scope: a linear binary job of parties holding their rows (ValueError naming
+    the field; networks: :func:`audit_network_job`, federated jobs: :func:`audit_federated_job`)."""
     if spec.model.is_network or spec.federated is not None or spec.model.name not in _AUDITED_LOSSES:
-        raise ValueError(f"model.name: the audit runs linear binary jobs ({', '.join(_AUDITED_LOSSES)}), "
-                         f"not {spec.model.name!r}")
+        raise ValueError(f"model.name: the audit runs linear binary jobs ({', '.join(_AUDITED_LOSSES)}), an 'mlp' "
+                         f"network or a two-class softmax federated job, not {spec.model.name!r} here")
 
 
 def audit_job(spec: JobSpec, parts: Sequence[Dataset], *, canaries: int = 1000, seed: int = 0,
@@ -179,3 +180,33 @@ def audit_federated_job(spec: JobSpec, owners: Sequence[Dataset], *, canaries: i
     scores = w[width + d: width + d + m] - w[d: d + m]  # the (2 × width) weight matrix, row-major, then the bias
     g = plan.guarantee()
     return audit_scores(scores, included, g.epsilon, g.delta, alpha=alpha, broken_control=broken_control)
+
+
+def audit_network_job(spec: JobSpec, parts: Sequence[Dataset], *, canaries: int = 1000, seed: int = 0,
+                      alpha: float = 0.05, broken_control: bool = False) -> PrivacyAudit:
+    """The audit of a DP-SGD / DP-Adam job on an ``mlp`` (its first layer linear in the inputs):
+    the canary columns widen its input to d + m (``model.input_shape``), the canary rows go to the
+    first party under add/remove (an out canary is absent), and canary i's score is how far its
+    own column of the first layer's weights moved from the agreed initial model — a column no
+    other row touches, so without noise only the canaries that were in move. The job's own rounds
+    run in process (:class:`InProcessNetworkJob`, the worker's run)."""
+    m_ = spec.model
+    if m_.name != "mlp" or m_.input_shape is None or len(m_.input_shape) != 1:
+        raise ValueError("model.name: the network audit runs an 'mlp' on flat inputs (its first layer is linear "
+                         "in them)")
+    d = parts[0].d
+    if int(m_.input_shape[0]) != d:
+        raise ValueError(f"model.input_shape: the rows have {d} features, the job's input is {m_.input_shape}")
+    included = draw_canaries(canaries, seed)
+    rows = with_canaries(parts, included, replace=False)
+    width = d + canaries
+    audited = spec.model_copy(update={"model": m_.model_copy(update={"input_shape": [width]})})
+    plan = plan_job(audited, sampler="mpc", sizes=public_sizes(audited, None))
+    job = InProcessNetworkJob(audited, plan, rows)
+    start = job.initial().detach().clone()  # the agreed initial weights (seeded, not zero)
+    trained = job.train(torch.Generator().manual_seed(seed), noise=not broken_control).master.detach()
+    hidden = int(m_.hidden[0]) if m_.hidden else int(m_.n_classes or 2)
+    moved = (trained - start)[: hidden * width].reshape(hidden, width)[:, d:].numpy()
+    g = plan.guarantee()
+    return audit_scores(np.linalg.norm(moved, axis=0), included, g.epsilon, g.delta, alpha=alpha,
+                        broken_control=broken_control)

@@ -177,6 +177,10 @@ class InProcessNetworkJob:
         gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
         return NetworkRun.in_process(self.spec, self.plan, self.first, self.tensors, gens, noise=noise)
 
+    def initial(self) -> torch.Tensor:
+        """The network's agreed initial parameters (from ``model.init_seed``), flat, before any round."""
+        return self._run(torch.Generator().manual_seed(0)).job.master
+
     def signal(self) -> float:
         """‖the first round's release without noise‖: the weighted clipped sums of one Poisson batch."""
         run = self._run(torch.Generator().manual_seed(0))

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from mpc_erm.data import Dataset, load_dataset
-from mpc_erm.simulate.audit import audit_federated_job, audit_job, with_canaries
+from mpc_erm.data.partition import partition_equal
+from mpc_erm.simulate.audit import audit_federated_job, audit_job, audit_network_job, with_canaries
 from mpc_erm.simulate.forecast import deal_to_owners
 from mpc_erm.spec import JobSpec
 
@@ -29,6 +30,24 @@ def test_a_federated_job_with_canary_owners_and_its_noiseless_control(ls_sigma: 
     assert not real.violated and real.epsilon_lower_bound < real.stated_epsilon, real
     control = audit_federated_job(_federated(ls_sigma), owners, canaries=200, seed=2, broken_control=True)
     assert control.violated and control.correct == control.guesses, control
+
+
+def test_a_dp_adam_mlp_job_and_its_noiseless_control() -> None:
+    """DP-Adam with Poisson sampling on an mlp: the canaries' own input columns of the first layer."""
+    train, _ = load_dataset("breast_cancer")
+    parts = [Dataset(train.X[i], train.y[i], train.task, feature_names=train.feature_names)
+             for i in partition_equal(train.n, 3, 0)]
+    spec = JobSpec.model_validate({
+        "method": "gradient", "model": {"name": "mlp", "input_shape": [30], "n_classes": 2, "hidden": [16]},
+        "privacy": {"epsilon": 2.0, "delta": 1e-5, "clip": 1.0, "adjacency": "add_remove", "public_n": 700},
+        "training": {"iterations": 60, "sampling_rate": 0.2, "learning_rate": 0.05, "optimizer": "adam"}})
+    real = audit_network_job(spec, parts, canaries=200, seed=1)
+    assert not real.violated and real.epsilon_lower_bound < real.stated_epsilon, real
+    control = audit_network_job(spec, parts, canaries=200, seed=1, broken_control=True)
+    assert control.violated and control.correct == control.guesses, control
+    with pytest.raises(ValueError, match="model.input_shape"):
+        audit_network_job(spec.model_copy(update={"model": spec.model.model_copy(update={"input_shape": [31]})}),
+                          parts, canaries=50)
 
 
 def test_the_canaries_make_neighbouring_data_sets() -> None:
