@@ -194,6 +194,8 @@ def audit_network_job(spec: JobSpec, parts: Sequence[Dataset], *, canaries: int 
     if m_.name != "mlp" or m_.input_shape is None or len(m_.input_shape) != 1:
         raise ValueError("model.name: the network audit runs an 'mlp' on flat inputs (its first layer is linear "
                          "in them)")
+    if spec.privacy.adjacency != "add_remove":
+        raise ValueError("privacy.adjacency: the network audit runs add/remove jobs (an out canary is absent)")
     d = parts[0].d
     if int(m_.input_shape[0]) != d:
         raise ValueError(f"model.input_shape: the rows have {d} features, the job's input is {m_.input_shape}")
