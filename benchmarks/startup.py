@@ -48,6 +48,7 @@ def _log_times(log: Path, since: float) -> dict[str, float]:
 
 def _run_job(cons: Any, out: Path, name: str) -> tuple[float, str]:
     from coordinator.end_to_end import default_jobs, job_toml
+    from mpc_erm.jobs.status import TERMINAL
 
     job = next(j for j in default_jobs(50) if j.method == "gradient")
     path = out / f"{name}.toml"
@@ -57,7 +58,7 @@ def _run_job(cons: Any, out: Path, name: str) -> tuple[float, str]:
     job_id = client.submit(path)["job_id"]
     ends = {}
     for ev in client.watch(job_id):
-        if ev["phase"] in ("succeeded", "failed", "cancelled", "refused", "error"):
+        if ev["phase"] in TERMINAL or ev["phase"] == "error":
             ends[ev["member"]] = ev["phase"]
     status = "succeeded" if ends and set(ends.values()) == {"succeeded"} else json.dumps(ends)
     return time.perf_counter() - tic, status

@@ -16,8 +16,8 @@ from typing import Any
 
 from mpc_erm.data import Dataset
 from mpc_erm.data.arrays import save_numpy
-from mpc_erm.privacy.plan import plan_job, public_sizes
-from mpc_erm.simulate.audit import PrivacyAudit, audit_scores, check_auditable, draw_canaries, with_canaries
+from mpc_erm.jobs.status import TERMINAL
+from mpc_erm.simulate.audit import PrivacyAudit, audit_scores, linear_audit
 from mpc_erm.spec import JobSpec
 
 from .consortium import LocalConsortium
@@ -50,15 +50,10 @@ def audit_through_daemons(spec: JobSpec, parts: Sequence[Dataset], *, canaries: 
                           root: Path | None = None) -> PrivacyAudit:
     """Audit ``spec`` (as :func:`~mpc_erm.simulate.audit.audit_job`) with ``parts`` held by three
     party daemons started for it; ``broken_control``: the job's test-only zero-noise mode."""
-    check_auditable(spec)
     if len(parts) != 3:
         raise ValueError(f"data: the audit's consortium has three parties, got {len(parts)} parts")
-    included = draw_canaries(canaries, seed)
-    replace = spec.privacy.adjacency == "replace"
-    rows = with_canaries(parts, included, replace)
-    d = parts[0].d
-    stated = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, [p.n for p in rows] if replace else None),
-                      n_features=d + canaries).guarantee()
+    included, rows, plan = linear_audit(spec, parts, canaries, seed)
+    stated, d = plan.guarantee(), parts[0].d
     with tempfile.TemporaryDirectory(prefix="mpc-erm-audit-") as tmp:
         base = Path(root or tmp)
         files = {name: save_numpy(r, base / f"{name}.npz") for name, r in zip(("alice", "bob", "carol"), rows,
@@ -73,7 +68,7 @@ def audit_through_daemons(spec: JobSpec, parts: Sequence[Dataset], *, canaries: 
             job_id = client.submit(job)["job_id"]
             ends: dict[str, Any] = {}
             for ev in client.watch(job_id):
-                if ev["phase"] in ("succeeded", "failed", "cancelled", "refused", "error"):
+                if ev["phase"] in TERMINAL or ev["phase"] == "error":
                     ends[ev["member"]] = ev
             if any(e["phase"] != "succeeded" for e in ends.values()) or not ends:
                 phases = "; ".join(f"{m}: {e['phase']} ({e['payload'].get('reason') or e['payload'].get('message')})"

@@ -201,6 +201,7 @@ class PartyDaemon:
         self.started_at = 0.0
         # start-up work after the server starts (Health answers meanwhile, with what it waits for)
         self._taking = threading.Event()  # submissions are taken (the control plane is up)
+        self._answered = threading.Event()  # jobs are taken, or the start-up ended without: wait_taking returns
         self._ready = threading.Event()  # the worker pool is warm: agreed jobs start at once
         self._warmed = threading.Event()  # the warm-up ended, ready or not
         self._starting = _PARSER_PHASE
@@ -242,12 +243,7 @@ class PartyDaemon:
     def wait_taking(self, timeout: float | None = None) -> bool:
         """Wait until the daemon takes jobs (True) or ``timeout`` passes (False); OSError (one
         line) when its start-up work failed: it will never take one."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._taking.is_set() and not self._warmed.is_set():
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                break
-            self._warmed.wait(0.05 if left is None else min(0.05, left))
+        self._answered.wait(timeout)
         if self._start_failure is not None:
             raise OSError(self._start_failure)
         return self._taking.is_set()
@@ -356,6 +352,7 @@ class PartyDaemon:
             self._starting = _POOL_PHASE
             if not self._stopping.is_set():
                 self._taking.set()
+                self._answered.set()
                 self.log.info(f"taking jobs ({time.monotonic() - t0:.1f} s of start-up work); the worker pool "
                               "warms behind", phase="ready")
             self.supervisor.warm_up()
@@ -370,6 +367,7 @@ class PartyDaemon:
                 self.log.info(f"ready: the worker pool is warm ({time.monotonic() - t0:.1f} s of start-up work)",
                               phase="ready")
         finally:
+            self._answered.set()
             self._warmed.set()
             if self.agreement is not None:
                 self.agreement.notify()  # the jobs waiting on the pool decide now

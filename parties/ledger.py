@@ -88,7 +88,6 @@ _MIGRATIONS = (
 )
 
 
-
 def _covers(reserved: DpEvent | None, ev: DpEvent) -> bool:
     """A job reserved by its target alone ((ε, δ) with no event of its own) may reveal under a
     worker's event only if that event is within it: (ε, δ)-DP at the reserved δ, the sampler's TV
@@ -101,6 +100,7 @@ def _covers(reserved: DpEvent | None, ev: DpEvent) -> bool:
     except (ValueError, AdjacencyError):
         return False
     return got.epsilon <= reserved.epsilon * (1 + 1e-12) and got.delta <= reserved.delta
+
 
 class LedgerError(Exception):
     """A ledger operation that was refused (the ledger is unchanged)."""

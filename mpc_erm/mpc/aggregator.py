@@ -54,7 +54,7 @@ from mpc_erm.protocols.aggregation import NoiseSpec
 from .agreement import agree_on
 from .crypten_compat import import_crypten
 from .keystream import KEY_BYTES, KeyedMasks, new_key
-from .noise import COARSE_GRID_SLACK, Realisation, realise
+from .noise import COARSE_GRID_SLACK, Realisation, coarsenings, realise
 
 crypten = import_crypten()
 from crypten.communicator.communicator import Communicator  # noqa: E402  (after the compat shim)
@@ -444,19 +444,15 @@ def realise_checked(plan: PrivacyPlan, parties: int, bounds: Sequence[float] | N
     round, after the round was marked. ``bounds`` None: unchecked, the default grid."""
     from .validation import CheckPlan, ValidationError, bound_units
 
-    real = realise(plan, parties)
     if bounds is None:
-        return real
-    dim, g = int(plan.dim or 0), real.plan.grid_bits
-    while True:
+        return realise(plan, parties)
+    dim = int(plan.dim or 0)
+    for real in coarsenings(plan, parties):
         try:
-            CheckPlan(dim, tuple(bound_units(b, g, dim) for b in bounds))
+            CheckPlan(dim, tuple(bound_units(b, real.plan.grid_bits, dim) for b in bounds))
             return real
         except ValidationError as exc:
-            if g == 0 or (real.plan.slack or 0.0) * 2.0 > COARSE_GRID_SLACK:
-                raise ValueError(f"privacy.clip / job.features: the parties' contribution bounds over {dim} "
-                                 "coordinates fit the in-MPC bound check on no grid whose rounding adds at most "
-                                 f"{COARSE_GRID_SLACK:.0%} to the sensitivity ({exc}); fewer features or a larger "
-                                 "ε fit") from None
-        g -= 1
-        real = realise(plan, parties, grid_bits=g)
+            refusal = exc
+    raise ValueError(f"privacy.clip / job.features: the parties' contribution bounds over {dim} coordinates fit the "
+                     f"in-MPC bound check on no grid whose rounding adds at most {COARSE_GRID_SLACK:.0%} to the "
+                     f"sensitivity ({refusal}); fewer features or a larger ε fit")

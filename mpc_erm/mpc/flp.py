@@ -136,9 +136,7 @@ def prove(left: np.ndarray, right: np.ndarray, layout: Layout, seeds: np.ndarray
     ext = F.extension_matrix(g + 1, 2 * g + 1)  # values at g+1..2g
     wires = layout.grid(left)
     if right is left:  # squares: the wires extended once; only the seeds (row 0) differ
-        # every piece's columns side by side: one product extends them all
-        flat = np.ascontiguousarray(wires.transpose(1, 0, 2).reshape(g, k * c))
-        shared = F.matvec(np.ascontiguousarray(ext[:, 1:]), flat).reshape(g, k, c).transpose(1, 0, 2)
+        shared = _extend(np.ascontiguousarray(ext[:, 1:]), wires)
         a = np.concatenate([seeds[:, None, :c], wires, F.add(shared, F.mul(ext[None, :, :1], seeds[:, None, :c]))], 1)
         b = np.concatenate([seeds[:, None, c:], wires, F.add(shared, F.mul(ext[None, :, :1], seeds[:, None, c:]))], 1)
     else:
@@ -150,7 +148,8 @@ def prove(left: np.ndarray, right: np.ndarray, layout: Layout, seeds: np.ndarray
 
 
 def _extend(ext: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """(pieces, g+1, c) values at 0..g → (pieces, g, c) values at g+1..2g, one product for all pieces."""
+    """(pieces, n, c) values at n nodes → (pieces, g, c) values at g+1..2g by ``ext`` (g × n), every
+    piece's columns side by side in one product."""
     k, n, c = values.shape
     flat = np.ascontiguousarray(values.transpose(1, 0, 2).reshape(n, k * c))
     return F.matvec(ext, flat).reshape(-1, k, c).transpose(1, 0, 2)

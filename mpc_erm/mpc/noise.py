@@ -43,6 +43,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -301,7 +302,6 @@ class Realisation:
                        release_noise_scale_grid=self.plan.params.sigma * self.split.parties**0.5)
         return out
 
-
     def sampler_parameters(self) -> dict[str, Any]:
         """The in-MPC sampler's parameters, from which a verifier recomputes its total-variation
         bound per sample (:mod:`mpc_erm.privacy.sampler_tv`) without this code."""
@@ -317,6 +317,19 @@ class Realisation:
 #: check's int64 ring, the malicious-secure mode's statements): rounding may add at most 5 % to
 #: the sensitivity, where the default grid's rule allows 1 %, so the noise grows by at most 4 %.
 COARSE_GRID_SLACK = 0.05
+
+
+def coarsenings(plan: PrivacyPlan, parties: int) -> Iterator[Realisation]:
+    """The plan's realisation on the default grid, then on each coarser one while rounding adds at
+    most :data:`COARSE_GRID_SLACK` to the sensitivity (finest first): where an exact check or
+    proof looks for the finest grid it fits on."""
+    real = realise(plan, parties)
+    yield real
+    g = real.plan.grid_bits
+    while g > 0 and (real.plan.slack or 0.0) * 2.0 <= COARSE_GRID_SLACK:
+        g -= 1
+        real = realise(plan, parties, grid_bits=g)
+        yield real
 
 
 @functools.lru_cache(maxsize=32)  # a pure function of a frozen plan; owners sharing a process (benchmarks) ask once

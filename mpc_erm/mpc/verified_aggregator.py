@@ -61,7 +61,7 @@ from .aggregator import AggregateStats, AggregateTotals
 from .agreement import IntegrityError, member_name
 from .crypten_compat import import_crypten
 from .local_noise import DistributedNoise
-from .noise import COARSE_GRID_SLACK, Realisation, realise
+from .noise import COARSE_GRID_SLACK, Realisation, coarsenings
 from .replicated_open import OpeningMismatch, holders, open_verified, shares_of
 from .unanimous import UnanimousRelease
 from .validation import bound_units
@@ -403,24 +403,21 @@ def realise_verified(plan: PrivacyPlan, noise: DistributedNoise, bounds: tuple[f
     within the allowance, the one of fewest bits that fits. The noise meets the plan on whichever
     grid is taken (:func:`~.noise.realise` counts the rounding); only the rounding's share of it
     grows. Raises a ValueError naming ``job.security`` when no grid fits."""
-    real = realise(plan, _PARTIES)
-    dim = int(real.plan.dim)
+    dim = int(plan.dim or 0)
     allowance = max(dim, _MIN_BIT_ALLOWANCE)
-    g = real.plan.grid_bits
     cheapest: tuple[int, Realisation] | None = None
-    while True:
+    refusal: ValueError | None = None
+    for real in coarsenings(plan, _PARTIES):
         try:
-            bits = max(s.shape.bit_count for s in statements(noise, bounds, dim, g, real.spec))
+            bits = max(s.shape.bit_count for s in statements(noise, bounds, dim, real.plan.grid_bits, real.spec))
         except ValueError as exc:  # a coarser grid may fit (a finer one never fits where this does not)
             refusal = exc
-        else:
-            if bits <= allowance:
-                return real
-            if cheapest is None or bits < cheapest[0]:
-                cheapest = (bits, real)
-        if g == 0 or (real.plan.slack or 0.0) * 2.0 > MALICIOUS_GRID_SLACK:
-            if cheapest is not None:
-                return cheapest[1]
-            raise refusal
-        g -= 1
-        real = realise(plan, _PARTIES, grid_bits=g)
+            continue
+        if bits <= allowance:
+            return real
+        if cheapest is None or bits < cheapest[0]:
+            cheapest = (bits, real)
+    if cheapest is not None:
+        return cheapest[1]
+    assert refusal is not None  # the default grid was tried: it fitted, or it raised
+    raise refusal

@@ -206,12 +206,7 @@ class _Recompute:
             out.append(Check("sensitivity_l1", r.sensitivity_l1 is None and _same(plan["sensitivity"], d2),
                              f"an ℓ2 mechanism: the plan's sensitivity {plan['sensitivity']} is Δ₂ and the report "
                              f"states no ℓ1 one ({r.sensitivity_l1})"))
-        self.d2 = d2
         return out
-
-    def _z(self) -> float:
-        ev = self.ev
-        return float(ev.noise_multiplier) if isinstance(ev, GaussianRounds) else math.nan
 
     def noise(self) -> list[Check]:
         plan, r, ev = self.plan, self.r, self.ev
@@ -320,9 +315,9 @@ class _Recompute:
         mpc = plan["sampler"] == "mpc"
         share = SAMPLER_DELTA_SHARE if mpc else 0.0
         eps, delta, rounds = float(plan["target_epsilon"]), float(plan["target_delta"]), int(plan["rounds"])
-        out = [Check("sampler_kind", plan["sampler"] == ("ideal" if self.simulated else "mpc")
-                     and _same(plan["sampler_delta_share"], share, 1e-12) if share else
-                     plan["sampler"] == ("ideal" if self.simulated else "mpc") and plan["sampler_delta_share"] == 0.0,
+        kind_ok = plan["sampler"] == ("ideal" if self.simulated else "mpc")
+        share_ok = _same(plan["sampler_delta_share"], share, 1e-12) if share else plan["sampler_delta_share"] == 0.0
+        out = [Check("sampler_kind", kind_ok and share_ok,
                      f"the plan's sampler {plan['sampler']!r} with {plan['sampler_delta_share']} of δ for its TV; "
                      f"{'an in-process simulation' if self.simulated else 'a job'} samples "
                      f"{'the ideal distribution' if self.simulated else 'inside the MPC'}")]

@@ -32,12 +32,12 @@ import torch
 
 from mpc_erm.data import Dataset
 from mpc_erm.privacy.audit_bound import epsilon_lower_bound
-from mpc_erm.privacy.plan import plan_job, public_sizes
+from mpc_erm.privacy.plan import PrivacyPlan, plan_job, public_sizes
 from mpc_erm.simulate.forecast import InProcessFederatedJob, InProcessJob, InProcessNetworkJob
 from mpc_erm.spec import JobSpec
 
 __all__ = ["AUDIT_FRACTIONS", "PrivacyAudit", "audit_federated_job", "audit_job", "audit_network_job", "audit_scores",
-           "check_auditable", "draw_canaries", "with_canaries"]
+           "canary_rows", "check_auditable", "draw_canaries", "linear_audit", "with_canaries"]
 
 #: The guesses' k, as fractions of m, fixed before the run (a union bound pays for trying each).
 AUDIT_FRACTIONS = (0.05, 0.1, 0.25, 0.5)
@@ -79,25 +79,42 @@ def draw_canaries(canaries: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).random(canaries) < 0.5
 
 
+def canary_rows(d: int, included: np.ndarray, replace: bool) -> np.ndarray:
+    """The canaries' rows over d + m columns: e_(d+i) for canary i when it is in; when it is out,
+    the zero row (``replace``: every canary keeps its slot) or none."""
+    m = included.size
+    ins = np.flatnonzero(included)
+    rows = np.zeros((m if replace else ins.size, d + m))
+    rows[ins if replace else np.arange(ins.size), d + ins] = 1.0
+    return rows
+
+
+def _widened(p: Dataset, m: int, rows: np.ndarray | None = None) -> Dataset:
+    """``p`` with m canary columns, zero in its own rows, and ``rows`` (label +1, or class 1) appended."""
+    X, y = np.hstack([p.X, np.zeros((p.n, m))]), p.y
+    if rows is not None:
+        X, y = np.vstack([X, rows]), np.concatenate([y, np.ones(len(rows), dtype=y.dtype)])
+    return Dataset(X, y, p.task, name=p.name, feature_names=(*p.feature_names, *(f"canary{i}" for i in range(m))),
+                   n_classes=p.n_classes)
+
+
 def with_canaries(parts: Sequence[Dataset], included: np.ndarray, replace: bool) -> list[Dataset]:
     """``parts`` with one feature column per canary (zero in every real row) and the canaries'
-    rows appended to the first party's: canary i's row is e_(d+i) with label +1 when it is in;
-    when it is out, the zero row (``replace``: the counts stay the same) or nothing."""
-    m = included.size
-    out = []
-    for j, p in enumerate(parts):
-        X = np.hstack([p.X, np.zeros((p.n, m))])
-        y = p.y
-        if j == 0:
-            slots = np.arange(m) if replace else np.flatnonzero(included)
-            canary = np.zeros((slots.size, p.d + m))
-            ins = np.flatnonzero(included)
-            canary[ins if replace else np.arange(ins.size), p.d + ins] = 1.0
-            X = np.vstack([X, canary])
-            y = np.concatenate([y, np.ones(slots.size, dtype=y.dtype)])
-        names = (*p.feature_names, *(f"canary{i}" for i in range(m)))
-        out.append(Dataset(X, y, p.task, name=p.name, feature_names=names))
-    return out
+    rows (:func:`canary_rows`, label +1) appended to the first party's."""
+    rows = canary_rows(parts[0].d, included, replace)
+    return [_widened(p, included.size, rows if j == 0 else None) for j, p in enumerate(parts)]
+
+
+def linear_audit(spec: JobSpec, parts: Sequence[Dataset], canaries: int,
+                  seed: int) -> tuple[np.ndarray, list[Dataset], PrivacyPlan]:
+    """What a linear job's audit runs, in process or through the daemons: which canaries are in,
+    the rows with them, and the plan whose guarantee is stated."""
+    check_auditable(spec)
+    included = draw_canaries(canaries, seed)
+    replace = spec.privacy.adjacency == "replace"
+    rows = with_canaries(parts, included, replace)
+    sizes = public_sizes(spec, [p.n for p in rows] if replace else None)
+    return included, rows, plan_job(spec, sampler="mpc", sizes=sizes, n_features=rows[0].d)
 
 
 def audit_scores(scores: np.ndarray, included: np.ndarray, stated_epsilon: float, delta: float, *,
@@ -132,17 +149,11 @@ def audit_job(spec: JobSpec, parts: Sequence[Dataset], *, canaries: int = 1000, 
     """Audit ``spec`` (a linear binary job: logistic or Huber SVM, output or gradient perturbation)
     run on ``parts`` plus ``canaries`` canaries (module docstring). ``broken_control``: the same
     job with its noise switched off, which the audit must flag."""
-    check_auditable(spec)
-    included = draw_canaries(canaries, seed)
-    replace = spec.privacy.adjacency == "replace"
-    rows = with_canaries(parts, included, replace)
-    d = parts[0].d
-    sizes = public_sizes(spec, [p.n for p in rows] if replace else None)
-    stated = plan_job(spec, sampler="mpc", sizes=sizes, n_features=d + canaries)
-    plan = plan_job(spec, sampler="mpc", sizes=sizes, n_features=d + canaries, test_no_noise=True) \
+    included, rows, stated = linear_audit(spec, parts, canaries, seed)
+    plan = plan_job(spec, sampler="mpc", sizes=stated.sizes, n_features=rows[0].d, test_no_noise=True) \
         if broken_control else stated
     theta = InProcessJob(spec, plan, rows).release(torch.Generator().manual_seed(seed))
-    g = stated.guarantee()
+    g, d = stated.guarantee(), parts[0].d
     return audit_scores(theta.detach().cpu().numpy()[d: d + canaries], included, g.epsilon, g.delta, alpha=alpha,
                         broken_control=broken_control)
 
@@ -162,16 +173,10 @@ def audit_federated_job(spec: JobSpec, owners: Sequence[Dataset], *, canaries: i
     included = draw_canaries(canaries, seed)
     d, m = owners[0].d, canaries
     width = d + m
-    pad = [Dataset(np.hstack([o.X, np.zeros((o.n, m))]), o.y, o.task, name=o.name,
-                   feature_names=(*o.feature_names, *(f"canary{i}" for i in range(m))), n_classes=o.n_classes)
-           for o in owners]
+    pad = [_widened(o, m) for o in owners]
     label = np.ones(1, dtype=owners[0].y.dtype)  # +1 (binary) or class 1 (multiclass)
-    for i in range(m):
-        x = np.zeros((1, width))
-        if included[i]:
-            x[0, d + i] = 1.0
-        pad.append(Dataset(x, label, owners[0].task, name=f"canary-{i}", feature_names=pad[0].feature_names,
-                           n_classes=owners[0].n_classes))
+    pad += [Dataset(row[None], label, owners[0].task, name=f"canary-{i}", feature_names=pad[0].feature_names,
+                    n_classes=owners[0].n_classes) for i, row in enumerate(canary_rows(d, included, replace=True))]
     audited = spec.model_copy(update={"privacy": spec.privacy.model_copy(update={"public_n": len(pad)})})
     plan = plan_job(audited, sampler="mpc", sizes=public_sizes(audited, None), n_features=width)
     job = InProcessFederatedJob(audited, plan, pad)
