@@ -13,8 +13,9 @@ states at z = 1.2 (RDP with the conversion of Balle et al. 2020: ε = 0.93 at δ
 TF-Privacy's README, with the classic conversion, says ≈ 1.2 for the same noise). **Through the
 daemons** (``--daemons``): 3 party daemons + a dealer (real processes, gRPC with mutual TLS),
 each party holding its third of the images as its own IDX files, the noise the discrete Gaussian
-sampled inside the MPC; the job asks for the ε that the plan's general subsampled bound states at
-z = 1.2 (1.02), so the noise is the simulator's.
+sampled inside the MPC; the job asks for the ε that the plan's accountant states for that noise at
+z = 1.2 (0.93 with its exact subsampled analysis; the recorded run asked 1.02, what the general
+bound of earlier versions stated for the same z), so the noise is the simulator's.
 
     .venv/bin/python -m benchmarks.deep_mnist --out benchmarks/results/deep_mnist.json
     .venv/bin/python -m benchmarks.deep_mnist --daemons --out benchmarks/results/deep_mnist_daemons.json

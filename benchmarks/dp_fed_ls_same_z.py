@@ -2,13 +2,15 @@
 the daemons' noise multiplier.
 
 ``benchmarks.dp_fed_ls_daemons`` compares each daemon run with the in-process simulator at the same
-ε, but the simulator calibrates the *continuous* Gaussian while the job's plan accounts the
-in-MPC *discrete* Gaussian (by the general Zhu–Wang bound for Poisson subsampling,
-docs/explanation/privacy.md §4), so the daemons add more noise at the same ε (16 % at ε = 6, 1–2 % at
-ε = 7–9). This script reads a result file of ``dp_fed_ls_daemons`` and, for every run of a cell
-with at least ``--min-runs`` runs, runs the simulator with the same seed at the noise the daemons
-added (ν = z_daemons·𝓛 on the sum): if the daemons match it, what separates them from the
-simulator at its own z is the accounting of the discrete noise, not the MPC.
+ε, but the simulator calibrates the *continuous* Gaussian while the job's plan accounts the in-MPC
+*discrete* Gaussian, which the recorded runs accounted by the general Zhu–Wang bound for Poisson
+subsampling, so the daemons added more noise at the same ε (16 % at ε = 6, 1–2 % at ε = 7–9). The
+plan now accounts it by its exact moments (docs/explanation/privacy.md §4), within 5 % of the
+continuous Gaussian's z under RDP (at ε = 6; less at larger ε). This script reads a result file of
+``dp_fed_ls_daemons`` and, for every run of a cell with at least ``--min-runs`` runs, runs the
+simulator with the same seed at the noise the daemons added (ν = z_daemons·𝓛 on the sum): if the
+daemons match it, what separates them from the simulator at its own z is the accounting of the
+discrete noise, not the MPC.
 
 A simulator seed fixes everything random in its run — the initial weights, every owner's batch
 order, the sampler and the noise — and the same seeds recur in every cell, so one seed's luck

@@ -49,9 +49,15 @@ from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp.rdp_privacy_accountant import compute_delta, compute_epsilon
 
 from . import _checks
-from .events import wor_sample_size
+from .events import SubsampledRdp, wor_sample_size
 from .gaussian import gdp_delta, gdp_epsilon, gdp_mu
-from .subsampled import RDP_ORDERS, discrete_gaussian_curve, poisson_gaussian_curve, wor_gaussian_curve
+from .subsampled import (
+    RDP_ORDERS,
+    discrete_gaussian_curve,
+    general_discrete_gaussian_curve,
+    poisson_gaussian_curve,
+    wor_gaussian_curve,
+)
 from .zcdp import zcdp_epsilon, zcdp_rho_for
 
 AccountantName = Literal["rdp", "pld", "gdp", "zcdp"]
@@ -138,12 +144,14 @@ def epsilon_for(
     pld_discretization: float = DEFAULT_PLD_DISCRETIZATION,
     discrete: bool = False,
     population: int | None = None,
+    subsampled_rdp: SubsampledRdp = "exact",
 ) -> float:
     """ε at ``delta`` after ``rounds`` Gaussian rounds with noise multiplier z = σ/Δ.
     ``discrete``: the in-MPC discrete Gaussian, whose Poisson-subsampled rounds are accounted by
-    the general bound of :mod:`.subsampled` (RDP only). ``population`` N: each round draws
-    q·N of N slots without replacement, z relative to the replace-one shift, under either
-    ``adjacency`` and for either noise (module docstring; RDP only)."""
+    :mod:`.subsampled`'s exact curve (RDP only; ``subsampled_rdp = "general"``: by the general
+    bound that events written before it state). ``population`` N: each round draws q·N of N slots
+    without replacement, z relative to the replace-one shift, under either ``adjacency`` and for
+    either noise (module docstring; RDP only)."""
     acc, q, adj = (_check_common(accountant, sampling_rate, adjacency) if population is None
                    else _check_wor(accountant, sampling_rate, adjacency, population))
     z = _checks.positive("noise_multiplier", noise_multiplier)
@@ -154,7 +162,8 @@ def epsilon_for(
     if discrete and q < 1.0:
         if acc != "rdp":
             raise ValueError(f"accountant {acc!r}: subsampled rounds of the discrete Gaussian are accounted by 'rdp'")
-        return float(compute_epsilon(RDP_ORDERS, t * discrete_gaussian_curve(q, z), dl)[0])
+        curve = (discrete_gaussian_curve if subsampled_rdp == "exact" else general_discrete_gaussian_curve)(q, z)
+        return float(compute_epsilon(RDP_ORDERS, t * curve, dl)[0])
     if acc == "gdp":
         return gdp_epsilon(math.sqrt(t) / z, dl)
     if acc == "zcdp":
@@ -213,6 +222,7 @@ def noise_multiplier_for(
     pld_discretization: float = DEFAULT_PLD_DISCRETIZATION,
     discrete: bool = False,
     population: int | None = None,
+    subsampled_rdp: SubsampledRdp = "exact",
 ) -> float:
     """Smallest z (within ``rel_tol``, rounded up) such that T rounds are (target_eps, δ)-DP
     (``discrete``: of the in-MPC discrete Gaussian; ``population``: on q·N of N slots drawn
@@ -242,7 +252,7 @@ def noise_multiplier_for(
 
     def f(x: float) -> float:  # decreasing in x = log z; f ≤ 0 ⇔ feasible
         e = epsilon_for(acc, math.exp(x), t, dl, q, adj, pld_discretization=pld_discretization, discrete=discrete,
-                        population=population)
+                        population=population, subsampled_rdp=subsampled_rdp)
         return math.inf if e == math.inf else (math.log(e) - math.log(eps) if e > 0 else -math.inf)
 
     # Start from the full-batch GDP value scaled by q (exact at q = 1, close for q < 1).

@@ -16,7 +16,9 @@ Events:
   release sums a Poisson sample of the records (each in w.p. q, independently): the subsampled
   Gaussian of DP-SGD, under add/remove only: the continuous Gaussian by dp_accounting's RDP of
   ``PoissonSampledDpEvent`` (Mironov–Talwar–Zhang 2019), the in-MPC discrete Gaussian
-  (``discrete``) by the general bound of Zhu–Wang 2019 on its RDP curve (:mod:`.subsampled`).
+  (``discrete``) by the same sum at integer orders, which its exact moments give in both
+  directions (:mod:`.subsampled`; ``subsampled_rdp = "general"`` marks events written when it was
+  accounted by the looser general bound of Zhu–Wang 2019, and recomputes them by it).
   With ``population`` N set, each release instead sums exactly s = q·N of N public slots drawn
   uniformly without replacement (DP-Fed-LS's uniform owner sampling; an absent or undrawn slot
   adds zero), and z is relative to the replace-one shift of the sum (2𝓛 for updates of norm
@@ -55,6 +57,7 @@ from typing import Any, ClassVar, Literal
 
 __all__ = [
     "ADJACENCIES",
+    "SUBSAMPLED_RDP",
     "Adjacency",
     "AdjacencyError",
     "ApproxDp",
@@ -63,6 +66,7 @@ __all__ = [
     "GaussianRounds",
     "NonPrivate",
     "PureDp",
+    "SubsampledRdp",
     "compose",
     "event_from_dict",
     "event_from_json",
@@ -71,6 +75,8 @@ __all__ = [
 
 Adjacency = Literal["replace", "add_remove"]
 ADJACENCIES = ("replace", "add_remove")
+SubsampledRdp = Literal["exact", "general"]
+SUBSAMPLED_RDP = ("exact", "general")
 
 
 class AdjacencyError(ValueError):
@@ -159,10 +165,12 @@ class GaussianRounds(_Event):
     kind: ClassVar[str] = "gaussian"
     noise_multiplier: float
     sampling_rate: float = 1.0  # Poisson sampling of the records per release (1: every record)
-    # the in-MPC discrete Gaussian: its subsampled rounds are accounted by the general bound of
-    # Zhu–Wang 2019 (.subsampled), not dp_accounting's continuous-Gaussian one; full batches have
-    # the continuous Gaussian's RDP at integer orders either way
+    # the in-MPC discrete Gaussian: its RDP is the continuous Gaussian's at integer orders, subsampled
+    # or not, interpolated between them (.subsampled); not dp_accounting's fractional orders
     discrete: bool = False
+    # which analysis accounts subsampled discrete rounds: "exact" (.subsampled's moments, both
+    # directions) or "general" (Zhu–Wang 2019: ledger rows and reports written before the exact one)
+    subsampled_rdp: SubsampledRdp = "exact"
     # N public slots of which each release draws exactly q·N uniformly without replacement (None:
     # Poisson sampling, or every record); z is then relative to the replace-one shift of the sum
     population: int | None = None
@@ -182,6 +190,16 @@ class GaussianRounds(_Event):
                                  "add/remove adjacency only")
         if not isinstance(self.discrete, bool):
             raise ValueError(f"dp_event.discrete must be true or false, got {self.discrete!r}")
+        if self.subsampled_rdp not in SUBSAMPLED_RDP:
+            raise ValueError(f"dp_event.subsampled_rdp must be one of {SUBSAMPLED_RDP}, got {self.subsampled_rdp!r}")
+        if self.subsampled_rdp == "general" and not self.poisson_discrete:
+            raise ValueError("dp_event.subsampled_rdp 'general' applies to Poisson-subsampled discrete rounds only")
+
+    @property
+    def poisson_discrete(self) -> bool:
+        """In-MPC discrete Gaussian rounds on a Poisson sample: the rounds ``subsampled_rdp`` names
+        the analysis of."""
+        return self.discrete and self.sampling_rate < 1.0 and self.population is None
 
     @property
     def sample_size(self) -> int | None:
@@ -210,6 +228,9 @@ class GaussianRounds(_Event):
             del out["discrete"]
         if self.population is None:  # likewise
             del out["population"]
+        if not self.poisson_discrete or self.subsampled_rdp == "general":
+            # written where it applies; absent there, it is "general": earlier versions' bytes, unchanged
+            del out["subsampled_rdp"]
         return out
 
 
@@ -279,10 +300,15 @@ def event_from_dict(d: Mapping[str, Any]) -> DpEvent:
     kind = d.get("kind")
     if kind not in _KINDS:
         raise ValueError(f"dp_event.kind must be one of {sorted(_KINDS)}, got {kind!r}")
-    optional = {"sampling_rate", "discrete", "population"} if kind == "gaussian" else set()  # omitted at defaults
+    optional = ({"sampling_rate", "discrete", "population", "subsampled_rdp"} if kind == "gaussian"
+                else set())  # omitted at defaults
     if not _FIELDS[kind] <= set(d) <= _FIELDS[kind] | optional:
         raise ValueError(f"dp_event of kind {kind!r} needs exactly the fields {sorted(_FIELDS[kind])}, got {sorted(d)}")
-    return _KINDS[kind](**{k: v for k, v in d.items() if k != "kind"})  # type: ignore[return-value]
+    fields = {k: v for k, v in d.items() if k != "kind"}
+    if (kind == "gaussian" and "subsampled_rdp" not in d and d.get("discrete") is True
+            and d.get("sampling_rate", 1.0) != 1.0 and d.get("population") is None):
+        fields["subsampled_rdp"] = "general"  # written before the exact analysis: recomputed as it was stated
+    return _KINDS[kind](**fields)  # type: ignore[return-value]
 
 
 def event_from_json(text: str) -> DpEvent:
@@ -333,13 +359,21 @@ def _rdp_curve(parts: tuple[_Part, ...]) -> Any:
     import numpy as np
     from dp_accounting.rdp import RdpAccountant
 
-    from .subsampled import RDP_ORDERS, discrete_gaussian_curve, poisson_gaussian_curve, wor_gaussian_curve
+    from .subsampled import (
+        RDP_ORDERS,
+        discrete_gaussian_curve,
+        general_discrete_gaussian_curve,
+        poisson_gaussian_curve,
+        wor_gaussian_curve,
+    )
 
     full: list[Any] = []
     rdp = np.zeros(len(RDP_ORDERS))
     for kind, param, q, population, count in parts:
-        if kind == "discrete_gaussian":  # the in-MPC noise, Poisson-subsampled: .subsampled's bound
+        if kind == "discrete_gaussian":  # the in-MPC noise, Poisson-subsampled: .subsampled's exact curve
             rdp = rdp + count * discrete_gaussian_curve(q, param)
+        elif kind == "discrete_gaussian_general":  # ... as events written before it state it
+            rdp = rdp + count * general_discrete_gaussian_curve(q, param)
         elif kind == "gaussian_wor":  # s = q·N of N slots without replacement, either noise (accountants)
             rdp = rdp + count * wor_gaussian_curve(param, population, wor_sample_size(population, q))
         elif kind == "gaussian" and q < 1.0:  # add/remove by construction (the event's docstring)
@@ -369,9 +403,9 @@ def _grouped(events: Iterable[DpEvent], kinds: tuple[str, ...]) -> tuple[_Part, 
                 if ev.population is not None:  # one bound for either noise (the event's docstring)
                     key = ("gaussian_wor", ev.noise_multiplier, float(ev.sampling_rate), ev.population)
                 else:
-                    subsampled_discrete = ev.discrete and ev.sampling_rate < 1.0
-                    key = ("discrete_gaussian" if subsampled_discrete else ev.kind, ev.noise_multiplier,
-                           float(ev.sampling_rate), 0)
+                    kind = (ev.kind if not ev.poisson_discrete else "discrete_gaussian"
+                            if ev.subsampled_rdp == "exact" else "discrete_gaussian_general")
+                    key = (kind, ev.noise_multiplier, float(ev.sampling_rate), 0)
             else:
                 key = (ev.kind, ev.epsilon, 1.0, 0)  # type: ignore[union-attr]
             counts[key] = counts.get(key, 0) + ev.rounds

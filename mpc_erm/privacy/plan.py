@@ -456,8 +456,10 @@ class PrivacyPlan:
                     "owners without replacement (Wang–Balle–Kasiviswanathan 2019 Thm 27, replace-one shift 2𝓛 = "
                     f"{2.0 * self.clip:.6g}{discrete})")
         if self.mechanism == "gaussian" and self.sampler == "mpc" and self.sampling_rate < 1.0:
-            return (f"{what} of the Poisson-subsampled discrete Gaussian (Zhu–Wang 2019 general bound on its RDP "
-                    "α/(2z²) at integer orders)")
+            return (f"{what} of the Poisson-subsampled discrete Gaussian: its exact moments at integer orders, the "
+                    "continuous Gaussian's binomial sum (Mironov–Talwar–Zhang 2019) in both directions (the addition "
+                    "direction bounded by the removal one for a pair an involution swaps), interpolated between "
+                    "integer orders")
         if self.mechanism == "gaussian" and self.sampler == "mpc":
             return f"{what} of the discrete Gaussian (CKS 2020 Prop. 5, additive over coordinates)"
         if self.mechanism == "laplace" and self.sampler == "mpc":

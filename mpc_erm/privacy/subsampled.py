@@ -1,31 +1,39 @@
-"""Rényi DP of a Poisson-subsampled mechanism from the base mechanism's RDP curve alone.
+"""Rényi DP of the Poisson-subsampled Gaussian — continuous or the in-MPC discrete one — on the
+product's orders.
 
-The general upper bound of Zhu & Wang ("Poisson Subsampled Rényi Differential Privacy", ICML
-2019, the theorem for general mechanisms): if M is (ℓ, ε(ℓ))-RDP for every integer ℓ ≥ 2, then M
-run on a Poisson sample (each record in w.p. γ, independently; add/remove neighbours) is
-(α, ε'(α))-RDP for every integer α ≥ 2 with
+**The in-MPC discrete Gaussian, exactly** (:func:`discrete_gaussian_curve`). With
+Q = N_Z(0, σ²)^d, P = N_Z(μ, σ²)^d, μ an integer shift (‖μ‖₂ ≤ Δ₂, z = σ/Δ₂) and M = (1−q)Q + qP
+the sample with the record:
+
+1. *removal* (M against Q), integer α: by the binomial theorem
+   E_Q[(M/Q)^α] = Σ_k C(α,k)(1−q)^(α−k) q^k E_Q[(P/Q)^k], and at an integer shift
+   E_Q[(P/Q)^k] = exp(k(k−1)‖μ‖²/(2σ²)) exactly (the lattice sum of the Gaussian shifted by kμ is
+   the unshifted one). So it *is* the continuous Gaussian's binomial sum (Mironov–Talwar–Zhang
+   2019), increasing in ‖μ‖: at most its value for z.
+2. *addition* (Q against M), every real α > 1: at most the removal direction, for any pair that an
+   involution T swaps (Q(Tx) = P(x), P(Tx) = Q(x); here Tx = μ − x). On the orbit {x, Tx}, with
+   r = P/Q(x), X = 1−q+qr and Y = 1−q+q/r, the two directions contribute Q(x)(X^α + rY^α) and
+   Q(x)(X^(1−α) + rY^(1−α)); the first is the larger because, with Z = 1/Y and φ_α(u) = u^α −
+   u^(1−α), φ_α(X)/φ_α(Z) = √(X/Z)·sinh(γ ln X)/sinh(γ ln Z) (γ = α − ½) grows with α (u ↦ u
+   coth(γu) increases and X ≥ Z because XY ≥ 1), and equals rY at α = 1.
+3. *fractional orders*: log E_Q[(M/Q)^α] is convex in α (Hölder) and 0 at α = 1, so the line
+   between the neighbouring integer orders bounds it.
+
+So the discrete Gaussian's subsampled RDP equals the continuous Gaussian's at integer orders and is
+bounded by their interpolation between them: the plan needs no more noise for the MPC's noise than
+for the simulator's under RDP (docs/explanation/privacy.md §4 has the proof in full;
+``tests/privacy/test_subsampled.py`` checks both directions against 60-digit sums over the lattice in
+one and two dimensions, and the lemma of step 2 on random swapped pairs).
+
+**The general bound** (:func:`general_discrete_gaussian_curve`): Zhu & Wang ("Poisson Subsampled
+Rényi Differential Privacy", ICML 2019), for any mechanism with RDP ε(ℓ) at integer ℓ ≥ 2:
 
     (α−1)·ε'(α) ≤ log[ (1−γ)^(α−1)·(αγ − γ + 1) + C(α,2)·γ²·(1−γ)^(α−2)·e^ε(2)
                         + 3·Σ_{ℓ=3..α} C(α,ℓ)·γ^ℓ·(1−γ)^(α−ℓ)·e^((ℓ−1)·ε(ℓ)) ].
 
-It bounds both directions (the sample with the record against the one without, and back), for
-any mechanism; its price against a mechanism-specific analysis is the factor 3 (at most
-log 3/(α−1) in ε'(α)).
-
-Why the product needs it: dp_accounting's ``PoissonSampledDpEvent`` of a Gaussian is derived for
-the continuous Gaussian — its bound on the "addition" direction uses that distribution's own
-properties. The in-MPC noise is the discrete Gaussian on the grid, whose RDP at integer orders
-and integer shifts is exactly the continuous one's, ε(ℓ) = ℓ/(2z²) with z = σ/Δ₂ (docs/explanation/privacy.md
-§4 has the two-line computation), so this theorem applies to it with that curve. At TF-Privacy's
-MNIST setting (q = 256/60,000, z = 1.2, 2,344 rounds, δ = 10⁻⁵) it states ε = 1.02, against 0.93
-for the continuous Gaussian.
-
-Non-integer orders get +∞ (the theorem is for integers), so an accountant that sums this curve
-with others on dp_accounting's orders uses the integer ones. :func:`discrete_gaussian_curve` is
-that curve on those orders, the one form the ledger's composition and the plan's calibration use.
-``tests/privacy/test_subsampled.py`` checks it against autodp's implementation of the same theorem
-and against dp_accounting's exact curve of the subsampled continuous Gaussian, which it must bound
-from above.
+Earlier versions accounted the in-MPC noise by it (ε 1.02 where the continuous Gaussian has 0.93 at
+TF-Privacy's MNIST setting; 3.2× the noise at q = 0.25); a ledger row or report written then says
+so (``subsampled_rdp = "general"`` on its event) and is recomputed by it.
 
 The other curves every accountant of the product sums live here too, on the same orders:
 :func:`poisson_gaussian_curve` (the continuous Gaussian, Poisson-subsampled) and
@@ -44,8 +52,8 @@ import numpy as np
 from scipy.special import gammaln, logsumexp
 
 __all__ = ["DP_ACCOUNTING_ORDERS", "LARGE_ORDERS", "RDP_ORDERS", "discrete_gaussian_curve", "discrete_gaussian_rdp",
-           "poisson_gaussian_curve", "poisson_subsampled_rdp", "subsampled_discrete_gaussian_rdp",
-           "unsampled_large_orders", "wor_gaussian_curve"]
+           "general_discrete_gaussian_curve", "poisson_gaussian_curve", "poisson_subsampled_rdp",
+           "subsampled_discrete_gaussian_rdp", "unsampled_large_orders", "wor_gaussian_curve"]
 
 
 def discrete_gaussian_rdp(order: float, noise_multiplier: float) -> float:
@@ -94,7 +102,8 @@ def poisson_subsampled_rdp(orders: Sequence[float], q: float,
 
 
 def subsampled_discrete_gaussian_rdp(orders: Sequence[float], q: float, noise_multiplier: float) -> np.ndarray:
-    """The RDP curve of one Poisson-subsampled release of the discrete Gaussian (z = σ/Δ₂)."""
+    """Zhu–Wang's general bound on one Poisson-subsampled release of the discrete Gaussian
+    (z = σ/Δ₂): the analysis of events written before the exact one."""
     return poisson_subsampled_rdp(orders, q, lambda a: discrete_gaussian_rdp(a, noise_multiplier))
 
 
@@ -150,10 +159,43 @@ def poisson_gaussian_curve(q: float, noise_multiplier: float) -> np.ndarray:
     return curve
 
 
+def _exact_log_moments(q: float, noise_multiplier: float, orders: Sequence[float]) -> np.ndarray:
+    """log E_Q[(M/Q)^α] of the Poisson-subsampled discrete Gaussian at each of ``orders`` > 1: the
+    binomial sum at integer α, the line between the neighbouring integers elsewhere (0 at α = 1;
+    module docstring, steps 1 and 3)."""
+    cache: dict[int, float] = {1: 0.0}
+
+    def at(n: int) -> float:
+        if n not in cache:
+            cache[n] = _log_moment_poisson_gaussian(q, noise_multiplier, n)
+        return cache[n]
+
+    out = np.empty(len(orders))
+    for i, order in enumerate(map(float, orders)):
+        lo = math.floor(order)
+        out[i] = at(lo) if order == lo else (lo + 1 - order) * at(lo) + (order - lo) * at(lo + 1)
+    return out
+
+
 @functools.lru_cache(maxsize=256)
 def discrete_gaussian_curve(q: float, noise_multiplier: float) -> np.ndarray:
-    """One subsampled discrete-Gaussian release's RDP on :data:`RDP_ORDERS` (cached: a job's
-    progress and the ledger ask for the same curve often). Read-only: callers scale a copy."""
+    """One Poisson-subsampled release of the in-MPC discrete Gaussian (z = σ/Δ₂, integer shifts;
+    q = 1: no sampling) on :data:`RDP_ORDERS`, both directions: the continuous Gaussian's exact sum
+    at integer orders, interpolated between them (module docstring). Cached (a job's progress and
+    the ledger ask for the same curve often). Read-only: callers scale a copy."""
+    orders = np.asarray(RDP_ORDERS)
+    if q == 1.0:
+        curve = orders / (2.0 * noise_multiplier**2)
+    else:
+        curve = _exact_log_moments(q, noise_multiplier, RDP_ORDERS) / (orders - 1.0)
+    curve.flags.writeable = False
+    return curve
+
+
+@functools.lru_cache(maxsize=256)
+def general_discrete_gaussian_curve(q: float, noise_multiplier: float) -> np.ndarray:
+    """Zhu–Wang's general bound on the same release (+∞ at non-integer orders): how events marked
+    ``subsampled_rdp = "general"`` (written before the exact analysis) are recomputed. Read-only."""
     curve = subsampled_discrete_gaussian_rdp(RDP_ORDERS, q, noise_multiplier)
     curve.flags.writeable = False
     return curve

@@ -459,12 +459,13 @@ SUBSAMPLED_JOB = NETWORK_JOB.replace("iterations = 12", "iterations = 30\nsampli
 @pytest.mark.slow  # `make test-all`; default suite: test_network_daemons.py's subsampled CNN
 def test_poisson_subsampled_dp_adam_runs_through_the_workers_with_in_mpc_noise(tmp_path: Path) -> None:
     """Issue 16: DP-SGD's rounds proper — each party draws its own Poisson batch (q = 0.25) — with
-    the in-MPC discrete Gaussian, accounted by the general Zhu–Wang bound (the plan's event is
+    the in-MPC discrete Gaussian, accounted by its exact subsampled moments (the plan's event is
     discrete and subsampled); every party ends with the same model, better than the majority."""
     _, acc, majority = _breast_cancer_network_job(tmp_path, SUBSAMPLED_JOB)
     rep = json.loads((tmp_path / "alice" / "privacy_report.json").read_text())
     assert rep["rounds"] == 30 and rep["epsilon"] <= 2.0 and rep["plan"]["sampling_rate"] == 0.25
-    assert "Zhu–Wang" in rep["accountant"] and rep["plan"]["event"]["discrete"] is True
+    assert "exact moments" in rep["accountant"] and rep["plan"]["event"]["discrete"] is True
+    assert rep["plan"]["event"]["subsampled_rdp"] == "exact"
     print(f"\nMLP by Poisson-subsampled DP-Adam (q = 0.25) through 3 workers + dealer, ε = {rep['epsilon']:.3f}: "
           f"test accuracy {acc:.4f} (majority {majority:.4f})")
     assert acc > majority + 0.1

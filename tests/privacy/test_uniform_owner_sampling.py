@@ -207,7 +207,7 @@ def test_event_json_round_trips_and_old_events_serialise_as_before() -> None:
         '{"adjacency":"add_remove","discrete":true,"kind":"gaussian","noise_multiplier":2.5,"rounds":7,'
         '"sampler_tv":1e-12,"sampling_rate":0.01}':
             GaussianRounds(rounds=7, adjacency="add_remove", sampler_tv=1e-12, noise_multiplier=2.5,
-                           sampling_rate=0.01, discrete=True),
+                           sampling_rate=0.01, discrete=True, subsampled_rdp="general"),
         '{"adjacency":"replace","kind":"gaussian","noise_multiplier":1.25,"rounds":30,"sampler_tv":0.0}':
             GaussianRounds(rounds=30, adjacency="replace", sampler_tv=0.0, noise_multiplier=1.25),
     }

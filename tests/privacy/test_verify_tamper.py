@@ -97,7 +97,8 @@ _SWAPS = {"adjacency": {"replace": "add_remove", "add_remove": "replace"},
           "unit": {"record": "owner", "owner": "record"}, "noise": {"mpc": "distributed", "distributed": "mpc"},
           "kind": {"gaussian": "pure", "pure": "gaussian", "discrete_gaussian": "discrete_laplace",
                    "discrete_laplace": "discrete_gaussian"},
-          "security": {"semi-honest": "malicious", "malicious": "semi-honest"}}
+          "security": {"semi-honest": "malicious", "malicious": "semi-honest"},
+          "subsampled_rdp": {"exact": "general", "general": "exact"}}
 
 
 def _changed(key: str, value: Any) -> Any:
