@@ -109,26 +109,50 @@ def load_parts(schema_path: Path, data: tuple[Path, ...]) -> tuple[Any, list[Any
     return schema, [read_csv_with_schema(p, schema) for p in data]
 
 
-def verdict(fc: Any) -> str:
-    """One line a user acts on."""
-    from mpc_erm.privacy.noise_floor import HOPELESS_NOISE_TO_SIGNAL
+def levers(fc: Any) -> str:
+    """What would buy this job more signal per unit of noise, most effective first for its kind."""
+    out = []
+    if fc.method == "gradient" and fc.sampling_rate < 1.0:
+        z = "" if fc.noise_multiplier is None else f" (z = {fc.noise_multiplier:.3g} here grows with both)"
+        out.append(f"a smaller training.sampling_rate or fewer training.iterations{z}")
+    elif fc.method == "gradient" and fc.rounds > 1:
+        out.append("fewer training.iterations (each round takes its share of ε)")
+    out.append("a larger ε")
+    out.append("more rows (owners)" if fc.federated else "more rows")
+    out.append("fewer features or parameters")
+    if fc.method == "output":
+        out.append("a larger model.lam")
+    return ", ".join(out[:-1]) + " or " + out[-1]
 
-    if fc.noise_to_signal > HOPELESS_NOISE_TO_SIGNAL:
-        return (f"HOPELESS: the noise is {fc.noise_to_signal:.1f}× the signal; more rows, fewer features, a "
-                "larger ε or λ (output), or fewer rounds would help")
+
+def verdict(fc: Any) -> str:
+    """One line a user acts on. It follows the forecast's own runs (their mean against a constant
+    predictor and against the same rounds without noise); the noise/signal ratio decides only for
+    a forecast without runs."""
     if fc.untrained:
         knobs = ("federated.local_lr, federated.local_epochs, training.learning_rate (the global step) and "
                  "training.iterations" if fc.federated else
                  "training.learning_rate (smaller if it diverges) and training.iterations")
         return ("HOPELESS, and not for privacy: without noise the same rounds do no better than a constant "
                 f"either; tune {knobs}")
+    band = fc.band()
     if fc.hopeless:
-        return "HOPELESS: the simulated private models do no better than predicting a constant"
+        if band is None:
+            return f"HOPELESS: the noise is {fc.noise_to_signal:.1f}× the signal; {levers(fc)} would help"
+        return (f"HOPELESS: the simulated private models ({fc.metric} {band[0]:.4f}) do no better than predicting "
+                f"a constant ({fc.trivial:.4f}); the noise is {fc.noise_to_signal:.1f}× the signal; {levers(fc)} "
+                "would help")
+    where = ""
+    if band is not None and fc.recovered is not None:
+        ref = "the same rounds without noise" if fc.noise_free is not None else "the non-private model"
+        where = f": {fc.metric} {band[0]:.4f}, {100 * fc.recovered:.0f} % of the way from a constant to {ref}"
+    if fc.weak:
+        return f"WEAK{where}; {levers(fc)} would help"
     if fc.short_of_optimum:
-        return (f"ok: the noise leaves the signal usable; without noise the rounds reach {fc.noise_free:.4f} of the "
-                f"optimum's {fc.nonprivate:.4f}: more training.iterations would help (or a larger learning_rate, "
-                "while the rounds still converge)")
-    return "ok: the noise leaves the signal usable"
+        return (f"ok: the noise leaves the signal usable{where}; without noise the rounds reach {fc.noise_free:.4f} "
+                f"of the optimum's {fc.nonprivate:.4f}: more training.iterations would help (or a larger "
+                "learning_rate, while the rounds still converge)")
+    return f"ok: the noise leaves the signal usable{where}"
 
 
 def security_line(trust: str, security: str, parties: int) -> str:
@@ -153,7 +177,8 @@ def describe(fc: Any) -> dict[str, Any]:
         "private_runs": fc.private, "private_mean": None if band is None else band[0],
         "private_band_10_90": None if band is None else [band[1], band[2]], "nonprivate": fc.nonprivate,
         "nonprivate_is": fc.reference, "noise_free": fc.noise_free,
-        "constant_predictor": fc.trivial, "hopeless": fc.hopeless, "verdict": verdict(fc),
+        "constant_predictor": fc.trivial, "recovered": fc.recovered, "hopeless": fc.hopeless, "weak": fc.weak,
+        "sampling_rate": fc.sampling_rate, "noise_multiplier": fc.noise_multiplier, "verdict": verdict(fc),
     }
 
 

@@ -42,6 +42,12 @@ REFERENCE_WORDS: dict[str, str] = {"exact_minimiser": "non-private",
                                    "noise_free_rounds": "the same rounds without noise"}
 
 ACCOUNTANTS = ("rdp", "pld", "gdp", "zcdp")
+#: A forecast is hopeless when its private runs' mean is within this (or two standard errors) of a
+#: constant predictor's accuracy (or R² of 0).
+HOPELESS_MARGIN = 0.01
+#: ... and weak when it gets less than this fraction of the way from the constant to the same
+#: rounds without noise.
+WEAK_RECOVERED = 0.25
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,8 @@ class Forecast:
     reference: Reference = "exact_minimiser"  # what ``nonprivate`` is (REFERENCE_WORDS: how it is printed)
     noise_free: float | None = None  # the same rounds without noise (what the optimiser alone reaches)
     federated: bool = False  # DP-Fed-LS: the optimiser is the owners' local epochs and the global step
+    sampling_rate: float = 1.0  # each round's Poisson (or owner) sampling rate
+    noise_multiplier: float | None = None  # z = σ/Δ the plan chose (None: pure ε)
 
     @property
     def noise_to_signal(self) -> float:
@@ -75,12 +83,47 @@ class Forecast:
 
     @property
     def hopeless(self) -> bool:
-        """The noise is several times the signal, or the runs do no better than a constant."""
-        if self.noise_to_signal > HOPELESS_NOISE_TO_SIGNAL or self.untrained:
+        """The forecast's own runs buy nothing: without noise the rounds do no better than a
+        constant, or the simulated private models' mean does no better than one. Only a forecast
+        with no simulated runs falls back on the noise/signal ratio: the runs are the job's own
+        rounds, and DP-SGD's many noisy steps average out noise that one step's ratio counts in
+        full (a ratio of 3.8 forecast 0.80 accuracy where a constant scores 0.10)."""
+        if self.untrained:
             return True
         if self.private and self.trivial is not None:
-            return float(np.mean(self.private)) <= self.trivial + 0.01
-        return False
+            return bool(float(np.mean(self.private)) <= self.trivial + self.margin)
+        return self.drowned
+
+    @property
+    def margin(self) -> float:
+        """How far above a constant the runs' mean must be to count: :data:`HOPELESS_MARGIN`, or two
+        standard errors of the mean where the runs spread more (random models of a drowned job
+        score around a constant, some above it)."""
+        n = len(self.private)
+        spread = 2.0 * float(np.std(self.private, ddof=1)) / np.sqrt(n) if n > 1 else 0.0
+        return max(HOPELESS_MARGIN, spread)
+
+    @property
+    def drowned(self) -> bool:
+        """The noise norm is several times the first release's signal (a warning sign, which the
+        simulated runs confirm or overrule)."""
+        return bool(self.noise_to_signal > HOPELESS_NOISE_TO_SIGNAL)
+
+    @property
+    def recovered(self) -> float | None:
+        """How far the simulated private models' mean gets from a constant predictor (0) to the
+        reference without noise (1): the same rounds without noise where they were run, else the
+        exact minimiser. None without runs or references."""
+        ref = self.noise_free if self.noise_free is not None else self.nonprivate
+        if not self.private or self.trivial is None or ref is None or ref <= self.trivial:
+            return None
+        return (float(np.mean(self.private)) - self.trivial) / (ref - self.trivial)
+
+    @property
+    def weak(self) -> bool:
+        """Better than a constant, but less than a quarter of the way to the model without noise."""
+        r = self.recovered
+        return not self.hopeless and r is not None and r < WEAK_RECOVERED
 
     @property
     def untrained(self) -> bool:
@@ -209,7 +252,8 @@ def _rounds_forecast(spec: JobSpec, plan: Any, job: Any, target: Dataset, runs: 
                     sensitivity=plan.sensitivity(), noise_std=noise_std(plan), signal_norm=job.signal(),
                     epsilon=g.epsilon, delta=g.delta, epsilon_by_accountant=_accountants(plan), metric="accuracy",
                     private=scores, nonprivate=quiet, trivial=_trivial(target),
-                    reference="noise_free_rounds", noise_free=quiet, federated=federated)
+                    reference="noise_free_rounds", noise_free=quiet, federated=federated,
+                    sampling_rate=plan.sampling_rate, noise_multiplier=plan.noise_multiplier)
 
 
 class InProcessFederatedJob:
@@ -312,7 +356,8 @@ def forecast_job(spec: JobSpec, parts: Sequence[Dataset], *, evaluate: Dataset |
     return Forecast(method=spec.method, mechanism=plan.mechanism, rounds=plan.rounds, dim=int(plan.dim or d),
                     sensitivity=plan.sensitivity(), noise_std=noise_std(plan), signal_norm=job.signal(),
                     epsilon=g.epsilon, delta=g.delta, epsilon_by_accountant=_accountants(plan), metric=metric,
-                    private=scores, nonprivate=nonprivate, trivial=_trivial(target), noise_free=noise_free)
+                    private=scores, nonprivate=nonprivate, trivial=_trivial(target), noise_free=noise_free,
+                    sampling_rate=plan.sampling_rate, noise_multiplier=plan.noise_multiplier)
 
 
 

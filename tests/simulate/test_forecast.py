@@ -208,8 +208,8 @@ def test_noise_free_federated_rounds_with_every_owner_are_gradient_descent_on_th
 
 def test_a_federated_forecast_deals_the_rows_and_finds_too_few_owners_hopeless() -> None:
     """The stand-in rows are dealt to the job's owners; with many owners the noisy mean of their
-    updates trains (its band above a constant, below the same rounds without noise), with six
-    the noise on the mean (z·𝓛/(τN)) drowns it."""
+    updates trains (its band above a constant, below the same rounds without noise); with six
+    the noise on the mean (z·𝓛/(τN)) drowns it, as its runs show."""
     pooled = _parts(2, sizes=(800, 800, 800))
     many = forecast_job(_fed_spec(200, eps=4.0, clip=0.5, T=8, tau=0.5, ls=1.0), pooled, runs=3, owners=200)
     band = many.band()
@@ -221,7 +221,8 @@ def test_a_federated_forecast_deals_the_rows_and_finds_too_few_owners_hopeless()
         sizes=public_sizes(_fed_spec(200, eps=4.0, clip=0.5, T=8, tau=0.5, ls=1.0), None),
         n_features=5).noise_multiplier)
     few = forecast_job(_fed_spec(6, eps=0.5, clip=0.5, T=8, tau=0.5, ls=1.0), pooled, runs=3, owners=6)
-    assert few.hopeless and few.noise_to_signal > many.noise_to_signal * 10
+    assert few.hopeless and few.drowned and few.noise_to_signal > many.noise_to_signal * 10
+    assert np.mean(few.private) <= few.trivial + few.margin  # hopeless by its runs, not by the ratio alone
     with pytest.raises(ValueError, match="federated: .*owners"):
         forecast_job(_fed_spec(6), pooled)
     with pytest.raises(ValueError, match="data: 6 owners need at least 6"):
