@@ -167,6 +167,44 @@ def security_line(trust: str, security: str, parties: int) -> str:
             "value is agreed on by digest before anyone uses it)")
 
 
+def search_summary(spec: Any, points: Any) -> dict[str, Any]:
+    """The search's settings (best first) and its proposal: the best setting when it beats the
+    job as written by more than the margin that makes a forecast hopeless, else none."""
+    rows = [{**p.overrides(), "metric": p.forecast.metric, "mean": p.mean, "hopeless": p.forecast.hopeless,
+             "noise_multiplier": p.forecast.noise_multiplier} for p in points]
+    t = spec.training
+    own = next((r for r in rows if (r["iterations"], r["learning_rate"], r.get("sampling_rate", 1.0))
+                == (t.iterations, t.learning_rate, t.sampling_rate)), None)
+    best = rows[0] if rows else None
+    better = (best is not None and own is not None and not best["hopeless"] and best is not own
+              and best["mean"] > own["mean"] + points[0].forecast.margin)
+    return {"settings": rows, "as_written": own, "proposed": best if better else None}
+
+
+def search_lines(spec: Any, summary: dict[str, Any], runs: int) -> list[str]:
+    """``job plan --search``'s lines: the five best settings and the proposal."""
+    rows, own = summary["settings"], summary["as_written"]
+    metric = rows[0]["metric"] if rows else "accuracy"
+    q_col = spec.training.sampling_rate < 1.0
+    out = [f"search at the job's ε and δ over {len(rows)} settings of [training] ({runs} run{'s' if runs > 1 else ''} "
+           "each, on the stand-in rows: this spends no ε only if they are public, since a choice made on private rows "
+           "leaks):", ("  sampling_rate  " if q_col else "  ") + f"iterations  learning_rate  {metric:<9} z"]
+    shown = rows[:5] + ([own] if own is not None and own not in rows[:5] else [])
+    for r in shown:
+        z = "-" if r["noise_multiplier"] is None else f"{r['noise_multiplier']:.3g}"
+        q = f"{r.get('sampling_rate', 1.0):<15.4g}" if q_col else ""
+        out.append(f"  {q}{r['iterations']:<12}{r['learning_rate']:<15.4g}{r['mean']:<10.4f}{z}"
+                   + ("  (hopeless)" if r["hopeless"] else "") + ("  ← as written" if r is own else ""))
+    best = summary["proposed"]
+    if best is None:
+        out.append("the job as written is the best setting found (or within the forecast's spread of it)")
+    else:
+        keys = ", ".join(f"{k} = {best[k]:.6g}" for k in ("sampling_rate", "iterations", "learning_rate") if k in best)
+        out.append(f"proposed: [training] {keys} → {metric} {best['mean']:.4f} (as written: "
+                   f"{own['mean']:.4f}); set it in the job file and plan again")
+    return out
+
+
 def describe(fc: Any) -> dict[str, Any]:
     band = fc.band()
     return {
@@ -198,12 +236,18 @@ SCHEMA_OPTION = click.option(
 @click.option("--eval", "eval_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="a labelled CSV to score the simulated models on (default: the pooled --data rows)")
 @click.option("--runs", default=5, show_default=True, type=click.IntRange(1, 100), help="simulated runs")
+@click.option("--search", "do_search", is_flag=True,
+              help="also forecast the job at its own (ε, δ) with the sampling rate ×1, ½, ¼, the rounds ×½, 1, 2 and "
+                   "the learning rate ×½, 1, 2, and propose the best (spends no ε only if --data is public)")
+@click.option("--search-runs", default=2, show_default=True, type=click.IntRange(1, 20),
+              help="simulated runs per searched setting")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def plan(job_file: Path, schema_path: Path, data: tuple[Path, ...], eval_path: Path | None, runs: int,
-         as_json: bool) -> None:
+         do_search: bool, search_runs: int, as_json: bool) -> None:
     """Dry run: JOB_FILE's noise, signal and ε, and a simulated run of the job on --data, before
-    any ε is spent. Exits 3 when the job is hopeless (its noise drowns its signal); the verdict is
-    kept beside the job file (JOB.plan.json), where `job submit` asks for --yes if it is hopeless."""
+    any ε is spent. Exits 3 when the job is hopeless (its simulated runs do no better than a
+    constant); the verdict is kept beside the job file (JOB.plan.json), where `job submit` asks
+    for --yes if it is hopeless. --search proposes a better sampling rate, rounds and learning rate."""
     from mpc_erm.data.schema import read_csv_with_schema
     from mpc_erm.jobs import load_job_file
     from mpc_erm.simulate.forecast import REFERENCE_WORDS, forecast_job
@@ -223,6 +267,13 @@ def plan(job_file: Path, schema_path: Path, data: tuple[Path, ...], eval_path: P
     evaluate = None if eval_path is None else read_csv_with_schema(eval_path, schema)
     fc = forecast_job(jf.spec, parts, evaluate=evaluate, runs=runs, owners=owners, noise_split=jf.noise_split())
     out = {**describe(fc), "trust": jf.job.trust, "security": jf.job.security, "noise": jf.spec.privacy.noise}
+    points = None
+    if do_search:
+        from mpc_erm.simulate.search import search
+
+        points = search(jf.spec, parts, evaluate=evaluate, runs=search_runs, owners=owners,
+                        noise_split=jf.noise_split())
+        out["search"] = search_summary(jf.spec, points)
     receipt = write_receipt(job_file, jf.spec_digest(), out, data)
     if as_json:
         click.echo(json.dumps({"job": jf.job.name, **out}, indent=2, default=float))
@@ -249,6 +300,9 @@ def plan(job_file: Path, schema_path: Path, data: tuple[Path, ...], eval_path: P
                        f"{fc.nonprivate:.4f}; "
                        f"a constant predictor {fc.trivial:.4f}")
         click.echo(f"  {verdict(fc)}")
+        if points is not None:
+            for line in search_lines(jf.spec, out["search"], search_runs):
+                click.echo(f"  {line}")
         if receipt is not None:
             click.echo(f"  (kept in {receipt.name}: `job submit` reads it)")
     if fc.hopeless:

@@ -294,3 +294,28 @@ def test_the_submit_check_of_a_linear_job_plans_it_without_importing_torch() -> 
     )
     described, imported = fresh_python(code)
     assert "noise/signal" in described and imported == "False", (described, imported)
+
+
+def test_search_proposes_a_sampling_rate_rounds_and_step_that_the_dry_run_then_passes(
+        files: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """At ε = 0.5 the network as written (q = 0.5, 60 rounds, η = 0.1) forecasts a constant; --search
+    forecasts the grid around it at the same (ε, δ), proposes a setting that beats it, and that
+    setting, written into the job file, passes its own dry run. The receipt keeps the search."""
+    job = files / "net.toml"
+    job.write_text(NETWORK_JOB.format(eps=0.5).replace("iterations = 30", "iterations = 60\nsampling_rate = 0.5"))
+    code, out, _ = run_main(monkeypatch, capsys, "job", "plan", str(job), "--schema", str(SCHEMA), "--runs", "2",
+                            "--search", "--search-runs", "1",
+                            *(a for p in ("alice", "bob", "carol") for a in ("--data", str(files / "d" / f"{p}.csv"))))
+    assert code == 3 and "HOPELESS" in out and "a smaller training.sampling_rate" in out, out
+    assert "spends no ε only if they are public" in out and "← as written" in out, out
+    receipt = json.loads((files / "net.plan.json").read_text())
+    proposed = receipt["search"]["proposed"]
+    assert proposed is not None and len(receipt["search"]["settings"]) == 27, receipt["search"]
+    line = re.search(r"proposed: \[training\] (.*) → accuracy ([0-9.]+)", out)
+    assert line is not None, out
+    text = job.read_text()
+    for key in ("sampling_rate", "iterations", "learning_rate"):
+        text = re.sub(rf"(?m)^{key} = .*$", f"{key} = {proposed[key]!r}", text)
+    job.write_text(text)
+    code, out, _ = _plan(files, job, monkeypatch, capsys)
+    assert code == 0 and "ok: the noise leaves the signal usable" in out, out

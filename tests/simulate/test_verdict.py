@@ -115,3 +115,18 @@ def test_the_advice_names_the_sampling_rate_and_the_rounds(
     line = verdict(fc)
     assert "a smaller training.sampling_rate or fewer training.iterations" in line
     assert line.index("training.sampling_rate") < line.index("a larger ε")
+
+
+def test_the_search_grid_surrounds_the_job_and_keeps_its_privacy() -> None:
+    """The job as written first; q × (1, ½, ¼), T × (½, 1, 2), η × (½, 1, 2); every candidate at
+    the job's own ε and δ (what changes is the setting, never the budget)."""
+    from mpc_erm.simulate.search import candidates
+
+    spec = parse_job_file(JOB.format(eps=0.3, q=0.25, T=80, lr=1.0)).spec
+    cands = candidates(spec)
+    got = {(c.training.sampling_rate, c.training.iterations, c.training.learning_rate) for c in cands}
+    assert cands[0] is spec and len(cands) == 27 == len(got)
+    assert got == {(q, T, lr) for q in (0.25, 0.125, 0.0625) for T in (40, 80, 160) for lr in (0.5, 1.0, 2.0)}
+    assert all(c.privacy == spec.privacy and c.model == spec.model for c in cands)
+    tiny = parse_job_file(JOB.format(eps=0.3, q=0.002, T=80, lr=1.0)).spec  # q·n̂ = 3: ½ stays, ¼ would be < 1
+    assert {c.training.sampling_rate for c in candidates(tiny)} == {0.002, 0.001}
