@@ -16,7 +16,8 @@ more (a budget refusal's ε figures), the other members' never does.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import grpc
@@ -85,6 +86,9 @@ class Admitted:
     delta: float
     event: DpEvent  # the planned mechanism: what the ledger reserves and composes
     coordinator: str  # who submitted it (recorded with the job)
+    # the same job calibrated for another target ε (its δ, rounds and sampling unchanged): what a
+    # refusal asks for the largest ε that would still fit
+    event_at: Callable[[float], DpEvent] | None = field(default=None, compare=False)
 
 
 def check_caller(config: DaemonConfig, caller: str) -> Refused | None:
@@ -154,7 +158,7 @@ def admit(config: DaemonConfig, job: JobFile, caller: str, plan: PrivacyPlan | P
             if refusal is not None:
                 return Refusal(precondition, refusal)
     return Admitted(dataset=dataset, epsilon=spec.privacy.epsilon, delta=spec.privacy.delta, event=plan.event,
-                    coordinator=caller)
+                    coordinator=caller, event_at=lambda eps: plan.at_epsilon(eps).event)
 
 
 def _check_plugin(config: PartyConfig, plugin: str | None, digest: str | None) -> str | None:

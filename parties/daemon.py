@@ -612,7 +612,8 @@ class PartyDaemon:
                         order = (f"; job(s) {', '.join(smaller)} prepared here hold it: competing admissions are "
                                  "ordered by job id, the smaller wins" if smaller else "")
                         raise Refused(grpc.StatusCode.FAILED_PRECONDITION,
-                                      f"privacy budget of {self.name}: {exc}{order}", public_code="BUDGET",
+                                      f"privacy budget of {self.name}: {exc}{self._largest_that_fits(decision)}"
+                                      f"{order}", public_code="BUDGET",
                                       public=f"{self.name}'s privacy budget for data set {ds!r} has no room for the "
                                              f"job{order}") from None
                     if not logged:
@@ -628,6 +629,21 @@ class PartyDaemon:
             if waiting:
                 with agreement.lock:
                     self._budget_waits -= 1
+
+    def _largest_that_fits(self, decision: Admitted) -> str:
+        """For a budget refusal (to the submitting coordinator only): the largest ε this job — its δ,
+        rounds and sampling — could ask for now, by the ledger's own admission rule."""
+        assert self.ledger is not None and decision.dataset is not None
+        if decision.event_at is None:
+            return ""
+        try:
+            eps = self.ledger.largest_fitting(decision.dataset, decision.event_at, decision.epsilon,
+                                              time_budget_s=1.0)
+        except (ValueError, LedgerError):
+            return ""
+        if eps is None:
+            return f"; no ε above {decision.epsilon / 1000:.3g} fits this job now"
+        return f"; the largest ε this job (its δ = {decision.delta:g}, rounds and sampling) could ask now: {eps:.4g}"
 
     def _prepared_here(self, dataset: str, job_id: str) -> list[str]:
         """The other jobs on ``dataset`` whose reservation here is not (yet, or any more) that of

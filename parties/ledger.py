@@ -38,7 +38,7 @@ import json
 import math
 import sqlite3
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -364,18 +364,47 @@ class Ledger(SqliteStore):
         """Whether a job with this event would be admitted if the live jobs ``excluding`` were not
         there (the daemon's ordering of competing admissions asks: would it fit once the prepared
         jobs with larger ids gave way? ``parties.agreement``). Changes nothing."""
+        try:
+            return self.with_next(dataset, dp_event, excluding=excluding)[1]
+        except AdjacencyError:
+            return False
+
+    def with_next(self, dataset: str, dp_event: DpEvent | Mapping[str, Any], *,
+                  excluding: Collection[str] = ()) -> tuple[Composition, bool]:
+        """What the data set's total would be with one more job of this event (every live job but
+        ``excluding``, and it, composed at the lifetime δ as admission composes them), and whether
+        admission would take it. Composition is not additive, so this — not lifetime minus spent —
+        is what a further job costs; ``budget show`` states it. Raises AdjacencyError when the event
+        cannot be stated under the budget's adjacency."""
         ev = normalise_dp_event(dp_event)
         if ev is None:
-            raise ValueError("fits: a job's event is needed")
+            raise ValueError("a job's event is needed")
         with self._tx("DEFERRED") as c:
             total = c.execute("SELECT epsilon, delta, adjacency FROM budgets WHERE dataset = ?", (dataset,)).fetchone()
             if total is None:
                 raise UnknownDataset(f"no budget for dataset {dataset!r}")
             live = self._live(c, dataset, excluding)
-        try:
-            return _admits([e for e, _ in live], ev, total)[1]
-        except AdjacencyError:
-            return False
+        return _admits([e for e, _ in live], ev, total)
+
+    def largest_fitting(self, dataset: str, event_at: Callable[[float], DpEvent], upper: float, *,
+                        rel_tol: float = 0.02, time_budget_s: float = 2.0) -> float | None:
+        """The largest target ε ≤ ``upper`` whose job, ``event_at(ε)`` (the same job calibrated for
+        that ε: its δ, rounds and sampling unchanged), admission would take now — found from below
+        to within ``rel_tol`` (a value that fits, never one that does not), or the best found when
+        ``time_budget_s`` runs out (each step calibrates a plan). None: not even ``upper``/1000 fits."""
+        lo = upper / 1000.0
+        if not self.fits(dataset, event_at(lo)):
+            return None
+        if self.fits(dataset, event_at(upper)):
+            return upper
+        hi, stop = upper, time.monotonic() + time_budget_s
+        while hi / lo > 1.0 + rel_tol and time.monotonic() < stop:
+            mid = math.sqrt(lo * hi)
+            if self.fits(dataset, event_at(mid)):
+                lo = mid
+            else:
+                hi = mid
+        return lo
 
     def mark_revealed(self, job_id: str, dp_event: DpEvent | Mapping[str, Any] | None = None, *,
                       rounds: int | None = None) -> Reservation:

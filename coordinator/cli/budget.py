@@ -9,6 +9,7 @@ import json
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -39,16 +40,59 @@ def _delta(x: float) -> str:
     return re.sub(r"e([+-])0*(\d)", r"e\1\2", f"{x:.3g}")
 
 
+#: The largest ε a job file may ask for (``privacy.epsilon``): the room left is stated up to it.
+MAX_JOB_EPSILON = 100.0
+
+
+def _next_job_event(epsilon: float, delta: float, adjacency: str) -> Any:
+    """The event of "a further job of (ε, δ)": one Gaussian release with the noise sampled inside
+    the MPC (an output job, or full-batch gradient rounds: T rounds at z are one release at z/√T),
+    planned as a daemon plans one."""
+    from mpc_erm.privacy.plan import plan_job
+    from mpc_erm.spec import JobSpec
+
+    privacy: dict[str, Any] = {"epsilon": epsilon, "delta": delta, "clip": 1.0, "adjacency": adjacency}
+    if adjacency == "add_remove":
+        privacy["public_n"] = 1000  # the event is relative to the sensitivity: n̂ does not enter it
+    spec = JobSpec.model_validate({"method": "gradient", "model": {"name": "logistic", "lam": 1e-3},
+                                   "privacy": privacy, "training": {"iterations": 1}})
+    return plan_job(spec, sampler="mpc").event
+
+
+def next_job(ledger: Any, row: Any, epsilon: float | None, delta: float | None) -> dict[str, Any]:
+    """What a further job would do to a data set's total: the largest ε of such a job that
+    admission takes now, and with ``epsilon`` the composed total it would bring (and whether it
+    fits). Composition is not additive, so this — not lifetime minus spent — is the room left."""
+    d = row.delta_total if delta is None else delta
+    out: dict[str, Any] = {"delta": d, "largest_epsilon": None}
+    if d >= row.delta_total * (1 + 1e-12):
+        out["note"] = f"a job's δ above the lifetime δ {row.delta_total:g} never fits"
+        return out
+    out["largest_epsilon"] = ledger.largest_fitting(row.dataset, lambda e: _next_job_event(e, d, row.adjacency),
+                                                    min(row.epsilon_total, MAX_JOB_EPSILON), rel_tol=0.005)
+    if epsilon is not None:
+        composed, fits = ledger.with_next(row.dataset, _next_job_event(epsilon, d, row.adjacency))
+        out.update(epsilon=epsilon, total_after=_finite(composed.epsilon), admitted=fits)
+    return out
+
+
 @budget.command("show")
 @click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="the party's TOML config (its state_dir holds the ledger)")
+@click.option("--next-epsilon", "next_epsilon", type=click.FloatRange(min=0.0, min_open=True), default=None,
+              help="also state the total a further job of this ε would bring each data set to")
+@click.option("--next-delta", "next_delta", type=click.FloatRange(min=0.0, max=1.0, min_open=True, max_open=True),
+              default=None, help="that job's δ (default: the data set's lifetime δ)")
 @click.option("--json", "as_json", is_flag=True, help="print the rows as JSON")
-def show(config_path: Path, as_json: bool) -> None:
-    """Per data set: ε and δ spent of its lifetime budget, and what remains (open jobs' reservations
-    counted), under the data set's adjacency.
+def show(config_path: Path, next_epsilon: float | None, next_delta: float | None, as_json: bool) -> None:
+    """Per data set: ε and δ spent of its lifetime budget (open jobs' reservations counted), under the
+    data set's adjacency, and the room left for a further job.
 
     ε spent is the live jobs' composition at the lifetime δ; δ spent is the same composition's least
-    δ within the lifetime ε. A job fits while both remain (admission composes it with the others)."""
+    δ within the lifetime ε. The room left is not lifetime minus spent: jobs compose, they do not
+    add up (two ε = 1 Gaussian jobs at δ = 1e-5 compose to 1.46, not 2). So it is stated as the largest ε a further
+    job — one Gaussian release at --next-delta, the shape of an output job or of full-batch gradient
+    rounds — could ask for now; with --next-epsilon, as the total such a job would bring."""
     from parties.config import load_party_config
     from parties.ledger import Ledger
     from parties.ledger_check import check_ledger
@@ -58,10 +102,12 @@ def show(config_path: Path, as_json: bool) -> None:
     with Ledger.for_config(cfg) as ledger:
         rows = ledger.show()
         open_jobs = ledger.open_reservations()
+        nexts = {r.dataset: next_job(ledger, r, next_epsilon, next_delta) for r in rows}
     if as_json:
         click.echo(json.dumps({
             "party": cfg.identity.name,
-            "datasets": [{k: _finite(v) for k, v in dataclasses.asdict(r).items()} for r in rows],
+            "datasets": [{**{k: _finite(v) for k, v in dataclasses.asdict(r).items()}, "next_job": nexts[r.dataset]}
+                         for r in rows],
             "open_reservations": [{"job_id": r.job_id, "dataset": r.dataset, "epsilon": r.epsilon, "delta": r.delta,
                                    "state": r.state} for r in open_jobs],
         }, indent=2))
@@ -74,16 +120,28 @@ def show(config_path: Path, as_json: bool) -> None:
     # two rows per data set (ε, then δ) so that every figure fits 80 columns whole
     table = Table(title=f"privacy budget of {cfg.identity.name}", title_justify="left", box=box.SIMPLE_HEAD,
                   pad_edge=False)
-    for col in ("data set", "adjacency", "jobs", "", "spent / lifetime", "remaining"):
+    for col in ("data set", "adjacency", "jobs", "", "spent / lifetime", "next job up to"):
         table.add_column(col, justify="left" if col in ("data set", "adjacency", "") else "right",
                          overflow="fold")
     for r in rows:
+        nxt = nexts[r.dataset]
+        up_to = "none" if nxt["largest_epsilon"] is None else _eps(nxt["largest_epsilon"])
         table.add_row(escape(r.dataset), r.adjacency, str(r.jobs), "ε",
-                      f"{_eps(r.epsilon_spent)} / {_eps(r.epsilon_total)}", _eps(r.epsilon_remaining))
+                      f"{_eps(r.epsilon_spent)} / {_eps(r.epsilon_total)}", up_to)
         table.add_row("", "", "", "δ", f"{_delta(r.delta_spent)} / {_delta(r.delta_total)}",
-                      _delta(r.delta_remaining), end_section=True)
+                      f"at δ {_delta(nxt['delta'])}", end_section=True)
     console = Console()
     console.print(table)
+    console.print("next job up to: the largest ε of one more Gaussian job (one release, or full-batch rounds) that "
+                  "admission takes now; jobs compose, they do not add up, so lifetime minus spent is not the room "
+                  "left. A subsampled job's own largest ε is in its refusal.", markup=False, highlight=False)
+    for r in rows:
+        nxt = nexts[r.dataset]
+        if "total_after" in nxt:
+            total = "inf" if nxt["total_after"] is None else _eps(nxt["total_after"])
+            console.print(f"{r.dataset}: a further job of ε = {nxt['epsilon']:g} (δ = {_delta(nxt['delta'])}) would "
+                          f"bring the total to ε = {total} of {_eps(r.epsilon_total)}: "
+                          f"{'admitted' if nxt['admitted'] else 'refused'}", markup=False, highlight=False)
     held = {r.dataset: r for r in rows if r.epsilon_reserved > 0 or r.delta_reserved > 0}
     for ds, r in held.items():
         n = sum(1 for j in open_jobs if j.dataset == ds and not j.revealed)

@@ -207,12 +207,8 @@ class PrivacyPlan:
                                 "in-MPC discrete Gaussian is accounted by its Rényi divergence: use 'rdp' or 'zcdp'")
             if not delta > 0:
                 raise PlanError("privacy.delta", "the Gaussian mechanism needs δ > 0")
-            share = SAMPLER_DELTA_SHARE if sampler == "mpc" else 0.0
-            tv = share * delta / ((1.0 + math.exp(eps)) * rounds)
-            z = noise_multiplier_for(acc, eps, delta * (1.0 - share), rounds, sampling_rate=q, adjacency="add_remove",
-                                     discrete=sampler == "mpc", population=population)
-            plan = cls(mechanism=mech, accountant=acc, noise_multiplier=z, epsilon_per_release=None,
-                       sampler_tv_per_release=tv, **base)
+            plan = cls(mechanism=mech, accountant=acc, noise_multiplier=1.0, epsilon_per_release=None,
+                       sampler_tv_per_release=0.0, **base).at_epsilon(eps)
             if acc in ("rdp",) and plan.guarantee().epsilon > eps * (1 + 1e-9):  # pragma: no cover - guard
                 raise PlanError("privacy.epsilon", "the calibrated noise does not meet the target (accountant bug)")
             return plan._bound(sizes, dim)
@@ -220,11 +216,29 @@ class PrivacyPlan:
         if sampler == "mpc" and not delta > 0:
             raise PlanError("privacy.delta", "the in-MPC discrete Laplace is within a tiny total-variation distance "
                             "of the ideal one, which costs a δ; set delta > 0 (1e-10 is ample)")
-        # the sampler's share of δ, as for the Gaussian: a budget far above what it needs (≈ d·5e-16 per
-        # release) and small enough that a data set's composition is not charged a whole job's δ
-        tv = SAMPLER_DELTA_SHARE * delta / (1.0 + math.exp(eps)) if sampler == "mpc" else 0.0
         return cls(mechanism=mech, accountant="pure", noise_multiplier=None, epsilon_per_release=eps,
-                   sampler_tv_per_release=tv, **base)._bound(sizes, dim)
+                   sampler_tv_per_release=0.0, **base).at_epsilon(eps)._bound(sizes, dim)
+
+    def at_epsilon(self, epsilon: float) -> PrivacyPlan:
+        """The same job (mechanism, accountant, δ, rounds, sampling, sizes) calibrated for the target
+        ``epsilon``: the noise multiplier the accountant needs at δ less the sampler's share
+        (Gaussian) or ε per release (pure ε), and the sampler's TV budget. :meth:`make` calibrates
+        through it; a ledger refusal asks it for the largest ε that still fits."""
+        eps = _checks.positive("epsilon", epsilon)
+        if self.mechanism == "none":
+            return self
+        share = SAMPLER_DELTA_SHARE if self.sampler == "mpc" else 0.0
+        if self.mechanism == "gaussian":
+            # the sampler's share of δ, for the TV of every release of the job
+            tv = share * self.delta / ((1.0 + math.exp(eps)) * self.rounds)
+            z = noise_multiplier_for(self.accountant, eps, self.delta * (1.0 - share), self.rounds,  # type: ignore[arg-type]
+                                     sampling_rate=self.sampling_rate, adjacency="add_remove",
+                                     discrete=self.sampler == "mpc", population=self.population)
+            return replace(self, epsilon=eps, noise_multiplier=z, sampler_tv_per_release=tv)
+        # pure ε: the sampler's share as for the Gaussian, a budget far above what it needs (≈ d·5e-16
+        # per release) and small enough that a data set's composition is not charged a whole job's δ
+        return replace(self, epsilon=eps, epsilon_per_release=eps,
+                       sampler_tv_per_release=share * self.delta / (1.0 + math.exp(eps)))
 
     @staticmethod
     def _population(spec: JobSpec) -> int | None:

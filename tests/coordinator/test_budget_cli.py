@@ -1,5 +1,6 @@
-"""`mpc-erm budget show`: every figure whole at 80 columns, δ remaining beside ε remaining, and the
-same fields in --json.
+"""`mpc-erm budget show`: every figure whole at 80 columns, the largest ε a further job could ask
+beside what is spent, what a further job of a stated ε would bring the total to, and the same
+fields in --json.
 
 The δ figures are the composition's least δ within the lifetime ε (parties.ledger.delta_used):
 stated at the lifetime δ instead, one Gaussian job would "use" all of it and δ would read as gone
@@ -95,18 +96,23 @@ def test_budget_show_fits_80_columns_with_delta_remaining(party: Path, monkeypat
     assert max(map(len, out.output.splitlines())) <= 80, "\n" + out.output
     lines = [x.rstrip() for x in out.output.splitlines()]
     header = next(x for x in lines if "data set" in x)
-    for col in ("adjacency", "jobs", "spent / lifetime", "remaining"):
+    for col in ("adjacency", "jobs", "spent / lifetime", "next job up to"):
         assert col in header, header
-    from coordinator.cli.budget import _delta, _eps
+    from coordinator.cli.budget import _delta, _eps, _next_job_event
 
     for ds, r in rows.items():  # every figure whole, on its data set's ε row or the δ row under it
         at = next(i for i, x in enumerate(lines) if x.split()[:1] == [ds])
         eps_row, delta_row = lines[at], lines[at + 1]
+        largest = got[ds]["next_job"]["largest_epsilon"]
         want = rf" {r.adjacency} +{r.jobs} +ε +{_eps(r.epsilon_spent)} / {_eps(r.epsilon_total)} +" \
-               rf"{_eps(r.epsilon_remaining)}$"
+               rf"{_eps(largest)}$"
         assert re.search(want, eps_row), (want, eps_row)
-        want = rf"^ +δ +{_delta(r.delta_spent)} / {_delta(r.delta_total)} +{_delta(r.delta_remaining)}$"
+        want = rf"^ +δ +{_delta(r.delta_spent)} / {_delta(r.delta_total)} +at δ {_delta(r.delta_total)}$"
         assert re.search(want, delta_row), (want, delta_row)
+        with Ledger.in_state_dir(load_party_config(party).state_dir) as led:  # it fits; 1 % more does not
+            assert led.fits(ds, _next_job_event(largest, r.delta_total, r.adjacency))
+            assert largest == min(r.epsilon_total, 100.0) or not led.fits(
+                ds, _next_job_event(largest * 1.01, r.delta_total, r.adjacency))  # a job asks ε ≤ 100
     assert _delta(1e-5) == "1e-5" and _delta(2.02e-10) == "2.02e-10" and _delta(0.0) == "0"
     assert f"adult: ε {_eps(rows['adult'].epsilon_reserved)}" in out.output and "reserved by 1 open job" in out.output
 
@@ -127,3 +133,36 @@ def test_budget_explain_states_the_ledgers_figures_in_words(party: Path) -> None
     assert LONG not in out.output  # only the data set asked for
     bad = CliRunner().invoke(cli, ["budget", "explain", "--config", str(party), "--dataset", "nope"])
     assert bad.exit_code == 2 and "no data set 'nope'" in bad.output and "--dataset" in bad.output
+
+
+def test_the_next_job_is_stated_as_the_total_it_brings_not_as_a_remainder(tmp_path: Path, pki_dir: Path) -> None:
+    """A lifetime ε = 4: after an ε = 2 job a "remaining" of ε 4 − 2 = 2 read like a cap, yet a
+    further ε = 2 job brings the total only to 3.04 (they compose) and is admitted, and an ε = 3
+    job too (3.87). `budget show --next-epsilon` states the composed total each would bring and the
+    largest ε that fits, both by the admission rule, each checked here against the ledger."""
+    from coordinator.cli import cli
+    from coordinator.cli.budget import _next_job_event
+
+    cfg = write_config(tmp_path, pki_dir, "alice")
+    cfg.write_text(re.sub(r"(\[datasets\.adult\][^\[]*?)epsilon = [0-9.]+", r"\g<1>epsilon = 4.0", cfg.read_text()))
+    party_cfg = load_party_config(cfg)
+    assert party_cfg.datasets["adult"].epsilon == 4.0
+    first = _next_job_event(2.0, 1e-3, "replace")
+    with Ledger.for_config(party_cfg) as led:
+        led.reserve("first", "adult", 2.0, 1e-3, "d" * 64, first)
+        led.mark_revealed("first", first)
+        led.commit("first")
+    for eps in (2.0, 3.0, 6.0):
+        out = CliRunner().invoke(cli, ["budget", "show", "--config", str(cfg), "--next-epsilon", str(eps), "--json"])
+        assert out.exit_code == 0, out.output
+        nxt = {r["dataset"]: r for r in json.loads(out.output)["datasets"]}["adult"]["next_job"]
+        want = compose([first, _next_job_event(eps, 1e-3, "replace")], 1e-3, "replace").epsilon
+        stated = math.inf if nxt["total_after"] is None else nxt["total_after"]  # JSON has no inf
+        assert stated == pytest.approx(want, rel=1e-9) and nxt["admitted"] == (want <= 4.0), (eps, nxt)
+        assert 3.0 < nxt["largest_epsilon"] < 6.0  # more than 4 − 2, less than the ε = 6 that is refused
+    assert nxt["admitted"] is False
+    text = " ".join(CliRunner().invoke(cli, ["budget", "show", "--config", str(cfg), "--next-epsilon", "3"]
+                                       ).output.split())
+    assert re.search(r"adult: a further job of ε = 3 \(δ = 0\.001\) would bring the total to ε = 3\.[0-9]+ of 4: "
+                     r"admitted", text), text
+    assert "jobs compose, they do not add up" in text

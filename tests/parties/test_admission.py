@@ -61,6 +61,9 @@ def test_a_party_admits_with_what_to_reserve_and_touches_nothing(tmp_path: Path)
     got = decide(cfg, jf)
     assert got == Admitted(dataset="adult", epsilon=1.0, delta=1e-5, coordinator="coord",
                            event=plan_job(jf.spec, sampler="mpc").event)
+    # the same job at another ε (what a budget refusal asks): itself at its own ε, more noise below it
+    assert isinstance(got, Admitted) and got.event_at is not None and got.event_at(1.0) == got.event
+    assert got.event_at(0.5).noise_multiplier > got.event.noise_multiplier  # type: ignore[union-attr]
     assert not (tmp_path / "alice" / "state").exists()  # no store, no ledger, no log
 
 

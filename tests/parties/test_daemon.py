@@ -399,6 +399,19 @@ def _reserved_refused_and_released_by_cancel(d: PartyDaemon, s: pb_grpc.PartyCon
     assert reserved and float(reserved.group(1)) == pytest.approx(a_and_b, rel=1e-5), err.details()
     assert would_be and 1.1 < float(would_be.group(1)) == pytest.approx(1.181, abs=2e-3), err.details()
     assert d.ledger.get("c") is None
+    # ... and the largest ε the same job could ask now: it fits, 3 % more would not
+    largest = re.search(r"the largest ε this job \(its δ = 1e-05, rounds and sampling\) could ask now: ([0-9.e+-]+)",
+                        err.details())
+    assert largest is not None, err.details()
+    from mpc_erm.jobs import parse_job_file
+    from mpc_erm.privacy.plan import plan_job
+
+    def event_at(eps: float) -> Any:
+        return plan_job(parse_job_file(job_toml("ok", epsilon=eps)).spec, sampler="mpc").event
+
+    eps_max = float(largest.group(1))
+    assert 0.0 < eps_max < 0.75 and d.ledger.fits("adult", event_at(eps_max))
+    assert not d.ledger.fits("adult", event_at(eps_max * 1.03)), eps_max
     # cancelling the queued job releases its budget at once
     r = s.Cancel(pb.CancelRequest(job_id="b", reason="changed my mind"), timeout=10)
     assert r.status == "cancelled" and "cancelled by coord: changed my mind" in r.reason

@@ -84,10 +84,13 @@ def test_a_stopped_worker_ends_its_job_and_frees_its_slot(tmp_path: Path, pki_di
         # "busy": alive but it sends no event (heartbeats only) while the other job stalls, > 2 limits
         assert submit(s, "busy", fake_job("block", epsilon=0.5)).accepted
         assert submit(s, "stuck", fake_job("reveal-block", epsilon=0.5)).accepted
-        assert submit(s, "next", fake_job("ok", epsilon=0.5)).accepted  # queued: both slots are taken
         wait_for(lambda: worker_pids(state, "busy"), 60.0, "the busy worker")
         (pid,) = wait_for(lambda: worker_pids(state, "stuck"), 60.0, "the stuck worker")
         wait_for(lambda: d.ledger.get("stuck").revealed, 60.0, "the stuck job's reveal mark")
+        # only now, with both slots held: submitted with the others, its agreement could end first on
+        # a loaded machine (it did), take a slot and succeed, and never be seen queued
+        assert submit(s, "next", fake_job("ok", epsilon=0.5)).accepted
+        wait_for(lambda: status(s, "next") == "queued", 60.0, "next agreed")
         busy_since = time.monotonic()
         assert status(s, "next") == "queued"
         with stopped(pid):
