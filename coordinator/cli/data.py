@@ -39,9 +39,10 @@ def check_dataset(ds_id: str, cfg: Any) -> dict[str, Any]:
     schema = cfg.schema() if hasattr(cfg, "schema") else None
     if schema is None:
         out["schema"] = None
-        out["note"] = ("no schema: rows are used as they are, only clipped into the unit ball; a schema file "
-                       "(docs/how-to/write-a-schema.md) makes the scaling, labels and encoding public and identical")
-        return out
+        if cfg.format == "builtin":
+            out["note"] = f"the built-in data set {cfg.name!r}, shard {cfg.part} of {cfg.of}"
+            return out
+        return {**out, **_check_file(cfg)}
     frame = read_table(cfg.path, max_bytes=cfg.max_bytes)
     ds = schema.dataset(frame, str(cfg.path), name=ds_id)
     used = {c.name for c in schema.columns} | {schema.label.column}
@@ -61,6 +62,47 @@ def check_dataset(ds_id: str, cfg: Any) -> dict[str, Any]:
     return out
 
 
+def _check_file(cfg: Any) -> dict[str, Any]:
+    """A data set without a schema (arrays, images, LIBSVM, a CSV with a label column), read by the
+    loader a job uses: its rows, each row's shape, the label counts, and what a job does to them."""
+    import numpy as np
+
+    from mpc_erm.data.loaders import load_file
+
+    task = "multiclass" if cfg.format in ("png", "idx", "csv") else None  # npz and libsvm state or infer theirs
+    ds = load_file(cfg.format, cfg.path, task=task, label=cfg.label, max_bytes=cfg.max_bytes,  # type: ignore[arg-type]
+                   feature_range=cfg.feature_range, labels=cfg.labels)
+    shape = _row_shape(cfg, ds.d)
+    out: dict[str, Any] = {"rows": int(ds.n), "features": int(ds.d), "row_shape": list(shape), "task": ds.task,
+                           "value_range": [float(np.min(ds.X)), float(np.max(ds.X))]}
+    if ds.task != "regression":
+        values, counts = np.unique(np.asarray(ds.y), return_counts=True)
+        out["label_counts"] = {_label(v, ds.task): int(c) for v, c in zip(values, counts, strict=True)}
+    pixels = "pixels / 255, " if cfg.format in ("png", "idx") else ""
+    out["preprocessing"] = (f"a network job uses each row as it is ({pixels}reshaped to its input_shape) and clips "
+                            "each example's gradient; a linear job clips each row into the unit ball first")
+    return out
+
+
+def _row_shape(cfg: Any, d: int) -> tuple[int, ...]:
+    """(C, H, W) for images, else (d,)."""
+    if cfg.format == "png":
+        from mpc_erm.data.images import read_png_listing
+
+        return read_png_listing(cfg.path, cfg.label or "label", max_bytes=cfg.max_bytes)[3]
+    if cfg.format == "idx":
+        from mpc_erm.data.images import read_idx_file
+
+        return (1, *read_idx_file(cfg.path, max_bytes=cfg.max_bytes).shape[1:])
+    return (d,)
+
+
+def _label(v: Any, task: str) -> str:
+    if task == "binary":
+        return "positive (+1)" if float(v) > 0 else "negative (−1)"
+    return str(int(v)) if float(v).is_integer() else str(v)
+
+
 @data.command("check")
 @click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="the party's (or data owner's) TOML config")
@@ -78,8 +120,17 @@ def check(config_path: Path, only: str | None, as_json: bool) -> None:
         click.echo(json.dumps({"member": cfg.identity.name, "datasets": results}, indent=2))
         return
     for r in results:
-        if r["schema"] is None:
+        if r["schema"] is None and "note" in r:
             click.echo(f"{r['dataset']}: {r['format']}, {r['note']}")
+            continue
+        if r["schema"] is None:
+            shape = "×".join(map(str, r["row_shape"]))
+            click.echo(f"{r['dataset']}: ok — {r['rows']} rows of {shape} ({r['features']} values each, from "
+                       f"{r['value_range'][0]:.4g} to {r['value_range'][1]:.4g}), {r['task']}, {r['format']} "
+                       "(no schema)")
+            if r.get("label_counts"):
+                click.echo("  labels: " + ", ".join(f"{k} {v}" for k, v in r["label_counts"].items()))
+            click.echo(f"  {r['preprocessing']}")
             continue
         click.echo(f"{r['dataset']}: ok — {r['rows']} rows ({r['rows_dropped']} dropped for missing values), "
                    f"{r['features']} features, {r['task']}")
@@ -104,18 +155,21 @@ def digest(schema_file: Path) -> None:
 
 
 @data.command("example")
-@click.argument("name", type=click.Choice(["adult", "breast-cancer", "diabetes"]))
+@click.argument("name", type=click.Choice(["adult", "breast-cancer", "diabetes", "digits"]))
 @click.option("--parties", "names", default="alice,bob,carol", show_default=True,
               help="comma-separated party names: one training file each")
 @click.option("--holdout", default=0.2, show_default=True,
               help="breast-cancer, diabetes: fraction of rows kept out as new.csv (adult: its own test file)")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
 def example(name: str, names: str, holdout: float, out_dir: Path) -> None:
-    """Write a public data set as the CSV files organisations would hold: raw units, text labels, an
-    id column; one file per party (<party>.csv) and held-out rows to predict (new.csv).
+    """Write a public data set as the files organisations would hold: for tables, CSV files in raw
+    units with text labels and an id column, one per party (<party>.csv) and held-out rows to
+    predict (new.csv); for images, one folder of PNG files per party with its labels.csv (columns
+    file, label), and new/ likewise.
 
     adult: UCI Adult (income above $50K, binary); breast-cancer: Wisconsin diagnostic (binary);
-    diabetes: Efron et al.'s 442 patients, disease progression after a year (a regression)."""
+    diabetes: Efron et al.'s 442 patients, disease progression after a year (a regression);
+    digits: scikit-learn's 1,797 handwritten digits, 8×8 greyscale PNG images (10 classes)."""
     import numpy as np
     import pandas as pd
     from sklearn.datasets import load_breast_cancer, load_diabetes
@@ -126,6 +180,9 @@ def example(name: str, names: str, holdout: float, out_dir: Path) -> None:
     if not 0.0 < holdout < 0.9:
         raise ValueError(f"--holdout: must lie in (0, 0.9), got {holdout}")
     out_dir.mkdir(parents=True, exist_ok=True)
+    if name == "digits":
+        _example_images(parties, holdout, out_dir)
+        return
     if name == "adult":  # UCI Adult as shipped: its own test file is the held-out one
         from mpc_erm.data.sets import ADULT_COLUMNS, BUNDLED_DATA
 
@@ -156,3 +213,28 @@ def example(name: str, names: str, holdout: float, out_dir: Path) -> None:
         frame.iloc[np.sort(chunk)].to_csv(out_dir / f"{parties[i]}.csv", index=False)
     click.echo(f"wrote {', '.join(f'{p}.csv' for p in parties)} ({len(order)} rows in all) and new.csv "
                f"({len(new)} rows) to {out_dir}")
+
+
+def _example_images(parties: list[str], holdout: float, out_dir: Path) -> None:
+    """scikit-learn's 8×8 digits as PNG folders: <party>/ and new/, each with labels.csv."""
+    import numpy as np
+    import pandas as pd
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    b = load_digits()
+    pixels = np.round(b.images * (255.0 / 16.0)).astype(np.uint8)  # the source's 0..16 grey levels
+    shuffled = np.random.default_rng(2026).permutation(len(pixels))
+    k = round(holdout * len(pixels))
+    groups = [("new", shuffled[:k])] + list(zip(parties, np.array_split(shuffled[k:], len(parties)), strict=True))
+    for folder, rows in groups:
+        d = out_dir / folder
+        d.mkdir(parents=True, exist_ok=True)
+        files = []
+        for i in np.sort(rows):
+            f = f"digit_{i:05d}.png"
+            Image.fromarray(pixels[i]).save(d / f)  # 2-D uint8: greyscale
+            files.append(f)
+        pd.DataFrame({"file": files, "label": b.target[np.sort(rows)]}).to_csv(d / "labels.csv", index=False)
+    click.echo(f"wrote {', '.join(f'{p}/' for p in parties)} ({len(pixels) - k} images in all) and new/ ({k} images) "
+               f"to {out_dir}, each folder with its labels.csv (columns file, label)")

@@ -226,15 +226,52 @@ SCHEMA_OPTION = click.option(
     help="the data schema the parties hold (maps each CSV's columns to features and labels)")
 
 
+#: Stand-in files a network job's dry run reads without a schema, by their ``format`` (as a party's
+#: data set config names it): arrays X and y, or a CSV listing PNG images and their labels.
+ARRAY_FORMATS = ("npz", "png")
+
+
+def array_format(paths: tuple[Path, ...], given: str | None) -> str:
+    """``--format``, or the stand-in files' own: .npz/.npy are arrays; a CSV read without a schema
+    is taken as a PNG listing (columns ``file`` and ``label``)."""
+    if given is not None:
+        return given
+    kinds = {"npz" if p.suffix.lower() in (".npz", ".npy") else "png" if p.suffix.lower() == ".csv" else p.suffix
+             for p in paths}
+    if len(kinds) != 1 or not kinds <= set(ARRAY_FORMATS):
+        raise click.BadParameter(f"without --schema the stand-in files are arrays (.npz: X and y) or a CSV listing "
+                                 f"PNG images (columns file, label); got {', '.join(sorted(map(str, kinds)))}: "
+                                 "say which with --format", param_hint="--data")
+    return kinds.pop()
+
+
+def load_array_parts(spec: Any, fmt: str, data: tuple[Path, ...], eval_path: Path | None) -> tuple[list[Any], Any]:
+    """A network job's stand-in rows read as a party reads its own (``parties.rows``: the same
+    loader by ``format``, pixels / 255 for images, no clipping: a network's privacy rests on
+    clipping each gradient), and the evaluation file likewise."""
+    from mpc_erm.data.loaders import load_file
+
+    task = "multiclass" if (spec.model.n_classes or 2) > 2 else "binary"
+    parts = [load_file(fmt, p, task=task, label="label") for p in data]
+    return parts, None if eval_path is None else load_file(fmt, eval_path, task=task, label="label")
+
+
 @click.command("plan")
 @click.argument("job_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@SCHEMA_OPTION
+@click.option("--schema", "schema_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="the data schema the parties hold (maps each CSV's columns to features and labels); a network "
+                   "job on arrays or images needs none")
+@click.option("--format", "data_format", type=click.Choice(ARRAY_FORMATS), default=None,
+              help="without --schema: the stand-in files' format (default: by their suffix, .npz or a .csv listing "
+                   "PNG images)")
 @click.option("--data", "data", multiple=True, required=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="one CSV per party, in the job's party order (repeat): stand-in rows with realistic counts; "
-                   "for a job with data owners, any number of CSVs whose rows are dealt to its owners")
+              help="one file per party, in the job's party order (repeat): stand-in rows with realistic counts — a "
+                   "CSV read through --schema, or a network job's arrays (.npz) or PNG listing; for a job with data "
+                   "owners, any number of files whose rows are dealt to its owners")
 @click.option("--eval", "eval_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="a labelled CSV to score the simulated models on (default: the pooled --data rows)")
+              help="a labelled file to score the simulated models on, in the format of --data (default: the pooled "
+                   "--data rows)")
 @click.option("--runs", default=5, show_default=True, type=click.IntRange(1, 100), help="simulated runs")
 @click.option("--search", "do_search", is_flag=True,
               help="also forecast the job at its own (ε, δ) with the sampling rate ×1, ½, ¼, the rounds ×½, 1, 2 and "
@@ -242,8 +279,8 @@ SCHEMA_OPTION = click.option(
 @click.option("--search-runs", default=2, show_default=True, type=click.IntRange(1, 20),
               help="simulated runs per searched setting")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
-def plan(job_file: Path, schema_path: Path, data: tuple[Path, ...], eval_path: Path | None, runs: int,
-         do_search: bool, search_runs: int, as_json: bool) -> None:
+def plan(job_file: Path, schema_path: Path | None, data_format: str | None, data: tuple[Path, ...],
+         eval_path: Path | None, runs: int, do_search: bool, search_runs: int, as_json: bool) -> None:
     """Dry run: JOB_FILE's noise, signal and ε, and a simulated run of the job on --data, before
     any ε is spent. Exits 3 when the job is hopeless (its simulated runs do no better than a
     constant); the verdict is kept beside the job file (JOB.plan.json), where `job submit` asks
@@ -257,14 +294,21 @@ def plan(job_file: Path, schema_path: Path, data: tuple[Path, ...], eval_path: P
     if owners is None and len(data) != len(jf.job.parties):
         raise ValueError(f"--data: the job has {len(jf.job.parties)} parties ({', '.join(jf.job.parties)}); "
                          f"give one CSV each, got {len(data)}")
-    schema, parts = load_parts(schema_path, data)
-    if jf.job.schema_sha256 is not None and jf.job.schema_sha256 != schema.digest():
-        raise ValueError(f"--schema: {schema_path} has sha256 {schema.digest()[:12]}…, the job pins "
-                         f"job.schema_sha256 = {jf.job.schema_sha256[:12]}…")
-    if jf.job.features is not None and parts[0].d != jf.job.features:
-        raise ValueError(f"--schema: {schema_path.name} makes {parts[0].d} features per row; the job's owners send "
-                         f"job.features = {jf.job.features}")
-    evaluate = None if eval_path is None else read_csv_with_schema(eval_path, schema)
+    if schema_path is None:
+        if not jf.spec.model.is_network:
+            raise click.BadParameter(f"a {jf.spec.model.name} model reads tabular rows through the parties' data "
+                                     "schema: give it (arrays and images without one are for network jobs)",
+                                     param_hint="--schema")
+        parts, evaluate = load_array_parts(jf.spec, array_format(data, data_format), data, eval_path)
+    else:
+        schema, parts = load_parts(schema_path, data)
+        if jf.job.schema_sha256 is not None and jf.job.schema_sha256 != schema.digest():
+            raise ValueError(f"--schema: {schema_path} has sha256 {schema.digest()[:12]}…, the job pins "
+                             f"job.schema_sha256 = {jf.job.schema_sha256[:12]}…")
+        if jf.job.features is not None and parts[0].d != jf.job.features:
+            raise ValueError(f"--schema: {schema_path.name} makes {parts[0].d} features per row; the job's owners "
+                             f"send job.features = {jf.job.features}")
+        evaluate = None if eval_path is None else read_csv_with_schema(eval_path, schema)
     fc = forecast_job(jf.spec, parts, evaluate=evaluate, runs=runs, owners=owners, noise_split=jf.noise_split())
     out = {**describe(fc), "trust": jf.job.trust, "security": jf.job.security, "noise": jf.spec.privacy.noise}
     points = None
@@ -292,7 +336,7 @@ def plan(job_file: Path, schema_path: Path, data: tuple[Path, ...], eval_path: P
         click.echo(f"  ε = {fc.epsilon:.4g} at δ = {fc.delta:.3g} (the job's accountant); by accountant: {accs}")
         band = fc.band()
         if band is not None:
-            where = eval_path.name if eval_path else "the pooled rows"
+            where = str(eval_path) if eval_path else "the pooled rows"
             quiet = ("" if fc.noise_free is None or fc.reference != "exact_minimiser"
                      else f"the same rounds without noise {fc.noise_free:.4f}; ")
             click.echo(f"  simulated {fc.metric} on {where} over {runs} runs: {band[0]:.4f} "

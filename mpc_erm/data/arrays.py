@@ -212,3 +212,37 @@ def save_numpy(ds: Dataset, path: str | os.PathLike[str]) -> Path:
     np.savez(p, X=ds.X, y=ds.y, task=np.str_(ds.task), name=np.str_(ds.name),
              feature_names=np.array(ds.feature_names, dtype=str), **extra)
     return p if p.suffix == ".npz" else p.with_name(p.name + ".npz")
+
+
+def read_arrays(path: str | os.PathLike[str], *, max_bytes: int | None = DEFAULT_MAX_BYTES
+                ) -> tuple[np.ndarray, np.ndarray | None]:
+    """Inputs to predict on, from an .npz: X (images (n, H, W) or (n, C, H, W) flattened row-major,
+    as :func:`load_numpy` does) and y where the file has it (None for new rows). The same limits:
+    the file's size and each array's header are checked before numpy allocates it."""
+    p = check_file(path)
+    source = str(p)
+    with _NPY_HEADER_LOCK:
+        obj = _np_load(p, max_bytes)
+        if not isinstance(obj, np.lib.npyio.NpzFile):
+            X, y = obj, None
+        else:
+            with obj:
+                if "X" not in obj.files:
+                    found = [quote_cell(k) for k in obj.files[:20]]
+                    raise DataError(f"{source}: array 'X' not in the .npz; found {found}")
+                try:
+                    X, y = obj["X"], (obj["y"] if "y" in obj.files else None)
+                except (ValueError, OSError, EOFError, zipfile.BadZipFile, MemoryError) as e:
+                    raise DataError(f"{source}: cannot load an array of the .npz ({e})") from None
+    if not isinstance(X, np.ndarray) or X.ndim < 2 or X.shape[0] == 0:
+        raise DataError(f"{source}: X must hold rows (n, d) or images (n, H, W) / (n, C, H, W)")
+    X = X.reshape(X.shape[0], -1)
+    if not (np.issubdtype(X.dtype, np.integer) or np.issubdtype(X.dtype, np.floating) or X.dtype == np.bool_):
+        raise DataError(f"{source}: X must be real numbers (bool, int or float), got dtype {X.dtype}")
+    Xf = X.astype(np.float64, copy=False)
+    if not np.isfinite(Xf).all():
+        r, c = np.argwhere(~np.isfinite(Xf))[0]
+        raise DataError(f"{source}: X has a non-finite value at row {r}, column {c}")
+    if y is not None and (y.ndim != 1 or y.shape[0] != X.shape[0]):
+        raise DataError(f"{source}: y must have shape ({X.shape[0]},) to match X, got {y.shape}")
+    return Xf, y

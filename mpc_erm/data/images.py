@@ -84,6 +84,23 @@ def load_png_folder(labels_csv: str | os.PathLike[str], label_column: str = "lab
     be greyscale (1 channel) or RGB (3); X = pixels / 255 flattened row-major as (C, H, W). The
     files together are refused past ``max_bytes``, and so are their decoded pixels; errors name the
     CSV's row and the file."""
+    csv_path, X, raw, _ = read_png_listing(labels_csv, label_column, max_bytes=max_bytes, require_label=True)
+    assert raw is not None
+    task_ = check_task(task, str(csv_path))
+    y, n_classes = labels_for_task(raw, task_, f"{csv_path}: column {label_column!r}")
+    try:
+        return Dataset(X=X, y=y, task=task_, name=csv_path.parent.name, n_classes=n_classes)
+    except DataError as e:
+        raise DataError(f"{csv_path}: {e}") from None
+
+
+def read_png_listing(labels_csv: str | os.PathLike[str], label_column: str = "label", *,
+                     max_bytes: int | None = DEFAULT_MAX_BYTES, require_label: bool = False
+                     ) -> tuple[Path, np.ndarray, np.ndarray | None, tuple[int, ...]]:
+    """The images a CSV lists (:func:`load_png_folder`'s rules): (the CSV's path, X = pixels / 255
+    one flat (C, H, W) row each, the label column's raw values or None where the CSV has no such
+    column and ``require_label`` is False (new images to predict), the images' (C, H, W)). The
+    header is checked before any image is opened."""
     from PIL import Image, UnidentifiedImageError
 
     csv_path = check_file(labels_csv)
@@ -92,7 +109,7 @@ def load_png_folder(labels_csv: str | os.PathLike[str], label_column: str = "lab
         table = pd.read_csv(csv_path, dtype={"file": str})
     except (OSError, ValueError, pd.errors.ParserError) as e:
         raise DataError(f"{csv_path}: cannot read the labels CSV ({e})") from None
-    for col in ("file", label_column):
+    for col in ("file", label_column) if require_label else ("file",):
         if col not in table.columns:
             raise DataError(f"{csv_path}: no column {col!r} (columns: {', '.join(map(str, table.columns))})")
     if len(table) == 0:
@@ -129,9 +146,6 @@ def load_png_folder(labels_csv: str | os.PathLike[str], label_column: str = "lab
             raise DataError(f"{csv_path}: the decoded images exceed max_bytes={max_bytes:,} (at row {i}); refused")
         rows.append(chw.reshape(-1))
     X = np.stack(rows).astype(np.float64) / 255.0
-    task_ = check_task(task, str(csv_path))
-    y, n_classes = labels_for_task(table[label_column].to_numpy(), task_, f"{csv_path}: column {label_column!r}")
-    try:
-        return Dataset(X=X, y=y, task=task_, name=csv_path.parent.name, n_classes=n_classes)
-    except DataError as e:
-        raise DataError(f"{csv_path}: {e}") from None
+    assert shape is not None
+    raw = table[label_column].to_numpy() if label_column in table.columns else None
+    return csv_path, X, raw, tuple(int(v) for v in shape)

@@ -25,17 +25,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .arrays import load_numpy, save_numpy
+from .arrays import load_numpy, read_arrays, save_numpy
 from .dataset import DataError, Dataset
 from .delimited import load_csv
 from .files import DEFAULT_MAX_BYTES, DEFAULT_MAX_CELLS, MAX_LINE_BYTES, is_gzip, open_maybe_gzip
-from .images import load_idx, load_png_folder, read_idx_file, write_idx_file
+from .images import load_idx, load_png_folder, read_idx_file, read_png_listing, write_idx_file
 from .labels import NA_VALUES, labels_for_task
 from .libsvm import load_libsvm
 
 __all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_CELLS", "MAX_LINE_BYTES", "NA_VALUES", "is_gzip", "labels_for_task",
-           "load_csv", "load_file", "load_idx", "load_libsvm", "load_numpy", "load_png_folder", "open_maybe_gzip",
-           "read_idx_file", "save_numpy", "write_idx_file"]
+           "load_csv", "load_file", "load_idx", "load_inputs", "load_libsvm", "load_numpy", "load_png_folder",
+           "open_maybe_gzip", "read_idx_file", "save_numpy", "write_idx_file"]
 
 
 def load_file(fmt: str, path: str | os.PathLike[str], *, task: str, label: Any = None,
@@ -61,3 +61,15 @@ def load_file(fmt: str, path: str | os.PathLike[str], *, task: str, label: Any =
     if fmt in ("npz", "npy", "numpy"):
         return load_numpy(path, task=task, max_bytes=max_bytes, feature_range=feature_range)
     raise DataError(f"{path}: unknown format {fmt!r}; valid: csv, libsvm, npz, idx, png")
+
+
+def load_inputs(fmt: str, path: str | os.PathLike[str], *, label: str = "label",
+                max_bytes: int | None = DEFAULT_MAX_BYTES) -> tuple[Any, Any]:
+    """Rows to predict on in a network's formats, as a party reads them (``npz``: X and y; ``png``: a
+    CSV listing the images, pixels / 255): (X, the labels where the file has them, else None)."""
+    if fmt == "npz":
+        return read_arrays(path, max_bytes=max_bytes)
+    if fmt == "png":
+        _, X, raw, _ = read_png_listing(path, label, max_bytes=max_bytes)
+        return X, raw
+    raise DataError(f"{path}: format {fmt!r} has no reader for new rows here; valid: npz, png")

@@ -281,7 +281,7 @@ class LoadedModel:
         x = torch.tensor(np.asarray(X, dtype=np.float32))  # a copy: the caller's array may be read-only
         shape = tuple(self.meta["architecture"]["input_shape"])
         if x.shape[1:] != shape:
-            if x.ndim == 2 and x.shape[1] == math.prod(shape):
+            if x.ndim >= 2 and math.prod(x.shape[1:]) == math.prod(shape):  # flat rows, or (H, W) without C
                 return x.reshape(x.shape[0], *shape)
             raise BundleError(f"X: rows of shape {tuple(x.shape[1:])}, the model takes {shape}")
         return x

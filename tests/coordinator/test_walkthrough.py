@@ -2,7 +2,8 @@
 walkthrough markers, in a fresh directory, with real daemons from provisioned kits. Only the three
 ports are replaced by free ones (so the test cannot collide with another listener).
 
-The transcript (every command with its time) is written to $MPC_ERM_WALKTHROUGH_LOG when set.
+The transcript (every command with its time) is written to $MPC_ERM_WALKTHROUGH_LOG.own-csv when set.
+``run_walkthrough`` runs any tutorial's walkthrough the same way (``test_walkthrough_images.py``).
 """
 
 from __future__ import annotations
@@ -26,28 +27,20 @@ BIN = Path(sys.executable).parent
 pytestmark = [pytest.mark.e2e]
 
 
-def walkthrough_script() -> str:
-    text = README.read_text()
+def walkthrough_script(page: Path = README) -> str:
+    """The shell blocks between a tutorial's walkthrough markers, in order."""
+    text = page.read_text()
     body = text[text.index("<!-- walkthrough:begin -->"): text.index("<!-- walkthrough:end -->")]
     blocks = re.findall(r"```sh\n(.*?)```", body, flags=re.S)
     assert len(blocks) >= 5, "the walkthrough lost its shell blocks"
     return "\n".join(blocks)
 
 
-def _free_ports(k: int) -> list[int]:
-    socks = [socket.socket() for _ in range(k)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def test_the_readme_walkthrough_goes_from_csv_files_to_predictions(tmp_path: Path) -> None:
-    script = walkthrough_script()
-    for old, new in zip(("7301", "7302", "7303"), _free_ports(3), strict=True):
+def run_walkthrough(page: Path, tmp_path: Path, ports: tuple[str, ...]) -> tuple[str, float]:
+    """Run ``page``'s walkthrough in ``tmp_path`` with ``ports`` replaced by free ones: (its
+    transcript, its wall time). It must exit 0; the daemons are killed whatever happened."""
+    script = walkthrough_script(page)
+    for old, new in zip(ports, _free_ports(len(ports)), strict=True):
         assert old in script
         script = script.replace(old, str(new))
     (tmp_path / "walkthrough.sh").write_text("set -euo pipefail\nPS4='+ [$(date +%T)] '\nset -x\n" + script)
@@ -65,8 +58,24 @@ def test_the_readme_walkthrough_goes_from_csv_files_to_predictions(tmp_path: Pat
     wall = time.perf_counter() - t0
     log = os.environ.get("MPC_ERM_WALKTHROUGH_LOG")
     if log:
-        Path(log).write_text(out + f"\n# wall time {wall:.1f} s\n")
+        Path(f"{log}.{page.stem}").write_text(out + f"\n# wall time {wall:.1f} s\n")
     assert proc.returncode == 0, out[-6000:]
+    return out, wall
+
+
+def _free_ports(k: int) -> list[int]:
+    socks = [socket.socket() for _ in range(k)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_the_readme_walkthrough_goes_from_csv_files_to_predictions(tmp_path: Path) -> None:
+    out, wall = run_walkthrough(README, tmp_path, ("7301", "7302", "7303"))
     # the dry run found the job usable; the model came back with its schema; predictions were made
     assert "ok: the noise leaves the signal usable" in out
     acc = re.search(r"accuracy on the (\d+) labelled rows of new.csv: ([0-9.]+)", out)
