@@ -12,7 +12,7 @@ import json
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from .plugin_ids import DIGEST, PLUGIN_ID
 
@@ -51,7 +51,8 @@ class ModelSpec(_Strict):
     name: ModelName = "logistic"
     lam: float = Field(1e-3, ge=0.0, description="ridge coefficient λ of λ/2·‖θ‖² (networks: weight decay, "
                                                  "default 0)")
-    n_classes: int | None = Field(None, ge=2, le=10_000, description="softmax and networks")
+    n_classes: int | None = Field(None, ge=2, le=10_000, description="softmax (which may leave it to the "
+                                                                     "schema job.schema_sha256 pins) and networks")
     huber_h: float = Field(0.5, gt=0.0, le=1.0, description="huber_svm smoothing width h")
     # networks (mpc_erm.models.networks): one example's shape, hidden widths, vocabulary, init seed
     input_shape: tuple[int, ...] | None = Field(None, min_length=1, max_length=4)
@@ -175,8 +176,15 @@ class JobSpec(_Strict):
     federated: FederatedSpec | None = None
     seed: int | None = Field(None, ge=0, description="simulation only: seeds the plaintext noise")
 
+    def with_classes(self, n_classes: int) -> JobSpec:
+        """This spec with ``model.n_classes`` set (validated again): a softmax job's class count taken
+        from the schema its job file pins."""
+        d = self.model_dump(mode="json", exclude_none=True)
+        d["model"]["n_classes"] = int(n_classes)
+        return JobSpec.model_validate(d)
+
     @model_validator(mode="after")
-    def _consistent(self) -> JobSpec:
+    def _consistent(self, info: ValidationInfo) -> JobSpec:
         if self.method == "output":
             if self.model.lam <= 0:
                 raise ValueError("model.lam: output perturbation needs λ > 0 (strong convexity bounds the sensitivity)")
@@ -188,8 +196,10 @@ class JobSpec(_Strict):
         else:
             if self.privacy.delta <= 0:
                 raise ValueError("privacy.delta: gradient perturbation (Gaussian) needs δ > 0")
-        if self.model.name == "softmax" and self.model.n_classes is None:
-            raise ValueError("model.n_classes: required for softmax")
+        if self.model.name == "softmax" and self.model.n_classes is None and not (
+                info.context or {}).get("classes_from_schema"):
+            raise ValueError("model.n_classes: required for softmax (or pin the parties' schema with "
+                             "job.schema_sha256: its label's classes then give it)")
         m, tr = self.model, self.training
         if self.federated is not None:
             return self._federated()

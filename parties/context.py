@@ -50,6 +50,9 @@ class WorkerContext(Protocol):
     job_dir: Path  # state_dir/jobs/<job_id>: results go here (model, report, metrics, plot)
     ledger_path: Path | None  # the party's budget ledger (None in the dealer)
 
+    def use_job(self, job: JobFile) -> None:
+        """Run ``job`` (the same file, with what this party's schema fills in) from now on."""
+
     def emit(self, event: dict[str, Any]) -> None:
         """Progress for ``job watch``: {"phase": str, "message": str, "round": int, "rounds": int,
         "epsilon_spent": float, ...} (JSON-serialisable; never data, shares, noise or keys)."""
@@ -110,6 +113,12 @@ class ProcessWorkerContext:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+
+    def use_job(self, job: JobFile) -> None:
+        """The job as this worker runs it: the parsed file with what this party's public schema
+        fills in (a softmax's class count, :meth:`JobFile.with_schema_classes`); same digest."""
+        assert job.spec_digest() == self.job.spec_digest()
+        self._job = job
 
     @property
     def job(self) -> JobFile:

@@ -50,6 +50,7 @@ from .context import WorkerContext
 from .job_store import write_result_manifest
 from .owner.serving import serve_owners
 from .owner.shares import contributions_checked
+from .public_errors import PublicError
 from .rows import Rows, device_for, load_rows
 from .session import AgreementError, DealerJobAborted, agree, join, peer_timeout, trust_setup
 from .spend import check_room, party_audit, party_guard, record_refused
@@ -174,6 +175,15 @@ def _party_bounds(plan: PrivacyPlan, parties: int) -> tuple[float, ...] | None:
     return tuple(plan.member_bound(j) for j in range(parties))
 
 
+def schema_classes(ctx: WorkerContext, rows: Rows) -> int:
+    """A softmax job's class count from this party's schema (the one the job pins: its digest was
+    checked when the rows were read)."""
+    if rows.schema is None or rows.schema.task != "multiclass":
+        raise PublicError("DATA_SCHEMA", f"model.n_classes: left to the schema, but {ctx.identity.name}'s data set "
+                                         f"{ctx.job.job.dataset!r} has no multiclass schema; nothing revealed")
+    return int(rows.schema.n_classes)
+
+
 def run_party_job(ctx: WorkerContext) -> dict[str, object]:
     """The worker process's main for a party. Raises on any failure (the daemon records it)."""
     if ctx.config.threads:
@@ -182,6 +192,8 @@ def run_party_job(ctx: WorkerContext) -> dict[str, object]:
     ctx.emit({"phase": "loading", "message": f"dataset {ctx.job.job.dataset!r}"})
     owners = bool(ctx.job.job.owners)  # a compute party for data owners holds no rows
     rows = None if owners else load_rows(ctx)
+    if rows is not None and ctx.job.classes_from_schema:
+        ctx.use_job(ctx.job.with_schema_classes(schema_classes(ctx, rows)))
     builder = None if owners else _plugin_builder(ctx)  # before any peer is joined: refuse first
     check_room(ctx)  # disk full: refuse before any member spends ε
     callers = caller_policy(ctx.config, ctx.identity)  # this job's servers: the daemon's CRL, roles and rates

@@ -305,6 +305,11 @@ def plan(job_file: Path, schema_path: Path | None, data_format: str | None, data
         if jf.job.schema_sha256 is not None and jf.job.schema_sha256 != schema.digest():
             raise ValueError(f"--schema: {schema_path} has sha256 {schema.digest()[:12]}…, the job pins "
                              f"job.schema_sha256 = {jf.job.schema_sha256[:12]}…")
+        if jf.classes_from_schema:  # a softmax's class count is the pinned schema's, as at the parties
+            if schema.task != "multiclass":
+                raise click.BadParameter(f"{schema_path.name} has a {schema.task} label; model.n_classes is left to "
+                                         "a multiclass schema", param_hint="--schema")
+            jf = jf.with_schema_classes(schema.n_classes)
         if jf.job.features is not None and parts[0].d != jf.job.features:
             raise ValueError(f"--schema: {schema_path.name} makes {parts[0].d} features per row; the job's owners "
                              f"send job.features = {jf.job.features}")

@@ -296,7 +296,12 @@ class JobFile(BaseModel):
         data: dict[str, Any] = {"spec": {k: v for k, v in raw.items() if k != "job"}}
         if "job" in raw:
             data["job"] = raw["job"]
-        context = {"known_parties": None if known_parties is None else frozenset(known_parties)}
+        table = raw.get("job") if isinstance(raw.get("job"), dict) else {}
+        # a softmax job may leave model.n_classes to the schema it pins: every member holds that schema
+        # (its digest is compared before a share moves), so its label's classes are the job's
+        pinned = bool(table.get("schema_sha256")) and not table.get("owners") and "federated" not in raw
+        context = {"known_parties": None if known_parties is None else frozenset(known_parties),
+                   "classes_from_schema": pinned}
         deep = too_deep(raw)
         if deep is not None:
             raise JobFileError([f"{source}: {deep}: nested more than {MAX_DEPTH} levels deep"])
@@ -313,6 +318,22 @@ class JobFile(BaseModel):
                 lines = lines[:MAX_PROBLEMS] + [f"(file): and more problems ({len(errors)} fields in all); "
                                                 "fix these first"]
             raise JobFileError(f"{source}: {line}" for line in lines) from None
+
+    def with_schema_classes(self, n_classes: int) -> JobFile:
+        """This job with a softmax's ``model.n_classes`` taken from the pinned schema's classes where
+        the job file leaves it out (itself otherwise): what a party trains and ``job plan`` forecasts.
+        The job's digest stays the one of the file as written, which every member agrees on."""
+        m = self.spec.model
+        if m.name != "softmax" or m.n_classes is not None:
+            return self
+        out = self.model_copy(update={"spec": self.spec.with_classes(n_classes)})
+        out._digest = self.spec_digest()
+        return out
+
+    @property
+    def classes_from_schema(self) -> bool:
+        """A softmax job whose class count its pinned schema gives (``model.n_classes`` left out)."""
+        return self.spec.model.name == "softmax" and self.spec.model.n_classes is None
 
     def canonical_json(self) -> str:
         return json.dumps(self._dump(), sort_keys=True, separators=(",", ":"))
@@ -439,14 +460,36 @@ def _reason(err: Any) -> str:
     return simple.get(kind, err["msg"])
 
 
+#: Keys and values other DP-SGD tools use, and what this job file says instead: the hint a guess
+#: made from Opacus, TF-Privacy or Flower gets beside "unknown key" or a refused value.
+_OTHER_TOOLS: dict[str, str] = {
+    "epochs": "rounds are training.iterations (an epoch is about 1/training.sampling_rate of them)",
+    "batch_size": "each party draws each record into a round with probability training.sampling_rate (Poisson): "
+                  "the expected batch is sampling_rate × privacy.public_n",
+    "noise_multiplier": "the plan chooses it from privacy.epsilon and privacy.delta (`mpc-erm job plan` prints it)",
+    "max_grad_norm": "the per-example clip is privacy.clip",
+    "l2_norm_clip": "the per-example clip is privacy.clip",
+    "lr": "the step is training.learning_rate",
+    "target_epsilon": "ε is privacy.epsilon", "target_delta": "δ is privacy.delta",
+}
+_METHOD_WORDS = {"dpsgd", "dp-sgd", "dp_sgd", "dpadam", "dp-adam", "sgd", "adam", "fedavg", "dp-fedavg", "dpfedavg"}
+
+
 def _explain(err: Any) -> list[str]:
     raw = tuple(err["loc"])
     loc = raw[1:] if raw[:1] == ("spec",) else raw  # the spec's tables sit at the file's top level
     if err["type"] == "extra_forbidden":
         keys = _keys_at(raw[:-1])
         near = difflib.get_close_matches(str(loc[-1]), keys, n=1)
-        hint = f"did you mean {near[0]!r}?" if near else f"expected one of {', '.join(keys)}"
+        hint = (_OTHER_TOOLS.get(str(loc[-1])) or (f"did you mean {near[0]!r}?" if near else None)
+                or f"expected one of {', '.join(keys)}")
         return [f"{dotted(loc)}: unknown key; {hint}"]
+    value = err.get("input")
+    if loc == ("method",) and isinstance(value, str) and value.strip().lower() in _METHOD_WORDS:
+        return [f"method: must be 'output' or 'gradient', got {_short(value)}; DP-SGD and DP-Adam are method = "
+                "'gradient' with a network [model] (mlp, mnist_cnn, ...), training.sampling_rate and "
+                "training.optimizer; a job with data owners adds [federated] for DP-Fed "
+                "(docs/tutorials/images.md has a whole network job)"]
     if err["type"] != "value_error":
         return [f"{dotted(loc) or '(file)'}: {_reason(err)}"]
     lines = []

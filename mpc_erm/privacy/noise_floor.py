@@ -83,6 +83,8 @@ def noise_floor(spec: JobSpec, *, features: int | None = None,
     if spec.privacy.adjacency != "add_remove" and counts is None:
         return None
     sizes = public_sizes(spec, counts)
+    if spec.model.name == "softmax" and spec.model.n_classes is None:
+        spec = spec.with_classes(2)  # left to the pinned schema: the least a softmax can have
     plan = plan_job(spec, sampler="mpc", sizes=sizes, n_features=features or 1)
     known = plan.dim is not None and (features is not None or spec.model.is_network)  # a plugin's: only at a party
     ceiling = plan.clip if spec.method == "gradient" else plan.clip / plan.lam

@@ -319,3 +319,20 @@ def test_search_proposes_a_sampling_rate_rounds_and_step_that_the_dry_run_then_p
     job.write_text(text)
     code, out, _ = _plan(files, job, monkeypatch, capsys)
     assert code == 0 and "ok: the noise leaves the signal usable" in out, out
+
+
+def test_a_softmax_job_is_planned_with_the_class_count_of_the_schema_it_pins(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """model.n_classes left to the pinned schema: the dry run reads the count from --schema (3
+    cultivars: 14 × 3 = 42 numbers), as each party does; a binary schema is refused for it."""
+    from mpc_erm.data.schema import load_schema
+    from tests.parties.test_worker import SOFTMAX_FROM_SCHEMA, wine_files
+
+    schema, csvs = wine_files(tmp_path / "wine")
+    job = tmp_path / "wine.toml"
+    job.write_text(SOFTMAX_FROM_SCHEMA.format(digest=load_schema(schema).digest()).replace('dealer = "dealer"\n', "")
+                   .replace('trust = "dealer"', 'trust = "replicated"'))
+    data = [a for p in ("alice", "bob", "carol") for a in ("--data", str(csvs[p]))]
+    code, out, err = run_main(monkeypatch, capsys, "job", "plan", str(job), "--schema", str(schema), "--runs", "2",
+                              *data)
+    assert code in (0, 3) and "release(s) of 42 numbers" in out, (out, err)

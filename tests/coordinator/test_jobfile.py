@@ -108,10 +108,16 @@ BAD = [
     ([("[job]", "[jbo]")], "jbo: unknown key; did you mean 'job'?"),
     ([("iterations = 10", "iteratons = 10")], "training.iteratons: unknown key; did you mean 'iterations'?"),
     ([("[training]", "[optimizer]")], "optimizer: unknown key; expected one of federated, job, method, model"),
+    # what a user of Opacus or TF-Privacy guesses gets this file's words for it
+    ([("iterations = 10", "epochs = 10")], "training.epochs: unknown key; rounds are training.iterations"),
+    ([("iterations = 10", "batch_size = 32")], "training.batch_size: unknown key; each party draws each record"),
+    ([("iterations = 10", "noise_multiplier = 1.1")], "training.noise_multiplier: unknown key; the plan chooses it"),
     ([("iterations = 10", "iterations = 0")], "training.iterations: must be >= 1"),
     ([("iterations = 10", "iterations = 10.0")], "training.iterations: must be an integer, got a number"),
     ([("learning_rate = 0.5", "learning_rate = -0.1")], "training.learning_rate: must be > 0"),
     ([('method = "gradient"', 'method = "newton"')], "method: must be 'output' or 'gradient', got 'newton'"),
+    ([('method = "gradient"', 'method = "dpsgd"')], "method: must be 'output' or 'gradient', got 'dpsgd'; DP-SGD "
+                                                     "and DP-Adam are method = 'gradient' with a network [model]"),
     ([('method = "gradient"\n', "")], "method: required"),
     ([('name = "logistic"', 'name = "svm"')],
      "model.name: must be 'logistic', 'ridge', 'huber_svm', 'softmax', 'mlp', 'mnist_cnn', 'cifar_cnn', "
@@ -392,3 +398,18 @@ def test_a_federated_job_needs_owners_and_keeps_other_digests() -> None:
     assert parse_job_file(net.replace("[29]", "[30]")).spec.model.hidden == (8,)
     with pytest.raises(JobFileError, match="training.optimizer: a federated job's local steps are set in"):
         parse_job_file(text.replace("ls_sigma = 1.0", 'ls_sigma = 1.0\noptimizer = "adam"'))
+
+
+def test_a_softmax_job_may_leave_its_class_count_to_the_schema_it_pins() -> None:
+    """Without job.schema_sha256 the class count is required, and the error says how to avoid it;
+    with it, the file parses, `classes_from_schema` says so, and `with_schema_classes` fills it in
+    under the same digest (what a party trains); a job that gives the count keeps it."""
+    softmax = BASE.replace('name = "logistic"', 'name = "softmax"')
+    with pytest.raises(JobFileError, match=r"model.n_classes: required for softmax \(or pin the parties' schema"):
+        parse_job_file(softmax, known_parties=KNOWN)
+    pinned = softmax.replace('trust = "dealer"', 'trust = "dealer"\nschema_sha256 = "' + "a" * 64 + '"')
+    jf = parse_job_file(pinned, known_parties=KNOWN)
+    assert jf.classes_from_schema and jf.spec.model.n_classes is None
+    filled = jf.with_schema_classes(4)
+    assert filled.spec.model.n_classes == 4 and filled.spec_digest() == jf.spec_digest()
+    assert not filled.classes_from_schema and filled.with_schema_classes(7) is filled

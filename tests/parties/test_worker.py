@@ -54,6 +54,9 @@ class LocalContext:
         self.job_dir, self.ledger_path = job_dir, None
         self._registry, self._events = registry, events
 
+    def use_job(self, job: Any) -> None:
+        self.job = job
+
     def emit(self, event: dict[str, Any]) -> None:
         json.dumps(event)  # must be JSON-serialisable
         self._events.put((self.identity.name, event))
@@ -88,9 +91,19 @@ def _child(ctx: LocalContext, out_q: Any) -> None:
 
 def _config(name: str, part: int, allow_test_only: bool = False, dataset: str = "breast_cancer",
             csv: Path | None = None, idx: tuple[Path, Path] | None = None, device: str = "cpu",
-            models: dict[str, str] | None = None) -> Any:
+            models: dict[str, str] | None = None, schema: Path | None = None) -> Any:
     from types import SimpleNamespace
 
+    if schema is not None and csv is not None:  # a CSV read through a public schema, as a party's data set
+        import functools
+
+        from mpc_erm.data.schema import load_schema
+
+        ds = SimpleNamespace(format="csv", path=csv, label=None, max_bytes=1 << 26, feature_range=None, task=None,
+                             public_test=None, schema=functools.partial(load_schema, schema))  # picklable
+        return SimpleNamespace(listen="127.0.0.1:0", advertise=None, device=device, datasets={"bc": ds},
+                               policy=SimpleNamespace(allow_test_only=allow_test_only), peer_timeout_s=120.0,
+                               limits=LimitsConfig(), identity=SimpleNamespace(crl=None), threads=None, models={})
     ds = (SimpleNamespace(format="builtin", name=dataset, part=part, of=3, task=None) if csv is None and idx is None
           else SimpleNamespace(format="csv", path=csv, label="label", max_bytes=1 << 26, feature_range=None, task=None)
           if idx is None else SimpleNamespace(format="idx", path=idx[0], labels=idx[1], label=None,
@@ -105,7 +118,8 @@ def _config(name: str, part: int, allow_test_only: bool = False, dataset: str = 
 def run_members(tmp_path: Path, job_texts: dict[str, str], timeout: float = 300, allow_test_only: bool = False,
                 dataset: str = "breast_cancer", csvs: dict[str, Path] | None = None,
                 idxs: dict[str, tuple[Path, Path]] | None = None,
-                devices: dict[str, str] | None = None, models: dict[str, str] | None = None) -> dict[str, Any]:
+                devices: dict[str, str] | None = None, models: dict[str, str] | None = None,
+                schema: Path | None = None) -> dict[str, Any]:
     ca = pki.create_ca("worker test CA")
     ctx_mp = preloaded_context()
     manager = ctx_mp.Manager()
@@ -115,7 +129,7 @@ def run_members(tmp_path: Path, job_texts: dict[str, str], timeout: float = 300,
         ident = pki.issue_identity(ca, name, "dealer" if name == "dealer" else "party")
         ctx = LocalContext("wk-job", job_texts.get(name, job_texts["*"]),
                            _config(name, i, allow_test_only, dataset, (csvs or {}).get(name),
-                                   (idxs or {}).get(name), (devices or {}).get(name, "cpu"), models),
+                                   (idxs or {}).get(name), (devices or {}).get(name, "cpu"), models, schema),
                            ident, tmp_path / name, registry, events)
         p = ctx_mp.Process(target=_child, args=(ctx, out_q), daemon=True)
         p.start()
@@ -532,3 +546,80 @@ def _cnn_job_through_the_workers(tmp_path: Path, devices: dict[str, str]) -> Non
     assert rep["rounds"] == 8 and rep["epsilon"] <= 2.0 and models[0].meta["architecture"]["network"] == "mnist_cnn"
     print(f"\nMNIST CNN through 3 workers + dealer on IDX files, ε = {rep['epsilon']:.3f}: accuracy {acc:.3f}")
     assert acc > 0.8
+
+
+SOFTMAX_FROM_SCHEMA = """
+method = "gradient"
+[job]
+name = "wk-wine"
+dataset = "bc"
+parties = ["alice", "bob", "carol"]
+trust = "dealer"
+dealer = "dealer"
+schema_sha256 = "{digest}"
+[model]
+name = "softmax"
+lam = 1e-3
+[privacy]
+epsilon = 4.0
+delta = 1e-5
+clip = 1.0
+[training]
+iterations = 40
+learning_rate = 4.0
+"""
+
+
+def wine_files(d: Path) -> tuple[Path, dict[str, Path]]:
+    """scikit-learn's wine (178 rows, 13 measurements, 3 cultivars) as three parties' CSV files and a
+    public schema: each column's public bounds from the data set's documentation, rounded out."""
+    from sklearn.datasets import load_wine
+
+    w = load_wine(as_frame=True)
+    frame = w.frame.rename(columns=lambda c: c.replace("/", "_"))
+    frame["cultivar"] = [f"c{k}" for k in w.target]
+    d.mkdir(parents=True, exist_ok=True)
+    cols = [c for c in frame.columns if c not in ("target", "cultivar")]
+    lines = ["intercept = true", 'missing = "drop"', "", "[label]", 'column = "cultivar"', 'task = "multiclass"',
+             'classes = ["c0", "c1", "c2"]']
+    for c in cols:
+        lo, hi = float(frame[c].min()), float(frame[c].max())
+        lines += ["", "[[columns]]", f'name = "{c}"', 'type = "numeric"', f"low = {lo * 0.9:.6g}",
+                  f"high = {hi * 1.1:.6g}"]
+    schema = d / "schema.toml"
+    schema.write_text("\n".join(lines) + "\n")
+    csvs = {}
+    for i, name in enumerate(PARTIES):
+        csvs[name] = d / f"{name}.csv"
+        frame.iloc[i::3].drop(columns=["target"]).to_csv(csvs[name], index=False)
+    return schema, csvs
+
+
+def test_a_softmax_job_takes_its_class_count_from_the_pinned_schema(tmp_path: Path) -> None:
+    """model.n_classes left out: the job file pins the schema, every party fills the class count in
+    from it (the same digest, so the same count), trains a 3-class model, and every member ends
+    with the same model; the job's digest is the file's as written."""
+    from mpc_erm.data.schema import load_schema
+    from mpc_erm.jobs.jobfile import parse_job_file
+
+    schema, csvs = wine_files(tmp_path / "wine")
+    text = SOFTMAX_FROM_SCHEMA.format(digest=load_schema(schema).digest())
+    jf = parse_job_file(text)
+    assert jf.classes_from_schema and jf.with_schema_classes(3).spec.model.n_classes == 3
+    assert jf.with_schema_classes(3).spec_digest() == jf.spec_digest()
+    results = run_members(tmp_path, {"*": text}, csvs=csvs, schema=schema)
+    for name in PARTIES:
+        assert "error" not in results[name], results[name]
+    theta = {name: json.loads((tmp_path / name / "model.json").read_text()) for name in PARTIES}
+    assert all(t["classes"] == ["c0", "c1", "c2"] for t in theta.values()), theta["alice"]["classes"]
+    import mpc_erm
+
+    models = [mpc_erm.load_model(tmp_path / name) for name in PARTIES]
+    import pandas as pd
+
+    rows = pd.read_csv(csvs["alice"], dtype=str)
+    preds = [m.predict(rows) for m in models]
+    assert all((p == preds[0]).all() for p in preds)
+    acc = float((preds[0] == rows["cultivar"].to_numpy()).mean())
+    majority = float(rows["cultivar"].value_counts(normalize=True).max())
+    assert acc > majority + 0.2, (acc, majority)  # a 3-class model that learned (0.77 seen at ε = 4, 40 rounds)
