@@ -70,9 +70,11 @@ def check_before_submit(job_file: Path, jf: Any, *, yes: bool) -> str | None:
 
     floor = noise_floor(jf.spec, features=jf.job.features)  # None where only the agreement's counts fix σ
     if floor is not None and floor.hopeless:
-        return _gate(f"this job is hopeless on any data: {floor.describe()} (more than "
-                     f"{HOPELESS_NOISE_TO_SIGNAL:g}). A larger ε, more records (privacy.public_n), fewer parameters or "
-                     "fewer rounds would help.", yes)
+        many = (" Many noisy rounds can still average it down, so its dry run decides: `mpc-erm job plan` forecasts "
+                "the job, and a forecast that trains lets it through." if floor.method == "gradient" else "")
+        return _gate(f"this job was never planned and is likely hopeless on any data: {floor.describe()} (more than "
+                     f"{HOPELESS_NOISE_TO_SIGNAL:g}).{many} A larger ε, more records (privacy.public_n), fewer "
+                     "parameters, fewer rounds or a smaller sampling rate would help.", yes)
     stale = receipt is not None
     if not stale and not stderr_is_terminal():  # advice for a person at a terminal, not for scripts
         return None

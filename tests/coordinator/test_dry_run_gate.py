@@ -190,7 +190,8 @@ def test_a_job_never_planned_is_checked_against_its_noise_floor(files: Path, mon
     job = files / "net.toml"
     job.write_text(NETWORK_JOB.format(eps=0.005))
     code, out, err = _submit(files, job, monkeypatch, capsys)
-    assert code == 3 and "hopeless on any data" in err and "on 178 numbers" in err, (code, out, err)
+    assert code == 3 and "likely hopeless on any data" in err and "on 178 numbers" in err, (code, out, err)
+    assert "its dry run decides" in err, err  # a ratio does not decide a DP-SGD job: its forecast does
     assert "Nothing was sent" in err and not (files / "net.plan.json").exists()
     code, out, err = _submit(files, job, monkeypatch, capsys, "--yes")
     assert code != 3 and "Submitted anyway (--yes)" in err and "nowhere.toml" in out + err, (code, out, err)
