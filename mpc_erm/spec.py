@@ -129,6 +129,10 @@ class TrainingSpec(_Strict):
     schedule: Schedule = "constant"
     schedule_step: int = Field(1, ge=1, description="step schedule: rounds between decays")
     schedule_gamma: float = Field(0.1, gt=0.0, le=1.0, description="step schedule: decay factor")
+    # DP-IGHT (sparse linear models): after each public step keep the s largest-magnitude entries of θ
+    sparsity: int | None = Field(None, ge=1, le=100_000_000, description="s: hard thresholding to s non-zeros "
+                                                                         "after each step (DP-IGHT); linear "
+                                                                         "gradient jobs")
 
     @model_validator(mode="before")
     @classmethod
@@ -201,6 +205,9 @@ class JobSpec(_Strict):
             raise ValueError("model.n_classes: required for softmax (or pin the parties' schema with "
                              "job.schema_sha256: its label's classes then give it)")
         m, tr = self.model, self.training
+        if tr.sparsity is not None and (self.method != "gradient" or m.is_network or self.federated is not None):
+            raise ValueError("training.sparsity: hard thresholding (DP-IGHT) applies to a linear model's gradient "
+                             "rounds (method = 'gradient', no network, no [federated])")
         if self.federated is not None:
             return self._federated()
         if m.is_network:
@@ -262,6 +269,8 @@ class JobSpec(_Strict):
         d = self.model_dump(mode="json")
         if self.privacy.noise == "mpc":
             d["privacy"].pop("noise")  # the default: jobs from before the field keep their digests
+        if self.training.sparsity is None:
+            d["training"].pop("sparsity")  # jobs from before the field keep their digests
         if self.federated is None:
             d.pop("federated")
         elif self.federated.send_after_s is None:

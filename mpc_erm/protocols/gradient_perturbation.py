@@ -6,7 +6,10 @@ returns g̃_t = Σ_j w_j·s_j + N(0, σ²I); every party takes the same public s
     θ_{t+1} = θ_t − η·S(g̃_t + λθ_t),
 
 where S is the optional Laplacian smoothing A_σ⁻¹ (post-processing of the revealed value: noise
-first, then smoothing; σ_LS = 0 is the identity bit for bit). Clipping at C makes the per-round
+first, then smoothing; σ_LS = 0 is the identity bit for bit). With ``training.sparsity`` s the
+step is DP-IGHT's (thesis ch. 2, Alg. 1): θ_{t+1} = H_s(θ_t − η·S(g̃_t + λθ_t)), H_s keeping the
+s largest-magnitude entries — post-processing of public values, so the guarantee is unchanged
+and every party thresholds the same θ the same way (ties broken by index). Clipping at C makes the per-round
 sensitivity 2C/n (pooled, replace-one) whatever the data, so the guarantee does not rest on the
 unit-ball assumption. σ is calibrated for the T-fold composition by the spec's accountant.
 """
@@ -29,6 +32,18 @@ from mpc_erm.spec import JobSpec
 
 RoundCallback = Callable[[int, torch.Tensor], None]
 LocalSum = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def hard_threshold(theta: torch.Tensor, s: int) -> torch.Tensor:
+    """H_s: θ with all but its ``s`` largest-magnitude entries set to zero. Deterministic on equal
+    magnitudes (the lower index is kept), so parties holding the same θ keep the same entries."""
+    if s >= theta.numel():
+        return theta
+    order = torch.argsort(theta.abs(), descending=True, stable=True)  # stable: ties keep index order
+    out = torch.zeros_like(theta)
+    keep = order[:s]
+    out[keep] = theta[keep]
+    return out
 
 
 @dataclass
@@ -103,7 +118,9 @@ class GradientPerturbation:
         """The step every party takes on the revealed g̃ (pure post-processing)."""
         direction = noisy_grad + self.spec.model.lam * theta
         direction = laplacian_smooth(direction, self.spec.training.ls_sigma)
-        return theta - self.spec.training.learning_rate * direction
+        stepped = theta - self.spec.training.learning_rate * direction
+        s = self.spec.training.sparsity
+        return stepped if s is None else hard_threshold(stepped, s)
 
     def round(
         self,

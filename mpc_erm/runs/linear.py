@@ -189,13 +189,18 @@ class GradientRun(_LinearRun):
                           for X, y in self.members])
 
     def parameters(self) -> dict[str, object]:
-        return {"protocol": self.protocol, "loss": self.spec.model.name}
+        out: dict[str, object] = {"protocol": self.protocol, "loss": self.spec.model.name}
+        if self.spec.training.sparsity is not None:
+            out["sparsity"] = self.spec.training.sparsity
+        return out
 
     def note(self) -> str:
         tr, plan = self.spec.training, self.plan
+        sparse = ("" if tr.sparsity is None else f"; DP-IGHT: after each step θ keeps its {tr.sparsity} largest "
+                  "entries (hard thresholding of the public θ: post-processing, the guarantee is unchanged)")
         if self.owners is None:
             return (f"gradient perturbation: T = {tr.iterations} full-batch rounds, clip C = {self.proto.clip:g}; "
-                    f"accountant {plan.accountant!r}")
+                    f"accountant {plan.accountant!r}{sparse}")
         return (f"gradient perturbation with {self.owners} data owners: T = {tr.iterations} full-batch rounds, clip "
                 f"C = {self.proto.clip:g}; each owner sends additive shares of its clipped gradient sum to the compute "
-                f"parties; accountant {plan.accountant!r}")
+                f"parties; accountant {plan.accountant!r}{sparse}")

@@ -1,0 +1,138 @@
+"""DP-IGHT (thesis ch. 2) on the synthetic sparse linear regression of its Fig. 2.1(a, b), through
+the product's gradient job with ``training.sparsity`` (the daemons' run code, in process).
+
+    python -m benchmarks.dp_ight --out benchmarks/results/dp_ight.json
+    python -m benchmarks.dp_ight --n 5000 --d 5000 --s-star 30 --trials 3 --out benchmarks/results/dp_ight_5000.json
+
+Data as the thesis generates it (notes §1.6): θ* with s* non-zeros drawn U(−1, 1), X entries
+U(−2, 2), y = Xθ* + ξ, ξ ~ N(0, 0.1). The thesis then scales each row to ‖x_i‖ ≤ 2s* (quoted as
+printed, and unclear); the product's linear jobs hold rows in the unit ball, so here every row is
+divided by the public bound max ‖x_i‖ ≤ 2√d (|x_ij| ≤ 2) and y by the same factor — the same
+problem, rescaled, and the relative error ‖θ̂ − θ*‖/‖θ*‖ does not change with the scale.
+
+Privacy: replace-one, δ = 0.01, ε ∈ {2, 4, 6, 8, 10}, each example's gradient clipped at C (the
+Lipschitz bound the theory assumes, enforced by clipping: notes §1.4), σ from the plan's
+accountant for T full-batch rounds (zCDP, the thesis's route, with the consistent σ² = TΔ²/(2ρ),
+Δ = 2C/n: not the thesis's TG²/(n²ρ), notes §1.4). Every method runs with the same step η = d
+(the rescaled design's curvature on the support is about 1/(3d)) and its own best s ∈ {s*, 2s*},
+T ∈ {5, 10, 20} and C ∈ {0.005, 0.01, 0.02}, chosen on a *separate* draw of the synthetic problem
+(the thesis cross-validated on the private data, uncharged; here the choice uses no row of the
+data it reports on):
+
+* ``dp_ight`` — the product's job with ``sparsity = s`` (hard thresholding after each step);
+* ``dp_gd`` — the same job without thresholding (what a user gets without ``sparsity``);
+* ``ight`` — the same rounds without noise (the thesis's non-private IGHT).
+
+The thesis's Frank–Wolfe (TTZ15) and two-stage (KST12) baselines are not run here, and Fig. 2.1
+is a plot without printed numbers, so the comparison is the shape: DP-IGHT's error falls with ε
+toward IGHT's, and thresholding beats plain DP-GD in high dimension.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mpc_erm.data import Dataset
+from mpc_erm.privacy.plan import plan_job, public_sizes
+from mpc_erm.simulate.forecast import InProcessJob
+from mpc_erm.spec import JobSpec
+
+EPSILONS = (2.0, 4.0, 6.0, 8.0, 10.0)
+
+
+def synthetic(n: int, d: int, s_star: int, seed: int) -> tuple[list[Dataset], np.ndarray]:
+    """Three parties' shares of one draw, and θ* on the rescaled problem's scale."""
+    rng = np.random.default_rng(seed)
+    theta = np.zeros(d)
+    support = rng.choice(d, s_star, replace=False)
+    theta[support] = rng.uniform(-1.0, 1.0, s_star)
+    X = rng.uniform(-2.0, 2.0, (n, d))
+    y = X @ theta + rng.normal(0.0, math.sqrt(0.1), n)
+    scale = 2.0 * math.sqrt(d)  # the public bound on ‖x_i‖: rows into the unit ball, y alike
+    X, y = X / scale, y / scale
+    parts = [Dataset(X[j::3], y[j::3], "regression", f"part{j}") for j in range(3)]
+    return parts, theta
+
+
+def spec_for(eps: float, rounds: int, sparsity: int | None, lr: float, clip: float) -> JobSpec:
+    training: dict[str, Any] = {"iterations": rounds, "learning_rate": lr}
+    if sparsity is not None:
+        training["sparsity"] = sparsity
+    return JobSpec.model_validate({"method": "gradient", "model": {"name": "ridge", "lam": 1e-6},
+                                   "privacy": {"epsilon": eps, "delta": 0.01, "clip": clip, "accountant": "zcdp"},
+                                   "training": training})
+
+
+def relative_error(spec: JobSpec, parts: list[Dataset], theta_star: np.ndarray, seed: int, noise: bool) -> float:
+    sizes = public_sizes(spec, [p.n for p in parts])
+    plan = plan_job(spec, sampler="ideal", sizes=sizes, n_features=parts[0].d, test_no_noise=not noise)
+    theta = InProcessJob(spec, plan, parts).release(torch.Generator().manual_seed(seed)).numpy()
+    return float(np.linalg.norm(theta - theta_star) / np.linalg.norm(theta_star))
+
+
+CLIPS = (0.005, 0.01, 0.02)
+ROUNDS = (5, 10, 20)
+
+
+def choose(n: int, d: int, s_star: int, eps: float, sparse: bool, noise: bool,
+           lr: float) -> tuple[int | None, int, float]:
+    """(s, T, C) with the least error on a separate draw (seed 10⁶: none of the reported draws)."""
+    parts, theta = synthetic(n, d, s_star, 1_000_000)
+    grid = [(s, T, C) for s in ((s_star, 2 * s_star) if sparse else (None,)) for T in ROUNDS for C in CLIPS]
+    return min(grid, key=lambda g: relative_error(spec_for(eps, g[1], g[0], lr, g[2]), parts, theta, 0, noise))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=1000)
+    ap.add_argument("--d", type=int, default=1000)
+    ap.add_argument("--s-star", type=int, default=10)
+    ap.add_argument("--trials", type=int, default=10)
+    ap.add_argument("--lr", type=float, default=None, help="step (default: n·d / (n + d)² scaled, see code)")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    n, d, s_star = args.n, args.d, args.s_star
+    # the rescaled design has E‖x‖² = d·(4/3)/(4d) = 1/3 per row: the Hessian's scale ~ 1/(3d) per
+    # coordinate on the support; a step of d brings a coordinate's curvature to ~1/3
+    lr = args.lr if args.lr is not None else float(d)
+    tic = time.perf_counter()
+    rows = []
+    for eps in EPSILONS:
+        row: dict[str, Any] = {"epsilon": eps}
+        for name, sparse, noise in (("dp_ight", True, True), ("dp_gd", False, True), ("ight", True, False)):
+            s, T, C = choose(n, d, s_star, eps, sparse, noise, lr)
+            errs = []
+            for trial in range(args.trials):
+                parts, theta = synthetic(n, d, s_star, trial)
+                errs.append(relative_error(spec_for(eps, T, s, lr, C), parts, theta, trial, noise))
+            row[name] = {"mean": float(np.mean(errs)), "se": float(np.std(errs, ddof=1) / math.sqrt(len(errs)))
+                         if len(errs) > 1 else None, "sparsity": s, "rounds": T, "clip": C}
+        best = row["dp_ight"]
+        spec = spec_for(eps, best["rounds"], best["sparsity"], lr, best["clip"])
+        plan = plan_job(spec, sampler="ideal", sizes=public_sizes(spec, [len(range(j, n, 3)) for j in range(3)]),
+                        n_features=d)
+        row["dp_ight"]["noise_multiplier"] = plan.noise_multiplier
+        rows.append(row)
+        print(f"ε = {eps:g}: DP-IGHT {row['dp_ight']['mean']:.3f} (s = {row['dp_ight']['sparsity']}, "
+              f"T = {row['dp_ight']['rounds']}), DP-GD {row['dp_gd']['mean']:.3f}, IGHT {row['ight']['mean']:.3f}",
+              flush=True)
+    out = {"command": f"python -m benchmarks.dp_ight --n {n} --d {d} --s-star {s_star} --trials {args.trials}",
+           "machine": platform.platform(), "n": n, "d": d, "s_star": s_star, "delta": 0.01, "learning_rate": lr,
+           "accountant": "zcdp (replace-one, Δ = 2C/n, C = 1)", "rows": rows,
+           "seconds": time.perf_counter() - tic,
+           "thesis": "Fig. 2.1(a, b): plot only; Frank-Wolfe and two-stage baselines not run here"}
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
