@@ -47,7 +47,7 @@ clip = 1.0
 [training]
 iterations = {T}
 learning_rate = 1.9
-"""
+{training}"""
 
 
 def _run(cons: LocalConsortium, job: Path, out: Path) -> dict[str, str]:
@@ -67,13 +67,22 @@ def test_a_regression_on_raw_units_through_three_daemons(tmp_path: Path, monkeyp
     files = {p: tmp_path / "d" / f"{p}.csv" for p in PARTIES}
     data = {p: {"format": "csv", "path": f, "schema": SCHEMA} for p, f in files.items()}
     noisy, quiet = tmp_path / "noisy.toml", tmp_path / "quiet.toml"
-    noisy.write_text(JOB.format(name="progression-dp", dataset="progression", extra="", T=100))
-    quiet.write_text(JOB.format(name="progression-0", dataset="scratch", extra="test_no_noise = true", T=20))
+    noisy.write_text(JOB.format(name="progression-dp", dataset="progression", extra="", T=100, training=""))
+    quiet.write_text(JOB.format(name="progression-0", dataset="scratch", extra="test_no_noise = true", T=20,
+                                training=""))
+    # DP-IGHT (training.sparsity): the same job keeping 4 of its 11 weights after each step
+    sparse, sparse_quiet = tmp_path / "sparse.toml", tmp_path / "sparse-quiet.toml"
+    sparse.write_text(JOB.format(name="progression-sparse", dataset="progression", extra="", T=100,
+                                 training="sparsity = 4\n"))
+    sparse_quiet.write_text(JOB.format(name="progression-sparse-0", dataset="scratch2", extra="test_no_noise = true",
+                                       T=20, training="sparsity = 4\n"))
     with LocalConsortium(tmp_path / "cons", dataset="progression", party_data=data, dealer=False,
                          allow_test_only=True, budget_epsilon=50.0, max_epsilon_per_job=4.0,
-                         scratch_datasets=("scratch",)) as cons:  # the same files: a zero-noise job exhausts its own
+                         scratch_datasets=("scratch", "scratch2")) as cons:  # a zero-noise job exhausts its own
         assert _run(cons, noisy, tmp_path / "dp") == dict.fromkeys(PARTIES, "succeeded")
         assert _run(cons, quiet, tmp_path / "zero") == dict.fromkeys(PARTIES, "succeeded")
+        assert _run(cons, sparse, tmp_path / "sparse") == dict.fromkeys(PARTIES, "succeeded")
+        assert _run(cons, sparse_quiet, tmp_path / "sparse-zero") == dict.fromkeys(PARTIES, "succeeded")
 
     report = json.loads((tmp_path / "dp" / "privacy_report.json").read_text())
     assert report["rounds"] == 100 and report["epsilon"] <= 4.0 and report["noise_scale"] > 0
@@ -94,6 +103,19 @@ def test_a_regression_on_raw_units_through_three_daemons(tmp_path: Path, monkeyp
     theta = InProcessJob(spec, plan, parts).release(torch.Generator().manual_seed(0))
     model = load_model(tmp_path / "zero")
     np.testing.assert_allclose(model.theta, theta.numpy(), atol=1e-4)  # the MPC's fixed-point grid
+
+    # DP-IGHT through the daemons: 4 non-zeros released, the same report as the job without it, and
+    # its zero-noise release is IGHT run in process on the same rows (the same entries kept)
+    assert np.count_nonzero(load_model(tmp_path / "sparse").theta) <= 4
+    sparse_report = json.loads((tmp_path / "sparse" / "privacy_report.json").read_text())
+    assert sparse_report["epsilon"] == report["epsilon"] and sparse_report["noise_scale"] == report["noise_scale"]
+    sparse_spec = load_job_file(sparse_quiet).spec
+    ight = InProcessJob(sparse_spec, plan_job(sparse_spec, sampler="mpc", test_no_noise=True,
+                                              sizes=public_sizes(sparse_spec, [118] * 3), n_features=parts[0].d),
+                        parts).release(torch.Generator().manual_seed(0)).numpy()
+    released = load_model(tmp_path / "sparse-zero").theta.reshape(-1)
+    assert np.count_nonzero(ight) == 4 and set(np.flatnonzero(released)) == set(np.flatnonzero(ight))
+    np.testing.assert_allclose(released, ight, atol=1e-4)
 
     # predictions in the label's units: the public bounds [0, 350] undo the [-1, 1] mapping
     new = tmp_path / "d" / "new.csv"
