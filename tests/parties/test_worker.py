@@ -561,12 +561,12 @@ schema_sha256 = "{digest}"
 name = "softmax"
 lam = 1e-3
 [privacy]
-epsilon = 4.0
+epsilon = 10.0
 delta = 1e-5
 clip = 1.0
 [training]
-iterations = 40
-learning_rate = 4.0
+iterations = 20
+learning_rate = 8.0
 """
 
 
@@ -622,7 +622,9 @@ def test_a_softmax_job_takes_its_class_count_from_the_pinned_schema(tmp_path: Pa
     assert all((p == preds[0]).all() for p in preds)
     acc = float((preds[0] == rows["cultivar"].to_numpy()).mean())
     majority = float(rows["cultivar"].value_counts(normalize=True).max())
-    assert acc > majority + 0.2, (acc, majority)  # a 3-class model that learned (0.77 seen at ε = 4, 40 rounds)
+    # a 3-class model that learned: the same job in process scored at least 0.74 over 20 seeds (mean 0.89);
+    # at ε = 4 and 40 rounds it ranged down to 0.59, and one run through the workers gave 0.48
+    assert acc > majority + 0.2, (acc, majority)
 
 
 SPARSE_JOB = """
