@@ -638,7 +638,7 @@ class PartyDaemon:
             return ""
         try:
             eps = self.ledger.largest_fitting(decision.dataset, decision.event_at, decision.epsilon,
-                                              time_budget_s=1.0)
+                                              time_budget_s=2.0)
         except (ValueError, LedgerError):
             return ""
         if eps is None:

@@ -387,17 +387,19 @@ class Ledger(SqliteStore):
         return _admits([e for e, _ in live], ev, total)
 
     def largest_fitting(self, dataset: str, event_at: Callable[[float], DpEvent], upper: float, *,
-                        rel_tol: float = 0.02, time_budget_s: float = 2.0) -> float | None:
+                        rel_tol: float = 0.02, time_budget_s: float | None = None) -> float | None:
         """The largest target ε ≤ ``upper`` whose job, ``event_at(ε)`` (the same job calibrated for
         that ε: its δ, rounds and sampling unchanged), admission would take now — found from below
         to within ``rel_tol`` (a value that fits, never one that does not), or the best found when
-        ``time_budget_s`` runs out (each step calibrates a plan). None: not even ``upper``/1000 fits."""
+        ``time_budget_s`` runs out (each step calibrates a plan; None: no limit, as ``budget show``
+        asks; a daemon answering a refusal gives it a second or two). None: not even ``upper``/1000
+        fits."""
         lo = upper / 1000.0
         if not self.fits(dataset, event_at(lo)):
             return None
         if self.fits(dataset, event_at(upper)):
             return upper
-        hi, stop = upper, time.monotonic() + time_budget_s
+        hi, stop = upper, time.monotonic() + (math.inf if time_budget_s is None else time_budget_s)
         while hi / lo > 1.0 + rel_tol and time.monotonic() < stop:
             mid = math.sqrt(lo * hi)
             if self.fits(dataset, event_at(mid)):
