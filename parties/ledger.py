@@ -379,12 +379,18 @@ class Ledger(SqliteStore):
         ev = normalise_dp_event(dp_event)
         if ev is None:
             raise ValueError("a job's event is needed")
+        live, total = self._standing(dataset, excluding)
+        return _admits(live, ev, total)
+
+    def _standing(self, dataset: str,
+                  excluding: Collection[str] = ()) -> tuple[list[DpEvent], tuple[float, float, str]]:
+        """(what the live jobs but ``excluding`` count, the budget (ε, δ, adjacency)), read at once."""
         with self._tx("DEFERRED") as c:
             total = c.execute("SELECT epsilon, delta, adjacency FROM budgets WHERE dataset = ?", (dataset,)).fetchone()
             if total is None:
                 raise UnknownDataset(f"no budget for dataset {dataset!r}")
             live = self._live(c, dataset, excluding)
-        return _admits([e for e, _ in live], ev, total)
+        return [e for e, _ in live], total
 
     def largest_fitting(self, dataset: str, event_at: Callable[[float], DpEvent], upper: float, *,
                         rel_tol: float = 0.02, time_budget_s: float | None = None) -> float | None:
@@ -393,16 +399,24 @@ class Ledger(SqliteStore):
         to within ``rel_tol`` (a value that fits, never one that does not), or the best found when
         ``time_budget_s`` runs out (each step calibrates a plan; None: no limit, as ``budget show``
         asks; a daemon answering a refusal gives it a second or two). None: not even ``upper``/1000
-        fits."""
+        fits. The ledger is read once: every step is judged against the same jobs."""
+        live, total = self._standing(dataset)
+
+        def fits(eps: float) -> bool:
+            try:
+                return _admits(live, event_at(eps), total)[1]
+            except AdjacencyError:
+                return False
+
         lo = upper / 1000.0
-        if not self.fits(dataset, event_at(lo)):
+        if not fits(lo):
             return None
-        if self.fits(dataset, event_at(upper)):
+        if fits(upper):
             return upper
         hi, stop = upper, time.monotonic() + (math.inf if time_budget_s is None else time_budget_s)
         while hi / lo > 1.0 + rel_tol and time.monotonic() < stop:
             mid = math.sqrt(lo * hi)
-            if self.fits(dataset, event_at(mid)):
+            if fits(mid):
                 lo = mid
             else:
                 hi = mid

@@ -49,16 +49,16 @@ def _read_rows(ctx: Any) -> tuple[Any, Any | None, Any | None]:
     from mpc_erm.data import Dataset, clip_to_unit_ball, load_dataset
     from mpc_erm.data.loaders import load_file
     from mpc_erm.data.partition import partition_equal
+    from mpc_erm.models.job_model import label_task
 
     ds_id = ctx.job.job.dataset
     cfg = ctx.config.datasets.get(ds_id) if hasattr(ctx.config, "datasets") else None
     if cfg is None:
         raise ValueError(f"job.dataset: this party has no dataset {ds_id!r}")
     m = ctx.job.spec.model
-    multiclass = m.name == "softmax" or (m.is_network and (m.n_classes or 2) > 2)
-    task = getattr(cfg, "task", None) or ("multiclass" if multiclass else "binary")
-    if ctx.job.spec.model.name == "ridge":
-        task = "regression"
+    task = label_task(ctx.job.spec)
+    if task != "regression":  # a data set may state its own task; ridge reads a regression label whatever it says
+        task = getattr(cfg, "task", None) or task
     if cfg.format == "builtin":
         train, test = load_dataset(cfg.name)
         parts = partition_equal(train.n, cfg.of, rng=0)  # public seed: the shards are disjoint

@@ -85,15 +85,15 @@ def _check_file(cfg: Any) -> dict[str, Any]:
 
 
 def _row_shape(cfg: Any, d: int) -> tuple[int, ...]:
-    """(C, H, W) for images, else (d,)."""
+    """(C, H, W) for images, from a header (the loader has read and checked every image), else (d,)."""
     if cfg.format == "png":
-        from mpc_erm.data.images import read_png_listing
+        from mpc_erm.data.images import png_shape
 
-        return read_png_listing(cfg.path, cfg.label or "label", max_bytes=cfg.max_bytes)[3]
+        return png_shape(cfg.path)
     if cfg.format == "idx":
-        from mpc_erm.data.images import read_idx_file
+        from mpc_erm.data.images import read_idx_shape
 
-        return (1, *read_idx_file(cfg.path, max_bytes=cfg.max_bytes).shape[1:])
+        return (1, *read_idx_shape(cfg.path, max_bytes=cfg.max_bytes)[1:])
     return (d,)
 
 

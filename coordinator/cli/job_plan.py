@@ -234,16 +234,17 @@ ARRAY_FORMATS = ("npz", "png")
 
 
 def array_format(paths: tuple[Path, ...], given: str | None) -> str:
-    """``--format``, or the stand-in files' own: .npz/.npy are arrays; a CSV read without a schema
-    is taken as a PNG listing (columns ``file`` and ``label``)."""
+    """``--format``, or the files' own: .npz/.npy are arrays; a CSV read without a schema is taken
+    as a PNG listing (columns ``file`` and ``label``). What ``job plan`` and ``model predict`` read
+    a network's files by."""
     if given is not None:
         return given
     kinds = {"npz" if p.suffix.lower() in (".npz", ".npy") else "png" if p.suffix.lower() == ".csv" else p.suffix
              for p in paths}
     if len(kinds) != 1 or not kinds <= set(ARRAY_FORMATS):
-        raise click.BadParameter(f"without --schema the stand-in files are arrays (.npz: X and y) or a CSV listing "
-                                 f"PNG images (columns file, label); got {', '.join(sorted(map(str, kinds)))}: "
-                                 "say which with --format", param_hint="--data")
+        raise click.BadParameter(f"without a schema the files are arrays (.npz: X and y) or a CSV listing PNG images "
+                                 f"(columns file, label); got {', '.join(sorted(map(str, kinds)))}: say which with "
+                                 "--format", param_hint="--data")
     return kinds.pop()
 
 
@@ -252,8 +253,9 @@ def load_array_parts(spec: Any, fmt: str, data: tuple[Path, ...], eval_path: Pat
     loader by ``format``, pixels / 255 for images, no clipping: a network's privacy rests on
     clipping each gradient), and the evaluation file likewise."""
     from mpc_erm.data.loaders import load_file
+    from mpc_erm.models.job_model import label_task
 
-    task = "multiclass" if (spec.model.n_classes or 2) > 2 else "binary"
+    task = label_task(spec)
     parts = [load_file(fmt, p, task=task, label="label") for p in data]
     return parts, None if eval_path is None else load_file(fmt, eval_path, task=task, label="label")
 

@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from coordinator.cli.job_plan import ARRAY_FORMATS, array_format
+
 
 @click.group()
 def model() -> None:
@@ -21,7 +23,7 @@ def model() -> None:
 @click.option("--data", "data_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="a CSV file with the schema's columns (by name; other columns are ignored); for a network trained "
                    "on arrays or images: an .npz (X, and y if known) or a CSV listing PNG images (file, label)")
-@click.option("--format", "data_format", type=click.Choice(("npz", "png")), default=None,
+@click.option("--format", "data_format", type=click.Choice(ARRAY_FORMATS), default=None,
               help="a network bundle without a schema: the format of --data (default: by its suffix)")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="write the predictions here as CSV (default: print them)")
@@ -86,12 +88,7 @@ def _predict_arrays(m: object, model_dir: Path, data_path: Path, data_format: st
     if meta.get("architecture", {}).get("input_shape") is None:
         raise ValueError(f"--model: {model_dir} has no data schema (a linear model trained on unscaled files): load "
                          "it in Python with mpc_erm.load_model and pass the scaled feature matrix")
-    fmt = data_format or ("npz" if data_path.suffix.lower() in (".npz", ".npy") else "png"
-                          if data_path.suffix.lower() == ".csv" else None)
-    if fmt is None:
-        raise click.BadParameter(f"{data_path.name}: an .npz or a CSV listing PNG images; say which with --format",
-                                 param_hint="--data")
-    X, raw = load_inputs(fmt, data_path)
+    X, raw = load_inputs(array_format((data_path,), data_format), data_path)
     proba = np.asarray(m.predict_proba(X), dtype=float)  # type: ignore[attr-defined]
     classes = list(meta["classes"])
     pred = np.asarray(classes, dtype=object)[proba.argmax(axis=1)]

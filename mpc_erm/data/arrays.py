@@ -158,23 +158,7 @@ def load_numpy(
                 X, y = obj, _np_load(check_file(y_path), max_bytes)
     if not isinstance(X, np.ndarray) or not isinstance(y, np.ndarray):
         raise DataError(f"{source}: expected arrays X and y")
-    if X.ndim in (3, 4):  # images (n, H, W) or (n, C, H, W): one flat row each, row-major
-        X = X.reshape(X.shape[0], -1)
-    if X.ndim != 2:
-        raise DataError(f"{source}: X must be 2-D (n, d), got shape {X.shape} (images: (n, H, W) or (n, C, H, W))")
-    if y.ndim != 1 or y.shape[0] != X.shape[0]:
-        raise DataError(f"{source}: y must have shape ({X.shape[0]},) to match X, got {y.shape}")
-    if X.shape[0] == 0:
-        raise DataError(f"{source}: no rows")
-    if X.shape[1] == 0:
-        raise DataError(f"{source}: X has no feature columns (shape {X.shape})")
-    if not (np.issubdtype(X.dtype, np.integer) or np.issubdtype(X.dtype, np.floating) or X.dtype == np.bool_):
-        raise DataError(f"{source}: X must be real numbers (bool, int or float), got dtype {X.dtype}")
-    Xf = X.astype(np.float64, copy=False)
-    bad = ~np.isfinite(Xf)
-    if bad.any():
-        r, c = np.argwhere(bad)[0]
-        raise DataError(f"{source}: X has a non-finite value at row {r}, column {c}")
+    X, Xf = _rows(X, y, source)
     if feature_range is not None:
         out = (Xf < feature_range[0]) | (Xf > feature_range[1])
         if out.any():
@@ -214,6 +198,29 @@ def save_numpy(ds: Dataset, path: str | os.PathLike[str]) -> Path:
     return p if p.suffix == ".npz" else p.with_name(p.name + ".npz")
 
 
+def _rows(X: np.ndarray, y: np.ndarray | None, source: str) -> tuple[np.ndarray, np.ndarray]:
+    """X as rows (images (n, H, W) or (n, C, H, W) flattened row-major) and as float64, checked:
+    2-D, some rows and columns, real and finite, and y (where given) one label per row."""
+    if X.ndim in (3, 4):  # images (n, H, W) or (n, C, H, W): one flat row each, row-major
+        X = X.reshape(X.shape[0], -1)
+    if X.ndim != 2:
+        raise DataError(f"{source}: X must be 2-D (n, d), got shape {X.shape} (images: (n, H, W) or (n, C, H, W))")
+    if y is not None and (y.ndim != 1 or y.shape[0] != X.shape[0]):
+        raise DataError(f"{source}: y must have shape ({X.shape[0]},) to match X, got {y.shape}")
+    if X.shape[0] == 0:
+        raise DataError(f"{source}: no rows")
+    if X.shape[1] == 0:
+        raise DataError(f"{source}: X has no feature columns (shape {X.shape})")
+    if not (np.issubdtype(X.dtype, np.integer) or np.issubdtype(X.dtype, np.floating) or X.dtype == np.bool_):
+        raise DataError(f"{source}: X must be real numbers (bool, int or float), got dtype {X.dtype}")
+    Xf = X.astype(np.float64, copy=False)
+    bad = ~np.isfinite(Xf)
+    if bad.any():
+        r, c = np.argwhere(bad)[0]
+        raise DataError(f"{source}: X has a non-finite value at row {r}, column {c}")
+    return X, Xf
+
+
 def read_arrays(path: str | os.PathLike[str], *, max_bytes: int | None = DEFAULT_MAX_BYTES
                 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Inputs to predict on, from an .npz: X (images (n, H, W) or (n, C, H, W) flattened row-major,
@@ -234,15 +241,6 @@ def read_arrays(path: str | os.PathLike[str], *, max_bytes: int | None = DEFAULT
                     X, y = obj["X"], (obj["y"] if "y" in obj.files else None)
                 except (ValueError, OSError, EOFError, zipfile.BadZipFile, MemoryError) as e:
                     raise DataError(f"{source}: cannot load an array of the .npz ({e})") from None
-    if not isinstance(X, np.ndarray) or X.ndim < 2 or X.shape[0] == 0:
-        raise DataError(f"{source}: X must hold rows (n, d) or images (n, H, W) / (n, C, H, W)")
-    X = X.reshape(X.shape[0], -1)
-    if not (np.issubdtype(X.dtype, np.integer) or np.issubdtype(X.dtype, np.floating) or X.dtype == np.bool_):
-        raise DataError(f"{source}: X must be real numbers (bool, int or float), got dtype {X.dtype}")
-    Xf = X.astype(np.float64, copy=False)
-    if not np.isfinite(Xf).all():
-        r, c = np.argwhere(~np.isfinite(Xf))[0]
-        raise DataError(f"{source}: X has a non-finite value at row {r}, column {c}")
-    if y is not None and (y.ndim != 1 or y.shape[0] != X.shape[0]):
-        raise DataError(f"{source}: y must have shape ({X.shape[0]},) to match X, got {y.shape}")
-    return Xf, y
+    if not isinstance(X, np.ndarray):
+        raise DataError(f"{source}: expected an array X")
+    return _rows(X, y, source)[1], y

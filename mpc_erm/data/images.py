@@ -18,7 +18,8 @@ from .dataset import DataError, Dataset
 from .files import DEFAULT_MAX_BYTES, check_file, check_size, open_limited
 from .labels import check_task, labels_for_task
 
-__all__ = ["load_idx", "load_png_folder", "read_idx_file", "write_idx_file"]
+__all__ = ["load_idx", "load_png_folder", "png_shape", "read_idx_file", "read_idx_shape", "read_png_listing",
+           "write_idx_file"]
 
 
 def read_idx_file(path: str | os.PathLike[str], max_bytes: int | None = None) -> np.ndarray:
@@ -32,17 +33,35 @@ def read_idx_file(path: str | os.PathLike[str], max_bytes: int | None = None) ->
             buf = f.read()
     except (OSError, EOFError) as e:
         raise DataError(f"{p}: cannot read IDX file ({e})") from None
-    if len(buf) < 8 or buf[0] != 0 or buf[1] != 0 or buf[2] != 0x08:
-        raise DataError(f"{p}: not an unsigned-byte IDX file (bad magic {buf[:4]!r})")
-    ndim = buf[3]
-    header = 4 + 4 * ndim
-    if len(buf) < header:
-        raise DataError(f"{p}: truncated IDX header")
-    dims = tuple(int.from_bytes(buf[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    dims = _idx_dims(buf, p)
+    header = 4 + 4 * len(dims)
     expected = header + math.prod(dims)
     if len(buf) != expected:
         raise DataError(f"{p}: {len(buf)} bytes, expected {expected} for shape {dims}")
     return np.frombuffer(buf, dtype=np.uint8, offset=header).reshape(dims)
+
+
+def _idx_dims(buf: bytes, p: Path) -> tuple[int, ...]:
+    """The shape an unsigned-byte IDX file's header (at the start of ``buf``) declares."""
+    if len(buf) < 8 or buf[0] != 0 or buf[1] != 0 or buf[2] != 0x08:
+        raise DataError(f"{p}: not an unsigned-byte IDX file (bad magic {buf[:4]!r})")
+    ndim = buf[3]
+    if len(buf) < 4 + 4 * ndim:
+        raise DataError(f"{p}: truncated IDX header")
+    return tuple(int.from_bytes(buf[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+
+
+def read_idx_shape(path: str | os.PathLike[str], max_bytes: int | None = None) -> tuple[int, ...]:
+    """The shape an IDX file's header declares, reading only the header (what ``data check`` shows
+    of a file the loader has already read whole)."""
+    p = check_file(path)
+    try:
+        with open_limited(p, max_bytes) as f:
+            head = f.read(4)
+            head += f.read(4 * head[3]) if len(head) == 4 else b""
+    except (OSError, EOFError) as e:
+        raise DataError(f"{p}: cannot read IDX file ({e})") from None
+    return _idx_dims(head, p)
 
 
 def write_idx_file(path: str | os.PathLike[str], array: np.ndarray, gz: bool = False) -> Path:
@@ -92,6 +111,17 @@ def load_png_folder(labels_csv: str | os.PathLike[str], label_column: str = "lab
         return Dataset(X=X, y=y, task=task_, name=csv_path.parent.name, n_classes=n_classes)
     except DataError as e:
         raise DataError(f"{csv_path}: {e}") from None
+
+
+def png_shape(labels_csv: str | os.PathLike[str]) -> tuple[int, int, int]:
+    """(C, H, W) of the first image a PNG listing names, from its header alone: what ``data check``
+    shows of a listing :func:`load_png_folder` has already read whole (and found of one shape)."""
+    from PIL import Image
+
+    csv_path = check_file(labels_csv)
+    first = pd.read_csv(csv_path, dtype={"file": str}, nrows=1)["file"].iloc[0]
+    with Image.open(csv_path.parent.resolve() / first) as im:  # the header only: nothing decoded
+        return (1 if im.mode == "L" else 3, im.height, im.width)
 
 
 def read_png_listing(labels_csv: str | os.PathLike[str], label_column: str = "label", *,

@@ -323,8 +323,7 @@ class JobFile(BaseModel):
         """This job with a softmax's ``model.n_classes`` taken from the pinned schema's classes where
         the job file leaves it out (itself otherwise): what a party trains and ``job plan`` forecasts.
         The job's digest stays the one of the file as written, which every member agrees on."""
-        m = self.spec.model
-        if m.name != "softmax" or m.n_classes is not None:
+        if not self.classes_from_schema:
             return self
         out = self.model_copy(update={"spec": self.spec.with_classes(n_classes)})
         out._digest = self.spec_digest()

@@ -18,7 +18,18 @@ if TYPE_CHECKING:
     from .losses import Loss
     from .networks import NetworkBuilder, NetworkSpec
 
-__all__ = ["clip_for", "federated_network", "lipschitz_for", "loss_for", "network_spec", "parameter_dim"]
+__all__ = ["clip_for", "federated_network", "label_task", "lipschitz_for", "loss_for", "network_spec",
+           "parameter_dim"]
+
+
+def label_task(spec: JobSpec) -> str:
+    """The task a job's labels are read as: regression for ridge, multiclass for softmax or a
+    network with more than two classes, else binary — how a party reads its file and how the dry
+    run reads the stand-ins, the same."""
+    m = spec.model
+    if m.name == "ridge":
+        return "regression"
+    return "multiclass" if m.name == "softmax" or (m.is_network and (m.n_classes or 2) > 2) else "binary"
 
 
 def loss_for(spec: JobSpec) -> Loss:
