@@ -119,16 +119,29 @@ def fresh_owners(cons: Any, root: Path, files: list[Path], device: str) -> list[
             for o, f in enumerate(files)]
 
 
+def job_text(*, security: str = "semi-honest", noise: str = "mpc", **fields: Any) -> str:
+    """The job file: JOB's fields, with ``job.security`` and ``privacy.noise`` when not the defaults
+    (the malicious-secure mode needs distributed noise)."""
+    text = JOB.format(**fields)
+    if security != "semi-honest":
+        text = text.replace('trust = "replicated"', f'trust = "replicated"\nsecurity = "{security}"')
+    if noise != "mpc":
+        text = text.replace('adjacency = "add_remove"', f'adjacency = "add_remove"\nnoise = "{noise}"')
+    return text
+
+
 def daemons_run(cons: Any, configs: list[Path], root: Path, *, epsilon: float, sigma: float, seed: int, owners: int,
                 rate: float, rounds: int, Xte: torch.Tensor, yte: torch.Tensor, sampling: str = "poisson",
-                owner_procs: int = 1, deadline_s: float = DEADLINE_S) -> dict[str, Any]:
+                owner_procs: int = 1, deadline_s: float = DEADLINE_S, security: str = "semi-honest",
+                noise: str = "mpc") -> dict[str, Any]:
     import mpc_erm
 
     delta = 1.0 / owners**1.1
     names = ", ".join(f'"owner-{o:04d}"' for o in range(owners))
-    job_path = root / f"job-{epsilon:g}-{sigma:g}-{seed}.toml"
-    job_path.write_text(JOB.format(owners=names, seed=seed, epsilon=epsilon, delta=delta, n=owners, rounds=rounds,
-                                   rate=rate, sigma=sigma, deadline=deadline_s, sampling=sampling))
+    job_path = root / f"job-{epsilon:g}-{sigma:g}-{seed}-{security}.toml"
+    job_path.write_text(job_text(owners=names, seed=seed, epsilon=epsilon, delta=delta, n=owners, rounds=rounds,
+                                 rate=rate, sigma=sigma, deadline=deadline_s, sampling=sampling, security=security,
+                                 noise=noise))
     run = run_job(cons, configs, job_path, root, owner_procs=owner_procs)
     out, box, wall, failed = run["dir"], run["owners"], run["wall_seconds"], run["owners_failed"]
     model = mpc_erm.load_model(out)
@@ -142,7 +155,16 @@ def daemons_run(cons: Any, configs: list[Path], root: Path, *, epsilon: float, s
             "owner_rounds_joined_total": sum(joined), "owner_rounds_joined_expected": rate * owners * rounds,
             "missed_rounds_total": sum(len(s["missed_rounds"]) for s in box.values() if isinstance(s, dict)),
             "per_round_seconds": metrics["wall_seconds"] / rounds, "machine_memory_gib": run["machine_memory_gib"],
-            "round_deadline_s": deadline_s}
+            "round_deadline_s": deadline_s, "security": security, "noise": noise,
+            "owners_refused_total": sum(len(v) for v in (metrics.get("owners_refused") or {}).values()),
+            # where a round's time goes at the compute party: waiting for the owners' shares, then the MPC
+            "round_wait_seconds_p50": _median(metrics.get("round_wait_seconds") or [0.0]),
+            "round_mpc_seconds_p50": _median(metrics.get("round_mpc_seconds") or [0.0]),
+            "mpc_phase_seconds": (metrics.get("mpc") or {}).get("phase_seconds")}
+
+
+def _median(xs: list[float]) -> float:
+    return sorted(xs)[len(xs) // 2]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -176,6 +198,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--unchecked", action="store_true",
                     help="daemons with the contribution check switched off (a test build's switch), for the "
                          "check's wall-time ratio")
+    ap.add_argument("--security", default="semi-honest",
+                    help="semi-honest, malicious, or a comma list: each cell in each mode, one after the other "
+                         "(malicious needs --noise distributed and Poisson sampling)")
+    ap.add_argument("--noise", choices=("mpc", "distributed"), default="mpc")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--append", action="store_true",
                     help="keep the rows already in --out (the same setting) and add this run's after them")
@@ -220,11 +246,13 @@ def main(argv: list[str] | None = None) -> None:
             cells = [(float(e), float(s)) for e in a.epsilons.split(",") for s in a.sigmas.split(",")]
             paper_setting = (a.owners, a.rows, a.rate, a.rounds) == (*SETTINGS[a.sampling][:2], 0.05, 30)
             table = SETTINGS[a.sampling][2] if paper_setting else {}
-            for run, (eps, sig, seed) in enumerate((e, s, int(x)) for e, s in cells for x in a.seeds.split(",")):
+            runs = [(e, s, int(x), sec) for e, s in cells for x in a.seeds.split(",") for sec in a.security.split(",")]
+            for run, (eps, sig, seed, security) in enumerate(runs):
                 configs = fresh_owners(cons, root / f"owners-{run}", files, a.owner_device)
                 d = daemons_run(cons, configs, root, epsilon=eps, sigma=sig, seed=seed, owners=a.owners,
                                 rate=a.rate, rounds=a.rounds, Xte=Xte, yte=yte, sampling=a.sampling,
-                                owner_procs=a.owner_procs, deadline_s=a.round_deadline)
+                                owner_procs=a.owner_procs, deadline_s=a.round_deadline, security=security,
+                                noise=a.noise)
                 s = simulate(epsilon=eps, ls_sigma=sig, seed=seed, sampling=a.sampling, owners=a.owners,
                              rows=a.rows, rate=a.rate, rounds=a.rounds)
                 paper = table.get(sig, {}).get(int(eps))

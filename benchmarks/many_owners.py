@@ -38,31 +38,37 @@ from benchmarks.owners_common import MemoryPeak, in_spawned_processes, owners_pr
 SIGMA, SENSITIVITY = 1.0, 1.0
 
 
-def _compute(ctx: Any, owners: tuple[str, ...], dim: int, rounds: int, addr_q: Any, checked: bool = True
-             ) -> dict[str, Any]:
+def _compute(ctx: Any, owners: tuple[str, ...], dim: int, rounds: int, addr_q: Any, checked: bool = True,
+             noise: str = "mpc", security: str = "semi-honest") -> dict[str, Any]:
     """One compute party: the daemon's own round (``IntakeAggregator``, the intake sized as the
     worker sizes it), ``rounds`` times over, with the MPC bytes of each round; ``checked``: every
-    owner's contribution checked against its bound (‖v‖ ≤ 1) on the shares, as the daemons do."""
+    owner's contribution checked against its bound (‖v‖ ≤ 1) on the shares, as the daemons do;
+    ``noise``: "mpc" (in-MPC sampler) or "distributed" (each party's own share); ``security``:
+    "malicious" runs the verified round (every owner's proof, distributed noise)."""
     import torch
 
     from mpc_erm.mpc.aggregator import MpcAggregator
+    from mpc_erm.mpc.local_noise import DistributedNoise
     from mpc_erm.mpc.noise import InMpcNoise
-    from mpc_erm.protocols.aggregation import NoiseSpec
+    from mpc_erm.mpc.verified_aggregator import VerifiedAggregator
     from parties.owner.intake import OwnerIntake, RoundFrame, intake_threads
     from parties.owner.rounds import IntakeAggregator
     from parties.owner.shares import owner_margin_bits
 
-    src = InMpcNoise()
-    spec = NoiseSpec("gaussian", SIGMA, sensitivity=SENSITIVITY)
+    verified = security == "malicious"
+    src: Any = DistributedNoise() if noise == "distributed" or verified else InMpcNoise()
+    spec = _spec(dim, distributed=isinstance(src, DistributedNoise))
     src.prepare(spec, dim, releases=rounds)
     from mpc_erm.mpc.validation import bound_units
 
     grid = src.precision_bits(spec, dim)
     frame = RoundFrame("bench", owners, 3, ctx.rank, grid, owner_margin_bits(len(owners)), dim,
-                       bound_units=bound_units(1.0, grid, dim) if checked else None, replicated=checked)
+                       bound_units=bound_units(1.0, grid, dim) if checked or verified else None,
+                       replicated=checked or verified, verified=verified)
     intake = OwnerIntake(ctx.identity, frame, max_workers=intake_threads(len(owners), 3)).start()
     addr_q.put((ctx.rank, intake.address))
-    agg = IntakeAggregator(intake, ctx.comm, MpcAggregator(src), deadline_s=600.0, first_wait_s=600.0,
+    mpc: Any = VerifiedAggregator(src, (0.0,) * 3, ctx.comm) if verified else MpcAggregator(src)
+    agg = IntakeAggregator(intake, ctx.comm, mpc, deadline_s=600.0, first_wait_s=600.0,
                            while_owners_compute=lambda: src.top_up(spec, dim))
     mpc_bytes = []
     try:
@@ -89,7 +95,7 @@ def _value(o: int, t: int, dim: int) -> Any:
 
 
 def _owners(ca: Any, names: tuple[str, ...], first: int, dim: int, rounds: int, compute: list[tuple[str, str]],
-            threads: int, checked: bool = True) -> dict[str, Any]:
+            threads: int, checked: bool = True, verified: bool = False) -> dict[str, Any]:
     """Owners ``first`` … ``first + len(names) - 1`` of the job, driven by ``threads`` threads here."""
     from mpc_erm.mpc import pki
     from parties.owner.intake import OwnerClient
@@ -98,7 +104,8 @@ def _owners(ca: Any, names: tuple[str, ...], first: int, dim: int, rounds: int, 
     tic = time.perf_counter()
     idents = [pki.issue_identity(ca, n, "owner") for n in names]
     issue_s = time.perf_counter() - tic
-    clients = [OwnerClient(i, "bench", first + o, compute, replicated=checked) for o, i in enumerate(idents)]
+    clients = [OwnerClient(i, "bench", first + o, compute, replicated=checked or verified)
+               for o, i in enumerate(idents)]
     senders = [OwnerAggregator(c, round_wait_s=1800) for c in clients]
     pool = ThreadPoolExecutor(max_workers=threads)
     try:
@@ -124,24 +131,25 @@ def _owners(ca: Any, names: tuple[str, ...], first: int, dim: int, rounds: int, 
 
 
 def _owners_process(ca: Any, names: tuple[str, ...], first: int, dim: int, rounds: int,
-                    compute: list[tuple[str, str]], threads: int, checked: bool, q: Any) -> None:
+                    compute: list[tuple[str, str]], threads: int, checked: bool, verified: bool, q: Any) -> None:
     owners_process_setup()
     try:
-        q.put(_owners(ca, names, first, dim, rounds, compute, threads, checked))
+        q.put(_owners(ca, names, first, dim, rounds, compute, threads, checked, verified))
     except Exception as exc:  # the parent reports it
         q.put({"error": repr(exc)})
 
 
 def _all_owners(ca: Any, names: tuple[str, ...], dim: int, rounds: int, addr_q: Any, threads: int,
-                procs: int, checked: bool = True) -> dict[str, Any]:
+                procs: int, checked: bool = True, verified: bool = False) -> dict[str, Any]:
     """Every owner: in this process (``procs`` = 1) or dealt in contiguous blocks to ``procs``
     spawned processes, each with ``threads`` threads; per round, the slowest process's time."""
     addrs = dict(addr_q.get(timeout=600) for _ in range(3))
     compute = [(f"party{r}", addrs[r]) for r in range(3)]
     if procs <= 1:
-        return _owners(ca, names, 0, dim, rounds, compute, threads, checked) | {"owner_processes": 1}
+        return _owners(ca, names, 0, dim, rounds, compute, threads, checked, verified) | {"owner_processes": 1}
     size = -(-len(names) // procs)
-    parts = in_spawned_processes(_owners_process, [(ca, names[i:i + size], i, dim, rounds, compute, threads, checked)
+    parts = in_spawned_processes(_owners_process, [(ca, names[i:i + size], i, dim, rounds, compute, threads, checked,
+                                                    verified)
                                                    for i in range(0, len(names), size)], timeout_s=7200)
     errors = [p["error"] for p in parts if "error" in p]
     if errors:
@@ -164,7 +172,31 @@ def _simulator_round(owners: int, dim: int) -> float:
     return time.perf_counter() - tic
 
 
-def run_one(owners: int, dim: int, rounds: int, threads: int, procs: int = 1, checked: bool = True) -> dict[str, Any]:
+def _share_words(dim: int, verified: bool) -> int:
+    """Words of one owner's explicit share: d, or with verified shares its salt, x, aux and proof."""
+    if not verified:
+        return dim
+    from mpc_erm.mpc.validation import bound_units
+    from parties.owner.verified_shares import owner_statement, payload_words
+
+    grid = int(_spec(dim, distributed=True).grid_bits)  # distributed noise's grid is the spec's
+    return payload_words(owner_statement(dim, bound_units(1.0, grid, dim)))
+
+
+def _spec(dim: int, distributed: bool) -> Any:
+    """The round's noise: the in-MPC sampler's grid is its own choice; distributed noise takes the
+    same grid, fixed (what the worker's realisation gives it)."""
+    from dataclasses import replace
+
+    from mpc_erm.mpc.noise import plan_noise
+    from mpc_erm.protocols.aggregation import NoiseSpec
+
+    spec = NoiseSpec("gaussian", SIGMA, sensitivity=SENSITIVITY)
+    return replace(spec, grid_bits=plan_noise(spec, dim, 3).grid_bits) if distributed else spec
+
+
+def run_one(owners: int, dim: int, rounds: int, threads: int, procs: int = 1, checked: bool = True,
+            noise: str = "mpc", security: str = "semi-honest") -> dict[str, Any]:
     from mpc_erm.mpc import pki
     from mpc_erm.mpc.local import run_local_full
 
@@ -172,11 +204,13 @@ def run_one(owners: int, dim: int, rounds: int, threads: int, procs: int = 1, ch
     ca = pki.create_ca("many owners bench CA")
     addr_q = mp.get_context("spawn").Queue()
     box: dict[str, Any] = {}
+    verified = security == "malicious"
     th = threading.Thread(target=lambda: box.update(_all_owners(ca, names, dim, rounds, addr_q, threads, procs,
-                                                                         checked)))
+                                                                         checked, verified)))
     mem = MemoryPeak().start()
     th.start()
-    run = run_local_full(_compute, parties=3, trust="replicated", args=(names, dim, rounds, addr_q, checked),
+    run = run_local_full(_compute, parties=3, trust="replicated",
+                         args=(names, dim, rounds, addr_q, checked, noise, security),
                          timeout_s=7200, deadline_s=600, ca=ca)
     th.join(600)
     mem.stop()
@@ -194,7 +228,8 @@ def run_one(owners: int, dim: int, rounds: int, threads: int, procs: int = 1, ch
     sim = min(_simulator_round(owners, dim) for _ in range(3))
     mid = p50(per)
     return {
-        "owners": owners, "dim": dim, "rounds": rounds, "contributions_checked": checked,
+        "owners": owners, "dim": dim, "rounds": rounds, "contributions_checked": checked or verified,
+        "security": security, "noise": "distributed" if verified else noise,
         "round_s_per_round": per,
         "round_s_p50": mid,
         "intake_s_p50": p50(worst("intake_s")),
@@ -203,7 +238,7 @@ def run_one(owners: int, dim: int, rounds: int, threads: int, procs: int = 1, ch
         "compute_cpu_s_per_round_p50_sum_over_parties": p50([sum(r["rounds"][t]["cpu_s"] for r in reps)
                                                              for t in range(rounds)]),
         "mpc_bytes_per_round_per_party": reps[0]["rounds"][-1]["mpc_bytes"],
-        "bytes_per_owner_per_round": {"sent": 8 * dim, "received": 8 * dim,
+        "bytes_per_owner_per_round": {"sent": 8 * _share_words(dim, verified), "received": 8 * dim,
                                       "note": "one call a round: the explicit share (d int64) to the owner's "
                                               "explicit compute party (the others derive theirs from its keys); "
                                               "the release (d float64) read back from the same party"},
@@ -214,6 +249,11 @@ def run_one(owners: int, dim: int, rounds: int, threads: int, procs: int = 1, ch
         "machine_memory_gib": mem.gib("MemTotal - MemAvailable of the whole machine (compute parties and owners), "
                                       "sampled every 0.5 s from the owners' start to their end"),
     }
+
+
+def _p50(xs: list[float]) -> float:
+    steady = xs[1:] or xs  # round 0 includes warm-up
+    return sorted(steady)[len(steady) // 2]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -227,20 +267,28 @@ def main(argv: list[str] | None = None) -> None:
                          "10,000 in one process exceed the usual 20,000 open files)")
     ap.add_argument("--checks", default="on", help="on, off, or off,on: each N with and without the bound "
                                                    "check of every contribution, and their ratios (one run)")
+    ap.add_argument("--security", default="semi-honest",
+                    help="semi-honest, malicious, or semi-honest,malicious: each N in each mode (malicious: every "
+                         "owner's proof checked, distributed noise) and their ratios (one run)")
+    ap.add_argument("--noise", default="mpc", choices=["mpc", "distributed"],
+                    help="the semi-honest runs' noise (the malicious mode's is always distributed)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     results = []
     ratios = []
     for n in (int(x) for x in a.owners.split(",")):
         pair = {}
-        for check in a.checks.split(","):
-            print(f"many owners: N = {n}, d = {a.dim}, {a.rounds} rounds, check {check} …", flush=True)
-            r = run_one(n, a.dim, a.rounds, a.threads, a.owner_procs, checked=check == "on")
+        modes = [("semi-honest", c) for c in a.checks.split(",")] if "semi-honest" in a.security else []
+        modes += [("malicious", "on")] if "malicious" in a.security else []
+        for security, check in modes:
+            print(f"many owners: N = {n}, d = {a.dim}, {a.rounds} rounds, {security}, check {check} …", flush=True)
+            r = run_one(n, a.dim, a.rounds, a.threads, a.owner_procs, checked=check == "on", noise=a.noise,
+                        security=security)
             print(f"  round p50 {r['round_s_p50']:.3f} s (intake {r['intake_s_p50']:.3f}, online "
                   f"{r['online_s_p50']:.3f}); cpu {r['compute_cpu_s_per_round_p50_sum_over_parties']:.3f} s; "
                   f"simulator {r['simulator_round_s'] * 1e3:.2f} ms", flush=True)
             results.append(r)
-            pair[check] = r
+            pair["malicious" if security == "malicious" else check] = r
         if {"on", "off"} <= set(pair):
             on, off = pair["on"], pair["off"]
             ratios.append({"owners": n, "dim": a.dim,
@@ -252,6 +300,19 @@ def main(argv: list[str] | None = None) -> None:
                            "mpc_bytes_per_round_checked_over_unchecked": on["mpc_bytes_per_round_per_party"]
                            / max(1, off["mpc_bytes_per_round_per_party"])})
             print(f"  checked / unchecked: {ratios[-1]}", flush=True)
+        if {"on", "malicious"} <= set(pair):
+            on, mal = pair["on"], pair["malicious"]
+            ratios.append({"owners": n, "dim": a.dim, "semi_honest_noise": a.noise,
+                           "wall_round_malicious_over_semi_honest": mal["round_s_p50"] / on["round_s_p50"],
+                           "online_malicious_over_semi_honest": mal["online_s_p50"] / on["online_s_p50"],
+                           "compute_cpu_malicious_over_semi_honest":
+                               mal["compute_cpu_s_per_round_p50_sum_over_parties"]
+                               / on["compute_cpu_s_per_round_p50_sum_over_parties"],
+                           "owner_round_malicious_over_semi_honest":
+                               _p50(mal["owner_side"]["owner_round_s"]) / _p50(on["owner_side"]["owner_round_s"]),
+                           "owner_bytes_malicious_over_semi_honest":
+                               mal["bytes_per_owner_per_round"]["sent"] / on["bytes_per_owner_per_round"]["sent"]})
+            print(f"  malicious / semi-honest: {ratios[-1]}", flush=True)
     out = jsonable({"benchmark": "many_owners_round_cost", "machine": machine_info(),
                     "what": "per-round cost against the number of data owners: 3 replicated compute processes with "
                             "in-MPC Gaussian noise; the owners are real gRPC clients with their own certificates, all "

@@ -216,10 +216,14 @@ def run_party_job(ctx: WorkerContext) -> dict[str, object]:
         pool: InMpcNoise | DistributedNoise = DistributedNoise() if plan.noise == "distributed" else InMpcNoise("cpu")
         agg: MpcAggregator | VerifiedAggregator
         real: Realisation | None
-        if ctx.job.job.security == "malicious":  # the job file admits it with distributed noise and no owners only
-            assert isinstance(pool, DistributedNoise) and not owners and not no_noise
-            agg = VerifiedAggregator(pool, tuple(plan.member_bound(j) for j in range(comm.get_world_size())), comm)
-            real = agg.realise(plan)  # the finest grid whose proofs fit: refused here, before anything is charged
+        if ctx.job.job.security == "malicious":  # the job file admits it with distributed noise only
+            assert isinstance(pool, DistributedNoise) and not no_noise
+            world = comm.get_world_size()
+            # a compute party for owners holds no rows: its input is its noise share alone
+            agg = VerifiedAggregator(pool, (0.0,) * world if owners else
+                                     tuple(plan.member_bound(j) for j in range(world)), comm)
+            # the finest grid whose proofs fit: refused here, before anything is charged
+            real = agg.realise(plan, owner_bound=plan.member_bound() if owners else None)
         else:
             agg = MpcAggregator(ZeroNoise() if no_noise else pool, allow_test_only=no_noise,
                                 bounds=None if owners else _party_bounds(plan, comm.get_world_size()),
@@ -232,7 +236,6 @@ def run_party_job(ctx: WorkerContext) -> dict[str, object]:
         counters: dict[str, object] = {}
         trust = agg.trust_model
         if rows is None:
-            assert isinstance(agg, MpcAggregator)
             served = serve_owners(ctx, comm, agg, pool, plan, real, callers)
             result, counters, trust = served.result, served.counters, served.trust_model
         else:

@@ -157,14 +157,17 @@ def verdict(fc: Any) -> str:
     return f"ok: the noise leaves the signal usable{where}"
 
 
-def security_line(trust: str, security: str, parties: int) -> str:
-    """Who must not collude, and what the compute parties are assumed to do, in one line."""
+def security_line(trust: str, security: str, parties: int, owners: bool = False) -> str:
+    """Who must not collude, and what the compute parties are assumed to do, in one line
+    (``owners``: a job with data owners, whose inputs are checked too)."""
     who = ("3 compute parties with replicated sharing: no two may work together" if trust == "replicated" else
            f"{parties} parties and a dealer: the dealer works with no party, and not every party against the others")
     if security == "malicious":
         return (f"security: malicious, with abort ({who}; any one may deviate: each proves its own input, "
                 "contribution plus noise share, within its bound, and every opening is checked by both holders of "
-                "each share, so a deviation stops the job before anything it affects is revealed)")
+                "each share, so a deviation stops the job before anything it affects is revealed"
+                + ("; every data owner proves its contribution within its bound the same way, and one whose proof "
+                   "fails is left out" if owners else "") + ")")
     return (f"security: {security} ({who}; the parties are trusted to follow the protocol, and every revealed "
             "value is agreed on by digest before anyone uses it)")
 
@@ -336,7 +339,7 @@ def plan(job_file: Path, schema_path: Path | None, data_format: str | None, data
                  ", ".join(f"{n} {p.n}" for n, p in zip(jf.job.parties, parts, strict=True)))
         click.echo(f"job {jf.job.name}: {fc.method} perturbation, {fc.mechanism} noise, {fc.rounds} release(s) of "
                    f"{fc.dim} numbers; rows: {sizes}")
-        click.echo(f"  {security_line(jf.job.trust, jf.job.security, len(jf.job.parties))}")
+        click.echo(f"  {security_line(jf.job.trust, jf.job.security, len(jf.job.parties), bool(jf.job.owners))}")
         if jf.spec.privacy.noise == "distributed":
             click.echo(f"  noise: distributed ({jf.noise_split().describe()}); the figures below include it")
         click.echo(f"  noise per coordinate {fc.noise_std:.4g} (sensitivity {fc.sensitivity:.4g}); "

@@ -119,18 +119,18 @@ def _security_problems(security: str, trust: str, parties: int) -> list[str]:
     return []
 
 
-def _malicious_job_problems(spec: JobSpec, owners: bool, test_no_noise: bool) -> list[str]:
-    """What the malicious-secure mode does not cover yet: it proves every party's own input and
-    checks every opening, with each party's own noise share; the in-MPC sampler's circuits and the
-    owners' intake (checked inside the MPC) are not verified."""
+def _malicious_job_problems(spec: JobSpec, test_no_noise: bool) -> list[str]:
+    """What the malicious-secure mode does not cover yet: it proves every party's and every data
+    owner's input and checks every opening, with each compute party's own noise share; the in-MPC
+    sampler's circuits are not verified."""
     out = []
     if spec.privacy.noise != "distributed":
         out.append('privacy.noise: security = "malicious" needs noise = "distributed" (each compute party proves '
                    "its own noise share within its bound; the in-MPC sampler's circuits are not verified yet)")
-    if owners:
-        out.append('job.owners: security = "malicious" does not cover data owners yet (their contributions are '
-                   'checked inside the MPC, by products a deviating party could corrupt); run owner jobs with '
-                   'security = "semi-honest"')
+    f = spec.federated
+    if f is not None and f.sampling == "uniform":
+        out.append('federated.sampling: security = "malicious" needs "poisson" (each owner tosses its own coin); '
+                   "the compute parties' secret shuffle behind \"uniform\" is not verified yet")
     if test_no_noise:
         out.append('job.test_no_noise: not with security = "malicious" (a test switch of the semi-honest engine)')
     return out
@@ -268,7 +268,7 @@ class JobFile(BaseModel):
         elif self.spec.federated is not None:
             problems.append("federated: a federated job runs with data owners: list them in job.owners")
         if self.job.security == "malicious":
-            problems += _malicious_job_problems(self.spec, bool(self.job.owners), self.job.test_no_noise)
+            problems += _malicious_job_problems(self.spec, self.job.test_no_noise)
         shape = m.input_shape
         if self.job.owners and m.is_network and shape is not None and self.job.features is not None \
                 and self.job.features != math.prod(shape):

@@ -43,7 +43,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -56,7 +56,7 @@ from .projections import projection_signs, projection_threshold
 
 __all__ = ["NORM_PROJECTIONS", "NormProofError", "NormSpec", "Query", "Submission", "accept", "bits_of", "commitment",
            "SALT_BYTES", "CheckWeights", "DealtInput", "check_weights", "deal_input", "keys_for", "prove_dealt",
-           "rho_key_for", "seeded_share",
+           "prove_seeded", "rho_key_for", "seeded_share",
            "aux_vector", "chunk_squares", "prove_norm", "prove_wires", "q_rows_for", "rho", "rows_for", "split",
            "verifier_share", "verifier_shares", "wires"]
 
@@ -607,3 +607,36 @@ def prove_norm(x: np.ndarray, spec: NormSpec, context: bytes) -> Submission:
     dealt = deal_input(x, spec)
     rows_key, _ = keys_for(context, dealt.commitments(), [])
     return prove_dealt(dealt, x, spec, rows_key)
+
+
+def prove_seeded(x: np.ndarray, spec: NormSpec, context: bytes, seeds: Mapping[int, bytes],
+                 salts: Sequence[bytes]) -> Submission:
+    """:func:`prove_norm` for a contributor whose shares but one are drawn from seeds it gave their
+    holders beforehand (a data owner: the key it enrolled with, expanded per round): ``seeds``
+    maps two share indices to their seeds, the third share is computed (the one that travels);
+    ``salts`` are the three shares' salts by index (the seeded ones known to their holders too).
+    The rows are keyed by Fiat–Shamir over the shares, as in :func:`prove_norm`."""
+    x = np.asarray(x, dtype=np.int64)
+    if x.shape != (spec.dim,):
+        raise ValueError(f"a vector of {spec.dim} coordinates expected, got shape {x.shape}")
+    explicit = set(range(SHARES)) - set(seeds)
+    if len(seeds) != SHARES - 1 or len(explicit) != 1 or len(salts) != SHARES:
+        raise ValueError(f"seeds of {SHARES - 1} of the {SHARES} shares and {SHARES} salts expected")
+    e = explicit.pop()
+
+    def deal(value: np.ndarray, part: int) -> tuple[np.ndarray, ...]:
+        out: list[np.ndarray] = [np.empty(0, dtype=np.uint64)] * SHARES
+        rest = value.astype(np.uint64)
+        for i, seed in seeds.items():
+            out[i] = seeded_share(seed, part, value.size)
+            rest = F.sub(rest, out[i])
+        out[e] = rest
+        return tuple(out)
+
+    xs = deal(F.from_signed(x), 0)
+    rows_key, _ = keys_for(context, [commitment(i, s, salts[i]) for i, s in enumerate(xs)], [])
+    aux = aux_vector(x, spec, rows_key)
+    auxs = deal(aux, 1)
+    rho_key = rho_key_for(rows_key, [commitment(i, s, salts[i], b"aux") for i, s in enumerate(auxs)])
+    proof = prove_wires(*wires(F.from_signed(x), aux, rho(rho_key, spec), spec, first=True), spec)
+    return Submission(xs, auxs, deal(proof, 2), tuple(salts))

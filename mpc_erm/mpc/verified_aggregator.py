@@ -44,7 +44,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,16 +61,17 @@ from .aggregator import AggregateStats, AggregateTotals
 from .agreement import IntegrityError, member_name
 from .crypten_compat import import_crypten
 from .local_noise import DistributedNoise
-from .noise import COARSE_GRID_SLACK, Realisation, coarsenings
+from .noise import Realisation
 from .replicated_open import OpeningMismatch, holders, open_verified, shares_of
 from .unanimous import UnanimousRelease
-from .validation import bound_units
+from .verified_grid import MALICIOUS_GRID_SLACK, owner_statement, realise_verified, statements
 
 crypten = import_crypten()
 from crypten.communicator.communicator import Communicator  # noqa: E402  (after the compat shim)
 
-__all__ = ["MALICIOUS_GRID_SLACK", "MALICIOUS_TRUST_MODEL", "DeviationDetected", "VerifiedAggregator",
-           "realise_verified", "statements"]
+__all__ = ["MALICIOUS_GRID_SLACK", "MALICIOUS_TRUST_MODEL", "DeviationDetected", "OwnerShares", "OwnerVerdicts",
+           "VerifiedAggregator",
+           "owner_statement", "realise_verified", "statements"]
 
 MALICIOUS_TRUST_MODEL = ("MPC: 3-party replicated sharing in F_p, malicious security with abort (honest majority): "
                          "every party's input proved within its bound, every opening checked by both holders of "
@@ -79,11 +80,6 @@ _DOMAIN = b"mpc-erm verified aggregate v1"
 _PARTIES = 3
 _SALT_WORDS = N.SALT_BYTES // 8
 _SEEDED = 2  # shares 0 and 1 are drawn from seeds: only share 2 travels whole
-#: The coarsest grid the mode may take to fit its statements (:data:`~.noise.COARSE_GRID_SLACK`).
-MALICIOUS_GRID_SLACK = COARSE_GRID_SLACK
-#: A statement may range-check at most max(d, 2^14) bits: its proof then at most about doubles
-#: the words each input deals, where a finer grid would cost up to 6× (d = 26,010 at M = 2^24).
-_MIN_BIT_ALLOWANCE = 1 << 14
 
 
 class DeviationDetected(IntegrityError):
@@ -103,6 +99,28 @@ class _Totals(AggregateTotals):
     def verify_seconds(self) -> float:
         """Checking every dealer's proof: the local linear work and its verified opening."""
         return self.phases.get("verify (local)", 0.0) + self.phases.get("open the proofs", 0.0)
+
+
+@dataclass(frozen=True)
+class OwnerShares:
+    """The round's data owners' inputs as one compute party holds them: for each owner ready at
+    every compute party, the two of its three shares this party holds (salt, x, aux, proof), and
+    what each owner's proof is bound to."""
+
+    spec: N.NormSpec  # every owner's statement: ‖x‖₂ ≤ M over the model's coordinates
+    owners: tuple[int, ...]  # the owners' indices, the same order at every compute party
+    held: Mapping[int, Mapping[int, np.ndarray]]  # owner → share index → the share's words
+    context: Callable[[int], bytes]  # owner → the context its proof is bound to
+    explicit: Callable[[int], int]  # owner → the share that reached its second holder through its first
+
+
+@dataclass(frozen=True)
+class OwnerVerdicts:
+    """Which owners a round summed, refused (their proof failed) and left out (dealt inconsistently)."""
+
+    kept: list[int]
+    refused: list[int]
+    left_out: list[int]
 
 
 def _as_tensor(a: np.ndarray) -> torch.Tensor:
@@ -160,9 +178,9 @@ class VerifiedAggregator:
             self._spec_cache[key] = statements(self.noise, self.bounds, p, g, noise)
         return self._spec_cache[key]
 
-    def realise(self, plan: PrivacyPlan) -> Realisation:
-        """:func:`realise_verified` for this aggregator's parties."""
-        return realise_verified(plan, self.noise, self.bounds)
+    def realise(self, plan: PrivacyPlan, owner_bound: float | None = None) -> Realisation:
+        """:func:`realise_verified` for this aggregator's parties (and a job's data owners)."""
+        return realise_verified(plan, self.noise, self.bounds, owner_bound)
 
     def prepare(self, p: int, noise: NoiseSpec) -> None:
         """Check, before anything is charged or revealed, that every party's statement for ``p``
@@ -300,16 +318,38 @@ class VerifiedAggregator:
         if contributions.ndim != 2 or weights.ndim != 1 or weights.shape[0] != contributions.shape[0]:
             raise ValueError(f"contributions (k, p) and weights (k,) expected, got {tuple(contributions.shape)} "
                              f"and {tuple(weights.shape)}")
+        local = weights.detach().to("cpu", torch.float64) @ contributions.detach().to("cpu", torch.float64)
+        result, _ = self._round(local, noise, None)
+        return result.to(contributions.device)
+
+    def aggregate_owners(self, owners: OwnerShares, p: int, noise: NoiseSpec) -> tuple[torch.Tensor, OwnerVerdicts]:
+        """Reveal ``Σ_owners kept x + z`` (float64, shape (p,)) for a compute party of a job with data
+        owners (its own contribution is zero; its input is its noise share alone), and which owners
+        were kept, refused (a proof that fails) or left out (two holders of a share they derive
+        from the owner's key hold different copies). See the module docstring and
+        :mod:`parties.owner.verified_shares`."""
+        with self._blas.limit(limits=1, user_api="blas"):
+            return self._round(torch.zeros(p, dtype=torch.float64), noise, owners)
+
+    def _round(self, local: torch.Tensor, noise: NoiseSpec,
+               owners: OwnerShares | None) -> tuple[torch.Tensor, OwnerVerdicts]:
         if noise.mechanism != "gaussian":
             raise ValueError('security = "malicious" adds distributed Gaussian noise only')
-        p = int(contributions.shape[1])
+        p = int(local.shape[0])
         tic = time.perf_counter()
         stats0 = self.comm.get_communication_stats()
         t = self._counter
         self._counter += 1
         g = int(self.noise.precision_bits(noise, p))
         specs = self._specs(p, g, noise)
-        local = weights.detach().to("cpu", torch.float64) @ contributions.detach().to("cpu", torch.float64)
+        if owners is not None:
+            if owners.spec.dim != p:
+                raise ValueError(f"owners' statement over {owners.spec.dim} coordinates, not {p}")
+            reach = sum(sp.bound for sp in specs) + len(owners.owners) * owners.spec.bound
+            if reach >= F.P // 2:  # the sum's centred representative would wrap
+                raise ValueError(f"job.owners: {len(owners.owners)} owners' contributions of bound {owners.spec.bound} "
+                                 f"grid units and the noise can reach {reach}, beyond F_p's range; fewer owners per "
+                                 "round, or a larger privacy.clip grid")
         if not bool(torch.isfinite(local).all()):
             raise ValueError(f"aggregate #{t}: this party's weighted contribution is NaN/inf; nothing revealed")
         mine = torch.round(local * float(2**g)).to(torch.long) + self.noise.take(p, noise)
@@ -328,6 +368,12 @@ class VerifiedAggregator:
         held = self._deal(sub, specs)
         lap("deal")
         hashes = self._commitments(held, specs, t)
+        candidates: list[int] = []
+        left_out: list[int] = []
+        owner_hashes: dict[int, tuple[list[bytes], list[bytes]]] = {}
+        if owners is not None:
+            owner_hashes, left_out = self._owner_commitments(owners, t)
+            candidates = [o for o in owners.owners if o not in left_out]
         lap("share hashes")
         query_key = self._challenge(t)
         lap("challenge")
@@ -339,21 +385,39 @@ class VerifiedAggregator:
             for s in shares_of(self.rank):
                 x, aux, proof = self._parts(held[dealer][s], spec)
                 parts[s].append(N.verifier_share(s, x, aux, proof, spec, keys, query))
+        if owners is not None and candidates:
+            oq = N.Query.from_key(query_key, owners.spec)
+            for o in candidates:
+                keys = N.keys_for(owners.context(o), *owner_hashes[o])
+                for s in shares_of(self.rank):
+                    x, aux, proof = self._parts(owners.held[o][s], owners.spec)
+                    parts[s].append(N.verifier_share(s, x, aux, proof, owners.spec, keys, oq))
         widths = [part.size for part in parts[shares_of(self.rank)[0]]]
         lap("verify (local)")
         opened = self._open({s: np.concatenate(v) for s, v in parts.items()}, f"aggregate #{t}: the input proofs")
         at = 0
-        for dealer, width in enumerate(widths):
-            if not N.accept(opened[at: at + width], specs[dealer]):
-                raise DeviationDetected(f"aggregate #{t}: {self._name(dealer)}'s input fails its proof (outside its "
-                                        "bound, or a false proof): the job stops; nothing is revealed")
+        kept: list[int] = []
+        refused: list[int] = []
+        for i, width in enumerate(widths):
+            if i < _PARTIES:
+                if not N.accept(opened[at: at + width], specs[i]):
+                    raise DeviationDetected(f"aggregate #{t}: {self._name(i)}'s input fails its proof (outside its "
+                                            "bound, or a false proof): the job stops; nothing is revealed")
+            else:
+                assert owners is not None
+                o = candidates[i - _PARTIES]
+                (kept if N.accept(opened[at: at + width], owners.spec) else refused).append(o)
             at += width
         lap("open the proofs")
         if self.before_open is not None:
             self.before_open()  # the ledger's mark: from here on the round may be revealed
         lap("mark")
-        sums = {s: F.sum_along(np.stack([self._parts(held[d][s], specs[d])[0] for d in range(_PARTIES)]), axis=0)
-                for s in shares_of(self.rank)}
+        sums = {}
+        for s in shares_of(self.rank):
+            rows = [self._parts(held[d][s], specs[d])[0] for d in range(_PARTIES)]
+            if owners is not None:
+                rows += [self._parts(owners.held[o][s], owners.spec)[0] for o in kept]
+            sums[s] = F.sum_along(np.stack(rows), axis=0)
         total = self._open(sums, f"aggregate #{t}: the sum")
         lap("open the sum")
         ring = torch.from_numpy(F.to_signed(total))
@@ -366,7 +430,47 @@ class VerifiedAggregator:
         stats1 = self.comm.get_communication_stats()
         self.totals.add(AggregateStats(rounds=stats1["rounds"] - stats0["rounds"],
                                        bytes=stats1["bytes"] - stats0["bytes"], seconds=time.perf_counter() - tic))
-        return result.to(contributions.device)
+        return result, OwnerVerdicts(kept, refused, left_out)
+
+    def _owner_commitments(self, owners: OwnerShares,
+                           t: int) -> tuple[dict[int, tuple[list[bytes], list[bytes]]], list[int]]:
+        """Exchange the hashes of every owner's shares held here; returns, per owner whose two
+        holders of each share agree, (x hashes, aux hashes) by share, and the owners left out
+        because the two holders of a share derived from the owner's key disagree (the owner dealt
+        them differently, or one of them misreports: neither can prove which). Two copies of the
+        explicit share that differ stop the job: it reached its second holder through its first."""
+        mine = bytearray()
+        for o in owners.owners:
+            for s in shares_of(self.rank):
+                x, aux, _ = self._parts(owners.held[o][s], owners.spec)
+                salt = self._salt(owners.held[o][s])
+                mine += N.commitment(s, x, salt) + N.commitment(s, aux, salt, b"aux")
+        every = ([bytes(x.numpy().tobytes()) for x in self.comm.all_gather(torch.frombuffer(mine, dtype=torch.uint8))]
+                 if mine else [b""] * _PARTIES)
+        out: dict[int, tuple[list[bytes], list[bytes]]] = {}
+        left_out: list[int] = []
+        for i, o in enumerate(owners.owners):
+            xs: list[bytes] = []
+            auxs: list[bytes] = []
+            for s in range(_PARTIES):
+                copies = []
+                for party in holders(s):
+                    at = (i * 2 + shares_of(party).index(s)) * 64
+                    copies.append(every[party][at: at + 64])
+                if copies[0] != copies[1]:
+                    if s == owners.explicit(o):
+                        a, b = holders(s)
+                        raise DeviationDetected(
+                            f"aggregate #{t}: owner #{o}'s explicit share reached {self._name(a)} and "
+                            f"{self._name(b)} as different copies (it goes to one of them, which forwards it: one of "
+                            "the two deviated); nothing is revealed")
+                    left_out.append(o)
+                    break
+                xs.append(copies[0][:32])
+                auxs.append(copies[0][32:])
+            else:
+                out[o] = (xs, auxs)
+        return out, left_out
 
     def describe(self) -> dict[str, Any]:
         """Trust model and cumulative cost, for the job report."""
@@ -376,48 +480,3 @@ class VerifiedAggregator:
                 "prove_seconds": tot.prove_seconds, "verify_seconds": tot.verify_seconds,
                 "field_elements_dealt": tot.field_elements_dealt, "phase_seconds": dict(tot.phases),
                 "limit_abs": self.limit, "resolution": 2.0**-self.precision_bits if self.precision_bits else None}
-
-
-def statements(noise: DistributedNoise, bounds: tuple[float, ...], p: int, g: int,
-               spec: NoiseSpec) -> list[N.NormSpec]:
-    """Each party's statement, by rank: its contribution within its bound plus its noise share
-    within :meth:`~.local_noise.DistributedNoise.norm_bound`, over ``p`` coordinates on the grid
-    2^-g. Raises a ValueError naming ``job.security`` when one does not fit F_p."""
-    extra = noise.norm_bound(spec, p)
-    try:
-        return [N.NormSpec(p, bound_units(b, g, p) + extra) for b in bounds]
-    except N.NormProofError as exc:
-        raise ValueError(
-            f'job.security: "malicious" cannot prove this job\'s inputs: each party proves its contribution '
-            f"(bound {max(bounds):.4g}, from privacy.clip and, with sampling, the batch cap) plus its "
-            f"noise share (bound {extra / 2.0 ** g:.4g}) over {p} coordinates on the grid 2^-{g} (the "
-            f"coarsest whose rounding adds at most {MALICIOUS_GRID_SLACK:.0%} to the sensitivity), and {exc}; "
-            'a lower sampling rate or fewer parameters fit; or run security = "semi-honest"'
-        ) from None
-
-
-def realise_verified(plan: PrivacyPlan, noise: DistributedNoise, bounds: tuple[float, ...]) -> Realisation:
-    """The realisation of a malicious-secure job: the finest grid at which every party's statement
-    (:func:`statements`) fits F_p within its bit allowance, the default grid first, then coarser
-    while rounding adds at most :data:`MALICIOUS_GRID_SLACK` to the sensitivity; if none is
-    within the allowance, the one of fewest bits that fits. The noise meets the plan on whichever
-    grid is taken (:func:`~.noise.realise` counts the rounding); only the rounding's share of it
-    grows. Raises a ValueError naming ``job.security`` when no grid fits."""
-    dim = int(plan.dim or 0)
-    allowance = max(dim, _MIN_BIT_ALLOWANCE)
-    cheapest: tuple[int, Realisation] | None = None
-    refusal: ValueError | None = None
-    for real in coarsenings(plan, _PARTIES):
-        try:
-            bits = max(s.shape.bit_count for s in statements(noise, bounds, dim, real.plan.grid_bits, real.spec))
-        except ValueError as exc:  # a coarser grid may fit (a finer one never fits where this does not)
-            refusal = exc
-            continue
-        if bits <= allowance:
-            return real
-        if cheapest is None or bits < cheapest[0]:
-            cheapest = (bits, real)
-    if cheapest is not None:
-        return cheapest[1]
-    assert refusal is not None  # the default grid was tried: it fitted, or it raised
-    raise refusal

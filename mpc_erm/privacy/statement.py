@@ -134,6 +134,17 @@ def _noise_words(report: PrivacyReport) -> str:
             "MPC, the price of needing no sampler circuit.")
 
 
+_owners_malicious = (" Each data owner proved its own contribution within the job's public bound on its replicated "
+                     "shares, checked the same way; an owner whose proof failed was left out of the sum. A compute "
+                     "party can still leave an owner out of a round (claim its share never came), which that owner "
+                     "sees when it reads the release, but not change what a counted owner contributed.")
+
+
+def _has_owners(report: PrivacyReport) -> bool:
+    params = report.parameters if isinstance(report.parameters, dict) else {}
+    return bool(params.get("owners"))
+
+
 def _security(report: PrivacyReport) -> str:
     """What the compute parties were assumed to do, and what that leaves a deviating one able to do."""
     if report.security == "malicious":
@@ -145,7 +156,7 @@ def _security(report: PrivacyReport) -> str:
                 "happened. What a deviating party can still do: choose its own data within its "
                 "bound, as in any MPC, and replace its noise share by any vector within the share's bound, which "
                 "moves the release by at most that much but cannot weaken the guarantee, carried by the honest "
-                "parties' shares.")
+                "parties' shares." + (_owners_malicious if _has_owners(report) else ""))
     head = ("Security model: semi-honest. " if report.security == "semi-honest" else
             "This report does not state a security model (it was written before reports did); read it as "
             "semi-honest. ")

@@ -44,6 +44,7 @@ import torch
 from mpc_erm.mpc import tls
 from mpc_erm.mpc.callers import CallerPolicy
 from mpc_erm.mpc.keystream import KEY_BYTES
+from mpc_erm.mpc.norm_proof import NormSpec
 from mpc_erm.mpc.owner_api import owner_pb2 as pb
 from mpc_erm.mpc.owner_api import owner_pb2_grpc as pb_grpc
 from mpc_erm.mpc.pki import Identity
@@ -52,6 +53,7 @@ from mpc_erm.mpc.transport.chunking import grpc_message_options
 from .attest import KEY_BYTES as ATTEST_KEY_BYTES
 from .attest import ReleaseSigner, check_release
 from .shares import OwnerShareSum, explicit_party
+from .verified_shares import owner_context, owner_statement, payload_words, prove_contribution
 
 __all__ = ["IntakeError", "OwnerClient", "OwnerIntake", "RoundFrame", "agree_present", "intake_threads",
            "on_trouble", "pauses", "state_bytes", "state_from_bytes"]
@@ -118,6 +120,25 @@ class RoundFrame:
     # the previous party, so every party holds two of the three shares and the check's squares are
     # local (no per-coordinate message); honest majority, as the replicated trust model already is
     replicated: bool = False
+    # job.security = "malicious": each round's share is a replicated F_p share with a proof of the
+    # bound (.verified_shares), checked by openings a deviating compute party cannot falsify
+    verified: bool = False
+
+    def __post_init__(self) -> None:
+        if self.verified and not (self.replicated and self.compute_parties == 3 and self.bound_units is not None):
+            raise ValueError("verified owner shares need 3-party replicated sharing and a checked bound")
+
+    @property
+    def statement(self) -> NormSpec:
+        """Every owner's proof statement (verified shares only)."""
+        if not self.verified or self.bound_units is None:
+            raise ValueError("no proof statement: the owners' shares are not verified in this job")
+        return owner_statement(self.dim, self.bound_units)
+
+    @property
+    def share_words(self) -> int:
+        """64-bit words of one explicit share on the wire."""
+        return payload_words(self.statement) if self.verified else self.dim
 
 
 class _Round:
@@ -143,6 +164,7 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         if frame.sample_shares and len(frame.sample_shares) != len(frame.owners):
             raise ValueError("sample_shares: one per listed owner")
         self.shares = OwnerShareSum(frame.rank, frame.compute_parties)
+        self._share_words = frame.share_words
         self.signer = ReleaseSigner()  # this job's release signatures (.attest), stated at enrolment
         # the owners whose explicit share this party receives; of the others it needs only the key
         self._mine = frozenset(o for o in range(len(frame.owners))
@@ -322,7 +344,7 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         return pb.EnrollReply(owner_index=o, compute_parties=f.compute_parties, rank=f.rank, grid_bits=f.grid_bits,
                               margin_bits=f.margin_bits, dim=f.dim, spec_digest=f.spec_digest,
                               sample_shares=f.sample_shares[o] if f.sample_shares else b"",
-                              release_key=self.signer.public)
+                              release_key=self.signer.public, bound_units=f.bound_units or 0, verified=f.verified)
 
     def Contribute(self, request: Any, context: grpc.ServicerContext) -> Any:
         o = self._caller(context, request.job_id)
@@ -331,9 +353,9 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
                    f"share: compute party {f.rank} derives its share of owner {f.owners[o]!r} from the owner's key; "
                    f"the round's share goes to compute party {explicit_party(o, f.compute_parties)}")
-        if len(request.share) != 8 * f.dim:
+        if len(request.share) != 8 * self._share_words:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
-                   f"share: {8 * f.dim} bytes expected at compute party {f.rank}, got {len(request.share)}")
+                   f"share: {8 * self._share_words} bytes expected at compute party {f.rank}, got {len(request.share)}")
         with self._lock:
             if o not in self._enrolled:
                 _abort(context, grpc.StatusCode.FAILED_PRECONDITION, "round: enrol first")
@@ -513,8 +535,8 @@ class OwnerClient:
             replies = [self._enroll_at(j, stub, timeout_s) for j, stub in enumerate(self._stubs)]
         finally:
             self._keep_only(self.sharer.explicit)
-        frames = {(r.owner_index, r.compute_parties, r.grid_bits, r.margin_bits, r.dim, r.spec_digest)
-                  for r in replies}
+        frames = {(r.owner_index, r.compute_parties, r.grid_bits, r.margin_bits, r.dim, r.spec_digest, r.bound_units,
+                   r.verified) for r in replies}
         if len(frames) != 1 or replies[0].owner_index != self.owner_index or \
                 [r.rank for r in replies] != list(range(len(replies))):
             raise ValueError(f"job {self.job_id}: the compute parties state different frames or another index for "
@@ -583,8 +605,14 @@ class OwnerClient:
             raise RuntimeError("enrol first")
         if v.numel() != self.frame.dim:
             raise ValueError(f"contribution: {self.frame.dim} coordinates expected, got {v.numel()}")
-        share = self.sharer.split(encode_on_grid(v, self.frame.grid_bits, self.frame.margin_bits), t)
-        payload = share.numpy().astype("<i8").tobytes()
+        units = encode_on_grid(v, self.frame.grid_bits, self.frame.margin_bits)
+        if self.frame.verified:  # replicated F_p shares with a proof of the bound (.verified_shares)
+            f = self.frame
+            _, words = prove_contribution(units.numpy(), self.sharer.keys, t, owner_statement(f.dim, f.bound_units),
+                                          owner_context(self.job_id, t, self.owner_index))
+            payload = words.astype("<u8").tobytes()
+        else:
+            payload = self.sharer.split(units, t).numpy().astype("<i8").tobytes()
         try:
             self._stubs[self.sharer.explicit].Contribute(
                 pb.ContributeRequest(job_id=self.job_id, round=t, leaving=leaving, share=payload), timeout=timeout_s)

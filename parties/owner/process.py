@@ -241,8 +241,19 @@ def _prepare(cfg: OwnerConfig, job: JobFile, job_id: str) -> tuple[Identity, Pri
     if loaded.train.d != jt.features:
         raise OwnerRefused(f"job.features: the job says {jt.features}, {cfg.identity.name}'s data set "
                            f"{jt.dataset!r} has {loaded.train.d}")
-    real = None if jt.test_no_noise else realise(plan, len(jt.parties))
+    real = None if jt.test_no_noise else _realise(job, plan)
     return identity, plan, view, loaded, real
+
+
+def _realise(job: JobFile, plan: PrivacyPlan) -> Realisation:
+    """The noise's grid as the compute parties realise it: the default one, or, in the
+    malicious-secure mode, the finest on which every party's and owner's proof fits."""
+    if job.job.security == "malicious":
+        from mpc_erm.mpc.local_noise import DistributedNoise
+        from mpc_erm.mpc.verified_grid import realise_verified
+
+        return realise_verified(plan, DistributedNoise(), (0.0,) * len(job.job.parties), plan.member_bound())
+    return realise(plan, len(job.job.parties))
 
 
 def run_owner_job(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: float = 600.0,
@@ -373,6 +384,10 @@ def _one_release(job: JobFile) -> bool:
 
 def _trust(job: JobFile) -> str:
     jt = job.job
+    if jt.security == "malicious":
+        return (f"{jt.trust} among the compute parties {', '.join(jt.parties)}, malicious security with abort (any "
+                "one may deviate); this owner's contribution leaves it only as replicated shares in F_p with a proof "
+                "of its bound, checked by openings from both holders of each share")
     return (f"{jt.trust} among the compute parties {', '.join(jt.parties)}; this owner's contribution leaves it only "
             "as additive shares, one per compute party")
 

@@ -19,19 +19,23 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import grpc
+import numpy as np
 import torch
 
+from mpc_erm.mpc.replicated_open import shares_of
 from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.protocols.aggregation import NoiseSpec
 
 from .attest import statement, unsigned
 from .intake import IntakeError, OwnerClient, OwnerIntake, agree_present, pauses, round_state
 from .shares import OwnerRangeError, explicit_party
+from .verified_shares import derived_share, owner_context
 
 if TYPE_CHECKING:  # types only: a data owner, which imports this module, runs no CrypTen
     from mpc_erm.mpc.aggregator import MpcAggregator
     from mpc_erm.mpc.communicator import GrpcCommunicator
     from mpc_erm.mpc.validation import CheckPlan, RoundCheck
+    from mpc_erm.mpc.verified_aggregator import VerifiedAggregator
 
 __all__ = ["IntakeAggregator", "LeftAfterSending", "OwnerAggregator", "ReleaseSignatures"]
 
@@ -100,7 +104,8 @@ def agree_counted(comm: GrpcCommunicator, t: int, owners: list[int]) -> None:
 class IntakeAggregator:
     """A compute party's side: one :meth:`aggregate` call is one owner round (see the module)."""
 
-    def __init__(self, intake: OwnerIntake, comm: GrpcCommunicator, mpc: MpcAggregator, *, deadline_s: float,
+    def __init__(self, intake: OwnerIntake, comm: GrpcCommunicator, mpc: MpcAggregator | VerifiedAggregator, *,
+                 deadline_s: float,
                  first_wait_s: float,
                  while_owners_compute: Callable[[], None] | None = None,
                  check: Callable[[], None] | None = None,
@@ -141,9 +146,12 @@ class IntakeAggregator:
         present, explicit = self.intake.close_round()
         closed = time.monotonic()
         agreed = agree_present(self.comm, present, len(f.owners))
-        agreed, total = self._checked(t, agreed, explicit)
-        agree_counted(self.comm, t, agreed)
-        out = self.mpc.aggregate_shares(total, f.grid_bits, noise)
+        if f.verified:
+            out, agreed = self._verified(t, agreed, explicit, noise)
+        else:
+            agreed, total = self._checked(t, agreed, explicit)
+            agree_counted(self.comm, t, agreed)
+            out = self.mpc.aggregate_shares(total, f.grid_bits, noise)  # type: ignore[union-attr]
         self.signatures = self._sign(t, out, len(agreed))
         self.intake.publish(t, out, len(agreed), self.refused[-1], self.signatures)
         self.wait_seconds.append(closed - tic)
@@ -152,6 +160,52 @@ class IntakeAggregator:
         self.counted.append(len(agreed))
         self.agreed, self.last = agreed, out
         return out
+
+    def _verified(self, t: int, agreed: list[int], explicit: dict[int, torch.Tensor],
+                  noise: NoiseSpec) -> tuple[torch.Tensor, list[int]]:
+        """A malicious-secure round (``job.security = "malicious"``): every agreed owner's proof
+        checked and its shares' copies compared, with the compute parties' own noise inputs, by
+        :meth:`~mpc_erm.mpc.verified_aggregator.VerifiedAggregator.aggregate_owners`; the release
+        and the owners it counted. Owners whose proof fails, or whose two holders of a derived share
+        hold different copies, are recorded in :attr:`refused`."""
+        from mpc_erm.mpc.verified_aggregator import OwnerShares, VerifiedAggregator
+
+        f = self.intake.frame
+        assert isinstance(self.mpc, VerifiedAggregator)
+        spec, me = f.statement, f.rank
+        forwarded = self._forwarded(agreed, explicit, f.share_words)
+        held: dict[int, dict[int, np.ndarray]] = {}
+        for o in agreed:
+            e = explicit_party(o, f.compute_parties)
+            mine: dict[int, np.ndarray] = {}
+            for s in shares_of(me):
+                if s == e:
+                    mine[s] = (explicit[o] if s == me else forwarded[o]).numpy().view(np.uint64)
+                else:
+                    key = self.intake.shares.keys[o] if s == me else self.intake.shares.next_keys[o]
+                    mine[s] = derived_share(key, t, spec)
+            held[o] = mine
+        owners = OwnerShares(spec, tuple(agreed), held, context=lambda o: owner_context(f.job_id, t, o),
+                             explicit=lambda o: explicit_party(o, f.compute_parties))
+        out, verdicts = self.mpc.aggregate_owners(owners, f.dim, noise)
+        refused = sorted(verdicts.refused + verdicts.left_out)
+        self.refused.append(refused)
+        if refused and self.on_refused is not None:
+            self.on_refused(t, [f.owners[o] for o in refused])
+        return out, verdicts.kept
+
+    def _forwarded(self, agreed: list[int], explicit: dict[int, torch.Tensor], words: int) -> dict[int, torch.Tensor]:
+        """The explicit shares of the next compute party's owners (this party is their second
+        holder): it forwards those it received to the previous party and takes the next party's,
+        one message each way."""
+        f = self.intake.frame
+        k, me = f.compute_parties, f.rank
+        mine = [explicit[o] for o in agreed if explicit_party(o, k) == me]
+        theirs = [o for o in agreed if explicit_party(o, k) == (me + 1) % k]
+        if mine:  # the previous party expects exactly these (it knows whose explicit party this is)
+            self.comm.send(torch.stack(mine), (me - 1) % k)
+        got = self.comm.recv(torch.zeros(len(theirs), words, dtype=torch.long), (me + 1) % k) if theirs else None
+        return {o: got[i] for i, o in enumerate(theirs)} if got is not None else {}
 
     def _checked(self, t: int, agreed: list[int], explicit: dict[int, torch.Tensor]) -> tuple[list[int], torch.Tensor]:
         """The agreed owners whose contribution passes the bound check on its shares (the same list

@@ -14,12 +14,13 @@ from mpc_erm.mpc.communicator import GrpcCommunicator
 from mpc_erm.mpc.local_noise import DistributedNoise
 from mpc_erm.mpc.noise import InMpcNoise, Realisation
 from mpc_erm.mpc.validation import bound_units
+from mpc_erm.mpc.verified_aggregator import VerifiedAggregator
 from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.runs import FederatedRun, RunResult, run_for
 from parties.owner.intake import OwnerIntake, RoundFrame, intake_threads
 from parties.owner.rounds import IntakeAggregator
 from parties.owner.sample import pack_owner_bits, uniform_sample_shares
-from parties.owner.shares import contributions_checked, owner_margin_bits
+from parties.owner.shares import UNCHECKED_ENV, contributions_checked, owner_margin_bits
 
 from ..context import WorkerContext
 from ..logs import os_error_line
@@ -49,7 +50,8 @@ class ServedOwners:
     trust_model: str
 
 
-def serve_owners(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator, pool: InMpcNoise | DistributedNoise,
+def serve_owners(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator | VerifiedAggregator,
+                 pool: InMpcNoise | DistributedNoise,
                  plan: PrivacyPlan, real: Realisation | None, callers: CallerPolicy) -> ServedOwners:
     """Run the job's rounds with the owners' shares as the contributions (module docstring)."""
     spec, jt = ctx.job.spec, ctx.job.job
@@ -63,11 +65,15 @@ def serve_owners(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator,
                                                 f"for each of {run.rounds} rounds (secret shuffle)"})
         share = uniform_sample_shares(comm, len(jt.owners), run.fed.config.sample_size, run.rounds)
         drawn = () if share is None else pack_owner_bits(share)
+    verified = isinstance(agg, VerifiedAggregator)
     checked = contributions_checked()
+    if verified and not checked:
+        raise ValueError(f'job.security: "malicious" checks every owner\'s proof; this test build\'s '
+                         f"{UNCHECKED_ENV} switches the checks off")
     bound = bound_units(plan.member_bound(), grid, run.p) if checked else None
     frame = RoundFrame(ctx.job_id, jt.owners, len(jt.parties), comm.get_rank(), grid,
                        owner_margin_bits(len(jt.owners)), run.p, ctx.job.spec_digest(), sample_shares=drawn,
-                       bound_units=bound, replicated=jt.trust == "replicated")
+                       bound_units=bound, replicated=jt.trust == "replicated", verified=verified)
     listen_host, adv_host = hosts(ctx)
     intake = OwnerIntake(ctx.identity, frame, bind=f"{listen_host}:0", callers=callers,
                          max_workers=intake_threads(len(jt.owners), len(jt.parties))).start()
@@ -109,7 +115,10 @@ def serve_owners(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator,
                                    "round_mpc_seconds": rounds.mpc_seconds, "round_cpu_seconds": rounds.cpu_seconds}
     trust = (agg.trust_model if not isinstance(run, FederatedRun) else
              f"{jt.trust} among the compute parties {', '.join(jt.parties)}")
-    trust += (f"; every owner's contribution checked on its shares against its public ℓ2 bound "
+    trust += (f"; every owner's contribution proved within its public ℓ2 bound {plan.member_bound():.6g} on its "
+              "replicated shares, each proof checked by openings from both holders of each share (one bit revealed "
+              "each; a failing one left out)" if verified else
+              f"; every owner's contribution checked on its shares against its public ℓ2 bound "
               f"{plan.member_bound():.6g} (one bit revealed each; a failing one left out)" if checked else
               "; CONTRIBUTIONS NOT CHECKED against their bounds (test build)")
     return ServedOwners(result, counters, trust)

@@ -248,6 +248,20 @@ def test_a_malicious_job_parses_with_three_replicated_parties_and_distributed_no
     assert job.spec_digest() != honest.spec_digest() and 'security = "malicious"' in job.to_toml()
 
 
+def test_a_malicious_job_takes_data_owners_sampling_themselves_but_not_the_secret_shuffle() -> None:
+    text = BASE.replace('trust = "dealer"\ndealer = "dealer"',
+                        'trust = "replicated"\nsecurity = "malicious"\nfeatures = 5\nowners = ["o1", "o2"]') \
+        .replace("delta = 1e-5", 'delta = 1e-5\nnoise = "distributed"\nadjacency = "add_remove"\npublic_n = 10')
+    fed = text.replace("iterations = 10", "iterations = 10\nsampling_rate = 0.5").replace(
+        'name = "logistic"', 'name = "softmax"\nn_classes = 3').replace("public_n = 10", "public_n = 2\nclip = 1.0") + \
+        '\n[federated]\nlocal_epochs = 1\nlocal_batch = 4\nlocal_lr = 0.1\nsampling = "{}"\n'
+    assert parse_job_file(text).job.owners == ("o1", "o2")
+    assert parse_job_file(fed.format("poisson")).job.security == "malicious"
+    with pytest.raises(JobFileError) as err:
+        parse_job_file(fed.format("uniform"))
+    assert 'federated.sampling: security = "malicious" needs "poisson"' in str(err.value)
+
+
 def test_digest_changes_when_any_field_changes() -> None:
     job = load_job_file(EXAMPLES / "gradient-adult.toml")
     base = job.model_dump(mode="json")

@@ -96,6 +96,15 @@ def test_each_trust_model_and_adjacency_is_said_in_its_own_words() -> None:
     assert "One noisy average of the parties' locally trained models" in out
 
 
+def test_a_malicious_secure_statement_says_what_owners_prove_only_in_an_owner_job() -> None:
+    mal = _report().model_copy(update={"security": "malicious"})
+    parties = job_statement(mal)
+    assert "Security model: malicious, with abort" in parties and "data owner" not in parties
+    owners = job_statement(mal.model_copy(update={"parameters": {**mal.parameters, "owners": 9}}))
+    assert "Each data owner proved its own contribution within the job's public bound" in owners
+    assert "can still leave an owner out of a round" in owners
+
+
 def test_a_report_that_states_no_security_model_is_read_as_semi_honest() -> None:
     old = _report().model_copy(update={"security": None})  # a report written before reports stated it
     text = job_statement(old)

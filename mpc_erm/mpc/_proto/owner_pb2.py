@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0bowner.proto\x12\nmpc_erm.v1\">\n\rEnrollRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\x10\n\x08next_key\x18\x03 \x01(\x0c\"\xbf\x01\n\x0b\x45nrollReply\x12\x13\n\x0bowner_index\x18\x01 \x01(\r\x12\x17\n\x0f\x63ompute_parties\x18\x02 \x01(\r\x12\x0c\n\x04rank\x18\x03 \x01(\r\x12\x11\n\tgrid_bits\x18\x04 \x01(\r\x12\x13\n\x0bmargin_bits\x18\x05 \x01(\r\x12\x0b\n\x03\x64im\x18\x06 \x01(\x04\x12\x13\n\x0bspec_digest\x18\x07 \x01(\t\x12\x15\n\rsample_shares\x18\x08 \x01(\x0c\x12\x13\n\x0brelease_key\x18\t \x01(\x0c\"R\n\x11\x43ontributeRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x04\x12\r\n\x05share\x18\x03 \x01(\x0c\x12\x0f\n\x07leaving\x18\x04 \x01(\x08\"\x11\n\x0f\x43ontributeReply\"=\n\x0cRoundRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x04\x12\x0e\n\x06wait_s\x18\x03 \x01(\x01\"\x8e\x01\n\nRoundReply\x12\r\n\x05round\x18\x01 \x01(\x04\x12\r\n\x05state\x18\x02 \x01(\x0c\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x16\n\x0eowners_counted\x18\x04 \x01(\r\x12\x0f\n\x07refused\x18\x05 \x01(\x08\x12\x16\n\x0eowners_refused\x18\x06 \x01(\r\x12\x12\n\nsignatures\x18\x07 \x03(\x0c\x32\xd3\x01\n\x0bOwnerIntake\x12<\n\x06\x45nroll\x12\x19.mpc_erm.v1.EnrollRequest\x1a\x17.mpc_erm.v1.EnrollReply\x12H\n\nContribute\x12\x1d.mpc_erm.v1.ContributeRequest\x1a\x1b.mpc_erm.v1.ContributeReply\x12<\n\x08GetRound\x12\x18.mpc_erm.v1.RoundRequest\x1a\x16.mpc_erm.v1.RoundReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0bowner.proto\x12\nmpc_erm.v1\">\n\rEnrollRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\x10\n\x08next_key\x18\x03 \x01(\x0c\"\xe6\x01\n\x0b\x45nrollReply\x12\x13\n\x0bowner_index\x18\x01 \x01(\r\x12\x17\n\x0f\x63ompute_parties\x18\x02 \x01(\r\x12\x0c\n\x04rank\x18\x03 \x01(\r\x12\x11\n\tgrid_bits\x18\x04 \x01(\r\x12\x13\n\x0bmargin_bits\x18\x05 \x01(\r\x12\x0b\n\x03\x64im\x18\x06 \x01(\x04\x12\x13\n\x0bspec_digest\x18\x07 \x01(\t\x12\x15\n\rsample_shares\x18\x08 \x01(\x0c\x12\x13\n\x0brelease_key\x18\t \x01(\x0c\x12\x13\n\x0b\x62ound_units\x18\n \x01(\x04\x12\x10\n\x08verified\x18\x0b \x01(\x08\"R\n\x11\x43ontributeRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x04\x12\r\n\x05share\x18\x03 \x01(\x0c\x12\x0f\n\x07leaving\x18\x04 \x01(\x08\"\x11\n\x0f\x43ontributeReply\"=\n\x0cRoundRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x04\x12\x0e\n\x06wait_s\x18\x03 \x01(\x01\"\x8e\x01\n\nRoundReply\x12\r\n\x05round\x18\x01 \x01(\x04\x12\r\n\x05state\x18\x02 \x01(\x0c\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x16\n\x0eowners_counted\x18\x04 \x01(\r\x12\x0f\n\x07refused\x18\x05 \x01(\x08\x12\x16\n\x0eowners_refused\x18\x06 \x01(\r\x12\x12\n\nsignatures\x18\x07 \x03(\x0c\x32\xd3\x01\n\x0bOwnerIntake\x12<\n\x06\x45nroll\x12\x19.mpc_erm.v1.EnrollRequest\x1a\x17.mpc_erm.v1.EnrollReply\x12H\n\nContribute\x12\x1d.mpc_erm.v1.ContributeRequest\x1a\x1b.mpc_erm.v1.ContributeReply\x12<\n\x08GetRound\x12\x18.mpc_erm.v1.RoundRequest\x1a\x16.mpc_erm.v1.RoundReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,15 +35,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ENROLLREQUEST']._serialized_start=27
   _globals['_ENROLLREQUEST']._serialized_end=89
   _globals['_ENROLLREPLY']._serialized_start=92
-  _globals['_ENROLLREPLY']._serialized_end=283
-  _globals['_CONTRIBUTEREQUEST']._serialized_start=285
-  _globals['_CONTRIBUTEREQUEST']._serialized_end=367
-  _globals['_CONTRIBUTEREPLY']._serialized_start=369
-  _globals['_CONTRIBUTEREPLY']._serialized_end=386
-  _globals['_ROUNDREQUEST']._serialized_start=388
-  _globals['_ROUNDREQUEST']._serialized_end=449
-  _globals['_ROUNDREPLY']._serialized_start=452
-  _globals['_ROUNDREPLY']._serialized_end=594
-  _globals['_OWNERINTAKE']._serialized_start=597
-  _globals['_OWNERINTAKE']._serialized_end=808
+  _globals['_ENROLLREPLY']._serialized_end=322
+  _globals['_CONTRIBUTEREQUEST']._serialized_start=324
+  _globals['_CONTRIBUTEREQUEST']._serialized_end=406
+  _globals['_CONTRIBUTEREPLY']._serialized_start=408
+  _globals['_CONTRIBUTEREPLY']._serialized_end=425
+  _globals['_ROUNDREQUEST']._serialized_start=427
+  _globals['_ROUNDREQUEST']._serialized_end=488
+  _globals['_ROUNDREPLY']._serialized_start=491
+  _globals['_ROUNDREPLY']._serialized_end=633
+  _globals['_OWNERINTAKE']._serialized_start=636
+  _globals['_OWNERINTAKE']._serialized_end=847
 # @@protoc_insertion_point(module_scope)

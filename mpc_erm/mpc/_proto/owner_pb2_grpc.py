@@ -65,7 +65,8 @@ class OwnerIntakeServicer:
 
     def Contribute(self, request, context):
         """Once per round, at the owner's explicit party only: the explicit share (raw little-endian
-        int64, dim words); the other compute parties derive their shares from the owner's keys.
+        int64, dim words; with verified shares, the share's salt, x, aux and proof as uint64 words);
+        the other compute parties derive their shares from the owner's keys.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

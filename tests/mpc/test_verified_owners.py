@@ -1,0 +1,155 @@
+"""Data owners in the malicious-secure mode (mpc_erm.mpc.verified_aggregator.aggregate_owners with
+parties.owner.verified_shares) between three real compute-party processes over gRPC + mutual TLS.
+
+The owners' submissions are made here, once, as their clients make them (keys given at enrolment,
+one explicit share a round); each compute party holds what its intake would: the two shares it
+derives or receives, the explicit one forwarded by its first holder. Cases:
+
+- honest owners, zero noise: the release is exactly the sum of their contributions;
+- an owner over its bound with a forged proof, and an owner that gave one holder of a derived share
+  another key: the first is refused, the second left out, at every party, and the release is the
+  honest owners' sum;
+- bob forwards an altered copy of an explicit share: every party stops naming bob and alice (the
+  share's first holder forwards it to its second), nothing is revealed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from parties.owner import verified_shares as VS
+from tests.mpc.forgery import naive_aux
+from tests.mpc.test_mpc_aggregator import run_job
+
+DIM = 200
+BOUND = 4.0  # every owner's public ℓ2 bound, real units
+GRID = 16
+NOISE = dict(mechanism="gaussian", scale=2.0, grid_bits=GRID)
+OWNERS = 8
+LIAR, SPLITTER = 5, 6  # over its bound with a forged proof; another key to one holder of a derived share
+JOB = "verified-owners"
+CASES = ("honest owners", "a liar and a splitter", "bob alters a forwarded share")
+
+
+def _units(o: int, scale: float) -> np.ndarray:
+    v = np.random.default_rng(100 + o).standard_normal(DIM)
+    return np.round(v * (scale * BOUND / np.linalg.norm(v)) * 2.0**GRID).astype(np.int64)
+
+
+def _submissions(case: str) -> dict[str, Any]:
+    """What every owner sends for the case's round: keys by share (as each holder has them) and the
+    explicit share's words."""
+    from mpc_erm.mpc import norm_proof as N
+    from mpc_erm.mpc.validation import bound_units
+
+    spec = VS.owner_statement(DIM, bound_units(BOUND, GRID, DIM))
+    t = CASES.index(case)
+    out: dict[str, Any] = {"units": {}, "keys": {}, "payload": {}, "M": spec.bound}
+    for o in range(OWNERS):
+        e = o % 3
+        keys = {j: hashlib.sha256(f"{case}|{o}|{j}".encode()).digest() for j in range(3) if j != e}
+        liar = case == CASES[1] and o == LIAR
+        x = _units(o, 6.0 if liar else 0.9)
+        real_aux = N.aux_vector
+        if liar:  # the honest recipe applied to an out-of-bound vector, every value reduced into range
+            N.aux_vector = lambda x, spec, rows_key: naive_aux(x, rows_key, spec)  # type: ignore[assignment]
+        try:
+            _, words = VS.prove_contribution(x, keys, t, spec, VS.owner_context(JOB, t, o))
+        finally:
+            N.aux_vector = real_aux  # type: ignore[assignment]
+        held_keys = {j: (k, k) for j, k in keys.items()}  # share j's key at its two holders
+        if case == CASES[1] and o == SPLITTER:
+            j = next(iter(keys))
+            held_keys[j] = (keys[j], secrets.token_bytes(32))
+        out["units"][o], out["keys"][o], out["payload"][o] = x, held_keys, words
+    return out
+
+
+def _party(rank: int, table: Any, identity: Any, server: Any, rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    import mpc_erm.mpc.verified_aggregator as V
+    from mpc_erm.mpc.communicator import init_crypten, uninit_crypten
+    from mpc_erm.mpc.local_noise import DistributedNoise
+    from mpc_erm.mpc.replicated_open import holders, shares_of
+    from mpc_erm.mpc.transport import TransportOptions
+    from mpc_erm.protocols.aggregation import NoiseSpec
+
+    class Silent(DistributedNoise):
+        def take(self, p: int, spec: NoiseSpec) -> torch.Tensor:
+            super().take(p, spec)
+            return torch.zeros(p, dtype=torch.long)
+
+    comm = init_crypten(table, identity.name, identity, server=server, options=TransportOptions(deadline_s=30))
+    spec = NoiseSpec(**NOISE)  # type: ignore[arg-type]
+    rep: dict[str, Any] = {"outcomes": {}}
+    try:
+        agg = V.VerifiedAggregator(Silent(), (0.0,) * 3, comm)
+        for t, case in enumerate(CASES):
+            sub = rounds[t]
+            statement = VS.owner_statement(DIM, sub["M"])
+            held: dict[int, dict[int, np.ndarray]] = {}
+            for o in range(OWNERS):
+                e = o % 3
+                mine = {}
+                for s in shares_of(rank):
+                    if s == e:
+                        words = sub["payload"][o].copy()
+                        if case == CASES[2] and rank == 0 and e == 1:  # bob forwards it to alice, altered
+                            words[VS.SALT_WORDS + 3] ^= np.uint64(1)
+                        mine[s] = words
+                    else:
+                        first, second = sub["keys"][o][s]
+                        mine[s] = VS.derived_share(first if rank == holders(s)[0] else second, t, statement)
+                held[o] = mine
+            owners = V.OwnerShares(statement, tuple(range(OWNERS)), held,
+                                   context=lambda o, t=t: VS.owner_context(JOB, t, o), explicit=lambda o: o % 3)
+            agg._counter = t
+            try:
+                out, verdicts = agg.aggregate_owners(owners, DIM, spec)
+                rep["outcomes"][case] = ("ok", out.numpy(), verdicts.kept, verdicts.refused, verdicts.left_out,
+                                         agg.precision_bits)
+            except V.DeviationDetected as exc:
+                rep["outcomes"][case] = ("deviation", str(exc))
+    finally:
+        uninit_crypten()
+    return rep
+
+
+@pytest.fixture(scope="module")
+def reports() -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:
+    rounds = [_submissions(case) for case in CASES]
+    return run_job(_party, 3, timeout=240.0, rounds=rounds), rounds
+
+
+def test_honest_owners_released_exactly_at_every_party(reports: Any) -> None:
+    reps, rounds = reports
+    for r in range(3):
+        kind, out, kept, refused, left_out, g = reps[r]["outcomes"][CASES[0]]
+        assert kind == "ok" and kept == list(range(OWNERS)) and refused == [] and left_out == []
+        want = sum(rounds[0]["units"][o] for o in range(OWNERS)) / 2.0**g
+        assert g == GRID and np.array_equal(out, want)
+
+
+def test_a_lying_owner_is_refused_and_a_splitting_owner_left_out_at_every_party(reports: Any) -> None:
+    reps, rounds = reports
+    honest = [o for o in range(OWNERS) if o not in (LIAR, SPLITTER)]
+    for r in range(3):
+        kind, out, kept, refused, left_out, g = reps[r]["outcomes"][CASES[1]]
+        assert kind == "ok", out
+        assert (kept, refused, left_out) == (honest, [LIAR], [SPLITTER]), r
+        want = sum(rounds[1]["units"][o] for o in honest) / 2.0**g
+        assert np.array_equal(out, want)
+
+
+def test_a_compute_party_that_alters_a_forwarded_share_stops_every_party(reports: Any) -> None:
+    reps, _ = reports
+    for r in range(3):
+        kind, message = reps[r]["outcomes"][CASES[2]][:2]
+        assert kind == "deviation", f"party {r} released in {CASES[2]!r}"
+        assert "explicit share reached" in message and "alice" in message and "bob" in message, message
+        assert "nothing is revealed" in message
