@@ -36,6 +36,7 @@ import secrets
 from collections.abc import Mapping
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from mpc_erm.mpc import norm_proof as N
 
@@ -44,6 +45,7 @@ __all__ = ["SALT_WORDS", "derived_share", "explicit_payload", "owner_context", "
 
 _DOMAIN = b"mpc-erm owner share v1"
 SALT_WORDS = N.SALT_BYTES // 8
+_BLAS_LIMITED = False
 
 
 def round_seed(key: bytes, t: int) -> bytes:
@@ -72,11 +74,24 @@ def payload_words(spec: N.NormSpec) -> int:
     return SALT_WORDS + spec.submission_length
 
 
+def _one_blas_thread() -> None:
+    """The proof's products are small (a few thousand square at most); numpy's BLAS threads beside
+    the owner's other threads, or other owners' processes on the same cores, made each proof
+    several times slower (1,000 owners in 8 processes on 2 cores: a round's shares in 40 s
+    instead of 4 s). An owner process proves with one BLAS thread from its first proof on; the
+    owner's training runs on torch's own threads, which this does not touch."""
+    global _BLAS_LIMITED
+    if not _BLAS_LIMITED:
+        threadpool_limits(limits=1, user_api="blas")
+        _BLAS_LIMITED = True
+
+
 def prove_contribution(units: np.ndarray, keys: Mapping[int, bytes], t: int, spec: N.NormSpec,
                        context: bytes) -> tuple[int, np.ndarray]:
     """An owner's round: its contribution in grid units (int64, ‖·‖₂ ≤ M), shared with the shares
     of ``keys`` (share index → enrolment key, every share but the explicit one) drawn from the
     keys, and proved. Returns (the explicit share's index, its payload words: salt, x, aux, proof)."""
+    _one_blas_thread()
     e = ({0, 1, 2} - set(keys)).pop() if len(keys) == N.SHARES - 1 else None
     if e is None:
         raise ValueError(f"keys: {N.SHARES - 1} of the {N.SHARES} shares' keys expected, got {sorted(keys)}")
