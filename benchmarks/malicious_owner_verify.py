@@ -1,5 +1,5 @@
-"""What checking data owners' norm proofs would cost a compute party, per owner: the design
-measurement for owners in the malicious-secure mode (not yet served by the daemons).
+"""What checking data owners' norm proofs costs a compute party, per owner, in the
+malicious-secure mode (the intake runs ``fiat_shamir_batched``).
 
     python -m benchmarks.malicious_owner_verify --owners 1000 --dim 7850 \
         --out benchmarks/results/malicious_owner_verify.json
@@ -17,7 +17,10 @@ computes its two verifier parts. Two ways to draw the projection rows, measured 
   made once the rows are known): the rows are drawn once and enter each owner's check as
   ⟨Rᵀθ, x⟩ (:func:`~mpc_erm.mpc.norm_proof.check_weights`);
 * ``shared_rows_batched`` — the same rows, the owners' shares stacked 32 at a time and checked by
-  :func:`~mpc_erm.mpc.norm_proof.verifier_shares` (a few products per batch, not per owner).
+  :func:`~mpc_erm.mpc.norm_proof.verifier_shares` (a few products per batch, not per owner);
+* ``fiat_shamir_batched`` — each owner's own rows, the owners stacked 32 at a time with their check
+  weights stacked (:func:`~mpc_erm.mpc.norm_proof.stacked_check_weights`): what the daemons' intake
+  runs (one message per owner and round).
 
 The baseline is the semi-honest intake's own work per owner (an owner's share expanded from its
 AES key and added to the round's sum: :class:`~parties.owner.shares.OwnerShareSum`'s arithmetic),
@@ -67,23 +70,31 @@ def _party0(sub: N.Submission, spec: N.NormSpec, context: bytes, query: N.Query,
     return np.concatenate([N.verifier_share(s, *held[s], spec, keys, query) for s in (0, 1)])
 
 
-def _party0_batch(subs: list[N.Submission], spec: N.NormSpec, query: N.Query, rows_key: bytes) -> np.ndarray:
+def _party0_batch(subs: list[N.Submission], spec: N.NormSpec, query: N.Query, rows_key: bytes | None) -> np.ndarray:
     """Party 0's work for every owner at once: each share expanded and hashed per owner, then the
-    verifier parts of all owners' share s in one batch (:func:`~mpc_erm.mpc.norm_proof.verifier_shares`)."""
+    verifier parts of all owners' share s in one batch (:func:`~mpc_erm.mpc.norm_proof.verifier_shares`);
+    ``rows_key`` None: each owner's own Fiat–Shamir rows, their check weights stacked
+    (:func:`~mpc_erm.mpc.norm_proof.stacked_check_weights`, what the intake runs)."""
     held = {s: [(N.seeded_share(sub.seeds[s], 0, spec.dim), N.seeded_share(sub.seeds[s], 1, spec.aux_length),
                  N.seeded_share(sub.seeds[s], 2, spec.proof_length)) for sub in subs] for s in (0, 1)}
-    weights = []
+    weights, own_rows = [], []
     for i, sub in enumerate(subs):
         xs = [N.commitment(s, held[s][i][0], sub.salts[s]) for s in (0, 1)]
         auxs = [N.commitment(s, held[s][i][1], sub.salts[s], b"aux") for s in (0, 1)]
         x_all, aux_all = sub.commitments()
         assert xs == x_all[:2] and auxs == aux_all[:2]
-        weights.append(N.rho(N.rho_key_for(rows_key, aux_all), spec))
+        if rows_key is None:
+            keys = N.keys_for(CONTEXT + str(i).encode(), x_all, aux_all)
+            own_rows.append(keys[0])
+            weights.append(N.rho.__wrapped__(keys[1], spec))
+        else:
+            weights.append(N.rho(N.rho_key_for(rows_key, aux_all), spec))
     out = []
     for lo in range(0, len(subs), BATCH):  # batches that stay in cache: a thousand stacked shares are 90 MB
         rho = np.stack(weights[lo: lo + BATCH])
+        check = N.stacked_check_weights(own_rows[lo: lo + BATCH], spec, query.key) if rows_key is None else None
         parts = [N.verifier_shares(s, *(np.stack([h[part] for h in held[s][lo: lo + BATCH]]) for part in range(3)),
-                                   spec, rows_key, rho, query) for s in (0, 1)]
+                                   spec, rows_key or b"", rho, query, check=check) for s in (0, 1)]
         out.append(np.concatenate(parts, axis=1))
     return np.concatenate(out)
 
@@ -109,7 +120,7 @@ def _run(owners: int, dim: int, bound: int, shared: bool, seed: int, batched: bo
     N.check_weights.cache_clear()
     tic = time.perf_counter()
     if batched:
-        _party0_batch(subs, spec, query, rows_key)  # type: ignore[arg-type]
+        _party0_batch(subs, spec, query, rows_key)
     else:
         for i, sub in enumerate(subs):
             _party0(sub, spec, CONTEXT + str(i).encode(), query, rows_key)
@@ -146,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
         fs = _run(a.owners, a.dim, 1 << a.bound_log2, shared=False, seed=a.seed)
         shared = _run(a.owners, a.dim, 1 << a.bound_log2, shared=True, seed=a.seed)
         batched = _run(a.owners, a.dim, 1 << a.bound_log2, shared=True, seed=a.seed, batched=True)
+        fs_batched = _run(a.owners, a.dim, 1 << a.bound_log2, shared=False, seed=a.seed, batched=True)
     out = jsonable({
         "benchmark": "malicious_owner_verify", "machine": machine_info(),
         "command": "python -m benchmarks.malicious_owner_verify " + " ".join(sys.argv[1:] if argv is None else argv),
@@ -153,6 +165,9 @@ def main(argv: list[str] | None = None) -> None:
                  f"M = 2^{a.bound_log2} grid units (two held shares each: expand the seeded ones, hash, verifier "
                  "parts), one thread; the semi-honest intake's arithmetic per owner as the baseline"),
         "semi_honest_intake": base, "fiat_shamir": fs, "shared_rows": shared, "shared_rows_batched": batched,
+        "fiat_shamir_batched": fs_batched,
+        "fiat_shamir_batched_over_semi_honest": (fs_batched["compute_party_ms_per_owner"]
+                                                 / base["compute_party_ms_per_owner"]),
         "fiat_shamir_over_semi_honest": fs["compute_party_ms_per_owner"] / base["compute_party_ms_per_owner"],
         "shared_rows_over_semi_honest": shared["compute_party_ms_per_owner"] / base["compute_party_ms_per_owner"],
         "fiat_shamir_over_shared_rows": fs["compute_party_ms_per_owner"] / shared["compute_party_ms_per_owner"],

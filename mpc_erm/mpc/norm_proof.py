@@ -56,7 +56,7 @@ from .projections import projection_signs, projection_threshold
 
 __all__ = ["NORM_PROJECTIONS", "NormProofError", "NormSpec", "Query", "Submission", "accept", "bits_of", "commitment",
            "SALT_BYTES", "CheckWeights", "DealtInput", "check_weights", "deal_input", "keys_for", "prove_dealt",
-           "prove_seeded", "rho_key_for", "seeded_share",
+           "prove_seeded", "rho_key_for", "seeded_share", "stacked_check_weights",
            "aux_vector", "chunk_squares", "prove_norm", "prove_wires", "q_rows_for", "rho", "rows_for", "split",
            "verifier_share", "verifier_shares", "wires"]
 
@@ -542,16 +542,30 @@ def verifier_share(index: int, x: np.ndarray, aux: np.ndarray, proof: np.ndarray
     return verifier_shares(index, x[None], aux[None], proof[None], spec, keys[0], rho(keys[1], spec)[None], query)[0]
 
 
+def stacked_check_weights(rows_keys: Sequence[bytes], spec: NormSpec, query_key: bytes) -> CheckWeights:
+    """:func:`check_weights` of many contributors, each with its own rows (Fiat–Shamir), against
+    one query: the parts that follow from the rows (w_x, and w_sums over chunk rows) stacked by
+    contributor, the parts that follow from the query alone shared (they are the same for every
+    rows key). What :func:`verifier_shares` takes as ``check`` to check them all at once."""
+    every = [check_weights.__wrapped__(k, spec, query_key) for k in rows_keys]  # one use each: not cached
+    first = every[0]
+    return CheckWeights(np.stack([c.x for c in every]), first.aux, np.stack([c.sums for c in every]), first.bits,
+                        first.const)
+
+
 def verifier_shares(index: int, x: np.ndarray, aux: np.ndarray, proof: np.ndarray, spec: NormSpec,
-                    rows_key: bytes, weights: np.ndarray, query: Query) -> np.ndarray:
+                    rows_key: bytes, weights: np.ndarray, query: Query, check: CheckWeights | None = None
+                    ) -> np.ndarray:
     """:func:`verifier_share` for n contributors' share ``index`` at once, against one set of rows
     and one query: x (n, d), aux (n, bits), proof (n, ·), their bit checks' ρ (n, 2, bits) →
     (n, opened). The work is a few products over the stacked shares, not a few dozen small ones
     per contributor (what makes checking many data owners' proofs cost about what adding their
     shares does)."""
     first = index == 0
-    # the folded weights, shared by every share checked against these rows and this query
-    c = _folded_check(x, aux, proof, spec, check_weights(rows_key, spec, query.key), first)
+    # the folded weights, shared by every share checked against these rows and this query (or, as
+    # ``check``, each contributor's own: :func:`stacked_check_weights`)
+    c = _folded_check(x, aux, proof, spec, check if check is not None else check_weights(rows_key, spec, query.key),
+                      first)
     squares, left, right = wires(x, aux, weights, spec, first)
     square_proof, bit_proof = _split_proof(proof, spec)
     sq = flp.query_share(squares, squares, np.ascontiguousarray(square_proof), spec.square_layout, query.point)

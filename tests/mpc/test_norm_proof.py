@@ -434,6 +434,38 @@ def test_a_batch_of_contributors_is_checked_as_each_one_alone() -> None:
         assert N.accept(opened, SPEC) == (i != 2), i
 
 
+@pytest.mark.parametrize("dim, bound", [(300, 10_000), (2601, 1 << 22), (2000, 1 << 23)])
+def test_contributors_with_their_own_rows_are_checked_together_as_each_one_alone(dim: int, bound: int) -> None:
+    """stacked_check_weights + verifier_shares (each contributor its own Fiat–Shamir rows, as data
+    owners prove) gives every contributor the vector verifier_share gives it alone; a liar among
+    them fails, and only it. The larger statements have several chunks; in the last their square
+    sums are bounded by rows too, whose weights differ by contributor as well."""
+    from tests.mpc.forgery import forge
+
+    spec = N.NormSpec(dim, bound)
+    rng = np.random.default_rng(9)
+
+    def vec(scale: float) -> np.ndarray:
+        v = rng.standard_normal(dim)
+        return np.round(v * (scale * bound / np.linalg.norm(v))).astype(np.int64)
+
+    contexts = [f"owner {i}".encode() for i in range(5)]
+    subs = [N.prove_norm(vec(0.9), spec, c) for c in contexts]
+    subs[3] = forge(vec(4.0), spec, contexts[3])
+    keys = [N.keys_for(c, *sub.commitments()) for c, sub in zip(contexts, subs, strict=True)]
+    query = N.Query.from_key(secrets.token_bytes(32), spec)
+    check = N.stacked_check_weights([k[0] for k in keys], spec, query.key)
+    rho = np.stack([N.rho(k[1], spec) for k in keys])
+    batch = {s: N.verifier_shares(s, np.stack([u.x[s] for u in subs]), np.stack([u.aux[s] for u in subs]),
+                                  np.stack([u.proof[s] for u in subs]), spec, b"", rho, query, check=check)
+             for s in range(3)}
+    for i, (sub, k) in enumerate(zip(subs, keys, strict=True)):
+        for s in range(3):
+            assert np.array_equal(batch[s][i], N.verifier_share(s, sub.x[s], sub.aux[s], sub.proof[s], spec, k,
+                                                                query)), (i, s)
+        assert N.accept(F.add(F.add(batch[0][i], batch[1][i]), batch[2][i]), spec) == (i != 3), i
+
+
 def _verify_rows(sub: N.Submission, rows_key: bytes) -> bool:
     keys = (rows_key, N.rho_key_for(rows_key, sub.commitments()[1]))
     query = N.Query.from_key(secrets.token_bytes(32), SPEC)
