@@ -35,6 +35,10 @@ its bound (as in any MPC), and a noise share that is not Gaussian, moving the re
 B_z more (the honest parties' shares alone carry the privacy guarantee,
 :mod:`mpc_erm.privacy.distributed`) — or stop the job. Every other deviation in what it sends
 either raises here before the value is used, or is a lie in a share whose second holder is honest.
+With data owners (:meth:`VerifiedAggregator.aggregate_owners`), each owner's input is proved and
+dealt by the owner itself (:mod:`parties.owner.verified_shares`); its shares' copies are compared
+and its proof checked in steps 3 and 5 beside the parties' own, an owner that fails is left out of
+the sum rather than stopping the job, and a party's own input is its noise share alone.
 Nothing in this protocol is a product of shares: the compute parties only add, scale by public
 constants and open, which is why the openings are all that needs checking.
 """
@@ -136,7 +140,8 @@ def _as_field(t: torch.Tensor) -> np.ndarray:
 
 class VerifiedAggregator:
     """``SecureAggregator`` of the malicious-secure mode, for one of exactly three compute parties
-    that hold their own rows, with distributed noise (module docstring)."""
+    that hold their own rows (:meth:`aggregate`) or serve data owners (:meth:`aggregate_owners`),
+    with distributed noise (module docstring)."""
 
     def __init__(self, noise: DistributedNoise, bounds: tuple[float, ...], comm: Communicator) -> None:
         """``bounds``: the public ℓ2 bound of each party's weighted contribution, by rank."""
@@ -352,7 +357,7 @@ class VerifiedAggregator:
             if reach >= F.P // 2:  # the sum's centred representative would wrap
                 raise ValueError(f"job.owners: {len(owners.owners)} owners' contributions of bound {owners.spec.bound} "
                                  f"grid units and the noise can reach {reach}, beyond F_p's range; fewer owners per "
-                                 "round, or a larger privacy.clip grid")
+                                 'round, or security = "semi-honest"')
         if not bool(torch.isfinite(local).all()):
             raise ValueError(f"aggregate #{t}: this party's weighted contribution is NaN/inf; nothing revealed")
         mine = torch.round(local * float(2**g)).to(torch.long) + self.noise.take(p, noise)

@@ -6,7 +6,10 @@ compute party and at a data owner (docs/explanation/architecture.md §2):
   round at its :class:`~.intake.OwnerIntake`, waits for the owners until the deadline
   (telling the other compute parties every second whether it is done, so that all stop together),
   agrees with them on the owners ready everywhere, reveals their sum plus
-  the in-MPC noise (:meth:`~.aggregator.MpcAggregator.aggregate_shares`) and publishes it.
+  the in-MPC noise (:meth:`~.aggregator.MpcAggregator.aggregate_shares`) and publishes it; in the
+  malicious-secure mode it checks every owner's proof and reveals the sum of those that pass with
+  the parties' noise shares
+  (:meth:`~mpc_erm.mpc.verified_aggregator.VerifiedAggregator.aggregate_owners`).
 - :class:`OwnerAggregator` (an owner): weights its own contribution (public weights), sends its
   shares (:class:`~.intake.OwnerClient`) and returns the released noisy sum. An owner late
   for a round is left out of it and still reads its release, so every member takes the same step.
