@@ -136,8 +136,8 @@ def _noise_words(report: PrivacyReport) -> str:
 
 _owners_malicious = (" Each data owner proved its own contribution within the job's public bound on its replicated "
                      "shares, checked the same way; an owner whose proof failed was left out of the sum. A compute "
-                     "party can still leave an owner out of a round (claim its share never came), which that owner "
-                     "sees when it reads the release, but not change what a counted owner contributed.")
+                     "party can still leave an owner out of a round (claim its share never came), as the network "
+                     "can, but not change what a counted owner contributed.")
 
 
 def _has_owners(report: PrivacyReport) -> bool:
