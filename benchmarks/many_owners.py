@@ -176,11 +176,12 @@ def _share_words(dim: int, verified: bool) -> int:
     """Words of one owner's explicit share: d, or with verified shares its salt, x, aux and proof."""
     if not verified:
         return dim
+    from mpc_erm.mpc.norm_proof import NormSpec
     from mpc_erm.mpc.validation import bound_units
-    from parties.owner.verified_shares import owner_statement, payload_words
+    from parties.owner.verified_shares import payload_words
 
     grid = int(_spec(dim, distributed=True).grid_bits)  # distributed noise's grid is the spec's
-    return payload_words(owner_statement(dim, bound_units(1.0, grid, dim)))
+    return payload_words(NormSpec(dim, bound_units(1.0, grid, dim)))
 
 
 def _spec(dim: int, distributed: bool) -> Any:
@@ -220,22 +221,18 @@ def run_one(owners: int, dim: int, rounds: int, threads: int, procs: int = 1, ch
     def worst(key: str) -> list[float]:  # per round, the slowest compute party
         return [max(r["rounds"][t][key] for r in reps) for t in range(rounds)]
 
-    def p50(xs: list[float]) -> float:
-        steady = xs[1:] or xs  # round 0 includes warm-up
-        return sorted(steady)[len(steady) // 2]
-
     per = worst("round_s")
     sim = min(_simulator_round(owners, dim) for _ in range(3))
-    mid = p50(per)
+    mid = _p50(per)
     return {
         "owners": owners, "dim": dim, "rounds": rounds, "contributions_checked": checked or verified,
         "security": security, "noise": "distributed" if verified else noise,
         "round_s_per_round": per,
         "round_s_p50": mid,
-        "intake_s_p50": p50(worst("intake_s")),
-        "online_s_p50": p50(worst("online_s")),
+        "intake_s_p50": _p50(worst("intake_s")),
+        "online_s_p50": _p50(worst("online_s")),
         "compute_cpu_s_per_round_sum_over_parties": sum(r["rounds"][-1]["cpu_s"] for r in reps),
-        "compute_cpu_s_per_round_p50_sum_over_parties": p50([sum(r["rounds"][t]["cpu_s"] for r in reps)
+        "compute_cpu_s_per_round_p50_sum_over_parties": _p50([sum(r["rounds"][t]["cpu_s"] for r in reps)
                                                              for t in range(rounds)]),
         "mpc_bytes_per_round_per_party": reps[0]["rounds"][-1]["mpc_bytes"],
         "bytes_per_owner_per_round": {"sent": 8 * _share_words(dim, verified), "received": 8 * dim,

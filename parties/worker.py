@@ -40,6 +40,7 @@ from mpc_erm.mpc.local_noise import DistributedNoise
 from mpc_erm.mpc.noise import InMpcNoise, Realisation
 from mpc_erm.mpc.transport import PartyTable, TransportError, TransportOptions
 from mpc_erm.mpc.verified_aggregator import VerifiedAggregator
+from mpc_erm.mpc.verified_grid import party_bounds
 from mpc_erm.privacy.plan import PrivacyPlan, plan_job, public_sizes
 from mpc_erm.privacy.report import PrivacyReport
 from mpc_erm.runs import CurvePoint, ModelFacts, NetworkRun, RunResult, run_for
@@ -218,10 +219,7 @@ def run_party_job(ctx: WorkerContext) -> dict[str, object]:
         real: Realisation | None
         if ctx.job.job.security == "malicious":  # the job file admits it with distributed noise only
             assert isinstance(pool, DistributedNoise) and not no_noise
-            world = comm.get_world_size()
-            # a compute party for owners holds no rows: its input is its noise share alone
-            agg = VerifiedAggregator(pool, (0.0,) * world if owners else
-                                     tuple(plan.member_bound(j) for j in range(world)), comm)
+            agg = VerifiedAggregator(pool, party_bounds(plan, comm.get_world_size(), owners), comm)
             # the finest grid whose proofs fit: refused here, before anything is charged
             real = agg.realise(plan, owner_bound=plan.member_bound() if owners else None)
         else:

@@ -13,7 +13,7 @@ from .local_noise import DistributedNoise
 from .noise import COARSE_GRID_SLACK, Realisation, coarsenings
 from .validation import bound_units
 
-__all__ = ["MALICIOUS_GRID_SLACK", "owner_statement", "realise_verified", "statements"]
+__all__ = ["MALICIOUS_GRID_SLACK", "owner_statement", "party_bounds", "realise_verified", "statements"]
 
 _PARTIES = 3
 #: The coarsest grid the mode may take to fit its statements (:data:`~.noise.COARSE_GRID_SLACK`).
@@ -39,6 +39,13 @@ def statements(noise: DistributedNoise, bounds: tuple[float, ...], p: int, g: in
             f"coarsest whose rounding adds at most {MALICIOUS_GRID_SLACK:.0%} to the sensitivity), and {exc}; "
             'a lower sampling rate or fewer parameters fit; or run security = "semi-honest"'
         ) from None
+
+
+def party_bounds(plan: PrivacyPlan, parties: int, owners: bool) -> tuple[float, ...]:
+    """Each compute party's public contribution bound, by rank: its rows' (``plan.member_bound``),
+    or zero in a job with data owners, where a compute party's input is its noise share alone.
+    What its aggregator proves against and what every member, owners included, plans the grid by."""
+    return (0.0,) * parties if owners else tuple(plan.member_bound(j) for j in range(parties))
 
 
 def owner_statement(bound: float, p: int, g: int) -> N.NormSpec:

@@ -53,7 +53,7 @@ from mpc_erm.mpc.transport.chunking import grpc_message_options
 from .attest import KEY_BYTES as ATTEST_KEY_BYTES
 from .attest import ReleaseSigner, check_release
 from .shares import OwnerShareSum, explicit_party
-from .verified_shares import owner_context, owner_statement, payload_words, prove_contribution
+from .verified_shares import owner_context, payload_words, prove_contribution
 
 __all__ = ["IntakeError", "OwnerClient", "OwnerIntake", "RoundFrame", "agree_present", "intake_threads",
            "on_trouble", "pauses", "state_bytes", "state_from_bytes"]
@@ -130,10 +130,11 @@ class RoundFrame:
 
     @property
     def statement(self) -> NormSpec:
-        """Every owner's proof statement (verified shares only)."""
+        """Every owner's proof statement, ‖x‖₂ ≤ M over the model's coordinates (verified shares
+        only; :func:`mpc_erm.mpc.verified_grid.owner_statement` from the real bound and grid)."""
         if not self.verified or self.bound_units is None:
             raise ValueError("no proof statement: the owners' shares are not verified in this job")
-        return owner_statement(self.dim, self.bound_units)
+        return NormSpec(self.dim, self.bound_units)
 
     @property
     def share_words(self) -> int:
@@ -608,7 +609,7 @@ class OwnerClient:
         units = encode_on_grid(v, self.frame.grid_bits, self.frame.margin_bits)
         if self.frame.verified:  # replicated F_p shares with a proof of the bound (.verified_shares)
             f = self.frame
-            _, words = prove_contribution(units.numpy(), self.sharer.keys, t, owner_statement(f.dim, f.bound_units),
+            _, words = prove_contribution(units.numpy(), self.sharer.keys, t, NormSpec(f.dim, f.bound_units),
                                           owner_context(self.job_id, t, self.owner_index))
             payload = words.astype("<u8").tobytes()
         else:

@@ -250,9 +250,10 @@ def _realise(job: JobFile, plan: PrivacyPlan) -> Realisation:
     malicious-secure mode, the finest on which every party's and owner's proof fits."""
     if job.job.security == "malicious":
         from mpc_erm.mpc.local_noise import DistributedNoise
-        from mpc_erm.mpc.verified_grid import realise_verified
+        from mpc_erm.mpc.verified_grid import party_bounds, realise_verified
 
-        return realise_verified(plan, DistributedNoise(), (0.0,) * len(job.job.parties), plan.member_bound())
+        return realise_verified(plan, DistributedNoise(), party_bounds(plan, len(job.job.parties), owners=True),
+                                plan.member_bound())
     return realise(plan, len(job.job.parties))
 
 

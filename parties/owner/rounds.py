@@ -176,7 +176,9 @@ class IntakeAggregator:
         f = self.intake.frame
         assert isinstance(self.mpc, VerifiedAggregator)
         spec, me = f.statement, f.rank
-        forwarded = self._forwarded(agreed, explicit, f.share_words)
+        nxt = (me + 1) % f.compute_parties
+        theirs = [o for o in agreed if explicit_party(o, f.compute_parties) == nxt]
+        forwarded = dict(zip(theirs, self._forwarded(agreed, explicit, f.share_words), strict=True))
         held: dict[int, dict[int, np.ndarray]] = {}
         for o in agreed:
             e = explicit_party(o, f.compute_parties)
@@ -197,18 +199,19 @@ class IntakeAggregator:
             self.on_refused(t, [f.owners[o] for o in refused])
         return out, verdicts.kept
 
-    def _forwarded(self, agreed: list[int], explicit: dict[int, torch.Tensor], words: int) -> dict[int, torch.Tensor]:
-        """The explicit shares of the next compute party's owners (this party is their second
-        holder): it forwards those it received to the previous party and takes the next party's,
-        one message each way."""
+    def _forwarded(self, owners: list[int], explicit: dict[int, torch.Tensor], words: int) -> torch.Tensor:
+        """The explicit shares of the next compute party's owners among ``owners`` (this party is
+        their second holder), rows in ``owners``' order: this party forwards the explicit shares it
+        received to the previous party and takes the next party's, one message each way (``words``
+        64-bit words a share)."""
         f = self.intake.frame
         k, me = f.compute_parties, f.rank
-        mine = [explicit[o] for o in agreed if explicit_party(o, k) == me]
-        theirs = [o for o in agreed if explicit_party(o, k) == (me + 1) % k]
+        mine = [explicit[o] for o in owners if explicit_party(o, k) == me]
+        theirs = sum(explicit_party(o, k) == (me + 1) % k for o in owners)
         if mine:  # the previous party expects exactly these (it knows whose explicit party this is)
             self.comm.send(torch.stack(mine), (me - 1) % k)
-        got = self.comm.recv(torch.zeros(len(theirs), words, dtype=torch.long), (me + 1) % k) if theirs else None
-        return {o: got[i] for i, o in enumerate(theirs)} if got is not None else {}
+        return self.comm.recv(torch.zeros(theirs, words, dtype=torch.long), (me + 1) % k) if theirs else \
+            torch.zeros(0, words, dtype=torch.long)
 
     def _checked(self, t: int, agreed: list[int], explicit: dict[int, torch.Tensor]) -> tuple[list[int], torch.Tensor]:
         """The agreed owners whose contribution passes the bound check on its shares (the same list
@@ -248,17 +251,9 @@ class IntakeAggregator:
                    out: torch.Tensor) -> torch.Tensor:
         """The next compute party's shares of ``block``'s contributions (replicated check): this
         party forwards the explicit shares it received to the previous party and takes the next
-        party's, one message each way; the other shares it derives from the owners' next keys
+        party's (:meth:`_forwarded`); the other shares it derives from the owners' next keys
         (written into ``out``)."""
-        f = self.intake.frame
-        k, me = f.compute_parties, f.rank
-        mine = [explicit[o] for o in block if explicit_party(o, k) == me]
-        theirs = sum(explicit_party(o, k) == (me + 1) % k for o in block)
-        if mine:  # the previous party expects exactly these (it knows whose explicit party this is)
-            self.comm.send(torch.stack(mine), (me - 1) % k)
-        got = self.comm.recv(torch.zeros(theirs, f.dim, dtype=torch.long), (me + 1) % k) if theirs else \
-            torch.zeros(0, f.dim, dtype=torch.long)
-        return self.intake.next_shares_of(t, block, got, out)
+        return self.intake.next_shares_of(t, block, self._forwarded(block, explicit, self.intake.frame.dim), out)
 
     def _wait_owners(self, t: int) -> None:
         """Wait until every compute party has its owners of round ``t`` in, or its deadline has

@@ -41,7 +41,7 @@ from threadpoolctl import threadpool_limits
 
 from mpc_erm.mpc import norm_proof as N
 
-__all__ = ["SALT_WORDS", "derived_share", "explicit_payload", "owner_context", "owner_statement", "payload_words",
+__all__ = ["SALT_WORDS", "derived_share", "explicit_payload", "owner_context", "payload_words",
            "prove_contribution", "round_salt", "round_seed"]
 
 _DOMAIN = b"mpc-erm owner share v1"
@@ -62,11 +62,6 @@ def round_salt(key: bytes, t: int) -> bytes:
 def owner_context(job_id: str, t: int, owner: int) -> bytes:
     """What an owner's proof is bound to: the job, the round and the owner's index."""
     return _DOMAIN + b"|" + job_id.encode() + f"|round {int(t)}|owner {int(owner)}".encode()
-
-
-def owner_statement(dim: int, bound_units: int) -> N.NormSpec:
-    """Every owner's statement: ‖x‖₂ ≤ M (grid units) over ``dim`` coordinates."""
-    return N.NormSpec(int(dim), int(bound_units))
 
 
 def payload_words(spec: N.NormSpec) -> int:

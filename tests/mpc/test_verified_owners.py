@@ -50,9 +50,9 @@ def _submissions(case: str) -> dict[str, Any]:
     """What every owner sends for the case's round: keys by share (as each holder has them) and the
     explicit share's words."""
     from mpc_erm.mpc import norm_proof as N
-    from mpc_erm.mpc.validation import bound_units
+    from mpc_erm.mpc.verified_grid import owner_statement
 
-    spec = VS.owner_statement(DIM, bound_units(BOUND, GRID, DIM))
+    spec = owner_statement(BOUND, DIM, GRID)
     t = CASES.index(case)
     out: dict[str, Any] = {"units": {}, "keys": {}, "payload": {}, "M": spec.bound}
     for o in range(OWNERS):
@@ -75,10 +75,17 @@ def _submissions(case: str) -> dict[str, Any]:
     return out
 
 
-def _party(rank: int, table: Any, identity: Any, server: Any, rounds: list[dict[str, Any]]) -> dict[str, Any]:
+def _party(rank: int, table: Any, identity: Any, server: Any, rounds: list[dict[str, Any]],
+           altered: int | None = None) -> dict[str, Any]:
+    """One compute party's rounds over the owners' submissions, holding what its intake would (the
+    explicit share received or forwarded, the others derived from the keys its holders have), with
+    zero noise on the real grid; in round ``altered`` bob forwards alice the explicit shares of
+    his owners altered. Each round's outcome: ("ok", release, kept, refused, left out, grid bits)
+    or ("deviation", the message)."""
     import mpc_erm.mpc.verified_aggregator as V
     from mpc_erm.mpc.communicator import init_crypten, uninit_crypten
     from mpc_erm.mpc.local_noise import DistributedNoise
+    from mpc_erm.mpc.norm_proof import NormSpec
     from mpc_erm.mpc.replicated_open import holders, shares_of
     from mpc_erm.mpc.transport import TransportOptions
     from mpc_erm.protocols.aggregation import NoiseSpec
@@ -88,52 +95,46 @@ def _party(rank: int, table: Any, identity: Any, server: Any, rounds: list[dict[
             super().take(p, spec)
             return torch.zeros(p, dtype=torch.long)
 
+    def share(sub: dict[str, Any], o: int, s: int, t: int, statement: NormSpec) -> np.ndarray:
+        if s != o % 3:  # derived from the key this holder was given
+            return VS.derived_share(sub["keys"][o][s][0 if rank == holders(s)[0] else 1], t, statement)
+        words = sub["payload"][o].copy()
+        if t == altered and rank == 0 and o % 3 == 1:  # bob forwards it to alice, altered
+            words[VS.SALT_WORDS + 3] ^= np.uint64(1)
+        return words
+
     comm = init_crypten(table, identity.name, identity, server=server, options=TransportOptions(deadline_s=30))
     spec = NoiseSpec(**NOISE)  # type: ignore[arg-type]
-    rep: dict[str, Any] = {"outcomes": {}}
+    outcomes: list[tuple[Any, ...]] = []
     try:
         agg = V.VerifiedAggregator(Silent(), (0.0,) * 3, comm)
-        for t, case in enumerate(CASES):
-            sub = rounds[t]
-            statement = VS.owner_statement(DIM, sub["M"])
-            held: dict[int, dict[int, np.ndarray]] = {}
-            for o in range(OWNERS):
-                e = o % 3
-                mine = {}
-                for s in shares_of(rank):
-                    if s == e:
-                        words = sub["payload"][o].copy()
-                        if case == CASES[2] and rank == 0 and e == 1:  # bob forwards it to alice, altered
-                            words[VS.SALT_WORDS + 3] ^= np.uint64(1)
-                        mine[s] = words
-                    else:
-                        first, second = sub["keys"][o][s]
-                        mine[s] = VS.derived_share(first if rank == holders(s)[0] else second, t, statement)
-                held[o] = mine
+        for t, sub in enumerate(rounds):
+            statement = NormSpec(DIM, sub["M"])
+            held = {o: {s: share(sub, o, s, t, statement) for s in shares_of(rank)} for o in range(OWNERS)}
             owners = V.OwnerShares(statement, tuple(range(OWNERS)), held,
                                    context=lambda o, t=t: VS.owner_context(JOB, t, o), explicit=lambda o: o % 3)
             agg._counter = t
             try:
                 out, verdicts = agg.aggregate_owners(owners, DIM, spec)
-                rep["outcomes"][case] = ("ok", out.numpy(), verdicts.kept, verdicts.refused, verdicts.left_out,
-                                         agg.precision_bits)
+                outcomes.append(("ok", out.numpy(), verdicts.kept, verdicts.refused, verdicts.left_out,
+                                 agg.precision_bits))
             except V.DeviationDetected as exc:
-                rep["outcomes"][case] = ("deviation", str(exc))
+                outcomes.append(("deviation", str(exc)))
     finally:
         uninit_crypten()
-    return rep
+    return {"outcomes": outcomes}
 
 
 @pytest.fixture(scope="module")
 def reports() -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:
     rounds = [_submissions(case) for case in CASES]
-    return run_job(_party, 3, timeout=240.0, rounds=rounds), rounds
+    return run_job(_party, 3, timeout=240.0, rounds=rounds, altered=CASES.index(CASES[2])), rounds
 
 
 def test_honest_owners_released_exactly_at_every_party(reports: Any) -> None:
     reps, rounds = reports
     for r in range(3):
-        kind, out, kept, refused, left_out, g = reps[r]["outcomes"][CASES[0]]
+        kind, out, kept, refused, left_out, g = reps[r]["outcomes"][0]
         assert kind == "ok" and kept == list(range(OWNERS)) and refused == [] and left_out == []
         want = sum(rounds[0]["units"][o] for o in range(OWNERS)) / 2.0**g
         assert g == GRID and np.array_equal(out, want)
@@ -143,7 +144,7 @@ def test_a_lying_owner_is_refused_and_a_splitting_owner_left_out_at_every_party(
     reps, rounds = reports
     honest = [o for o in range(OWNERS) if o not in (LIAR, SPLITTER)]
     for r in range(3):
-        kind, out, kept, refused, left_out, g = reps[r]["outcomes"][CASES[1]]
+        kind, out, kept, refused, left_out, g = reps[r]["outcomes"][1]
         assert kind == "ok", out
         assert (kept, refused, left_out) == (honest, [LIAR], [SPLITTER]), r
         want = sum(rounds[1]["units"][o] for o in honest) / 2.0**g
@@ -153,7 +154,7 @@ def test_a_lying_owner_is_refused_and_a_splitting_owner_left_out_at_every_party(
 def test_a_compute_party_that_alters_a_forwarded_share_stops_every_party(reports: Any) -> None:
     reps, _ = reports
     for r in range(3):
-        kind, message = reps[r]["outcomes"][CASES[2]][:2]
+        kind, message = reps[r]["outcomes"][2][:2]
         assert kind == "deviation", f"party {r} released in {CASES[2]!r}"
         assert "explicit share reached" in message and "alice" in message and "bob" in message, message
         assert "nothing is revealed" in message
@@ -171,9 +172,9 @@ def _campaign() -> list[dict[str, Any]]:
     """Every round's submissions, three owners (drawn by a seeded generator) deviating in a kind
     drawn the same way: what they send is made here as a deviating client would make it."""
     from mpc_erm.mpc import norm_proof as N
-    from mpc_erm.mpc.validation import bound_units
+    from mpc_erm.mpc.verified_grid import owner_statement
 
-    spec = VS.owner_statement(DIM, bound_units(BOUND, GRID, DIM))
+    spec = owner_statement(BOUND, DIM, GRID)
     rng = np.random.default_rng(2026)
     rounds: list[dict[str, Any]] = []
     for t in range(CAMPAIGN_ROUNDS):
@@ -215,45 +216,12 @@ def _campaign() -> list[dict[str, Any]]:
     return rounds
 
 
-def _campaign_party(rank: int, table: Any, identity: Any, server: Any,
-                    rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    import mpc_erm.mpc.verified_aggregator as V
-    from mpc_erm.mpc.communicator import init_crypten, uninit_crypten
-    from mpc_erm.mpc.local_noise import DistributedNoise
-    from mpc_erm.mpc.replicated_open import holders, shares_of
-    from mpc_erm.mpc.transport import TransportOptions
-    from mpc_erm.protocols.aggregation import NoiseSpec
-
-    class Silent(DistributedNoise):
-        def take(self, p: int, spec: NoiseSpec) -> torch.Tensor:
-            super().take(p, spec)
-            return torch.zeros(p, dtype=torch.long)
-
-    comm = init_crypten(table, identity.name, identity, server=server, options=TransportOptions(deadline_s=30))
-    spec = NoiseSpec(**NOISE)  # type: ignore[arg-type]
-    outcomes = []
-    try:
-        agg = V.VerifiedAggregator(Silent(), (0.0,) * 3, comm)
-        for t, sub in enumerate(rounds):
-            statement = VS.owner_statement(DIM, sub["M"])
-            held = {o: {s: (sub["payload"][o].copy() if s == o % 3 else
-                            VS.derived_share(sub["keys"][o][s][0 if rank == holders(s)[0] else 1], t, statement))
-                        for s in shares_of(rank)} for o in range(OWNERS)}
-            owners = V.OwnerShares(statement, tuple(range(OWNERS)), held,
-                                   context=lambda o, t=t: VS.owner_context(JOB, t, o), explicit=lambda o: o % 3)
-            out, verdicts = agg.aggregate_owners(owners, DIM, spec)
-            outcomes.append((out.numpy(), verdicts.kept, verdicts.refused, verdicts.left_out, agg.precision_bits))
-    finally:
-        uninit_crypten()
-    return {"outcomes": outcomes}
-
-
 def test_a_seeded_campaign_of_deviating_owners_none_counted_every_release_exact() -> None:
     """240 deviations over 80 rounds (ten kinds, three owners a round): every deviating owner is
     refused, or left out where it split its keys, at every compute party, and every release is
     exactly the honest owners' sum (zero noise)."""
     rounds = _campaign()
-    reps = run_job(_campaign_party, 3, timeout=600.0, rounds=rounds)
+    reps = run_job(_party, 3, timeout=600.0, rounds=rounds)
     caught = 0
     for t, sub in enumerate(rounds):
         deviants = sub["deviants"]
@@ -261,7 +229,8 @@ def test_a_seeded_campaign_of_deviating_owners_none_counted_every_release_exact(
         split = sorted(o for o, k in deviants.items() if k == "split keys")
         refused = sorted(o for o, k in deviants.items() if k != "split keys")
         for r in range(3):
-            out, kept, got_refused, left_out, g = reps[r]["outcomes"][t]
+            kind, out, kept, got_refused, left_out, g = reps[r]["outcomes"][t]
+            assert kind == "ok", (t, deviants, r, out)
             assert (kept, sorted(got_refused), sorted(left_out)) == (honest, refused, split), (t, deviants, r)
             assert np.array_equal(out, sum(sub["units"][o] for o in honest) / 2.0**g), (t, deviants)
         caught += len(deviants)

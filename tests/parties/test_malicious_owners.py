@@ -24,29 +24,16 @@ import numpy as np
 import pytest
 
 from coordinator.consortium import LocalConsortium
-from tests.parties.test_owner_jobs import JOB_TABLE, OWNERS, _owner_config, _submit_and_run
+from tests.parties.test_owner_jobs import JOB, OWNERS, _owner_config, _submit_and_run
 
 pytestmark = [pytest.mark.e2e]
 
 N_OWNERS = 9
 LIAR, REPLAYER = 4, 7
 ROUNDS = 3
-JOB = JOB_TABLE.replace('trust = "replicated"', 'trust = "replicated"\nsecurity = "malicious"') + """
-[model]
-name = "logistic"
-lam = 1e-3
-
-[privacy]
-epsilon = {eps}
-delta = 1e-5
-adjacency = "add_remove"
-public_n = {n}
-noise = "distributed"
-
-[training]
-iterations = {rounds}
-learning_rate = 1.0
-"""
+#: The owner jobs' gradient job (test_owner_jobs), in the malicious-secure mode with distributed noise.
+MALICIOUS_JOB = JOB.replace('trust = "replicated"', 'trust = "replicated"\nsecurity = "malicious"').replace(
+    "public_n = {n}", 'public_n = {n}\nnoise = "distributed"')
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +84,7 @@ def test_owners_in_the_malicious_secure_mode_deviating_ones_refused(malicious_co
     names = ", ".join(f'"{o}"' for o in owners)
     configs = [_owner_config(tmp_path / "owners", o, i, malicious_cons, budget=2.5) for i, o in enumerate(owners)]
     job = tmp_path / "job.toml"
-    job.write_text(JOB.format(dataset="clinics", d=d, owners=names, no_noise="false", eps=1.0, n=569,
+    job.write_text(MALICIOUS_JOB.format(dataset="clinics", d=d, owners=names, no_noise="false", eps=1.0, n=569,
                               rounds=ROUNDS))
     _deviating(monkeypatch)
     job_id, ends, box = _submit_and_run(malicious_cons, job, configs, on_round=lambda i, t: None)
