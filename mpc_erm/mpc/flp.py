@@ -193,14 +193,14 @@ def query_share(left: np.ndarray, right: np.ndarray, proof: np.ndarray, layout: 
 
     def at_r(wires: np.ndarray) -> np.ndarray:  # (..., L) wires → their part of the (..., k, c) values at r
         flat = np.ascontiguousarray(np.swapaxes(layout.grid(wires), -1, -2)).reshape(-1, g)
-        return F.matvec(flat, lam[1:]).reshape(*lead, k, c)
+        return F.rowdot(flat, lam[1:]).reshape(*lead, k, c)
 
     left_part = at_r(left)
     right_part = left_part if right is left else at_r(right)  # squares: the wires' part once
     a = F.add(left_part, F.mul(seeds[..., :c], lam[0]))
     b = F.add(right_part, F.mul(seeds[..., c:], lam[0]))
     values = np.ascontiguousarray(pieces[..., 2 * c:]).reshape(-1, 2 * g + 1)
-    pi = F.matvec(values, F.lagrange_at(2 * g + 1, r)).reshape(*lead, k)
+    pi = F.rowdot(values, F.lagrange_at(2 * g + 1, r)).reshape(*lead, k)
     return Openings(a, b, pi)
 
 

@@ -52,7 +52,7 @@ import numpy as np
 from . import field as F
 from . import flp
 from .keystream import KeyedMasks
-from .projections import projection_signs, projection_threshold
+from .projections import project, project_transposed, projection_signs, projection_threshold
 
 __all__ = ["NORM_PROJECTIONS", "NormProofError", "NormSpec", "Query", "Submission", "accept", "bits_of", "commitment",
            "SALT_BYTES", "CheckWeights", "DealtInput", "check_weights", "deal_input", "keys_for", "prove_dealt",
@@ -310,12 +310,15 @@ def rows_for(rows_key: bytes, spec: NormSpec) -> np.ndarray:
     return rows.T
 
 
+def _q_rows_key(rows_key: bytes) -> bytes:
+    return hashlib.sha256(_DOMAIN + b"chunk rows" + rows_key).digest()
+
+
 @functools.lru_cache(maxsize=3)
 def q_rows_for(rows_key: bytes, spec: NormSpec) -> np.ndarray:
     """The rows over the chunks' square sums, (λ_q × n_q) float32 in {−1, 0, 1} (a transposed view,
     as :func:`rows_for`)."""
-    key = hashlib.sha256(_DOMAIN + b"chunk rows" + rows_key).digest()
-    rows = projection_signs(key, spec.chunks, spec.q_projections, np.float32)
+    rows = projection_signs(_q_rows_key(rows_key), spec.chunks, spec.q_projections, np.float32)
     rows.flags.writeable = False  # cached
     return rows.T
 
@@ -344,10 +347,10 @@ def chunk_squares(x: np.ndarray, spec: NormSpec) -> np.ndarray:
 def aux_vector(x: np.ndarray, spec: NormSpec, rows_key: bytes) -> np.ndarray:
     """The honest auxiliary vector for integer x (int64): α (and α'), γ, s (module docstring)."""
     top = int(np.abs(x).max(initial=0))
-    if spec.dim * spec.bound < 1 << 53 and top <= spec.bound:  # exact in float64
-        y = (rows_for(rows_key, spec).astype(np.float64) @ x.astype(np.float64)).astype(np.int64)
+    if spec.dim * max(top, 1) < 1 << 62:  # exact in int64
+        y = project(rows_key, spec.dim, spec.projections, x)
     else:
-        y = rows_for(rows_key, spec).astype(np.int64) @ x
+        y = rows_for(rows_key, spec).astype(object) @ x.astype(object)
     if (np.abs(y) > spec.tau).any():  # an honest vector: probability ≤ 2^-80 per row
         raise NormProofError("a projection of this vector falls outside its proof range: prove it again "
                              "(fresh shares give fresh rows)")
@@ -481,10 +484,21 @@ class CheckWeights:
     const: np.uint64
 
 
-@functools.lru_cache(maxsize=3)  # one per dealer of a round, as the rows
-def check_weights(rows_key: bytes, spec: NormSpec, query_key: bytes) -> CheckWeights:
-    """The folded weights of :class:`CheckWeights` for the rows of ``rows_key`` and the query of
-    ``query_key`` (:meth:`Query.from_key`)."""
+@dataclass(frozen=True)
+class _QueryWeights:
+    """The parts of :class:`CheckWeights` that follow from the query alone (the same for every
+    rows key): what multiplies the rows (Σθ over the range blocks, θ_q) and everything else."""
+
+    proj: np.ndarray  # Σ_o θ_o, (λ,): w_x = Rᵀ·proj
+    q_theta: np.ndarray  # θ_q, (λ_q,) or (chunks,) or empty
+    aux: np.ndarray
+    slack: np.uint64
+    bits: np.ndarray
+    const: np.uint64
+
+
+@functools.lru_cache(maxsize=3)
+def _query_weights(spec: NormSpec, query_key: bytes) -> _QueryWeights:
     theta = Query.from_key(query_key, spec).weights
     lam, k_bits = spec.projections, spec.proj_bits
     powers = _powers_of_two(k_bits)
@@ -496,26 +510,44 @@ def check_weights(rows_key: bytes, spec: NormSpec, query_key: bytes) -> CheckWei
         proj = F.add(proj, t)
         const = (const + off * int(F.sum_along(t, axis=0))) % F.P
         aux_parts.append(F.neg(F.mul(t[:, None], powers[None, :])).ravel())
-    w_x = F.small_matvec(rows_for(rows_key, spec).T, proj, coeff_max=1)  # Rᵀ·Σθ_o
-    w_sums = np.zeros(spec.chunks, dtype=np.uint64)
+    q_theta = np.zeros(0, dtype=np.uint64)
     if spec.chunks > 1:  # θ_q·(Q S + half − Σ_t 2^t γ_t), or θ_q·(S − Σ_t 2^t γ_t)
-        n = spec.q_count
-        t = theta[at: at + n]
-        at += n
+        q_theta = theta[at: at + spec.q_count].copy()
+        at += spec.q_count
         if spec.q_projections:
-            w_sums = F.small_matvec(q_rows_for(rows_key, spec).T, t, coeff_max=1)
-            const = (const + (1 << (spec.q_bits - 1)) * int(F.sum_along(t, axis=0))) % F.P
-        else:
-            w_sums = t.copy()
-        aux_parts.append(F.neg(F.mul(t[:, None], _powers_of_two(spec.q_bits)[None, :])).ravel())
+            const = (const + (1 << (spec.q_bits - 1)) * int(F.sum_along(q_theta, axis=0))) % F.P
+        aux_parts.append(F.neg(F.mul(q_theta[:, None], _powers_of_two(spec.q_bits)[None, :])).ravel())
     t_slack = theta[at]  # θ_s·(M² − Σ_k S_k − Σ_t 2^t s_t)
     at += 1
-    w_sums = F.sub(w_sums, np.full(spec.chunks, t_slack, dtype=np.uint64))
     aux_parts.append(F.neg(F.mul(np.full(spec.sum_bits, t_slack, dtype=np.uint64), _powers_of_two(spec.sum_bits))))
     const = (const + int(t_slack) * (spec.bound * spec.bound % F.P)) % F.P
-    bits = theta[at:]
-    out = CheckWeights(w_x, np.concatenate(aux_parts).astype(np.uint64), w_sums, bits.copy(), np.uint64(const))
-    for a in (out.x, out.aux, out.sums, out.bits):
+    out = _QueryWeights(proj, q_theta, np.concatenate(aux_parts).astype(np.uint64), np.uint64(t_slack),
+                        theta[at:].copy(), np.uint64(const))
+    for a in (out.proj, out.q_theta, out.aux, out.bits):
+        a.flags.writeable = False  # cached
+    return out
+
+
+def _rows_weights(rows_key: bytes, spec: NormSpec, q: _QueryWeights) -> tuple[np.ndarray, np.ndarray]:
+    """(w_x, w_sums): the parts of :class:`CheckWeights` that follow from the rows."""
+    w_x = project_transposed(rows_key, spec.dim, spec.projections, q.proj)  # Rᵀ·Σθ_o
+    if spec.chunks > 1 and spec.q_projections:
+        w_sums = project_transposed(_q_rows_key(rows_key), spec.chunks, spec.q_projections, q.q_theta)
+    elif spec.chunks > 1:
+        w_sums = q.q_theta.copy()
+    else:
+        w_sums = np.zeros(spec.chunks, dtype=np.uint64)
+    return w_x, F.sub(w_sums, np.full(spec.chunks, q.slack, dtype=np.uint64))
+
+
+@functools.lru_cache(maxsize=3)  # one per dealer of a round, as the rows
+def check_weights(rows_key: bytes, spec: NormSpec, query_key: bytes) -> CheckWeights:
+    """The folded weights of :class:`CheckWeights` for the rows of ``rows_key`` and the query of
+    ``query_key`` (:meth:`Query.from_key`)."""
+    q = _query_weights(spec, query_key)
+    w_x, w_sums = _rows_weights(rows_key, spec, q)
+    out = CheckWeights(w_x, q.aux, w_sums, q.bits, q.const)
+    for a in (out.x, out.sums):
         a.flags.writeable = False  # cached
     return out
 
@@ -547,10 +579,9 @@ def stacked_check_weights(rows_keys: Sequence[bytes], spec: NormSpec, query_key:
     one query: the parts that follow from the rows (w_x, and w_sums over chunk rows) stacked by
     contributor, the parts that follow from the query alone shared (they are the same for every
     rows key). What :func:`verifier_shares` takes as ``check`` to check them all at once."""
-    every = [check_weights.__wrapped__(k, spec, query_key) for k in rows_keys]  # one use each: not cached
-    first = every[0]
-    return CheckWeights(np.stack([c.x for c in every]), first.aux, np.stack([c.sums for c in every]), first.bits,
-                        first.const)
+    q = _query_weights(spec, query_key)
+    every = [_rows_weights(k, spec, q) for k in rows_keys]  # one use each: not cached
+    return CheckWeights(np.stack([w[0] for w in every]), q.aux, np.stack([w[1] for w in every]), q.bits, q.const)
 
 
 def verifier_shares(index: int, x: np.ndarray, aux: np.ndarray, proof: np.ndarray, spec: NormSpec,

@@ -56,6 +56,45 @@ def test_field_operations_agree_with_python_integers() -> None:
     assert _ints(F.to_signed(F.from_signed(np.array(ints)))) == ints
 
 
+def test_the_compiled_sums_and_row_products_agree_with_python_integers() -> None:
+    """sum_along and rowdot fold a running sum every few terms: the worst case (every element
+    p − 1), broadcasting of a shared weight row, any axis, and an empty axis."""
+    rng = np.random.default_rng(11)
+    a = rng.integers(0, P, (6, 1001), dtype=np.uint64)
+    a[0] = P - 1
+    w = rng.integers(0, P, 1001, dtype=np.uint64)
+    b = rng.integers(0, P, (6, 1001), dtype=np.uint64)
+    b[0] = P - 1
+    assert _ints(F.rowdot(a, w)) == [sum(x * y for x, y in zip(_ints(row), _ints(w), strict=True)) % P for row in a]
+    assert _ints(F.rowdot(a, b)) == [sum(x * y for x, y in zip(_ints(r), _ints(q), strict=True)) % P
+                                     for r, q in zip(a, b, strict=True)]
+    assert _ints(F.sum_along(a, axis=1)) == [sum(_ints(row)) % P for row in a]
+    assert _ints(F.sum_along(a, axis=0)) == [sum(_ints(col)) % P for col in a.T]
+    assert _ints(F.mul(a, w[None, :])[:, :5]) == [x * y % P for row in a for x, y in zip(_ints(row[:5]), _ints(w[:5]),
+                                                                                          strict=True)]
+    assert F.sum_along(np.zeros((3, 0), dtype=np.uint64), axis=1).tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("dim, rows", [(2601, 100), (123, 60), (37, 7), (1, 1)])
+def test_projections_read_from_the_keystream_equal_the_materialised_signs(dim: int, rows: int) -> None:
+    """project (a prover's R·x over the integers) and project_transposed (a verifier's Rᵀ·v in
+    F_p) read the signs from the keystream bytes; they must equal the products with the signs
+    projection_signs materialises, byte-aligned rows (a table per byte) or not."""
+    from mpc_erm.mpc.projections import project, project_transposed, projection_signs
+
+    key = secrets.token_bytes(32)
+    signs = projection_signs(key, dim, rows).astype(np.int64)
+    rng = np.random.default_rng(dim)
+    v = rng.integers(0, P, rows, dtype=np.uint64)
+    v[0], v[-1] = 0, P - 1
+    got = _ints(project_transposed(key, dim, rows, v))
+    assert got == [sum(int(c) * x for c, x in zip(row, _ints(v), strict=True)) % P for row in signs]
+    x = rng.integers(-(1 << 40), 1 << 40, dim)
+    assert np.array_equal(project(key, dim, rows, x), signs.T @ x)
+    with pytest.raises(ValueError, match="expected"):
+        project(key, dim + 1, rows, x)
+
+
 def test_lagrange_weights_interpolate_and_extend_a_polynomial() -> None:
     coeffs = [secrets.randbelow(P) for _ in range(9)]
 
