@@ -197,8 +197,9 @@ class Servicer(pb_grpc.PartyControlServicer):
                           f"round: {request.round} is not kept at {self.d.name}, only the job's last release "
                           f"(round {kept.round})")
         return pb.OwnerRelease(job_id=rec.id, round=kept.round, state=state_bytes(kept.state),
-                               shape=list(kept.state.shape), owners_counted=kept.owners_counted,
-                               spec_digest=kept.spec_digest, member=self.d.name, signatures=list(kept.signatures))
+                               shape=list(kept.state.shape), owners_counted=kept.roster.count,
+                               spec_digest=kept.spec_digest, member=self.d.name, signatures=list(kept.signatures),
+                               counted=kept.roster.counted, refused_owners=kept.roster.refused)
 
     def GetAdmission(self, request: pb.AdmissionRequest, context: grpc.ServicerContext) -> pb.AdmissionReply:
         assert self.d.agreement is not None

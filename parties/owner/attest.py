@@ -17,26 +17,35 @@ signatures are all-gathered and checked, and they travel with the release: in th
 ``RoundReply`` and in the daemon's kept copy. An owner checks every signature
 (:func:`unsigned`); a release one of them does not cover raises :class:`UnsignedRelease` and is
 not used. A deviating party can still stop a job (refuse to sign); it cannot hand owners a
-release the others did not sign. What a party says about *this* owner alone (whether its
-contribution was refused) is not signed: it changes no release.
+release the others did not sign.
+
+The statement also covers the release's :class:`Roster`: which owners it counted and which it
+refused, as bitmaps by owner index. Why: a compute party can leave an owner out of a round by
+claiming its share never arrived (as the network could), which changes the release; before the
+roster was signed the release said only how many owners it counted, so an owner left out after
+its explicit party had acknowledged its share could not tell. Now it checks its own bit
+(:func:`uncounted`): a share acknowledged but neither counted nor refused, or counted though never
+sent, raises :class:`UncountedContribution`. A bitmap is ⌈m/8⌉ bytes (125 at 1,000 owners), against
+a release of 8·d.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import torch
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-__all__ = ["KEY_BYTES", "SIGNATURE_BYTES", "ReleaseSigner", "UnsignedRelease", "check_release", "statement",
-           "unsigned"]
+__all__ = ["KEY_BYTES", "SIGNATURE_BYTES", "ReleaseSigner", "Roster", "UncountedContribution", "UnsignedRelease",
+           "check_release", "statement", "uncounted", "unsigned"]
 
 KEY_BYTES = 32
 SIGNATURE_BYTES = 64
-_DOMAIN = b"mpc-erm owner release v1"
+_DOMAIN = b"mpc-erm owner release v2"  # v2: the roster is signed
 
 
 class UnsignedRelease(RuntimeError):
@@ -44,13 +53,62 @@ class UnsignedRelease(RuntimeError):
     altered on its way; the owner does not use it. Names the parties whose signature is missing."""
 
 
-def statement(job_id: str, round_: int, state: torch.Tensor, owners_counted: int) -> bytes:
+class UncountedContribution(RuntimeError):
+    """A round whose signed roster contradicts what this owner did: its share was acknowledged by
+    its explicit compute party but the release neither counted nor refused it, or the release
+    counted a share this owner never sent. Either a compute party deviated, or (the first case)
+    this owner's certificate was revoked at another compute party while the round was open."""
+
+
+def _bitmap(indices: Iterable[int], owners: int) -> bytes:
+    out = bytearray(-(-owners // 8))
+    for i in indices:
+        if not 0 <= i < owners:
+            raise ValueError(f"owner index {i} outside the job's {owners} owners")
+        out[i // 8] |= 1 << (i % 8)
+    return bytes(out)
+
+
+def _bit(bitmap: bytes, i: int) -> bool:
+    return 0 <= i < 8 * len(bitmap) and bool(bitmap[i // 8] >> (i % 8) & 1)
+
+
+@dataclass(frozen=True)
+class Roster:
+    """Which owners a round's release counted and which it refused (their contribution failed the
+    bound check or its proof, or their two holders of a derived share disagreed), as bitmaps by
+    owner index: bit i of byte i // 8. Signed with the release (:func:`statement`)."""
+
+    counted: bytes
+    refused: bytes = b""
+
+    @classmethod
+    def of(cls, owners: int, counted: Iterable[int], refused: Iterable[int] = ()) -> Roster:
+        return cls(_bitmap(counted, owners), _bitmap(refused, owners))
+
+    @property
+    def count(self) -> int:
+        return sum(bin(b).count("1") for b in self.counted)
+
+    @property
+    def refused_count(self) -> int:
+        return sum(bin(b).count("1") for b in self.refused)
+
+    def counts(self, owner: int) -> bool:
+        return _bit(self.counted, owner)
+
+    def refuses(self, owner: int) -> bool:
+        return _bit(self.refused, owner)
+
+
+def statement(job_id: str, round_: int, state: torch.Tensor, roster: Roster) -> bytes:
     """What each compute party signs for round ``round_``: SHA-256 over the job, the round, the
-    owners counted, the shape and the state's float64 little-endian bytes."""
+    owners counted (their number and the roster's two bitmaps), the shape and the state's float64
+    little-endian bytes."""
     s = state.detach().to("cpu", torch.float64).contiguous()
     h = hashlib.sha256(_DOMAIN)
-    for part in (job_id.encode(), str(int(round_)).encode(), str(int(owners_counted)).encode(),
-                 repr(tuple(int(n) for n in s.shape)).encode()):
+    for part in (job_id.encode(), str(int(round_)).encode(), str(roster.count).encode(), roster.counted,
+                 roster.refused, repr(tuple(int(n) for n in s.shape)).encode()):
         h.update(len(part).to_bytes(8, "little"))
         h.update(part)
     h.update(s.numpy().astype("<f8", copy=False).tobytes())
@@ -84,12 +142,31 @@ def unsigned(keys: Sequence[bytes], stmt: bytes, signatures: Sequence[bytes]) ->
 
 
 def check_release(keys: Sequence[bytes], names: Sequence[str], job_id: str, round_: int, state: torch.Tensor,
-                  owners_counted: int, signatures: Sequence[bytes], where: str) -> None:
+                  owners_counted: int, roster: Roster, signatures: Sequence[bytes], where: str) -> None:
     """Raise :class:`UnsignedRelease` unless every compute party (``keys`` and ``names`` in rank
-    order) signed round ``round_``'s release as an owner read it; ``where`` says where it was read
-    ("read from bob", "kept at bob"), for the message."""
-    bad = unsigned(keys, statement(job_id, round_, state, owners_counted), signatures)
+    order) signed round ``round_``'s release and roster as an owner read them, and the count it
+    was served with is the roster's; ``where`` says where it was read ("read from bob", "kept at
+    bob"), for the message."""
+    bad = unsigned(keys, statement(job_id, round_, state, roster), signatures)
     if bad:
         raise UnsignedRelease(f"job {job_id}: round {round_}'s release {where} lacks a valid signature of "
                               f"{', '.join(names[j] for j in bad)}: a compute party deviated or the release was "
                               "altered; this owner does not use it")
+    if owners_counted != roster.count:
+        raise UnsignedRelease(f"job {job_id}: round {round_}'s release {where} states {owners_counted} owners "
+                              f"counted, its signed roster {roster.count}: this owner does not use it")
+
+
+def uncounted(roster: Roster, owner: int, sent: bool, explicit: str, round_: int) -> None:
+    """Raise :class:`UncountedContribution` when round ``round_``'s signed ``roster`` contradicts
+    this owner: ``sent`` (its share acknowledged by ``explicit``, its explicit compute party) but
+    neither counted nor refused, or counted though not sent."""
+    if sent and not roster.counts(owner) and not roster.refuses(owner):
+        raise UncountedContribution(
+            f"round {round_}: {explicit} acknowledged this owner's share, but the release every compute party "
+            "signed did not count it (nor refuse it): a compute party deviated by leaving it out, or this owner's "
+            "certificate was revoked at another compute party during the round; this owner stops")
+    if not sent and roster.counts(owner):
+        raise UncountedContribution(
+            f"round {round_}: the release every compute party signed counts a share of this owner, which sent "
+            "none in that round: a compute party deviated; this owner stops")

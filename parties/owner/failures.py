@@ -28,6 +28,9 @@ trouble. Exit codes (``mpc-erm owner join --help`` and docs/reference/errors.md 
 6  this owner's own state directory (ledger, audit log, results) cannot be written
 7  a release without every compute party's signature: a compute party deviated, or the
    release was altered on its way; this owner did not use it (``parties.owner.attest``)
+8  a signed release left out this owner's share after its compute party acknowledged it (or
+   counted a share it never sent): a compute party deviated, or this owner's certificate was
+   revoked at another compute party during the round (``parties.owner.attest.uncounted``)
 == =========================================================================================
 """
 
@@ -45,10 +48,10 @@ from mpc_erm.mpc.party_api import party_pb2_grpc as pb_grpc
 from mpc_erm.mpc.pki import Identity
 
 from ..public_errors import storage_problem
-from .attest import UnsignedRelease
+from .attest import UncountedContribution, UnsignedRelease
 from .intake import IntakeError
 
-__all__ = ["EXIT_CODES", "JobEnded", "JobWatch", "OwnerDenied", "OwnerFailure", "OwnerStorage",
+__all__ = ["EXIT_CODES", "JobEnded", "JobWatch", "LeftOut", "OwnerDenied", "OwnerFailure", "OwnerStorage",
            "PartiesUnreachable", "ReleaseRefused", "denied", "owner_failure"]
 
 #: How often an owner in trouble asks the compute parties' daemons for the job's state.
@@ -101,6 +104,12 @@ class ReleaseRefused(OwnerFailure):
     exit_code = 7
 
 
+class LeftOut(OwnerFailure):
+    """A signed release whose roster contradicts this owner's share (:func:`.attest.uncounted`)."""
+
+    exit_code = 8
+
+
 EXIT_CODES = {0: "done (with --leave: the shares are sent)", 1: "an internal error (its type is named)",
               2: "refused before anything was sent (an option, the config, the job file, this owner's own "
                  "policy or budget)", JobEnded.exit_code: "the job ended at the compute parties without this "
@@ -109,7 +118,9 @@ EXIT_CODES = {0: "done (with --leave: the shares are sent)", 1: "an internal err
               PartiesUnreachable.exit_code: "the compute parties could not be reached, or were not ready, in time",
               OwnerStorage.exit_code: "this owner's own state directory cannot be written",
               ReleaseRefused.exit_code: "a release without every compute party's signature (a compute party "
-                                        "deviated, or the release was altered): not used"}
+                                        "deviated, or the release was altered): not used",
+              LeftOut.exit_code: "a signed release left out this owner's acknowledged share (a compute party "
+                                 "deviated, or this owner was revoked during the round)"}
 
 
 def _short(text: str, n: int = 240) -> str:
@@ -192,6 +203,8 @@ def owner_failure(exc: BaseException, owner: str, watch: JobWatch | None = None)
         return exc
     if isinstance(exc, UnsignedRelease):
         return ReleaseRefused(str(exc))
+    if isinstance(exc, UncountedContribution):
+        return LeftOut(str(exc))
     if isinstance(exc, IntakeError):
         if (refused := denied(exc.party, owner, exc.code, exc.details)) is not None:
             return refused

@@ -51,7 +51,7 @@ from mpc_erm.mpc.pki import Identity
 from mpc_erm.mpc.transport.chunking import grpc_message_options
 
 from .attest import KEY_BYTES as ATTEST_KEY_BYTES
-from .attest import ReleaseSigner, check_release
+from .attest import ReleaseSigner, Roster, check_release
 from .shares import OwnerShareSum, explicit_party
 from .verified_shares import owner_context, payload_words, prove_contribution
 
@@ -173,8 +173,7 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         self._enrolled: set[int] = set()
         self._enrolled_others = 0  # enrolled owners whose share this party derives: ready every round
         self._round: _Round | None = None
-        self._published: dict[int, tuple[torch.Tensor, int, tuple[bytes, ...]]] = {}
-        self._refused: dict[int, frozenset[int]] = {}  # round → owners whose contribution failed the check
+        self._published: dict[int, tuple[torch.Tensor, Roster, tuple[bytes, ...]]] = {}
         self._readers: dict[int, set[int]] = {}  # round → owners that read its release here
         self._leaving: set[int] = set()  # owners that read the release later from the daemon (--leave)
         # one lock, one condition per kind of wait: a contribution wakes only the round loop, not the
@@ -272,15 +271,12 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
         next party (rows in the order of its owners in ``owners``; into ``out`` if given)."""
         return self.shares.next_shares(owners, t, self.frame.dim, forwarded, out)
 
-    def publish(self, t: int, state: torch.Tensor, owners_counted: int, refused: Sequence[int] = (),
-                signatures: Sequence[bytes] = ()) -> None:
-        """The round's public state (what the compute parties revealed, or the model after it), the
-        owners whose contribution failed the bound check (each is told when it reads) and every
-        compute party's signature over the state (:mod:`.attest`)."""
+    def publish(self, t: int, state: torch.Tensor, roster: Roster, signatures: Sequence[bytes] = ()) -> None:
+        """The round's public state (what the compute parties revealed, or the model after it), its
+        roster (the owners counted and those whose contribution failed the check: each owner reads
+        its own bits) and every compute party's signature over both (:mod:`.attest`)."""
         with self._lock:
-            self._refused[t] = frozenset(refused)
-            self._refused.pop(t - KEEP_RELEASES, None)
-            self._published[t] = (state.detach().to("cpu", torch.float64).contiguous().clone(), owners_counted,
+            self._published[t] = (state.detach().to("cpu", torch.float64).contiguous().clone(), roster,
                                   tuple(signatures))
             self._published.pop(t - KEEP_RELEASES, None)
             self._readers.pop(t - KEEP_RELEASES, None)
@@ -393,7 +389,6 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
             finally:
                 self._parked -= 1
             got = self._published.get(request.round)
-            refused = self._refused.get(request.round, frozenset())
             if got is not None:
                 self._readers.setdefault(request.round, set()).add(o)
                 self._read.notify_all()
@@ -401,10 +396,11 @@ class OwnerIntake(pb_grpc.OwnerIntakeServicer):
             if self._stopping:  # the owner reads it from the daemon, if it is the last (OwnerAggregator)
                 _abort(context, grpc.StatusCode.UNAVAILABLE, "round: the intake is stopping")
             _abort(context, grpc.StatusCode.DEADLINE_EXCEEDED, f"round: {request.round} not released yet")
-        state, counted, signatures = got
+        state, roster, signatures = got
         return pb.RoundReply(round=request.round, state=state_bytes(state), shape=list(state.shape),
-                             owners_counted=counted, refused=o in refused, owners_refused=len(refused),
-                             signatures=list(signatures))
+                             owners_counted=roster.count, refused=roster.refuses(o),
+                             owners_refused=roster.refused_count, signatures=list(signatures),
+                             counted=roster.counted, refused_owners=roster.refused)
 
 
 def intake_threads(owners: int, compute_parties: int) -> int:
@@ -623,8 +619,9 @@ class OwnerClient:
             if exc.code() != grpc.StatusCode.ALREADY_EXISTS:  # type: ignore[attr-defined]
                 raise
 
-    def released(self, t: int, wait_s: float = 60.0) -> tuple[torch.Tensor, int]:
-        """Round ``t``'s public state and how many owners it counted. Every compute party publishes
+    def released(self, t: int, wait_s: float = 60.0) -> tuple[torch.Tensor, Roster]:
+        """Round ``t``'s public state and its signed roster (which owners it counted and refused:
+        :class:`~.attest.Roster`). Every compute party publishes
         the same, so owners spread their reads over them; each read waits at most
         :data:`RELEASE_WAIT_S` at the server, which holds one of its threads meanwhile and grants
         less (:data:`RELEASE_POLL_S`) once its parked reads would take the threads the next round's
@@ -641,12 +638,12 @@ class OwnerClient:
                 if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED or time.monotonic() >= end:
                     raise
                 trouble(exc.code())
-        state = state_from_bytes(r.state, r.shape)
-        check_release(self.release_keys, self.names, self.job_id, t, state, int(r.owners_counted), list(r.signatures),
-                      f"read from {self.explicit_name}")
-        if r.refused:
+        state, roster = state_from_bytes(r.state, r.shape), Roster(bytes(r.counted), bytes(r.refused_owners))
+        check_release(self.release_keys, self.names, self.job_id, t, state, int(r.owners_counted), roster,
+                      list(r.signatures), f"read from {self.explicit_name}")
+        if roster.refuses(self.owner_index):  # the signed bit, not the reply's own flag
             self.refused.append(t)
-        return state, int(r.owners_counted)
+        return state, roster
 
     def close(self) -> None:
         for ch in self._channels:

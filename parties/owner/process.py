@@ -59,7 +59,7 @@ from ..config import OwnerConfig
 from ..ledger import Ledger, LedgerError
 from ..rendezvous import grpc_options
 from ..rows import Rows, device_for, load_rows
-from .attest import check_release
+from .attest import Roster, check_release, uncounted
 from .failures import JobEnded, JobWatch, PartiesUnreachable, denied, owner_failure
 
 __all__ = ["OwnerRefused", "check_job", "fetch_owner_model", "fetch_release", "intake_addresses", "job_watch",
@@ -137,9 +137,10 @@ def intake_addresses(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id:
 
 
 def fetch_release(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: str, owner_index: int, t: int,
-                  wait_s: float, watch: JobWatch | None = None, *, keys: Sequence[bytes]) -> tuple[torch.Tensor, int]:
-    """Round ``t``'s release of ``job_id`` and its owner count, as the compute parties' daemons keep
-    it once their intake stopped (``GetOwnerRelease``): asked of the party this owner reads from
+                  wait_s: float, watch: JobWatch | None = None, *,
+                  keys: Sequence[bytes]) -> tuple[torch.Tensor, Roster]:
+    """Round ``t``'s release of ``job_id`` and its signed roster, as the compute parties' daemons
+    keep them once their intake stopped (``GetOwnerRelease``): asked of the party this owner reads from
     first, then of the others, waiting up to ``wait_s`` while none keeps it yet. Between passes
     ``watch`` (default: one for this job) ends the wait once the job has ended without it
     (:class:`JobEnded`) or the compute parties are lost (:class:`PartiesUnreachable`). ``keys``:
@@ -171,9 +172,10 @@ def fetch_release(identity: Identity, cfg: OwnerConfig, job: JobFile, job_id: st
             if r.spec_digest != digest:
                 raise JobEnded(f"compute party {name} keeps the release of another job under {job_id} (digest "
                                f"{r.spec_digest[:12]}… vs this owner's {digest[:12]}…)")
-            state, counted = state_from_bytes(r.state, r.shape), int(r.owners_counted)
-            check_release(keys, names, job_id, t, state, counted, list(r.signatures), f"kept at {name}")
-            return state, counted
+            state, roster = state_from_bytes(r.state, r.shape), Roster(bytes(r.counted), bytes(r.refused_owners))
+            check_release(keys, names, job_id, t, state, int(r.owners_counted), roster, list(r.signatures),
+                          f"kept at {name}")
+            return state, roster
         if ended == len(names):
             raise JobEnded(f"job {job_id}: no compute party serves round {t}'s release, and the job has ended at each "
                            f"(last answer: {why})")
@@ -441,10 +443,15 @@ def fetch_owner_model(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: fl
         if len(keys) != len(job.job.parties):
             raise OwnerRefused(f"job_id: {cfg.identity.name}'s record of job {job_id} holds no release keys (an older "
                                "mpc-erm sent its shares): its release cannot be checked")
-        state, counted = fetch_release(identity, cfg, job, job_id, index, int(sent["round"]), wait_s, keys=keys)
+        t = int(sent["round"])
+        state, roster = fetch_release(identity, cfg, job, job_id, index, t, wait_s, keys=keys)
+        parties = list(job.job.parties)
+        uncounted(roster, index, bool(sent.get("sent")), parties[explicit_party(index, len(parties))], t)
         audit = AuditLog.in_state_dir(cfg.state_dir)
         audit.release(job_id, what=run.released, value=state, round=1, rounds=1)
-        notes = ("this owner sent its shares and left before the release (owner join --leave); the release was "
+        notes = ("this owner's contribution was refused by the compute parties' check (left out of the release)"
+                 if roster.refuses(index) else
+                 "this owner sent its shares and left before the release (owner join --leave); the release was "
                  "read from the compute parties' daemons" if sent.get("sent") else
                  "this owner's shares reached the compute parties after they closed the round: not counted",)
         report = _report(job, plan, real, run.parameters(), audit.head(), (*notes, run.note()))
@@ -452,7 +459,7 @@ def fetch_owner_model(cfg: OwnerConfig, job: JobFile, job_id: str, *, wait_s: fl
         run.writer(state)(d, _model_facts(job, job_id))
         summary = {"job_id": job_id, "owner": cfg.identity.name, "epsilon": report.epsilon,
                    "delta": report.delta_total, "rounds": 1, "status": "done", "left_after_sending": True,
-                   "counted": bool(sent.get("sent")), "owners_counted": counted}
+                   "counted": roster.counts(index), "owners_counted": roster.count}
         (d / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
         return summary
     finally:

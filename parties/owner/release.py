@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from .attest import Roster
+
 __all__ = ["RELEASE_FILE", "StoredRelease", "read_release", "write_release"]
 
 RELEASE_FILE = Path(".owners") / "last_release.safetensors"
@@ -31,7 +33,7 @@ class StoredRelease:
     spec_digest: str
     round: int
     state: torch.Tensor  # float64
-    owners_counted: int
+    roster: Roster  # the owners it counted and refused (signed with it)
     signatures: tuple[bytes, ...] = ()  # every compute party's, rank order (.attest): the owner checks them
 
 
@@ -45,7 +47,7 @@ def write_release(job_dir: str | Path, rel: StoredRelease) -> None:
     tmp = path.with_suffix(".tmp")
     save_file({"state": rel.state.detach().to("cpu", torch.float64).contiguous()}, str(tmp),
               metadata={"job_id": rel.job_id, "spec_digest": rel.spec_digest, "round": str(rel.round),
-                        "owners_counted": str(rel.owners_counted),
+                        "counted": rel.roster.counted.hex(), "refused": rel.roster.refused.hex(),
                         "signatures": ",".join(sig.hex() for sig in rel.signatures)})
     with tmp.open("rb") as fh:
         os.fsync(fh.fileno())
@@ -71,6 +73,7 @@ def read_release(job_dir: str | Path) -> StoredRelease | None:
             return None
         sigs = tuple(bytes.fromhex(x) for x in meta.get("signatures", "").split(",") if x)
         return StoredRelease(job_id=meta["job_id"], spec_digest=meta["spec_digest"], round=int(meta["round"]),
-                             state=state, owners_counted=int(meta["owners_counted"]), signatures=sigs)
+                             state=state, roster=Roster(bytes.fromhex(meta["counted"]), bytes.fromhex(meta["refused"])),
+                             signatures=sigs)
     except Exception:  # OSError, a missing key, or safetensors' own error for a damaged file
         return None

@@ -29,7 +29,7 @@ from mpc_erm.mpc.replicated_open import shares_of
 from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.protocols.aggregation import NoiseSpec
 
-from .attest import statement, unsigned
+from .attest import Roster, statement, uncounted, unsigned
 from .intake import IntakeError, OwnerClient, OwnerIntake, agree_present, pauses, round_state
 from .shares import OwnerRangeError, explicit_party
 from .verified_shares import derived_share, owner_context
@@ -81,8 +81,8 @@ class ReleaseSignatures:
         self.comm, self.intake = comm, intake
         self._keys: list[bytes] | None = None
 
-    def __call__(self, t: int, out: torch.Tensor, counted: int) -> list[bytes]:
-        stmt = statement(self.intake.frame.job_id, t, out, counted)
+    def __call__(self, t: int, out: torch.Tensor, roster: Roster) -> list[bytes]:
+        stmt = statement(self.intake.frame.job_id, t, out, roster)
         if self._keys is None:
             self._keys = _all_bytes(self.comm, self.intake.signer.public)
         sigs = _all_bytes(self.comm, self.intake.signer.sign(stmt))
@@ -135,6 +135,7 @@ class IntakeAggregator:
         self._buffers: torch.Tensor | None = None
         self._sign = ReleaseSignatures(comm, intake)
         self.signatures: list[bytes] = []  # the latest release's signatures (kept with it for late readers)
+        self.roster = Roster(b"")  # the latest release's owners counted and refused (signed with it)
 
     def aggregate(self, contributions: torch.Tensor, weights: torch.Tensor, noise: NoiseSpec) -> torch.Tensor:
         if contributions.numel():
@@ -155,8 +156,9 @@ class IntakeAggregator:
             agreed, total = self._checked(t, agreed, explicit)
             agree_counted(self.comm, t, agreed)
             out = self.mpc.aggregate_shares(total, f.grid_bits, noise)  # type: ignore[union-attr]
-        self.signatures = self._sign(t, out, len(agreed))
-        self.intake.publish(t, out, len(agreed), self.refused[-1], self.signatures)
+        self.roster = Roster.of(len(f.owners), agreed, self.refused[-1])
+        self.signatures = self._sign(t, out, self.roster)
+        self.intake.publish(t, out, self.roster, self.signatures)
         self.wait_seconds.append(closed - tic)
         self.mpc_seconds.append(time.monotonic() - closed)
         self.cpu_seconds.append(time.process_time() - cpu)
@@ -300,7 +302,7 @@ class OwnerAggregator:
 
     def __init__(self, client: OwnerClient, *, round_wait_s: float, on_round: Callable[[int, str, int], None]
                  | None = None, send_after_s: float | None = None, leave: bool = False,
-                 fetch_later: Callable[[int, float], tuple[torch.Tensor, int]] | None = None,
+                 fetch_later: Callable[[int, float], tuple[torch.Tensor, Roster]] | None = None,
                  bound: float | None = None) -> None:
         """``round_wait_s``: how long to wait for a round to open and for its release;
         ``on_round(t, mine, owners_counted)`` after each release (``mine``: "counted", "late" or
@@ -309,7 +311,7 @@ class OwnerAggregator:
         this object was made), whatever the owner computed meanwhile — a fixed send time, so the
         arrival of the shares says nothing of the work behind them; ``leave``: raise
         :class:`LeftAfterSending` once the first round's shares are sent; ``fetch_later(t,
-        wait_s)``: round ``t``'s release and count from where the compute parties keep it after
+        wait_s)``: round ``t``'s release and roster from where the compute parties keep them after
         their intake stopped (asked when the intake is gone before this owner read it); ``bound``: the
         job's public ℓ2 bound of one contribution (``PrivacyPlan.member_bound``), which the compute
         parties check on the shares: a contribution over it is refused here, before anything is sent."""
@@ -339,18 +341,20 @@ class OwnerAggregator:
         sent = self.send(t, v)
         if self.leave:
             raise LeftAfterSending(t, sent)
-        state, counted = self._released(t)
+        state, roster = self._released(t)
         self._mark = time.monotonic()
+        uncounted(roster, self.client.owner_index, sent, self.client.explicit_name, t)
         if not sent:
             self.missed.append(t)
         self.last, self.received = state, self.received + 1
         if self.on_round is not None:
-            self.on_round(t, "late" if not sent else "refused" if t in self.client.refused else "counted", counted)
+            mine = "late" if not sent else "refused" if roster.refuses(self.client.owner_index) else "counted"
+            self.on_round(t, mine, roster.count)
         return state
 
-    def _released(self, t: int) -> tuple[torch.Tensor, int]:
-        """Round ``t``'s release from the intake or, once the intake has stopped (the job's last
-        release, which this owner was slow to read), from ``fetch_later``."""
+    def _released(self, t: int) -> tuple[torch.Tensor, Roster]:
+        """Round ``t``'s release and its signed roster from the intake or, once the intake has
+        stopped (the job's last release, which this owner was slow to read), from ``fetch_later``."""
         try:
             return self.client.released(t, wait_s=self.round_wait_s)
         except grpc.RpcError as exc:

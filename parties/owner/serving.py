@@ -101,7 +101,7 @@ def serve_owners(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator 
             result = run.run(rounds, guard)
         if rounds.last is not None:  # served by the daemon once the intake has stopped (parties.owner.release)
             write_release(ctx.job_dir, StoredRelease(ctx.job_id, ctx.job.spec_digest(), len(rounds.counted) - 1,
-                                                     rounds.last, rounds.counted[-1], tuple(rounds.signatures)))
+                                                     rounds.last, rounds.roster, tuple(rounds.signatures)))
         unread = rounds.wait_last_read(LAST_READ_WAIT_S)  # a fixed 1 s left owners of a loaded 1,000 without it
         if unread:
             ctx.emit({"phase": "owners", "message": f"{len(unread)} counted owners did not read the last release "

@@ -26,8 +26,9 @@ What a deviating party can do here, and what it cannot:
 - the explicit share reaches its second holder through its first, so two copies that differ mean
   one of those two compute parties deviated: the job stops, naming both;
 - a compute party can always claim an owner's message never arrived (so can the network): the
-  owner is then left out. The release it reads states how many owners were counted, not which,
-  so the owner cannot yet tell this from being counted.
+  owner is then left out. The release's roster, signed by every compute party, says which
+  owners it counted, so an owner whose acknowledged share was left out sees it and stops
+  (:func:`.attest.uncounted`).
 """
 
 from __future__ import annotations

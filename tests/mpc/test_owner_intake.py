@@ -15,7 +15,7 @@ import contextlib
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import grpc
@@ -56,14 +56,15 @@ def intakes(ca: Any) -> Any:
         i.stop()
 
 
-def _publish(intakes: list[OwnerIntake], t: int, state: torch.Tensor, counted: int) -> None:
-    """Round ``t``'s release at every (in-process) intake, with every intake's signature, as the
-    compute parties' ReleaseSignatures exchange them."""
-    from parties.owner.attest import statement
+def _publish(intakes: list[OwnerIntake], t: int, state: torch.Tensor, counted: Iterable[int]) -> None:
+    """Round ``t``'s release at every (in-process) intake, counting owners ``counted``, with every
+    intake's signature, as the compute parties' ReleaseSignatures exchange them."""
+    from parties.owner.attest import Roster, statement
 
-    sigs = [i.signer.sign(statement(i.frame.job_id, t, state, counted)) for i in intakes]
+    roster = Roster.of(len(intakes[0].frame.owners), counted)
+    sigs = [i.signer.sign(statement(i.frame.job_id, t, state, roster)) for i in intakes]
     for i in intakes:
-        i.publish(t, state, counted, signatures=sigs)
+        i.publish(t, state, roster, signatures=sigs)
 
 
 def _client(ca: Any, o: int, intakes: list[OwnerIntake], name: str | None = None) -> OwnerClient:
@@ -167,9 +168,10 @@ def test_owners_enrol_contribute_and_read_the_released_round(ca: Any, intakes: l
         with pytest.raises(grpc.RpcError) as info:
             clients[2].contribute(7, _value(2, 1))
         assert round_state(info.value) == (1, False)
-        _publish(intakes, 0, exact.double() / 2**GRID, len(agreed))
-        state, counted = clients[3].released(0, wait_s=5)
-        assert counted == 5 and torch.equal(state, exact.double() / 2**GRID)
+        _publish(intakes, 0, exact.double() / 2**GRID, agreed)
+        state, roster = clients[3].released(0, wait_s=5)
+        assert roster.count == 5 and torch.equal(state, exact.double() / 2**GRID)
+        assert [o for o in range(len(OWNERS)) if roster.counts(o)] == agreed and roster.refused_count == 0
         code, why = _code(lambda: clients[3].released(9, wait_s=0.2))
         assert code == grpc.StatusCode.DEADLINE_EXCEEDED and "round: 9 not released yet" in why
         # a worker keeps its intake up after the last release until the counted owners that read
@@ -192,26 +194,27 @@ def test_an_owner_uses_a_release_only_with_every_compute_partys_signature(ca: An
     """A compute party that serves its owners another release than the one every party signed (one
     bit flipped), or a release without the others' signatures, is refused by the owner, which names
     whose signature is missing; the same release with every signature is used."""
-    from parties.owner.attest import UnsignedRelease, statement
+    from parties.owner.attest import Roster, UnsignedRelease, statement
 
     clients = [_client(ca, o, intakes) for o in range(3)]  # explicit parties 0, 1, 2
     try:
         for c in clients:
             c.enroll()
         state = torch.arange(DIM, dtype=torch.float64)
-        sigs = [i.signer.sign(statement("job-1", 0, state, 3)) for i in intakes]
+        roster = Roster.of(len(OWNERS), [0, 1, 2])
+        sigs = [i.signer.sign(statement("job-1", 0, state, roster)) for i in intakes]
         altered = state.clone()
         altered.view(torch.int64)[5] ^= 1
-        intakes[0].publish(0, altered, 3, signatures=sigs)  # party 0 serves another value under the same signatures
-        intakes[1].publish(0, state, 3, signatures=sigs[:1] + [b""] + sigs[2:])  # its own signature left out
-        intakes[2].publish(0, state, 3, signatures=sigs)
+        intakes[0].publish(0, altered, roster, signatures=sigs)  # party 0: another value under the same signatures
+        intakes[1].publish(0, state, roster, signatures=sigs[:1] + [b""] + sigs[2:])  # its own signature left out
+        intakes[2].publish(0, state, roster, signatures=sigs)
         with pytest.raises(UnsignedRelease, match="read from compute-0 lacks a valid signature of compute-0, "
                                                   "compute-1, compute-2"):
             clients[0].released(0, wait_s=5)
         with pytest.raises(UnsignedRelease, match="read from compute-1 lacks a valid signature of compute-1:"):
             clients[1].released(0, wait_s=5)
         got, counted = clients[2].released(0, wait_s=5)
-        assert counted == 3 and torch.equal(got, state)
+        assert counted == roster and torch.equal(got, state)
     finally:
         for c in clients:
             c.close()
@@ -250,10 +253,11 @@ def test_more_owners_waiting_for_a_release_than_the_intake_has_threads_do_not_bl
             th.start()
         assert all(i.wait_for(len(OWNERS), 25) == len(OWNERS) for i in small)  # every share got in
         closed = [i.close_round()[0] for i in small]
-        _publish(small, 0, torch.zeros(DIM, dtype=torch.float64), len(closed[0]))
+        _publish(small, 0, torch.zeros(DIM, dtype=torch.float64), closed[0])
         for th in threads:
             th.join(40)
-        assert all(isinstance(v, tuple) and v[1] == len(OWNERS) for v in got.values()) and len(got) == len(OWNERS), got
+        assert len(got) == len(OWNERS), got
+        assert all(isinstance(v, tuple) and v[1].count == len(OWNERS) for v in got.values()), got
     finally:
         for c in clients:
             c.close()
@@ -356,6 +360,7 @@ def _many_owner_rounds(rank: int, identity: Any, comm: Any, *, addr_q: Any, nois
     from mpc_erm.mpc.local_noise import DistributedNoise
     from mpc_erm.mpc.noise import InMpcNoise, plan_noise
     from mpc_erm.protocols.aggregation import NO_NOISE, NoiseSpec
+    from parties.owner.attest import Roster
     from parties.owner.intake import agree_present
     from parties.owner.rounds import ReleaseSignatures
 
@@ -385,7 +390,8 @@ def _many_owner_rounds(rank: int, identity: Any, comm: Any, *, addr_q: Any, nois
             present, explicit = intake.close_round()
             agreed = agree_present(comm, present, len(MANY))
             out = agg.aggregate_shares(intake.total(t, agreed, explicit), grid, spec)
-            intake.publish(t, out, len(agreed), signatures=sign(t, out, len(agreed)))
+            roster = Roster.of(len(MANY), agreed)
+            intake.publish(t, out, roster, signatures=sign(t, out, roster))
             rep[f"agreed_{t}"] = agreed
             rep[f"out_{t}"] = out.numpy()
         time.sleep(1.0)  # let the owners read the last round
@@ -394,10 +400,10 @@ def _many_owner_rounds(rank: int, identity: Any, comm: Any, *, addr_q: Any, nois
     return rep
 
 
-def _owners_run(ca: Any, addr_q: Any, grid_of: dict[str, int]) -> dict[int, list[tuple[torch.Tensor, int]]]:
+def _owners_run(ca: Any, addr_q: Any, grid_of: dict[str, int]) -> dict[int, list[tuple[torch.Tensor, Any]]]:
     addrs = dict(addr_q.get(timeout=120) for _ in range(3))
     compute = [(n, addrs[r]) for r, n in enumerate(NAMES[:3])]
-    seen: dict[int, list[tuple[torch.Tensor, int]]] = {}
+    seen: dict[int, list[tuple[torch.Tensor, Any]]] = {}
     errors: list[str] = []
 
     def owner(o: int) -> None:
@@ -462,8 +468,9 @@ def test_thirty_owners_through_three_compute_processes(noise: str) -> None:
         out = torch.as_tensor(np.asarray(reports[0][f"out_{t}"]))
         for r in range(1, 3):
             assert np.array_equal(np.asarray(reports[r][f"out_{t}"]), np.asarray(reports[0][f"out_{t}"]))
-        for got in seen.values():  # every owner read the same release, with the count
-            assert torch.equal(got[t][0], out) and got[t][1] == len(agreed)
+        for o, got in seen.items():  # every owner read the same release, with its signed roster
+            assert torch.equal(got[t][0], out) and got[t][1].count == len(agreed)
+            assert got[t][1].counts(o) == (o in agreed)
         if noise != "none":  # the noise, once, at its scale (distributed: three shares of σ/√2, 1.22 σ)
             assert 0 < float((out - exact).abs().max()) < 8 * SIGMA
         else:
@@ -505,7 +512,7 @@ def test_an_owner_whose_intake_stopped_reads_the_release_where_it_is_kept_and_a_
     returns from the round as soon as every compute party took its shares (LeftAfterSending),
     without reading anything, and the intakes do not wait for its read."""
     from mpc_erm.protocols.aggregation import NoiseSpec
-    from parties.owner.attest import statement
+    from parties.owner.attest import Roster, statement
     from parties.owner.rounds import LeftAfterSending, OwnerAggregator
 
     margin = owner_margin_bits(len(OWNERS))
@@ -515,9 +522,9 @@ def test_an_owner_whose_intake_stopped_reads_the_release_where_it_is_kept_and_a_
     asked: list[tuple[int, float]] = []
     kept = torch.arange(DIM, dtype=torch.float64)
 
-    def fetch_later(t: int, wait_s: float) -> tuple[torch.Tensor, int]:
+    def fetch_later(t: int, wait_s: float) -> tuple[torch.Tensor, Roster]:
         asked.append((t, wait_s))
-        return kept, 2
+        return kept, Roster.of(len(OWNERS), [0, 1])
 
     try:
         for c in clients:
@@ -531,11 +538,12 @@ def test_an_owner_whose_intake_stopped_reads_the_release_where_it_is_kept_and_a_
         assert info.value.round == 0 and info.value.sent and asked == []
         clients[0].contribute(0, _value(0, 0))
         zero = torch.zeros(DIM, dtype=torch.float64)
-        sigs = [i.signer.sign(statement(i.frame.job_id, 0, zero, 2)) for i in live]
+        roster = Roster.of(len(OWNERS), [0, 1])
+        sigs = [i.signer.sign(statement(i.frame.job_id, 0, zero, roster)) for i in live]
         for r, i in enumerate(live):
             present, _ = i.close_round()
             assert present == {0, 1}
-            i.publish(0, zero, len(present), signatures=sigs)
+            i.publish(0, zero, roster, signatures=sigs)
             # each party waits for the reads of its own owners (0 at party 0, 1 at party 1), not for
             # the leaving owner's: it told its party that it reads elsewhere
             assert i.wait_read(0, [o for o in (0, 1) if explicit_party(o, K) == r], 0.2) == ([0] if r == 0 else [])
@@ -597,7 +605,7 @@ def test_reads_park_for_the_release_only_while_threads_stay_free_for_the_shares(
             c.contribute(0, _value(o, 0))
         assert intakes[0].wait_for(len(OWNERS), 5.0) == len(OWNERS)
         tic = time.monotonic()
-        _publish(intakes, 0, torch.zeros(DIM, dtype=torch.float64), len(OWNERS))
+        _publish(intakes, 0, torch.zeros(DIM, dtype=torch.float64), range(len(OWNERS)))
         for th in parked:
             th.join(timeout=10)
         assert not any(th.is_alive() for th in parked) and time.monotonic() - tic < 5
@@ -711,4 +719,4 @@ def test_compute_parties_done_early_wait_for_a_late_owner_of_another_without_hit
         assert reports[r]["agreed"] == list(range(len(OWNERS)))
         assert torch.equal(torch.as_tensor(np.asarray(reports[r]["out"])), exact)
         assert reports[r]["took"] >= LATE_S - 0.5  # every party waited for the late owner
-    assert sorted(got) == list(range(len(OWNERS))) and all(v[1] == len(OWNERS) for v in got.values())
+    assert sorted(got) == list(range(len(OWNERS))) and all(v[1].count == len(OWNERS) for v in got.values())

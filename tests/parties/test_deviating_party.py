@@ -25,7 +25,11 @@ in-MPC noise.
   flipped. Before, those owners trained on it unseen. Now an owner uses a release only with every
   compute party's signature over the bytes it read: bob's owners stop with exit code 7 naming the
   release read from bob, the other owners and the compute parties finish. Six real
-  ``mpc-erm owner join`` processes, 3 replicated compute parties."""
+  ``mpc-erm owner join`` processes, 3 replicated compute parties.
+* ``drop-owner:1`` — bob's intake acknowledges round 2's share of owner 1 (its first owner) and
+  then claims it never came, so the compute parties leave owner 1 out of that round (it changes
+  the release). Before the release's roster was signed, owner 1 could not tell; now it stops
+  with exit code 8 naming bob's acknowledgement, and the others finish."""
 
 from __future__ import annotations
 
@@ -151,14 +155,14 @@ def test_a_dropped_message_ends_the_job_at_every_member_within_the_peer_timeout(
 OWNERS = tuple(f"owner-{i:02d}" for i in range(6))
 
 
-@pytest.mark.timeout(600)
-def test_owners_refuse_a_release_their_compute_party_altered(tmp_path: Path) -> None:
-    from parties.owner.failures import ReleaseRefused
-    from parties.owner.shares import explicit_party
+def _owner_joins(tmp_path: Path, schedule: str) -> dict[str, tuple[int, str, str]]:
+    """Six real ``owner join`` processes in a 3-round job of 3 replicated compute parties, bob's
+    daemon deviating on ``schedule``: each owner's (exit code, stdout, stderr); every compute party
+    must succeed."""
     from tests.parties.owner_joins import run_owner_joins
     from tests.parties.test_owner_jobs import JOB
 
-    env = ["env", f"PYTHONPATH={HERE / 'deviating_party'}{os.pathsep}{ROOT}", "MPC_ERM_TEST_DEVIATE=serve-altered:1"]
+    env = ["env", f"PYTHONPATH={HERE / 'deviating_party'}{os.pathsep}{ROOT}", f"MPC_ERM_TEST_DEVIATE={schedule}"]
     job = tmp_path / "owners.toml"
     job.write_text(JOB.format(dataset="clinics", d=30, owners=", ".join(f'"{o}"' for o in OWNERS), no_noise="false",
                               eps=1.0, n=569, rounds=3))
@@ -170,11 +174,35 @@ def test_owners_refuse_a_release_their_compute_party_altered(tmp_path: Path) -> 
                    for i, o in enumerate(OWNERS)}
         _job_id, out, phases = run_owner_joins(cons, configs, job)
     assert phases == dict.fromkeys(PARTIES, "succeeded"), phases
+    return out
+
+
+@pytest.mark.timeout(600)
+def test_owners_refuse_a_release_their_compute_party_altered(tmp_path: Path) -> None:
+    from parties.owner.failures import ReleaseRefused
+    from parties.owner.shares import explicit_party
+
+    out = _owner_joins(tmp_path, "serve-altered:1")
     for i, o in enumerate(OWNERS):
         code, _stdout, stderr = out[o]
         if explicit_party(i, 3) == 1:  # reads its releases from bob
             assert code == ReleaseRefused.exit_code, (o, code, stderr[-2000:])
             assert "round 1's release read from bob lacks a valid signature of alice, bob, carol" in stderr, stderr
+        else:
+            assert code == 0, (o, code, stderr[-2000:])
+
+
+@pytest.mark.timeout(600)
+def test_an_owner_left_out_after_its_share_was_acknowledged_stops_naming_the_party(tmp_path: Path) -> None:
+    from parties.owner.failures import LeftOut
+
+    out = _owner_joins(tmp_path, "drop-owner:1")
+    for i, o in enumerate(OWNERS):
+        code, _stdout, stderr = out[o]
+        if i == 1:  # bob's first owner
+            assert code == LeftOut.exit_code, (o, code, stderr[-2000:])
+            assert "round 1: bob acknowledged this owner's share, but the release every compute party signed did " \
+                   "not count it" in " ".join(stderr.split()), stderr
         else:
             assert code == 0, (o, code, stderr[-2000:])
 

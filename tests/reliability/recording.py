@@ -317,12 +317,12 @@ def _patch_owner_intake(mod: ModuleType) -> None:
 
     orig_publish = cls.publish
 
-    def publish(self: Any, t: int, state: Any, owners_counted: int, refused: Any = (), signatures: Any = ()) -> None:
+    def publish(self: Any, t: int, state: Any, roster: Any, signatures: Any = ()) -> None:
         import torch
 
         _plain("owner_release", f"rank{self.frame.rank}", self.frame.job_id, _arr(state.to(torch.float64)), t=t,
-               counted=owners_counted)
-        orig_publish(self, t, state, owners_counted, refused, signatures)
+               counted=roster.count)
+        orig_publish(self, t, state, roster, signatures)
 
     cls.Enroll = received("enroll", cls.Enroll)
     cls.Contribute = received("contribute", cls.Contribute)

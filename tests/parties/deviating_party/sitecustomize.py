@@ -8,6 +8,9 @@ alters one outgoing message chosen by ``MPC_ERM_TEST_DEVIATE``:
   zeroed: the pairwise random stream is no longer shared;
 * ``serve-altered:R`` — the release of round R its owner intake serves to its owners, one bit
   flipped (the value the parties agreed on, and signed, stays as it was);
+* ``drop-owner:R`` — in round R its owner intake acknowledges the share of its first owner (the
+  lowest index among those whose explicit party it is) and then claims it never arrived: the
+  owner is left out of the round, as the network could have done;
 * ``drop:K`` — its K-th tensor message (K from 0) posted after the MPC session is set up (the
   parties' set-up check passed) never sent, while the caller is told it was delivered: the
   message's key is used up, as when it is lost on the way, so the receiver waits for it in vain;
@@ -156,6 +159,16 @@ def _patch_verified(module):  # type: ignore[no-untyped-def]
 
 def _patch_intake(module):  # type: ignore[no-untyped-def]
     get = module.OwnerIntake.GetRound
+    close_round = module.OwnerIntake.close_round
+
+    def withheld(self):  # type: ignore[no-untyped-def]
+        t = self._round.t
+        present, explicit = close_round(self)
+        kind, _, arg = SCHEDULE.partition(":")
+        if kind == "drop-owner" and t == int(arg) and explicit:
+            o = min(explicit)
+            present, explicit = present - {o}, {k: v for k, v in explicit.items() if k != o}
+        return present, explicit
 
     def altered(self, request, context):  # type: ignore[no-untyped-def]
         reply = get(self, request, context)
@@ -167,6 +180,7 @@ def _patch_intake(module):  # type: ignore[no-untyped-def]
         return reply
 
     module.OwnerIntake.GetRound = altered
+    module.OwnerIntake.close_round = withheld
 
 
 def _patch_unanimous(module):  # type: ignore[no-untyped-def]
