@@ -50,7 +50,7 @@ from dp_accounting.rdp.rdp_privacy_accountant import compute_delta, compute_epsi
 
 from . import _checks
 from .events import SubsampledRdp, wor_sample_size
-from .gaussian import gdp_delta, gdp_epsilon, gdp_mu
+from .gaussian import gdp_delta, gdp_epsilon, gdp_meets, gdp_mu
 from .subsampled import (
     RDP_ORDERS,
     discrete_gaussian_curve,
@@ -241,7 +241,7 @@ def noise_multiplier_for(
     tol = _checks.positive("rel_tol", rel_tol)
     if acc == "gdp":
         z = math.sqrt(t) / gdp_mu(eps, dl)
-        while gdp_delta(math.sqrt(t) / z, eps) > dl:  # pragma: no cover - rounding guard
+        while not gdp_meets(math.sqrt(t) / z, eps, dl):  # pragma: no cover - rounding guard
             z = math.nextafter(z, math.inf)
         return z
     if acc == "zcdp":

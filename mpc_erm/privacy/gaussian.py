@@ -13,7 +13,10 @@ slack from an RDP/zCDP→(ε,δ) conversion (docs/explanation/privacy.md §4: ~2
 route). One implementation serves both uses; :mod:`.contraction` calls :func:`gdp_delta`.
 
 Numerics: δ is computed in log space with ``scipy.special.log_ndtr`` and a log-difference, so
-ε/μ ≫ 1 (δ down to ~1e-300) neither overflows e^ε nor cancels to 0. Every inverse is solved by
+ε/μ ≫ 1 (δ down to ~1e-300) neither overflows e^ε nor cancels to 0. For μ ≤ 1 the log-ratio of
+the two Φ terms, which nearly cancels e^ε, is integrated rather than subtracted (see
+:func:`_log_phi_ratio`): the subtraction of two ``log_ndtr`` values lost ~1e-11 of log δ there, and
+the curve's computed values were not monotone at that scale. Every inverse is solved by
 Brent's method on the monotone log-curve and then nudged, if need be, to the *safe* side of the
 target (the returned σ never gives δ above the target, the returned ε never below the true one).
 """
@@ -23,8 +26,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
 from scipy.optimize import brentq
-from scipy.special import log_ndtr
+from scipy.special import erfcx, log_ndtr
 
 from . import _checks
 
@@ -37,10 +41,15 @@ __all__ = [
     "gdp_delta",
     "gdp_epsilon",
     "gdp_log_delta",
+    "gdp_meets",
     "gdp_mu",
 ]
 
-_NUDGE_STEPS = 64
+_NUDGE_STEPS = 128
+_TIGHTEN_ULPS = 16
+#: Up to this μ, log Φ(x + μ/2) − log Φ(x − μ/2) is integrated (:func:`_log_phi_ratio`).
+_INTEGRATE_MU = 1.0
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(16)
 
 
 def classic_gaussian_sigma(sensitivity: float, epsilon: float, delta: float) -> float:
@@ -70,10 +79,25 @@ def gdp_log_delta(mu: float, epsilon: float) -> float:
     if math.isinf(m):
         return 0.0
     a = float(log_ndtr(-eps / m + m / 2.0))
+    if m <= _INTEGRATE_MU:
+        diff = eps - _log_phi_ratio(-eps / m, m / 2.0)  # b − a, without subtracting two log Φ
+        if not diff < 0.0 or not math.isfinite(a):
+            return -math.inf
+        return a + math.log(-math.expm1(diff))
     b = eps + float(log_ndtr(-eps / m - m / 2.0))
     if not b < a:  # rounding in the far tail; the true value is > 0 but below ~1e-300
         return -math.inf
     return a + math.log(-math.expm1(b - a))
+
+
+def _log_phi_ratio(x: float, h: float) -> float:
+    """log Φ(x + h) − log Φ(x − h) = ∫ φ(t)/Φ(t) dt over [x − h, x + h], by 16-point
+    Gauss–Legendre (the integrand is analytic and h ≤ ½, so the rule is exact to rounding), with
+    φ/Φ = √(2/π)/erfcx(−t/√2), accurate for every t. Why: for small μ, δ's two terms differ by a
+    factor e^(ε − this), and this is within a hair of ε; computed as a difference of two
+    ``log_ndtr`` values it carried their absolute rounding (≈ 1e-16·|log Φ|) into a tiny result."""
+    t = x + h * _GL_NODES
+    return float(h * np.sum(_GL_WEIGHTS * (math.sqrt(2.0 / math.pi) / erfcx(-t / math.sqrt(2.0)))))
 
 
 def gdp_delta(mu: float, epsilon: float) -> float:
@@ -82,6 +106,14 @@ def gdp_delta(mu: float, epsilon: float) -> float:
     μ = 0 gives 0 (no information released); μ = ∞ gives 1.
     """
     return math.exp(gdp_log_delta(mu, epsilon))
+
+
+def gdp_meets(mu: float, epsilon: float, delta: float) -> bool:
+    """δ(ε) ≤ δ for a μ-GDP mechanism, in log space and after exponentiation alike: the one test
+    every calibration here lands on, so that a σ calibrated for (ε, δ) gives back ε at most (the
+    two spellings of the same inequality can disagree by an ulp near the target)."""
+    lv = gdp_log_delta(mu, epsilon)
+    return lv <= math.log(delta) and math.exp(lv) <= delta
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:
@@ -99,9 +131,8 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     def f(e: float) -> float:
         return gdp_log_delta(m, e) - log_target
 
-    def ok(e: float) -> bool:  # safe in log space and after exponentiation
-        lv = gdp_log_delta(m, e)
-        return lv <= log_target and math.exp(lv) <= dl
+    def ok(e: float) -> bool:
+        return gdp_meets(m, e, dl)
 
     # Classic tail bound: μ-GDP is (μ²/2 + μ·√(2 ln(1/δ)), δ)-DP, so the root lies below.
     hi = m * m / 2.0 + m * math.sqrt(2.0 * math.log(1.0 / dl)) + 1.0
@@ -125,8 +156,7 @@ def gdp_mu(epsilon: float, delta: float) -> float:
         return gdp_log_delta(m, eps) - log_target
 
     def ok(m: float) -> bool:
-        lv = gdp_log_delta(m, eps)
-        return lv <= log_target and math.exp(lv) <= dl
+        return gdp_meets(m, eps, dl)
 
     hi = 1.0
     while f(hi) < 0:
@@ -162,7 +192,7 @@ def gaussian_sigma_for_rounds(
     mu = gdp_mu(eps, dl)
     sigma = math.sqrt(t) * d / mu
     # μ was rounded down, but σ = √T·Δ/μ rounds again: make sure the composed μ does not exceed it.
-    return _nudge(sigma, lambda s: gdp_delta(math.sqrt(t) * d / s, eps) <= dl, up=True)
+    return _nudge(sigma, lambda s: gdp_meets(math.sqrt(t) * d / s, eps, dl), up=True)
 
 
 def gaussian_epsilon_for_rounds(
@@ -204,15 +234,25 @@ def _brent(f: Callable[[float], float], lo: float, hi: float) -> float:
 
 
 def _nudge(x: float, ok: Callable[[float], bool], *, up: bool) -> float:
-    """Move ``x`` by ulps (up or down) until ``ok(x)``: root finders stop within a tolerance on
-    either side of the root, and a calibration must land on the side that keeps the guarantee."""
-    for _ in range(_NUDGE_STEPS):
+    """The value nearest ``x`` on the safe side (``up``: the smallest above, else the largest
+    below) with ``ok``: root finders stop within a tolerance on either side of the root, and a
+    calibration must land on the side that keeps the guarantee. It steps by ulps first (then by
+    growing steps), and then takes the tightest ``ok`` value within :data:`_TIGHTEN_ULPS` ulps back:
+    the computed curve is not monotone at the scale of an ulp, so the first safe value met is not
+    always the tightest (a σ calibrated for ε then read back a hair above ε)."""
+    toward, back = (math.inf, 0.0) if up else (0.0, math.inf)
+    for i in range(_NUDGE_STEPS):
         if ok(x):
-            return x
-        x = math.nextafter(x, math.inf if up else 0.0) if abs(x) > 0 else x
-        x = x * (1 + 1e-14) if up else x * (1 - 1e-14)
-    if ok(x):
-        return x
-    raise ArithmeticError(
-        "calibration could not reach the safe side of the target"
-    )  # pragma: no cover
+            break
+        x = math.nextafter(x, toward) if i < _NUDGE_STEPS // 2 else (x * (1 + 1e-14) if up else x * (1 - 1e-14))
+    else:
+        if not ok(x):
+            raise ArithmeticError("calibration could not reach the safe side of the target")  # pragma: no cover
+    best = y = x
+    for _ in range(_TIGHTEN_ULPS):
+        y = math.nextafter(y, back)
+        if y <= 0.0:
+            break
+        if ok(y):
+            best = y
+    return best
