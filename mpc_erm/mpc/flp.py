@@ -133,26 +133,26 @@ def prove(left: np.ndarray, right: np.ndarray, layout: Layout, seeds: np.ndarray
     if seeds is None:
         seeds = F.from_words(np.frombuffer(secrets.token_bytes(16 * c * k), dtype=np.uint64).copy())
     seeds = seeds.reshape(k, 2 * c)
-    ext = F.extension_matrix(g + 1, 2 * g + 1)  # values at g+1..2g
     wires = layout.grid(left)
-    if right is left:  # squares: the wires extended once; only the seeds (row 0) differ
-        shared = _extend(np.ascontiguousarray(ext[:, 1:]), wires)
-        a = np.concatenate([seeds[:, None, :c], wires, F.add(shared, F.mul(ext[None, :, :1], seeds[:, None, :c]))], 1)
-        b = np.concatenate([seeds[:, None, c:], wires, F.add(shared, F.mul(ext[None, :, :1], seeds[:, None, c:]))], 1)
+    if right is left:  # squares: the wires extended once (through 0 at node 0); only the seeds differ
+        ext0 = F.extension_matrix(g + 1, 2 * g + 1)[:, :1]  # the seed's weight at g+1..2g
+        shared = _extend(np.concatenate([np.zeros((k, 1, c), dtype=np.uint64), wires], axis=1))
+        a = np.concatenate([seeds[:, None, :c], wires, F.add(shared, F.mul(ext0[None], seeds[:, None, :c]))], 1)
+        b = np.concatenate([seeds[:, None, c:], wires, F.add(shared, F.mul(ext0[None], seeds[:, None, c:]))], 1)
     else:
         a = np.concatenate([seeds[:, None, :c], wires], axis=1)  # values of A_j at 0..g, by piece
         b = np.concatenate([seeds[:, None, c:], layout.grid(right)], axis=1)
-        a, b = (np.concatenate([v, _extend(ext, v)], axis=1) for v in (a, b))
+        a, b = (np.concatenate([v, _extend(v)], axis=1) for v in (a, b))
     pi = F.sum_along(F.mul(a, b), axis=2)  # Π at 0..2g, (pieces, 2g+1)
     return np.concatenate([seeds, pi], axis=1).reshape(-1).astype(np.uint64)
 
 
-def _extend(ext: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """(pieces, n, c) values at n nodes → (pieces, g, c) values at g+1..2g by ``ext`` (g × n), every
-    piece's columns side by side in one product."""
+def _extend(values: np.ndarray) -> np.ndarray:
+    """(pieces, g+1, c) values at the nodes 0..g → (pieces, g, c) values at g+1..2g
+    (:func:`~.field.extend`), every piece's columns side by side in one pass."""
     k, n, c = values.shape
     flat = np.ascontiguousarray(values.transpose(1, 0, 2).reshape(n, k * c))
-    return F.matvec(ext, flat).reshape(-1, k, c).transpose(1, 0, 2)
+    return F.extend(flat, n - 1).reshape(-1, k, c).transpose(1, 0, 2)
 
 
 @dataclass(frozen=True)

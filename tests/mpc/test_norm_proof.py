@@ -75,6 +75,19 @@ def test_the_compiled_sums_and_row_products_agree_with_python_integers() -> None
     assert F.sum_along(np.zeros((3, 0), dtype=np.uint64), axis=1).tolist() == [0, 0, 0]
 
 
+@pytest.mark.parametrize("n, m, cols", [(100, 99, 89), (77, 76, 3), (2, 1, 5), (1, 4, 2)])
+def test_extending_by_differences_equals_the_lagrange_extension(n: int, m: int, cols: int) -> None:
+    """F.extend (Newton's differences, additions only) gives the values at n..n+m−1 of the degree
+    < n polynomials through each column, as the extension matrix does, on worst-case elements."""
+    rng = np.random.default_rng(n)
+    v = rng.integers(0, P, (n, cols), dtype=np.uint64)
+    v[0] = P - 1
+    assert np.array_equal(F.extend(v, m), F.matvec(F.extension_matrix(n, n + m), v))
+    ramp = np.arange(n, dtype=np.uint64)[:, None] * np.ones(cols, dtype=np.uint64)  # f(t) = t (n ≥ 2)
+    if n >= 2:
+        assert F.extend(ramp, m)[:, 0].tolist() == list(range(n, n + m))
+
+
 @pytest.mark.parametrize("dim, rows", [(2601, 100), (123, 60), (37, 7), (1, 1)])
 def test_projections_read_from_the_keystream_equal_the_materialised_signs(dim: int, rows: int) -> None:
     """project (a prover's R·x over the integers) and project_transposed (a verifier's Rᵀ·v in
