@@ -21,11 +21,13 @@ LINEAR_MODELS = ("logistic", "ridge", "huber_svm", "softmax")
 NETWORK_MODELS = ("mlp", "mnist_cnn", "cifar_cnn", "char_lstm", "plugin")  # mpc_erm.models.networks, .plugins
 ModelName = Literal["logistic", "ridge", "huber_svm", "softmax", "mlp", "mnist_cnn", "cifar_cnn", "char_lstm",
                     "plugin"]
-Optimizer = Literal["sgd", "adam"]
+Optimizer = Literal["sgd", "adam", "srm"]
 # fields that mean something for networks only: a linear job must leave them at their defaults
 NETWORK_MODEL_FIELDS = ("input_shape", "hidden", "vocab", "init_seed", "plugin", "plugin_digest")
 NETWORK_TRAINING_FIELDS = ("sampling_rate", "optimizer", "momentum", "adam_betas", "schedule", "schedule_step",
-                           "schedule_gamma")
+                           "schedule_gamma", "srm_momentum", "clip_difference", "max_step")
+#: DP-SRM's own fields (optimizer = "srm"): absent from the canonical JSON when unset (older digests)
+SRM_FIELDS = ("srm_momentum", "clip_difference", "max_step")
 Schedule = Literal["constant", "step", "cosine"]
 OutputMechanism = Literal["l2_laplace", "gaussian", "laplace_thesis"]
 GradientAccountant = Literal["gdp", "zcdp", "rdp", "pld"]
@@ -129,6 +131,15 @@ class TrainingSpec(_Strict):
     schedule: Schedule = "constant"
     schedule_step: int = Field(1, ge=1, description="step schedule: rounds between decays")
     schedule_gamma: float = Field(0.1, gt=0.0, le=1.0, description="step schedule: decay factor")
+    # DP-SRM (optimizer = "srm"): each example's increment γ·clip_C1(∇f(θ_t)) + (1−γ)·clip_C2(∇f(θ_t) − ∇f(θ_t−1)),
+    # its norm within privacy.clip = γ·C1 + (1−γ)·C2; the public recursion v_t = ṽ_t + (1−γ)·v_t−1
+    srm_momentum: float | None = Field(None, gt=0.0, le=1.0, description="γ of DP-SRM's recursive momentum "
+                                                                         "(optimizer = 'srm')")
+    clip_difference: float | None = Field(None, gt=0.0, le=1e6, description="C₂: DP-SRM's clip of each example's "
+                                                                             "gradient difference between the last "
+                                                                             "two public models")
+    max_step: float | None = Field(None, gt=0.0, le=1e6, description="DP-SRM: the longest public step ‖Δθ‖ "
+                                                                      "(the thesis's adaptive step size)")
     # DP-IGHT (sparse linear models): after each public step keep the s largest-magnitude entries of θ
     sparsity: int | None = Field(None, ge=1, le=100_000_000, description="s: hard thresholding to s non-zeros "
                                                                          "after each step (DP-IGHT); linear "
@@ -210,6 +221,8 @@ class JobSpec(_Strict):
                              "rounds (method = 'gradient', no network, no [federated])")
         if self.federated is not None:
             return self._federated()
+        if m.is_network and (tr.optimizer == "srm" or any(getattr(tr, f) is not None for f in SRM_FIELDS)):
+            self._srm()
         if m.is_network:
             if self.method != "gradient":
                 raise ValueError("method: networks are trained by gradient perturbation (DP-SGD); use 'gradient'")
@@ -231,6 +244,22 @@ class JobSpec(_Strict):
                 raise ValueError(f"training.{name}: applies to networks (DP-SGD) only; linear models train by "
                                  "full-batch gradient descent")
         return self
+
+    def _srm(self) -> None:
+        """DP-SRM: γ and C₂ set, and C₁ = (C − (1−γ)·C₂)/γ positive for C = ``privacy.clip``."""
+        tr, clip = self.training, self.privacy.clip
+        if tr.optimizer != "srm":
+            raise ValueError("training.srm_momentum, training.clip_difference, training.max_step: DP-SRM's "
+                             "fields (optimizer = 'srm')")
+        if tr.srm_momentum is None or tr.clip_difference is None:
+            raise ValueError("training.srm_momentum, training.clip_difference: both required for optimizer = 'srm' "
+                             "(γ and C₂; privacy.clip bounds each example's increment γ·C₁ + (1−γ)·C₂)")
+        if clip is not None and not (1.0 - tr.srm_momentum) * tr.clip_difference < clip:
+            raise ValueError(f"training.clip_difference: (1 − γ)·C₂ = {(1.0 - tr.srm_momentum) * tr.clip_difference:g} "
+                             f"leaves no room under privacy.clip = {clip:g} for the gradient's own clip C₁ "
+                             "(privacy.clip = γ·C₁ + (1 − γ)·C₂)")
+        if tr.momentum:
+            raise ValueError("training.momentum: DP-SRM's momentum is training.srm_momentum")
 
     def _network_shape(self) -> None:
         """A network names what every member needs to build it the same."""
@@ -271,6 +300,9 @@ class JobSpec(_Strict):
             d["privacy"].pop("noise")  # the default: jobs from before the field keep their digests
         if self.training.sparsity is None:
             d["training"].pop("sparsity")  # jobs from before the field keep their digests
+        for name in SRM_FIELDS:
+            if getattr(self.training, name) is None:
+                d["training"].pop(name)  # likewise
         if self.federated is None:
             d.pop("federated")
         elif self.federated.send_after_s is None:

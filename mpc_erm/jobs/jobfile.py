@@ -471,7 +471,8 @@ _OTHER_TOOLS: dict[str, str] = {
     "lr": "the step is training.learning_rate",
     "target_epsilon": "ε is privacy.epsilon", "target_delta": "δ is privacy.delta",
 }
-_METHOD_WORDS = {"dpsgd", "dp-sgd", "dp_sgd", "dpadam", "dp-adam", "sgd", "adam", "fedavg", "dp-fedavg", "dpfedavg"}
+_METHOD_WORDS = {"dpsgd", "dp-sgd", "dp_sgd", "dpadam", "dp-adam", "sgd", "adam", "fedavg", "dp-fedavg", "dpfedavg",
+                 "srm", "dpsrm", "dp-srm", "dp_srm"}
 
 
 def _explain(err: Any) -> list[str]:
@@ -485,8 +486,8 @@ def _explain(err: Any) -> list[str]:
         return [f"{dotted(loc)}: unknown key; {hint}"]
     value = err.get("input")
     if loc == ("method",) and isinstance(value, str) and value.strip().lower() in _METHOD_WORDS:
-        return [f"method: must be 'output' or 'gradient', got {_short(value)}; DP-SGD and DP-Adam are method = "
-                "'gradient' with a network [model] (mlp, mnist_cnn, ...), training.sampling_rate and "
+        return [f"method: must be 'output' or 'gradient', got {_short(value)}; DP-SGD, DP-Adam and DP-SRM are "
+                "method = 'gradient' with a network [model] (mlp, mnist_cnn, ...), training.sampling_rate and "
                 "training.optimizer; a job with data owners adds [federated] for DP-Fed "
                 "(docs/tutorials/images.md has a whole network job)"]
     if err["type"] != "value_error":

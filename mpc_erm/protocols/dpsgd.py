@@ -17,6 +17,17 @@ Round t, at every party, on the same public model θ_t:
    master copy of the parameters, so that parties on different devices keep bit-identical public
    models; each party then loads the master into its working network.
 
+**DP-SRM** (``training.optimizer = "srm"``, the thesis's ch. 4): step 2 sums each example's
+recursive-momentum increment instead, γ·clip_C₁(∇f_i(θ_t)) + (1−γ)·clip_C₂(∇f_i(θ_t) − ∇f_i(θ_{t−1}))
+(two gradient evaluations per example, at the last two public models), whose norm is at most
+C = γ·C₁ + (1−γ)·C₂ = ``privacy.clip`` — so the plan, σ and the accountant are DP-SGD's with that
+C, unchanged. Step 4 keeps v_t = ṽ_t + (1−γ)·v_{t−1} (v_0 = 0: the first increment has no
+difference term), and steps θ ← θ − η·v_t with η = min(lr, ``max_step``/‖v_t‖) (the thesis's
+adaptive step, which bounds ‖θ_{t+1} − θ_t‖ and so the gradient differences C₂ clips). The
+batch is the Poisson sample of step 1, hidden from every party as for DP-SGD (each party knows
+only its own draws), accounted by the Poisson-subsampled Gaussian; the thesis's fixed-size batch
+without replacement is not what runs here.
+
 The privacy of the whole job is the plan's (``PrivacyPlan`` with ``sampling_rate``); nothing here
 re-derives it.
 """
@@ -97,6 +108,15 @@ class DpSgd:
         self.optimizer = self._optimizer()
         self.scheduler = self._scheduler()
         self.round_index = 0
+        tr = spec.training
+        self.srm = tr.optimizer == "srm"
+        if self.srm:
+            assert tr.srm_momentum is not None and tr.clip_difference is not None  # JobSpec._srm
+            self.gamma, self.clip_difference = float(tr.srm_momentum), float(tr.clip_difference)
+            self.clip_gradient = (self.clip - (1.0 - self.gamma) * self.clip_difference) / self.gamma  # C₁
+            self.velocity = torch.zeros(self.p, dtype=torch.float64)  # v_{t−1}, public
+            self.previous: Tensor | None = None  # θ_{t−1}, public
+            self.previous_model = build_network(self.net_spec, self.device, builder=self.builder)
 
     # ------------------------------------------------------------------ public state
 
@@ -135,29 +155,60 @@ class DpSgd:
         Xb, yb = X[idx.to(X.device)], y[idx.to(y.device)]
         step = self.chunk_size or idx.numel()
         for lo in range(0, idx.numel(), step):
-            grads = per_example_grads(self.model, self.loss, Xb[lo : lo + step], yb[lo : lo + step])
+            rows = self._per_example(self.model, Xb[lo : lo + step], yb[lo : lo + step], dev)
+            if self.srm:
+                rows = self._increments(rows, Xb[lo : lo + step], yb[lo : lo + step], dev)
             # clipped and summed in float64 where they were computed: one (1, p) row leaves the
             # device per round, not a (batch, p) block (53 MB a round for the MNIST CNN)
-            rows = flatten_grads(grads, self.model).to(dev, torch.float64)
             total += clip_rows(rows, self.clip).sum(dim=0, keepdim=True)
         return total.cpu(), int(idx.numel())
+
+    def _per_example(self, model: nn.Module, X: Tensor, y: Tensor, dev: torch.device) -> Tensor:
+        return flatten_grads(per_example_grads(model, self.loss, X, y), model).to(dev, torch.float64)
+
+    def _increments(self, grads: Tensor, X: Tensor, y: Tensor, dev: torch.device) -> Tensor:
+        """DP-SRM's per-example increments from the gradients at θ_t: γ·clip_C₁(g_t) +
+        (1−γ)·clip_C₂(g_t − g_{t−1}), the second term absent in the first round (module docstring);
+        each within C by the triangle inequality (and clipped to C after, for the rounding)."""
+        out = self.gamma * clip_rows(grads, self.clip_gradient)
+        if self.previous is not None and self.gamma < 1.0:
+            before = self._per_example(self.previous_model, X, y, dev)
+            out += (1.0 - self.gamma) * clip_rows(grads - before, self.clip_difference)
+        return out
 
     def public_step(self, noisy: Tensor) -> None:
         """The step every party takes on the revealed g̃ (pure post-processing; module docstring)."""
         tr = self.spec.training
         g = noisy.detach().to("cpu", torch.float64).reshape(-1)
+        if self.srm:  # v_t = ṽ_t + (1−γ)·v_{t−1}
+            self.velocity = g + (1.0 - self.gamma) * self.velocity
+            g = self.velocity.clone()
         if self.spec.model.lam:
             g = g + self.spec.model.lam * self.master.detach()
         if tr.ls_sigma:
             parts = torch.split(g, [math.prod(s) for s in self.shapes])
             g = torch.cat([t.reshape(-1) for t in smooth_parameters(
                 [t.reshape(s) for t, s in zip(parts, self.shapes)], tr.ls_sigma)])
+        if self.srm:
+            g = self._srm_direction(g)
         self.master.grad = g
         self.optimizer.step()
-        self.scheduler.step()
         self.master.grad = None
+        self.scheduler.step()
         self._load_master()
         self.round_index += 1
+
+    @torch.no_grad()
+    def _srm_direction(self, g: Tensor) -> Tensor:
+        """g scaled so that the optimiser's plain SGD step lr·g is η·g, η = min(lr, max_step/‖g‖);
+        θ_t kept (and loaded into the second network) for the next round's gradient differences."""
+        lr = float(self.optimizer.param_groups[0]["lr"])  # the schedule's
+        cap = self.spec.training.max_step
+        norm = float(torch.linalg.vector_norm(g))
+        self.previous = self.master.detach().clone()
+        vector_to_parameters(self.previous.to(self.device, next(self.previous_model.parameters()).dtype),
+                             self.previous_model.parameters())
+        return g if cap is None or norm * lr <= cap else g * (cap / (norm * lr))
 
     def round(self, aggregator: SecureAggregator, contributions: Tensor, noise: NoiseSpec | None = None) -> Tensor:
         """Aggregate the caller's clipped sums (rows, each weighted 1/(q·n̂)) with the plan's

@@ -43,6 +43,8 @@ class NetworkRun:
                  members: Sequence[tuple[Tensor, Tensor, torch.Generator]] | None = None) -> None:
         self.spec, self.plan, self.rows, self.noise, self.pool = spec, plan, rows, noise, pool
         self.job = DpSgd(spec, plan=plan, noise=noise, device=device, builder=builder)
+        if self.job.srm:
+            self.released = "noisy sum of clipped per-example recursive-momentum increments of a Poisson batch"
         self.p, self.rounds = self.job.p, int(spec.training.iterations)
         if members is None:  # this member's batches, from its own generator: nobody else's to know
             members = [(*network_rows(rows.train, spec, device), torch.Generator().manual_seed(secrets.randbits(63)))]
@@ -92,9 +94,12 @@ class NetworkRun:
 
         model = job.train(aggregator, local_sum, before_reveal=guard.before_reveal, after_round=after_round)
         tr = self.spec.training
-        note = (f"DP-{'Adam' if tr.optimizer == 'adam' else 'SGD'} of {self.spec.model.name} ({self.p} parameters): "
-                f"T = {T} rounds, Poisson rate q = {job.q:g} per party, clip C = {job.clip:g}, Laplacian smoothing "
-                f"σ = {tr.ls_sigma:g} per parameter tensor; accountant {self.plan.accountant!r}")
+        name = {"adam": "Adam", "srm": "SRM"}.get(tr.optimizer, "SGD")
+        srm = (f" (γ = {job.gamma:g}, C₁ = {job.clip_gradient:g}, C₂ = {job.clip_difference:g}"
+               + ("" if tr.max_step is None else f", steps at most {tr.max_step:g}") + ")") if job.srm else ""
+        note = (f"DP-{name} of {self.spec.model.name} ({self.p} parameters): "
+                f"T = {T} rounds, Poisson rate q = {job.q:g} per party, clip C = {job.clip:g}{srm}, Laplacian "
+                f"smoothing σ = {tr.ls_sigma:g} per parameter tensor; accountant {self.plan.accountant!r}")
         return RunResult(model, curve, note, self.parameters(), self.writer(), extra={"parameters": self.p})
 
     def parameters(self) -> dict[str, object]:

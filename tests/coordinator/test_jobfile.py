@@ -116,8 +116,9 @@ BAD = [
     ([("iterations = 10", "iterations = 10.0")], "training.iterations: must be an integer, got a number"),
     ([("learning_rate = 0.5", "learning_rate = -0.1")], "training.learning_rate: must be > 0"),
     ([('method = "gradient"', 'method = "newton"')], "method: must be 'output' or 'gradient', got 'newton'"),
-    ([('method = "gradient"', 'method = "dpsgd"')], "method: must be 'output' or 'gradient', got 'dpsgd'; DP-SGD "
-                                                     "and DP-Adam are method = 'gradient' with a network [model]"),
+    ([('method = "gradient"', 'method = "dpsgd"')], "method: must be 'output' or 'gradient', got 'dpsgd'; DP-SGD, "
+                                                     "DP-Adam and DP-SRM are method = 'gradient' with a network "
+                                                     "[model]"),
     ([('method = "gradient"\n', "")], "method: required"),
     ([('name = "logistic"', 'name = "svm"')],
      "model.name: must be 'logistic', 'ridge', 'huber_svm', 'softmax', 'mlp', 'mnist_cnn', 'cifar_cnn', "

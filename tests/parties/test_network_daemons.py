@@ -122,6 +122,19 @@ def test_a_subsampled_cnn_job_runs_through_the_daemons_on_each_partys_image_file
         with cons.client() as client, pytest.raises(SubmitRefused) as refused:
             client.submit(plugin)
         assert "model.plugin: alice has no model plugin 'acme-cnn'" in str(refused.value)
+        # DP-SRM (the thesis's ch. 4) on the same files: two gradients per example, at the last two
+        # public models, each increment within privacy.clip; the same plan as DP-SGD's
+        srm = tmp_path / "srm.toml"
+        srm.write_text(JOB.replace('name = "cnn-daemons"', 'name = "cnn-srm"').replace(
+            'optimizer = "adam"', 'optimizer = "srm"\nsrm_momentum = 0.5\nclip_difference = 0.5\nmax_step = 1.0')
+            .replace("epsilon = 2.0", "epsilon = 1.0"))
+        _srm_id, srm_ends = _run(cons, srm, tmp_path / "srm-result")
+        assert {m: e["phase"] for m, e in srm_ends.items()} == dict.fromkeys(("alice", "bob", "carol", "dealer"),
+                                                                            "succeeded"), srm_ends
+        srm_rep = json.loads((tmp_path / "srm-result" / "privacy_report.json").read_text())
+        assert srm_rep["rounds"] == 6 and srm_rep["epsilon"] <= 1.0
+        assert any("DP-SRM of mnist_cnn" in note and "C₁ = 1.5, C₂ = 0.5" in note for note in srm_rep["notes"]), \
+            srm_rep["notes"]
     import mpc_erm
 
     model = mpc_erm.load_model(tmp_path / "result")
