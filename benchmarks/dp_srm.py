@@ -3,6 +3,7 @@
 in process with the simulator's aggregator), beside DP-GD and DP-SGD at the same (ε, δ).
 
     python -m benchmarks.dp_srm --out benchmarks/results/dp_srm.json
+    python -m benchmarks.dp_srm --daemons 0.5 --out benchmarks/results/dp_srm_daemons.json
 
 **Data.** a9a is UCI Adult as LIBSVM encodes it (Platt 1998): all 32,561 / 16,281 rows, the six
 continuous columns in bins (age, fnlwgt, education-num, hours-per-week in quintiles of the
@@ -143,6 +144,77 @@ def _thesis_sigma_epsilon(eps: float, n: int, b: int, rounds: int) -> dict[str, 
     return {"noise_multiplier_replace_one": z, "our_epsilon_for_it": ours}
 
 
+def _libsvm(path: Path, X: np.ndarray, y: np.ndarray) -> Path:
+    """Rows as LIBSVM text (labels ±1, 1-based indices, the last feature always written so that
+    every party's file has all 123 columns)."""
+    d = X.shape[1]
+    lines = []
+    for row, label in zip(X, y, strict=True):
+        idx = [j for j in np.flatnonzero(row) if j != d - 1]
+        cells = [f"{j + 1}:1" for j in idx] + [f"{d}:{int(row[d - 1])}"]
+        lines.append(f"{'+1' if label else '-1'} " + " ".join(cells))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def run_daemons(out: Path, eps: float, lr: float, cap: float | None, batch: int = 100, seed: int = 0,
+                data_root_: str | None = None) -> dict[str, Any]:
+    """The DP-SRM job through three party daemons (replicated sharing, no dealer, the discrete
+    Gaussian sampled inside the MPC), each holding its third of a9a as its own LIBSVM file; the
+    released model's test error and loss on the test file, beside the same job in process."""
+    from coordinator.consortium import LocalConsortium
+    from mpc_erm import load_model
+    from mpc_erm.jobs.status import TERMINAL, JobStatus
+
+    X_tr, y_tr, X_te, y_te = a9a(data_root_)
+    n, d = X_tr.shape
+    q = batch / n
+    passes = THESIS[f"{eps:g}"]["passes_srm"] if f"{eps:g}" in THESIS else 5
+    rounds = round(passes / q)
+    spec = _spec("dp_srm", eps, n, d, rounds, q, lr, cap)
+    names = ["alice", "bob", "carol"]
+    data = out / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    own = {name: {"format": "libsvm", "path": str(_libsvm(data / f"{name}.libsvm", X_tr[i::3], y_tr[i::3])),
+                  "adjacency": "add_remove"} for i, name in enumerate(names)}
+    tr = spec.training
+    job = out / "dp_srm_job.toml"
+    job.write_text("\n".join([
+        'method = "gradient"', "", "[job]", 'name = "a9a-srm"', 'dataset = "a9a"',
+        f"parties = [{', '.join(json.dumps(m) for m in names)}]", 'trust = "replicated"', "",
+        "[model]", 'name = "mlp"', f"input_shape = [{d}]", "n_classes = 2", "hidden = []", f"init_seed = {seed}", "",
+        "[privacy]", f"epsilon = {eps!r}", f"delta = {DELTA!r}", f"clip = {spec.privacy.clip!r}",
+        'adjacency = "add_remove"', f"public_n = {n}", 'accountant = "rdp"', "",
+        "[training]", f"iterations = {rounds}", f"learning_rate = {lr!r}", f"sampling_rate = {q!r}",
+        'optimizer = "srm"', f"srm_momentum = {tr.srm_momentum!r}", f"clip_difference = {tr.clip_difference!r}",
+        *([f"max_step = {cap!r}"] if cap is not None else []), ""]))
+    tic = time.perf_counter()
+    with LocalConsortium(out / "consortium", parties=3, dataset="a9a", dealer=False, budget_epsilon=3.0,
+                         max_epsilon_per_job=2.0, party_data=own, max_iterations=rounds, peer_timeout_s=600.0) as cons:
+        with cons.client() as client:
+            job_id = client.submit(job)["job_id"]
+            ends = {e["member"]: e for e in client.watch(job_id) if e["phase"] in TERMINAL or e["phase"] == "error"}
+            wall = time.perf_counter() - tic
+            bad = {m: e["payload"] for m, e in ends.items() if e["phase"] != JobStatus.SUCCEEDED}
+            if bad:
+                raise RuntimeError(f"the job did not succeed: {bad}")
+            client.result(job_id, out / "result")
+    model = load_model(out / "result")
+    proba = np.asarray(model.predict_proba(X_te), dtype=float)
+    positive = proba[:, -1] if proba.ndim == 2 else proba
+    report = json.loads((out / "result" / "privacy_report.json").read_text())
+    Xt, yt = torch.as_tensor(X_tr, dtype=torch.float32), torch.as_tensor(y_tr)
+    tic_sim = time.perf_counter()
+    sim = _scores(_run(spec, Xt, yt, seed=seed), torch.as_tensor(X_te, dtype=torch.float32), torch.as_tensor(y_te))
+    return {"epsilon": report["epsilon"], "delta": report["delta"], "accountant": report["accountant"],
+            "rounds": rounds, "learning_rate": lr, "max_step": cap, "wall_seconds": wall,
+            "seconds_per_round": wall / rounds,
+            "test_error": float(np.mean((positive > 0.5) != (y_te == 1))),
+            "test_loss": float(-np.mean(np.where(y_te == 1, np.log(np.clip(positive, 1e-12, 1)),
+                                                 np.log(np.clip(1 - positive, 1e-12, 1))))),
+            "simulator": {**sim, "wall_seconds": time.perf_counter() - tic_sim}}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trials", type=int, default=5)
@@ -150,8 +222,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epsilons", default="0.2,0.5")
     ap.add_argument("--data", default=None, help="data root (default: the configured one)")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--daemons", type=float, default=None, metavar="EPS",
+                    help="run the DP-SRM job at this ε through three party daemons, with the step and cap of "
+                         "benchmarks/results/dp_srm.json, beside the same job in process")
     args = ap.parse_args(argv)
     tic = time.perf_counter()
+    if args.daemons is not None:
+        chosen = next(r for r in json.loads((Path(__file__).parent / "results" / "dp_srm.json").read_text())["rows"]
+                      if r["method"] == "dp_srm" and r["epsilon"] == args.daemons)
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="dp-srm-daemons-") as tmp:
+            res = run_daemons(Path(tmp), args.daemons, chosen["learning_rate"], chosen["max_step"], args.batch,
+                              data_root_=args.data)
+        out = {"benchmark": "dp_srm_daemons", "machine": machine_info(),
+               "command": "python -m benchmarks.dp_srm " + " ".join(sys.argv[1:] if argv is None else argv),
+               "what": "the DP-SRM a9a job through three party daemons (replicated, in-MPC discrete Gaussian), "
+                       "each party its own LIBSVM file, beside the same job in process", **res}
+        print(json.dumps(jsonable(out), indent=1))
+        if args.out is not None:
+            args.out.write_text(json.dumps(jsonable(out), indent=1))
+        return 0
     X_tr, y_tr, X_te, y_te = a9a(args.data)
     n, d = X_tr.shape
     rng = np.random.default_rng(100)
