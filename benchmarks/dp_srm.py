@@ -4,6 +4,7 @@ in process with the simulator's aggregator), beside DP-GD and DP-SGD at the same
 
     python -m benchmarks.dp_srm --out benchmarks/results/dp_srm.json
     python -m benchmarks.dp_srm --daemons 0.5 --out benchmarks/results/dp_srm_daemons.json
+    python -m benchmarks.dp_srm --mnist 1.2,3 --out benchmarks/results/dp_srm_mnist.json
 
 **Data.** a9a is UCI Adult as LIBSVM encodes it (Platt 1998): all 32,561 / 16,281 rows, the six
 continuous columns in bins (age, fnlwgt, education-num, hours-per-week in quintiles of the
@@ -215,6 +216,55 @@ def run_daemons(out: Path, eps: float, lr: float, cap: float | None, batch: int 
             "simulator": {**sim, "wall_seconds": time.perf_counter() - tic_sim}}
 
 
+#: The thesis's MNIST CNN comparison (its 4-layer CNN; here TF-Privacy's, the product's mnist_cnn).
+THESIS_MNIST = {"1.2": {"dp_srm": 0.0449, "dp_sgd": 0.0533}, "3": {"dp_srm": 0.0362, "dp_sgd": 0.0381},
+                "7": {"dp_srm": 0.0291, "dp_sgd": 0.0293}}
+
+
+def mnist(eps: float, method: str, *, epochs: float = 10.0, batch: int = 256, lr: float = 0.32,
+          seed: int = 0) -> dict[str, Any]:
+    """One MNIST CNN job in process at (ε, 10⁻⁵), three parties: DP-SGD with C = 1, or DP-SRM with
+    the thesis's C₁ = 1.5 and γ = C₂ = 0.5 (so privacy.clip = γC₁ + (1−γ)C₂ = 1, DP-SGD's); the
+    same batch, epochs, step and noise multiplier; test error after each epoch. No setting is
+    tuned (the thesis searched b, the step and C₂ for each method)."""
+    from benchmarks.deep_mnist import mnist_tensors
+
+    Xtr, ytr = mnist_tensors("train")
+    Xte, yte = mnist_tensors("t10k")
+    n = int(Xtr.shape[0])
+    q = batch / n
+    rounds = round(epochs / q)
+    training: dict[str, Any] = {"iterations": rounds, "learning_rate": lr, "sampling_rate": q}
+    if method == "dp_srm":
+        training.update(optimizer="srm", srm_momentum=0.5, clip_difference=0.5)
+    spec = JobSpec.model_validate({
+        "method": "gradient", "seed": seed,
+        "model": {"name": "mnist_cnn", "input_shape": [1, 28, 28], "n_classes": 10, "init_seed": seed},
+        "privacy": {"epsilon": eps, "delta": DELTA, "clip": 1.0, "adjacency": "add_remove", "public_n": n,
+                    "accountant": "rdp"},
+        "training": training})
+    torch.set_num_threads(2)
+    job = DpSgd(spec)
+    parts = [(Xtr[i::PARTIES], ytr[i::PARTIES], torch.Generator().manual_seed(1000 * seed + i)) for i in range(PARTIES)]
+    per_epoch, curve, tic = round(1 / q), [], time.perf_counter()
+
+    def after(t: int, _noisy: torch.Tensor) -> None:
+        if t % per_epoch == 0 or t == rounds:
+            curve.append({"epoch": round(t * q, 2), "test_error": float((job.predict(Xte) != yte).double().mean()),
+                          "seconds": time.perf_counter() - tic})
+            print(f"  ε = {eps:g} {method}: epoch {curve[-1]['epoch']}: test error {curve[-1]['test_error']:.4f}",
+                  flush=True)
+
+    job.train(InProcessAggregator(torch.Generator().manual_seed(seed)),
+              lambda _m: (torch.cat([job.local_contribution(a, b, g)[0] for a, b, g in parts]), None),
+              after_round=after)
+    assert job.plan is not None
+    return {"epsilon": eps, "method": method, "noise_multiplier": job.plan.noise_multiplier, "rounds": rounds,
+            "test_error": curve[-1]["test_error"], "best_epoch_test_error": min(c["test_error"] for c in curve),
+            "thesis_test_error": THESIS_MNIST.get(f"{eps:g}", {}).get(method), "curve": curve,
+            "wall_seconds": time.perf_counter() - tic}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trials", type=int, default=5)
@@ -225,8 +275,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--daemons", type=float, default=None, metavar="EPS",
                     help="run the DP-SRM job at this ε through three party daemons, with the step and cap of "
                          "benchmarks/results/dp_srm.json, beside the same job in process")
+    ap.add_argument("--mnist", default=None, metavar="EPS,…",
+                    help="the MNIST CNN comparison (DP-SRM against DP-SGD) at these ε instead")
     args = ap.parse_args(argv)
     tic = time.perf_counter()
+    if args.mnist is not None:
+        runs = [mnist(float(e), m) for e in args.mnist.split(",") for m in ("dp_sgd", "dp_srm")]
+        out = {"benchmark": "dp_srm_mnist", "machine": machine_info(),
+               "command": "python -m benchmarks.dp_srm " + " ".join(sys.argv[1:] if argv is None else argv),
+               "what": "DP-SRM against DP-SGD on the product's MNIST CNN (TF-Privacy's), in process, three parties, "
+                       "b = 256, 10 epochs, step 0.32, the same noise multiplier at each ε; the thesis's errors "
+                       "(its own 4-layer CNN, tuned grids) beside", "runs": runs,
+               "wall_seconds": time.perf_counter() - tic}
+        if args.out is not None:
+            args.out.write_text(json.dumps(jsonable(out), indent=1))
+        return 0
     if args.daemons is not None:
         chosen = next(r for r in json.loads((Path(__file__).parent / "results" / "dp_srm.json").read_text())["rows"]
                       if r["method"] == "dp_srm" and r["epsilon"] == args.daemons)
