@@ -4,7 +4,7 @@ in process with the simulator's aggregator), beside DP-GD and DP-SGD at the same
 
     python -m benchmarks.dp_srm --out benchmarks/results/dp_srm.json
     python -m benchmarks.dp_srm --daemons 0.5 --out benchmarks/results/dp_srm_daemons.json
-    python -m benchmarks.dp_srm --mnist 1.2,3 --out benchmarks/results/dp_srm_mnist.json
+    python -m benchmarks.dp_srm --mnist 1.2,3,7 --out benchmarks/results/dp_srm_mnist.json
 
 **Data.** a9a is UCI Adult as LIBSVM encodes it (Platt 1998): all 32,561 / 16,281 rows, the six
 continuous columns in bins (age, fnlwgt, education-num, hours-per-week in quintiles of the
