@@ -350,7 +350,7 @@ def aux_vector(x: np.ndarray, spec: NormSpec, rows_key: bytes) -> np.ndarray:
     if spec.dim * max(top, 1) < 1 << 62:  # exact in int64
         y = project(rows_key, spec.dim, spec.projections, x)
     else:
-        y = rows_for(rows_key, spec).astype(object) @ x.astype(object)
+        y = rows_for(rows_key, spec).astype(np.int64).astype(object) @ x.astype(object)  # exact integers
     if (np.abs(y) > spec.tau).any():  # an honest vector: probability ≤ 2^-80 per row
         raise NormProofError("a projection of this vector falls outside its proof range: prove it again "
                              "(fresh shares give fresh rows)")

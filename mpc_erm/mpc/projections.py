@@ -47,8 +47,7 @@ def projection_signs(key: bytes, dim: int, rows: int, dtype: type = np.int8) -> 
     ``dtype`` (int8, or float64 for the products): two bits of AES-256-CTR keystream per
     coefficient (bits 2t, 2t+1 of each little-endian 64-bit word), 00 → −1, 11 → +1, else 0.
     Each keystream byte is decoded whole (four coefficients) by one table lookup."""
-    words = KeyedMasks().words(key, 0, -(-dim * rows // 32))
-    signs = _BY_BYTE[words.numpy().view(np.uint8)].view(np.int8)[: dim * rows].reshape(dim, rows)
+    signs = _BY_BYTE[_stream(key, dim, rows)].view(np.int8)[: dim * rows].reshape(dim, rows)
     return signs if np.dtype(dtype) == np.int8 else signs.astype(dtype)
 
 

@@ -253,35 +253,39 @@ class VerifiedAggregator:
     def _salt(whole: np.ndarray) -> bytes:
         return whole[:_SALT_WORDS].tobytes()
 
+    def _share_copies(self, held: list[tuple[Mapping[int, np.ndarray], N.NormSpec]]) -> list[list[tuple[bytes, ...]]]:
+        """Exchange the hashes of every share held here: for each input in ``held`` (its shares held
+        here by index, its statement), per share index, the 64-byte hash (x's, then aux's) as each
+        of the share's two holders reports it, in :func:`holders` order."""
+        mine = bytearray()
+        for shares, spec in held:
+            for s in shares_of(self.rank):
+                x, aux, _ = self._parts(shares[s], spec)
+                salt = self._salt(shares[s])
+                mine += N.commitment(s, x, salt) + N.commitment(s, aux, salt, b"aux")
+        every = ([bytes(x.numpy().tobytes()) for x in self.comm.all_gather(torch.frombuffer(mine, dtype=torch.uint8))]
+                 if mine else [b""] * _PARTIES)
+
+        def copy(party: int, i: int, s: int) -> bytes:
+            at = (i * 2 + shares_of(party).index(s)) * 64
+            return every[party][at: at + 64]
+
+        return [[tuple(copy(party, i, s) for party in holders(s)) for s in range(_PARTIES)] for i in range(len(held))]
+
     def _commitments(self, held: dict[int, dict[int, np.ndarray]], specs: list[N.NormSpec],
                      t: int) -> list[tuple[list[bytes], list[bytes]]]:
         """Exchange the hashes of every share held; each share's two holders must agree. Returns,
         per dealer, (x hashes, aux hashes) by share."""
-        mine = bytearray()
-        for dealer in range(_PARTIES):
-            for s in shares_of(self.rank):
-                x, aux, _ = self._parts(held[dealer][s], specs[dealer])
-                salt = self._salt(held[dealer][s])
-                mine += N.commitment(s, x, salt) + N.commitment(s, aux, salt, b"aux")
-        every = [bytes(t.numpy().tobytes()) for t in self.comm.all_gather(torch.frombuffer(mine, dtype=torch.uint8))]
         out = []
-        for dealer in range(_PARTIES):
-            xs: list[bytes] = []
-            auxs: list[bytes] = []
-            for s in range(_PARTIES):
-                copies = []
-                for party in holders(s):
-                    at = (dealer * 2 + shares_of(party).index(s)) * 64
-                    copies.append(every[party][at: at + 64])
-                if copies[0] != copies[1]:
+        for dealer, copies in enumerate(self._share_copies([(held[d], specs[d]) for d in range(_PARTIES)])):
+            for s, (one, other) in enumerate(copies):
+                if one != other:
                     a, b = holders(s)
                     raise DeviationDetected(
                         f"aggregate #{t}: share {s} of {self._name(dealer)}'s input: its holders {self._name(a)} "
                         f"and {self._name(b)} hold different copies (the dealer dealt them differently, or one "
                         "holder misreports); nothing is revealed")
-                xs.append(copies[0][:32])
-                auxs.append(copies[0][32:])
-            out.append((xs, auxs))
+            out.append(([one[:32] for one, _ in copies], [one[32:] for one, _ in copies]))
         return out
 
     def _challenge(self, t: int) -> bytes:
@@ -460,37 +464,21 @@ class VerifiedAggregator:
         because the two holders of a share derived from the owner's key disagree (the owner dealt
         them differently, or one of them misreports: neither can prove which). Two copies of the
         explicit share that differ stop the job: it reached its second holder through its first."""
-        mine = bytearray()
-        for o in owners.owners:
-            for s in shares_of(self.rank):
-                x, aux, _ = self._parts(owners.held[o][s], owners.spec)
-                salt = self._salt(owners.held[o][s])
-                mine += N.commitment(s, x, salt) + N.commitment(s, aux, salt, b"aux")
-        every = ([bytes(x.numpy().tobytes()) for x in self.comm.all_gather(torch.frombuffer(mine, dtype=torch.uint8))]
-                 if mine else [b""] * _PARTIES)
         out: dict[int, tuple[list[bytes], list[bytes]]] = {}
         left_out: list[int] = []
-        for i, o in enumerate(owners.owners):
-            xs: list[bytes] = []
-            auxs: list[bytes] = []
-            for s in range(_PARTIES):
-                copies = []
-                for party in holders(s):
-                    at = (i * 2 + shares_of(party).index(s)) * 64
-                    copies.append(every[party][at: at + 64])
-                if copies[0] != copies[1]:
-                    if s == owners.explicit(o):
-                        a, b = holders(s)
-                        raise DeviationDetected(
-                            f"aggregate #{t}: owner #{o}'s explicit share reached {self._name(a)} and "
-                            f"{self._name(b)} as different copies (it goes to one of them, which forwards it: one of "
-                            "the two deviated); nothing is revealed")
-                    left_out.append(o)
-                    break
-                xs.append(copies[0][:32])
-                auxs.append(copies[0][32:])
+        every = self._share_copies([(owners.held[o], owners.spec) for o in owners.owners])
+        for o, copies in zip(owners.owners, every, strict=True):
+            first = next((s for s, (one, other) in enumerate(copies) if one != other), None)
+            if first is None:
+                out[o] = ([one[:32] for one, _ in copies], [one[32:] for one, _ in copies])
+            elif first == owners.explicit(o):
+                a, b = holders(first)
+                raise DeviationDetected(
+                    f"aggregate #{t}: owner #{o}'s explicit share reached {self._name(a)} and "
+                    f"{self._name(b)} as different copies (it goes to one of them, which forwards it: one of "
+                    "the two deviated); nothing is revealed")
             else:
-                out[o] = (xs, auxs)
+                left_out.append(o)
         return out, left_out
 
     def describe(self) -> dict[str, Any]:
