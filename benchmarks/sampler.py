@@ -49,9 +49,11 @@ DEFAULT_BATCH = 1 << 15  # mpc_erm.mpc.noise.InMpcNoise's default
 # ---------------------------------------------------------------------- parameters
 
 
-def sampler_params(mechanism: str, scale: float, parties: int, grid_bits: int | None = None) -> tuple[Any, int, str]:
+def sampler_params(mechanism: str, scale: float, parties: int, grid_bits: int | None = None,
+                   coin_bits: int | None = None) -> tuple[Any, int, str]:
     """(params, grid_bits, how they were chosen). Default: the product's plan
-    (``mpc_erm.mpc.noise.plan_noise``, no sensitivity given: scale ≈ 2^14 grid units)."""
+    (``mpc_erm.mpc.noise.plan_noise``, no sensitivity given: scale ≈ 2^14 grid units);
+    ``coin_bits``: the Gaussian's k (a job's realisation picks it from its TV budget)."""
     from mpc_erm.mpc.samplers import DiscreteGaussianParams, DiscreteLaplaceParams
 
     if mechanism not in MECHANISMS:
@@ -63,12 +65,13 @@ def sampler_params(mechanism: str, scale: float, parties: int, grid_bits: int | 
             from mpc_erm.mpc.noise import plan_noise
             from mpc_erm.protocols.aggregation import NoiseSpec
 
-            plan = plan_noise(NoiseSpec(mechanism, scale), 1, parties)  # type: ignore[arg-type]
+            plan = plan_noise(NoiseSpec(mechanism, scale, coin_bits=coin_bits), 1, parties)  # type: ignore[arg-type]
             return plan.params, plan.grid_bits, "mpc_erm.mpc.noise.plan_noise (the product's parameters)"
         except ImportError:
             grid_bits = max(0, SCALE_LOG2 - math.floor(math.log2(scale)))
     if mechanism == "gaussian":
-        params = DiscreteGaussianParams.for_sigma(scale, grid_bits=grid_bits)
+        params = DiscreteGaussianParams.for_sigma(scale, grid_bits=grid_bits, **({} if coin_bits is None else
+                                                                                 {"k": coin_bits}))
         return params, grid_bits, "DiscreteGaussianParams.for_sigma"
     try:
         from mpc_erm.mpc.noise import LAPLACE_K
@@ -88,7 +91,8 @@ def describe_params(params: Any) -> dict[str, Any]:
                 "selection": "revealed rejection" if params.revealed else "oblivious rounds",
                 "rounds_R": None if params.revealed else params.rounds,
                 "candidates_per_output": params.candidates_per_output(), "k": params.k,
-                "laplace_bits": params.laplace.bits, "compared_coins": params.compared_coins,
+                "laplace_bits": params.magnitude_bits, "fair_bits": params.fair_bits,
+                "proposal_coins": len(params.proposal_thresholds), "compared_coins": params.compared_coins,
                 "grid_bits": params.grid_bits, "fallback_probability": params.failure_probability()}
     return {"kind": "discrete Laplace (sign x magnitude from biased coins)", "t": params.t, "bits": params.bits,
             "k": params.k, "grid_bits": params.grid_bits, "full_support": params.full_support}
@@ -223,7 +227,7 @@ def reference_values(params: Any, n: int, seed: int) -> np.ndarray:
 
 
 def _sampler_party(
-    ctx: Any, params: Any, n: int, batch: int | None, randn_n: int, device: str = "cpu"
+    ctx: Any, params: Any, n: int, batch: int | None, randn_n: int, device: str = "cpu", baseline: Any = None
 ) -> dict[str, Any]:
     from mpc_erm.mpc.crypten_compat import import_crypten, plain
     from mpc_erm.mpc.samplers.pool import NoisePool
@@ -233,6 +237,8 @@ def _sampler_party(
 
     comm = ctx.comm
     out: dict[str, Any] = {"rank": ctx.rank, "trust_model": ctx.trust_model}
+    if n > 0 and baseline is not None:  # the baseline sampler first, same session, nothing revealed
+        out["baseline"] = _produce(comm, baseline, n, batch, device)
     if n > 0:
         if batch is None:  # what InMpcNoise uses
             from mpc_erm.mpc.samplers.pool import batch_for
@@ -270,6 +276,22 @@ def _sampler_party(
             out["randn_values"] = ring.numpy()  # units of 2^-16
             out["randn_scale_bits"] = int(round(math.log2(z._tensor.encoder.scale)))
     return out
+
+
+def _produce(comm: Any, params: Any, n: int, batch: int | None, device: str) -> dict[str, Any]:
+    """n samples of ``params`` into a pool (not revealed): the offline cost only."""
+    from mpc_erm.mpc.crypten_compat import import_crypten
+    from mpc_erm.mpc.samplers.pool import NoisePool, batch_for
+
+    provider = import_crypten().mpc.get_default_provider()
+    pool = NoisePool(params, device=device, batch=batch or batch_for(params, DEFAULT_BATCH))
+    words0 = getattr(provider, "binary_words", 0)
+    comm.barrier()
+    pool.produce(n)
+    st = pool.stats()
+    return {"seconds": st.seconds, "samples_per_second": st.samples_per_second, "rounds": st.rounds,
+            "bytes": st.bytes, "bytes_per_sample": st.bytes_per_sample, "batch": pool.batch,
+            "and_gates_per_sample": 64 * (getattr(provider, "binary_words", 0) - words0) / n}
 
 
 CEILING_BYTES = 1 << 20  # bytes per all-reduce when measuring the transport's rate (a batch's rounds are 0.1–1 MiB)
@@ -390,9 +412,14 @@ def run(
     timeout_s: float = 7200.0,
     progress: Any = None,
     device: str = "cpu",
+    coin_bits: int | None = None,
+    baseline: bool = False,
 ) -> dict[str, Any]:
     """Run the benchmark; returns the JSON-ready result (see the module docstring). ``device``:
-    where each party's sampler computes (its shares travel from the CPU), e.g. "cuda" on a GPU box."""
+    where each party's sampler computes (its shares travel from the CPU), e.g. "cuda" on a GPU box.
+    ``coin_bits``: the Gaussian's k. ``baseline``: first, in the same session, the Gaussian as it
+    was before its candidates' fair low bits and per-job coin bits (CKS's discrete Laplace
+    candidates, k = 56), with the ratios of rate, AND gates and bytes per sample."""
     from mpc_erm.mpc.local import TRUST_MODELS, run_local_full
 
     say = progress or (lambda _m: None)
@@ -406,7 +433,15 @@ def run(
         raise ValueError("batch must be positive")
     if device.split(":")[0] not in ("cpu", "cuda"):
         raise ValueError(f"device must be cpu or cuda[:N], not {device!r}")
-    params, g, source = sampler_params(mechanism, scale, parties, grid_bits)
+    params, g, source = sampler_params(mechanism, scale, parties, grid_bits, coin_bits)
+    base_params = None
+    if baseline:
+        if mechanism != "gaussian":
+            raise ValueError("baseline: only the discrete Gaussian has one")
+        from mpc_erm.mpc.samplers.gaussian import DiscreteGaussianParams, coarse_for
+
+        base_params = DiscreteGaussianParams(t=params.t, mu=params.mu, rounds=params.rounds, revealed=params.revealed,
+                                             k=56, grid_bits=params.grid_bits, coarse_log2=coarse_for(56))
     h = 2.0**-g
     scale_grid = scale / h
     result: dict[str, Any] = {
@@ -424,7 +459,7 @@ def run(
     run_ = None
     if samples > 0 or randn_samples > 0:
         run_ = run_local_full(_sampler_party, parties=parties, trust=trust,
-                              args=(params, samples, batch, randn_samples, device), timeout_s=timeout_s,
+                              args=(params, samples, batch, randn_samples, device, base_params), timeout_s=timeout_s,
                               deadline_s=max(120.0, 1e-4 * max(samples, randn_samples)))
         reports = run_.results
         result["trust_model"] = reports[0]["trust_model"]
@@ -445,6 +480,16 @@ def run(
         mpc["stats"] = distribution_stats(reports[0]["values"], mechanism, scale, grid_bits=g, exact=exact,
                                           ideal_discrete=ideal)
         result["mpc"] = mpc
+        if base_params is not None:
+            base = _slowest(reports, "baseline")
+            base["sampler"] = describe_params(base_params)
+            result["baseline"] = base
+            result["against_baseline"] = {
+                "samples_per_second": mpc["samples_per_second"] / base["samples_per_second"],
+                "and_gates_per_sample": mpc["and_gates_per_sample"] / base["and_gates_per_sample"],
+                "bytes_per_sample": (mpc["bytes_per_sample_max_over_parties"]
+                                     / base["bytes_per_sample_max_over_parties"]),
+                "what": "this sampler over the baseline (CKS candidates, k = 56), same session"}
     if randn_samples > 0 and run_ is not None:
         rn = _slowest(reports, "randn")
         rn["stats"] = distribution_stats(reports[0]["randn_values"], "gaussian", 1.0,
@@ -493,11 +538,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--reference-samples", type=int, default=1_000_000)
     ap.add_argument("--batch", type=int)
     ap.add_argument("--device", default="cpu", help="where the parties' sampler computes: cpu or cuda")
+    ap.add_argument("--coin-bits", type=int, help="the Gaussian's bits per coin k (default: the plan's 56)")
+    ap.add_argument("--baseline", action="store_true",
+                    help="run the Gaussian before fair bits and per-job k first, same session, and give ratios")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     res = run(a.mechanism, a.samples, parties=a.parties, trust=a.trust, scale=a.scale, grid_bits=a.grid_bits,
               randn_samples=a.randn_samples, reference_samples=a.reference_samples, batch=a.batch,
-              progress=lambda m: print(m, file=sys.stderr), device=a.device)
+              progress=lambda m: print(m, file=sys.stderr), device=a.device, coin_bits=a.coin_bits,
+              baseline=a.baseline)
+    res["command"] = " ".join(["python -m benchmarks.sampler", *(argv if argv is not None else sys.argv[1:])])
     text = json.dumps(res, indent=1)
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)

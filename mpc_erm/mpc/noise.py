@@ -75,10 +75,11 @@ TARGET_SCALE_LOG2 = 14  # noise scale ≈ 2^14 grid units at least
 MAX_SCALE_LOG2 = 20  # ... and at most 2^20
 LAPLACE_K = 56  # bits per coin: TV to the ideal Laplace ≈ 23·2^-56 per sample
 # Bits per coin of the in-MPC Gaussian, cheapest first: realise() takes the first whose TV bound
-# fits the plan's sampler budget. Each 2 more bits cut the TV 4× (coins' error 2^-k and the
-# uncoined low bits of N, 2^-(k−4)) for ≈ 4 % more AND gates; 56 covers ≈ 2·10^7 samples per job
-# at ε = 1, δ = 1e-5, 62 ≈ 1.5·10^9 (docs/explanation/privacy.md §5).
-GAUSSIAN_COIN_BITS = (56, 58, 60, 62)
+# fits the plan's sampler budget. Each bit fewer costs a coin one AND gate fewer (k − 1 a coin) and
+# doubles the TV (coins' error 2^-k and the uncoined low bits of N, 2^-(k−4)); 4 bits cut or add
+# ≈ 7 % of the gates. At ε = 1, δ = 1e-5, k = 44 covers ≈ 10^4 samples per job, 56 ≈ 2·10^7,
+# 62 ≈ 1.5·10^9 (docs/explanation/privacy.md §5).
+GAUSSIAN_COIN_BITS = (40, 44, 48, 52, 56, 58, 60, 62)
 
 
 @dataclass(frozen=True)
@@ -308,7 +309,7 @@ class Realisation:
         p = self.plan.params
         if isinstance(p, DiscreteGaussianParams):
             return {"kind": "discrete_gaussian", "t": p.t, "mu": p.mu, "revealed": p.revealed, "rounds": p.rounds,
-                    "k": p.k, "laplace_bits": p.laplace.bits, "low_bit": p.low_bit,
+                    "k": p.k, "laplace_bits": p.magnitude_bits, "fair_bits": p.fair_bits, "low_bit": p.low_bit,
                     "test_coins": len(p.coin_thresholds)}
         return {"kind": "discrete_laplace", "t": p.t, "bits": p.bits, "k": p.k}
 

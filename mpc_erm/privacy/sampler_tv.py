@@ -11,7 +11,9 @@ the implemented sampler with the ideal one coin by coin:
 * **discrete Laplace:** each of the B + 1 coins (B magnitude bits, the zero test) is a threshold
   ⌊p·2^k⌋/2^k, off by < 2^-k; the ideal geometric's bits ≥ B carry mass ≤ 2·q^(2^B), q = e^(−1/t):
   ``tv = (B + 1)·2^-k + 2·exp(−2^B/t)``;
-* **discrete Gaussian:** per candidate the Laplace's tv; per acceptance test ``test_coins``·2^-k
+* **discrete Gaussian:** per candidate the Laplace's tv, less its F = ``fair_bits`` low magnitude
+  bits, which are exactly fair (absent: 0; the candidates are then CKS's discrete Laplace, else
+  its staircase, whose acceptance exponent adds 2μ·((|y| − 1) mod 2^F)); per acceptance test ``test_coins``·2^-k
   plus (2^low − 1)/D, D = 2tμ (the low bits decided together); ρ a lower bound on the ideal
   acceptance rate Σ_y L_t(y)·exp(−(|y| − μ)²/(2tμ)) (a finite sum of positive terms);
   revealed rejection: ``tv = (per candidate + per test)/ρ``; R oblivious rounds:
@@ -38,27 +40,33 @@ def laplace_tv(t: float, bits: int, k: int) -> float:
     return (bits + 1) * 2.0**-k + 2.0 * math.exp(-(2.0**bits) / t)
 
 
-def acceptance_lower_bound(t: int, mu: int, width: float = 12.0) -> float:
-    """ρ ≥ Σ_{|y| ≤ width·σ} L_t(y)·exp(−(|y| − μ)²/(2tμ)), L_t(y) = (1 − q)/(1 + q)·q^|y|: the terms
-    left out are positive, so the partial sum (less a float64 margin) is a lower bound."""
+def acceptance_lower_bound(t: int, mu: int, width: float = 12.0, fair_bits: int = 0) -> float:
+    """ρ ≥ Σ_{|y| ≤ width·σ} L(y)·exp(−N(y)/(2tμ)) for the ideal candidates L: the staircase
+    L(y) = P(0)·q^M(y), M(y) = 1 + 2^F·⌊(|y| − 1)/2^F⌋ (0 at y = 0), P(0) = (1 − Q)/(2^(F+1)·q + 1 − Q),
+    Q = q^(2^F), with N(y) = (|y| − μ)² + 2μ·(|y| − M(y)); F = 0 is CKS's discrete Laplace
+    (1 − q)/(1 + q)·q^|y| with N = (|y| − μ)². The terms left out are positive, so the partial sum
+    (less a float64 margin) is a lower bound."""
     sigma = math.sqrt(t * mu)
     log_q = -1.0 / t
-    log_norm = math.log(-math.expm1(log_q)) - math.log1p(math.exp(log_q))  # log (1 − q)/(1 + q)
+    one_minus_big_q = -math.expm1(log_q * 2.0**fair_bits)
+    log_p0 = math.log(one_minus_big_q) - math.log(2.0 ** (fair_bits + 1) * math.exp(log_q) + one_minus_big_q)
     end = int(width * sigma) + 2
     total = 0.0
     for lo in range(0, end, _CHUNK):
-        y = np.arange(lo, min(end, lo + _CHUNK), dtype=np.float64)
+        y = np.arange(lo, min(end, lo + _CHUNK), dtype=np.int64)
+        m = np.where(y > 0, 1 + (((y - 1) >> fair_bits) << fair_bits), 0)
+        n = (y - mu) ** 2 + 2 * mu * (y - m)
         both_signs = np.where(y > 0, math.log(2.0), 0.0)
-        total += float(np.sum(np.exp(log_norm + y * log_q + both_signs - (y - mu) ** 2 / (2.0 * t * mu))))
+        total += float(np.sum(np.exp(log_p0 + m * log_q + both_signs - n / (2.0 * t * mu))))
     return total * (1.0 - 1e-12)
 
 
 def gaussian_tv(*, t: int, mu: int, revealed: bool, rounds: int, k: int, laplace_bits: int, low_bit: int,
-                test_coins: int) -> float:
+                test_coins: int, fair_bits: int = 0) -> float:
     """Per sample, the discrete Gaussian N_Z(0, tμ) of the stated parameters (module docstring)."""
-    per_candidate = laplace_tv(float(t), laplace_bits, k)
+    per_candidate = (laplace_bits - fair_bits + 1) * 2.0**-k + 2.0 * math.exp(-(2.0**laplace_bits) / t)
     per_test = test_coins * 2.0**-k + (2.0**low_bit - 1.0) / (2.0 * t * mu)
-    rho = acceptance_lower_bound(t, mu)
+    rho = acceptance_lower_bound(t, mu, fair_bits=fair_bits)
     if revealed:
         return (per_candidate + per_test) / rho
     fallback = math.exp((rounds - 1) * math.log1p(-rho)) if rounds > 1 else 1.0
@@ -81,7 +89,8 @@ def tv_per_release(sampler: Mapping[str, Any], dim: int, honest: int = 1) -> flo
     elif kind == "discrete_gaussian":
         per = gaussian_tv(t=int(sampler["t"]), mu=int(sampler["mu"]), revealed=bool(sampler["revealed"]),
                           rounds=int(sampler["rounds"]), k=int(sampler["k"]), laplace_bits=int(sampler["laplace_bits"]),
-                          low_bit=int(sampler["low_bit"]), test_coins=int(sampler["test_coins"]))
+                          low_bit=int(sampler["low_bit"]), test_coins=int(sampler["test_coins"]),
+                          fair_bits=int(sampler.get("fair_bits", 0)))
     else:
         raise ValueError(f"realisation.sampler.kind: {kind!r} is not a sampler this version runs")
     return honest * dim * per

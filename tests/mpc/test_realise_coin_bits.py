@@ -1,5 +1,5 @@
 """A job's Gaussian noise gets the cheapest coins whose sampler TV fits the plan's budget
-(mpc_erm.mpc.noise.realise, GAUSSIAN_COIN_BITS): small jobs keep 56-bit coins, a 10⁵-parameter
+(mpc_erm.mpc.noise.realise, GAUSSIAN_COIN_BITS): a small job gets coarser coins than 56 bits, a 10⁵-parameter
 1,000-round job (issue 15's workload, refused before) gets finer ones, and a job beyond 62 bits
 is still refused naming what to change."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from mpc_erm.mpc.noise import GAUSSIAN_COIN_BITS, realise
+from mpc_erm.mpc.noise import GAUSSIAN_COIN_BITS, Realisation, realise
 from mpc_erm.mpc.samplers.guarantee import gaussian_tv_bound
-from mpc_erm.privacy.plan import PublicSizes, plan_job
+from mpc_erm.privacy.plan import PrivacyPlan, PublicSizes, plan_job
 from mpc_erm.spec import JobSpec
 
 
@@ -20,10 +20,13 @@ def _plan(n_features: int, iterations: int):
     return plan_job(spec, sampler="mpc", sizes=PublicSizes(counts=(10000, 10000, 10000)), n_features=n_features)
 
 
-def test_a_small_job_keeps_56_bit_coins() -> None:
-    real = realise(_plan(104, 50), 3)
-    assert real.plan.params.k == GAUSSIAN_COIN_BITS[0] == 56
-    assert real.describe()["coin_bits"] == 56
+def test_a_small_job_gets_the_cheapest_coins_that_fit() -> None:
+    """5,200 samples at ε = 1, δ = 1e-5: 44-bit coins fit (40 do not), 12 AND gates a coin fewer than 56."""
+    plan = _plan(104, 50)
+    real = realise(plan, 3)
+    assert real.plan.params.k == 44 and real.describe()["coin_bits"] == 44
+    assert real.tv_per_release <= plan.sampler_tv_per_release
+    _no_cheaper_coins_fit(real, plan)
 
 
 def test_a_large_job_gets_the_cheapest_coins_that_fit() -> None:
@@ -32,9 +35,14 @@ def test_a_large_job_gets_the_cheapest_coins_that_fit() -> None:
     k = real.plan.params.k
     assert k > 56 and real.tv_per_release <= plan.sampler_tv_per_release
     assert real.multiplier >= plan.noise_multiplier  # the noise still meets the plan
-    for fewer in (b for b in GAUSSIAN_COIN_BITS if b < k):  # and no cheaper coins would have fitted
-        from mpc_erm.mpc.samplers.gaussian import DiscreteGaussianParams
+    _no_cheaper_coins_fit(real, plan)
 
+
+def _no_cheaper_coins_fit(real: Realisation, plan: PrivacyPlan) -> None:
+    from mpc_erm.mpc.samplers.gaussian import DiscreteGaussianParams
+
+    assert real.plan.params.k in GAUSSIAN_COIN_BITS
+    for fewer in (b for b in GAUSSIAN_COIN_BITS if b < real.plan.params.k):
         p = DiscreteGaussianParams.for_sigma(real.spec.scale, grid_bits=real.plan.grid_bits, k=fewer)
         assert real.plan.dim * gaussian_tv_bound(p) > plan.sampler_tv_per_release
 

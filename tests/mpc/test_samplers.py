@@ -40,6 +40,8 @@ N_RANDN = 5_000
 GAUSS_SMALL = DiscreteGaussianParams(t=6, mu=4, rounds=16)  # σ = √24 ≈ 4.9 grid units
 GAUSS_SMALL_REVEALED = DiscreteGaussianParams(t=6, mu=4, revealed=True)  # the same, revealed rejection
 GAUSS_REAL = DiscreteGaussianParams.for_sigma(1.0, rounds=8)  # σ ≈ 1 on the 2^-16 grid
+# staircase candidates: the 3 low magnitude bits fair, σ = 40 grid units
+GAUSS_FAIR = DiscreteGaussianParams(t=40, mu=40, revealed=True, fair_bits=3)
 N_GAUSS_MPC = 4_000
 N_GAUSS_SPEED = 5_000
 CMP_THRESHOLDS = (0, 1, 12345, 32768, 65535)
@@ -199,6 +201,8 @@ def _party(rank: int, identity: pki.Identity, port_q: Any, table_q: Any, out_q: 
         report["gauss_small"] = crypten.mpc.MPCTensor.from_shares(g_shares, precision=0)._tensor.reveal().numpy()
         revealed = sample_discrete_gaussian_integers(GAUSS_SMALL_REVEALED, N_GAUSS_MPC).share
         report["gauss_revealed"] = crypten.mpc.MPCTensor.from_shares(revealed, precision=0)._tensor.reveal().numpy()
+        fair = sample_discrete_gaussian_integers(GAUSS_FAIR, N_GAUSS_MPC).share
+        report["gauss_fair"] = crypten.mpc.MPCTensor.from_shares(fair, precision=0)._tensor.reveal().numpy()
         comm.barrier()
         tic = time.perf_counter()
         sample_discrete_gaussian_integers(GAUSS_REAL, N_GAUSS_SPEED)
@@ -303,6 +307,58 @@ def test_gaussian_reference_by_revealed_rejection_matches_exact_pmf_at_a_million
     assert s.size == 10**6 and chi2_pvalue(s, GAUSS_SMALL_REVEALED) > P_MIN and tv < 1e-8
     assert GAUSS_SMALL_REVEALED.failure_probability() == 0.0
     assert chi2_pvalue(s, DiscreteGaussianParams(t=6, mu=5, revealed=True)) < 1e-6
+
+
+def test_mpc_discrete_gaussian_with_fair_low_bits_follows_the_exact_pmf(session: dict[int, dict[str, Any]]) -> None:
+    """Staircase candidates (F fair low bits, the exponent's 2μ·Z·R term added to the square)."""
+    s = session[0]["gauss_fair"]
+    assert all(np.array_equal(session[r]["gauss_fair"], s) for r in (1, 2))
+    assert s.size == N_GAUSS_MPC
+    assert chi2_pvalue(s, GAUSS_FAIR) > P_MIN
+    assert chi2_pvalue(s, DiscreteGaussianParams(t=40, mu=52, revealed=True, fair_bits=3)) < 1e-3  # σ 14 % off
+
+
+@pytest.mark.parametrize("t, mu, fair", [(6, 4, 1), (6, 4, 2), (40, 40, 3), (301, 301, 3), (301, 301, 6),
+                                         (5001, 5001, 7)])
+def test_staircase_candidates_still_give_the_discrete_gaussian(t: int, mu: int, fair: int) -> None:
+    """Exactness of the fair-bit construction: with k = 60 coins the exact PMF of the implemented
+    sampler is N_Z(0, tμ) up to the coins' error; the acceptance rate is the closed form's, which
+    the verifier's own sum (mpc_erm.privacy.sampler_tv) recomputes; F = 0 is CKS's sampler."""
+    from mpc_erm.privacy.sampler_tv import acceptance_lower_bound
+
+    p = DiscreteGaussianParams(t=t, mu=mu, revealed=True, k=60, coarse_log2=56, fair_bits=fair)
+    xs = np.arange(-p.support_max, p.support_max + 1)
+    tv = 0.5 * np.abs(np.exp(p.log_pmf()) - np.exp(ideal_discrete_gaussian_log_pmf(p.sigma, xs))).sum()
+    assert tv < 1e-12
+    assert p.ideal_acceptance() == pytest.approx(p.acceptance_rate(), rel=1e-9)
+    assert acceptance_lower_bound(t, mu, fair_bits=fair) == pytest.approx(p.ideal_acceptance(), rel=1e-12)
+    assert len(p.proposal_thresholds) == p.magnitude_bits - fair + 1  # F coins fewer than CKS's B + 1
+    # the cost: the acceptance rate falls by the factor (1 − Q)·t/2^F (module docstring of .gaussian)
+    cks = DiscreteGaussianParams(t=t, mu=mu, revealed=True, k=60, coarse_log2=56)
+    q_big = math.exp(-(2**fair) / t)
+    ratio = (1 - q_big) * (1 + math.exp(-1 / t)) / (2 ** (fair + 1) * math.exp(-1 / t) + 1 - q_big) / (
+        1 - math.exp(-1 / t))
+    assert p.acceptance_rate() / cks.acceptance_rate() == pytest.approx(ratio, rel=1e-9)
+
+
+def test_staircase_reference_matches_its_exact_pmf_with_coarse_coins() -> None:
+    """With k = 6 coins the implemented law is visibly not N_Z; the reference (the MPC's coins in
+    numpy) must still follow the exact PMF computed for those coins, and reject N_Z's."""
+    coarse = DiscreteGaussianParams(t=40, mu=40, revealed=True, k=6, coarse_log2=3, fair_bits=3)  # TV 0.02 to N_Z
+    s = gaussian_reference_samples(coarse, 10**6, np.random.default_rng(31))
+    assert chi2_pvalue(s, coarse) > P_MIN
+    assert chi2_pvalue(s, DiscreteGaussianParams(t=40, mu=40, revealed=True, k=60, coarse_log2=56, fair_bits=3)) < 1e-6
+    with pytest.raises(ValueError, match="revealed rejection"):
+        DiscreteGaussianParams(t=40, mu=40, rounds=8, fair_bits=3)
+    with pytest.raises(ValueError, match="fair_bits"):
+        DiscreteGaussianParams(t=40, mu=40, revealed=True, fair_bits=11)
+
+
+def test_for_sigma_takes_fair_bits_by_the_rule() -> None:
+    p = DiscreteGaussianParams.for_sigma(0.0019211317096766705, grid_bits=26)  # the demo's σ: 128,925 units
+    assert p.fair_bits == 11 and 2**p.fair_bits <= p.t / 32 < 2 ** (p.fair_bits + 1)
+    assert DiscreteGaussianParams.for_sigma(0.0019211317096766705, grid_bits=26, rounds=8).fair_bits == 0
+    assert DiscreteGaussianParams.for_sigma(40.0, grid_bits=0).fair_bits == 0  # t < 64
 
 
 def test_comparison_circuits_match_plaintext(session: dict[int, dict[str, Any]]) -> None:

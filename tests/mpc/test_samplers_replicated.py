@@ -21,6 +21,7 @@ from tests.mpc.test_samplers import chi2_pvalue
 
 LAPLACE = DiscreteLaplaceParams(t=50.0, bits=11, k=48)
 GAUSS = DiscreteGaussianParams(t=6, mu=4, revealed=True)
+GAUSS_FAIR = DiscreteGaussianParams(t=40, mu=40, revealed=True, fair_bits=3)  # staircase candidates
 N_LAPLACE = 20_000
 N_GAUSS = 4_000
 THRESHOLDS = (1, 12345, 32768, 65535)  # coin probabilities c / 2^16
@@ -65,6 +66,8 @@ def _session(ctx: LocalContext) -> dict[str, Any]:
     out["laplace"] = ring_to_grid_units(pool.take(N_LAPLACE)._tensor.reveal(), LAPLACE.grid_bits).numpy()
     gauss = sample_discrete_gaussian_integers(GAUSS, N_GAUSS).share
     out["gauss"] = crypten.mpc.MPCTensor.from_shares(gauss, precision=0)._tensor.reveal().numpy()
+    fair = sample_discrete_gaussian_integers(GAUSS_FAIR, N_GAUSS).share
+    out["gauss_fair"] = crypten.mpc.MPCTensor.from_shares(fair, precision=0)._tensor.reveal().numpy()
     return out
 
 
@@ -117,3 +120,11 @@ def test_gaussian_under_replicated_sharing_follows_the_exact_pmf(run: Any) -> No
     assert s.size == N_GAUSS
     assert chi2_pvalue(s, GAUSS) > P_FRESH
     assert chi2_pvalue(s, DiscreteGaussianParams(t=6, mu=6, revealed=True)) < P_FRESH
+
+
+def test_gaussian_with_fair_low_bits_under_replicated_sharing_follows_the_exact_pmf(run: Any) -> None:
+    s = run.results[0]["gauss_fair"]
+    assert all(np.array_equal(r["gauss_fair"], s) for r in run.results[1:])
+    assert s.size == N_GAUSS
+    assert chi2_pvalue(s, GAUSS_FAIR) > P_FRESH
+    assert chi2_pvalue(s, DiscreteGaussianParams(t=40, mu=56, revealed=True, fair_bits=3)) < P_FRESH

@@ -242,11 +242,11 @@ def _sample_revealed(params: DiscreteGaussianParams, n: int, device: torch.devic
     B2A of Z ∧ b_j, the bits of N by the bit-sliced adder with the test folded in); then the
     acceptance bits are opened and the accepted candidates kept, in order: selecting them is a
     local gather on shares, and only their signs go through B2A."""
-    lap = params.laplace
-    nb = lap.bits
-    jl = len(lap.thresholds)  # b_0 … b_{B−1}, Z
+    nc = params.laplace.bits  # compared magnitude bits (G'); the F = fair_bits below them are fair
+    f = params.fair_bits
+    proposal = params.proposal_thresholds  # G''s bits, then Z
     coin_index, cmp_thresholds = _coin_rows(params)
-    masks = torch.cat([threshold_masks(lap.thresholds, params.k, device),
+    masks = torch.cat([threshold_masks(proposal, params.k, device),
                        threshold_masks(cmp_thresholds, params.k, device)], dim=1)
     square = getattr(arithmetic, cfg.mpc.protocol).square
     mags: list[torch.Tensor] = []
@@ -258,12 +258,16 @@ def _sample_revealed(params: DiscreteGaussianParams, n: int, device: torch.devic
         m = candidates_for(need, params, LANES)
         w = m // LANES
         coins = random_coins(masks, w, device)
-        z = coins[nb]
-        zb = and_words(coins[:nb], z.unsqueeze(0))  # (B, W)
-        mag = _weighted_sum(b2a_bits(torch.cat([zb, z[None]]), m).unsqueeze(1))  # (1, m): |D|
+        z = coins[nc]
+        g_bits = coins[:nc] if not f else torch.cat([local_words((f, w), device), coins[:nc]])  # G's B bits
+        zb = and_words(g_bits, z.unsqueeze(0))  # (B, W)
+        bits = b2a_bits(torch.cat([zb, z[None]]), m).unsqueeze(1)  # (B + 1, 1, m)
+        mag = _weighted_sum(bits)  # (1, m): |Y| = Z·(1 + G)
         centred = mag - params.mu if party_rank() == 0 else mag
         sq = plain(square(ArithmeticSharedTensor.from_shares(centred, precision=0)).share)
-        accept = _acceptance(sq, params, coins[jl:].unsqueeze(1), coin_index)  # (1, W)
+        if f:  # N = (|Y| − μ)² + 2μ·Z·R, R = G's fair low bits (module docstring of .gaussian)
+            sq += 2 * params.mu * _weighted_sum(torch.cat([bits[:f], torch.zeros_like(bits[:1])]))
+        accept = _acceptance(sq, params, coins[nc + 1 :].unsqueeze(1), coin_index)  # (1, W)
         idx = torch.nonzero(unpack(open_words(accept), m)[0]).flatten()[:need].to(device)
         if idx.numel() == 0:
             rejected += m

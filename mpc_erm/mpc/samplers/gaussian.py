@@ -39,6 +39,21 @@ the implemented sampler and L its discrete Laplace PMF:
 
 :meth:`DiscreteGaussianParams.log_pmf` is the exact PMF of either, the k-bit coins included.
 
+**Fair low bits** (``fair_bits`` = F > 0; what :meth:`DiscreteGaussianParams.for_sigma` gives
+with revealed rejection). The candidate's F lowest magnitude bits are exactly fair coins (free
+jointly random bits: no comparison) instead of the geometric's biased ones, so the proposal is a
+staircase: with |Y| = Z·(1 + R + 2^F·G'), R uniform on [0, 2^F), G' geometric of ratio
+Q = q^{2^F} (the geometric's bits ≥ F), P(Y = y) ∝ q^{M(y)}, M(y) = Z·(1 + 2^F·G') (|y| with its
+F low bits of |y| − 1 cleared). The exponent follows it: with σ² = tμ,
+
+    N(y) = y² − 2μ·M(y) + μ² = (|y| − μ)² + 2μ·Z·R ≥ 0,
+
+and L(y)·exp(−N/D) ∝ exp(−y²/(2σ²)) again, exactly, for the "non-zero" coin
+P(Z = 1) = 2^{F+1}q/(2^{F+1}q + 1 − Q) (which makes P(0) continue the staircase: F = 0 gives
+CKS's 2q/(1 + q) and N = (|y| − μ)²). Still one secure square a candidate; F coins fewer; the
+acceptance rate falls by the factor (1 − Q)·t/2^F ≥ 1 − 2^F/(2t), ≤ 1.6 % at the rule
+2^F ≤ t/32. The ideal output is N_Z(0, tμ) for every F.
+
 Two cost cuts, both part of the defined (and exactly analysed) distribution: the low bits
 i < ``low_bit`` of N get no coin (a_i := 1; they change exp(−N/D) by a factor in
 [exp(−2^low_bit/D), 1], ≥ 1 − 2^-``coarse_log2``), and bits whose threshold is 0 need no
@@ -50,10 +65,12 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from .params import FRAC_BITS, DiscreteLaplaceParams, coin_threshold, default_bits, full_support_bits
+from .pmf import geometric_log_pmf, log_coin
 from .pmf import log_pmf as laplace_log_pmf
 from .reference import reference_samples
 
@@ -67,33 +84,36 @@ __all__ = [
 ]
 
 FALLBACK_LOG2 = 50  # (1 − ρ)^{R−1} ≤ 2^-50: the fallback's total-variation share (see .guarantee)
-COARSE_LOG2 = 52  # low bits of N without a coin change exp(−N/D) by a factor ≥ 1 − 2^-52 (at k = 56)
+COARSE_LOG2 = 52  # low bits of N without a coin change exp(−N/D) by a factor ≥ 1 − 2^-52 (at k = 56; k − 4 at k)
 
 
 def coarse_for(k: int) -> int:
-    """The uncoined low bits' error 2^-coarse that for_sigma pairs with k-bit coins: 2^-52 at
-    k ≤ 56, and 4 bits coarser than the coins above (both terms of the TV bound shrink together)."""
-    return COARSE_LOG2 + max(0, k - 56)
+    """The uncoined low bits' error 2^-coarse that for_sigma pairs with k-bit coins: 4 bits
+    coarser than the coins (2^-52 at k = 56), so both terms of the TV bound shrink together."""
+    return COARSE_LOG2 + k - 56
 
 
 @functools.lru_cache(maxsize=64)
-def ideal_acceptance_lower_bound(t: int, mu: int, width: float = 12.0) -> float:
-    """A lower bound on ρ = Σ_y L_t(y)·exp(−(|y| − μ)²/(2tμ)), the acceptance rate of CKS's
-    ideal rejection step (L_t the ideal discrete Laplace): the sum over |y| ≤ width·σ of positive
-    terms (float64; the omitted tail only makes it smaller, i.e. the bound safer).
+def ideal_acceptance_lower_bound(t: int, mu: int, width: float = 12.0, fair_bits: int = 0) -> float:
+    """A lower bound on ρ, the acceptance rate of the ideal rejection step (ideal coins, untruncated
+    geometric): ρ = P(0)·e^{−μ/(2t)}·Σ_y exp(−y²/(2tμ)) (module docstring: the proposal times
+    exp(−N/D) is P(0)·e^{−μ/(2t)}·exp(−y²/(2σ²)) at every y), with P(0) = (1 − Q)/(2^{F+1}q + 1 − Q),
+    q = e^{−1/t}, Q = q^{2^F}; for F = 0, P(0) = (1 − q)/(1 + q) (CKS). The sum runs over
+    |y| ≤ width·σ (float64; the omitted tail only makes it smaller, i.e. the bound safer).
 
     Summed in chunks of 2^20 terms and cached: at σ ≈ 7·10^5 grid units the range holds 8·10^6
     terms, whose temporaries (≈ 300 MB) every noise batch used to allocate again."""
     sigma = math.sqrt(t * mu)
     log_q = -1.0 / t
-    log_c = math.log(-math.expm1(log_q)) - math.log1p(math.exp(log_q))
+    one_minus_big_q = -math.expm1(log_q * 2.0**fair_bits)
+    log_p0 = math.log(one_minus_big_q) - math.log(2.0 ** (fair_bits + 1) * math.exp(log_q) + one_minus_big_q)
     end = int(width * sigma) + 2
     total = 0.0
     for lo in range(0, end, _CHUNK):
         y = np.arange(lo, min(end, lo + _CHUNK), dtype=np.float64)
-        log_l = log_c + y * log_q
-        log_l[y > 0] += math.log(2.0)  # ±y
-        total += float(np.sum(np.exp(log_l - (y - mu) ** 2 / (2.0 * t * mu))))
+        terms = np.exp(log_p0 - mu / (2.0 * t) - y * y / (2.0 * t * mu))
+        terms[y > 0] *= 2.0  # ±y
+        total += float(np.sum(terms))
     return total * (1.0 - 1e-12)  # float64 summation error margin
 
 
@@ -110,8 +130,9 @@ def rounds_for_fallback(t: int, mu: int, fallback_log2: int = FALLBACK_LOG2) -> 
 
 @dataclass(frozen=True)
 class DiscreteGaussianParams:
-    """σ² = t·μ in grid units; ``laplace`` draws the candidates; ``revealed``: revealed
-    rejection, else ``rounds`` = R oblivious rounds (module docstring)."""
+    """σ² = t·μ in grid units; ``laplace`` draws the candidates' compared bits (the geometric G'
+    of scale t/2^F with B − F bits: F = ``fair_bits`` low bits are fair, module docstring);
+    ``revealed``: revealed rejection, else ``rounds`` = R oblivious rounds (module docstring)."""
 
     t: int
     mu: int
@@ -120,8 +141,10 @@ class DiscreteGaussianParams:
     k: int = 48
     grid_bits: int = FRAC_BITS
     laplace_bits: int | None = None
-    coarse_log2: int = 20  # for_sigma uses COARSE_LOG2 (the product's setting)
+    coarse_log2: int = 20  # for_sigma uses coarse_for(k) (the product's setting)
+    fair_bits: int = 0
     laplace: DiscreteLaplaceParams = field(init=False)
+    nonzero_threshold: int = field(init=False)
     low_bit: int = field(init=False)
     coin_thresholds: tuple[int, ...] = field(init=False)
 
@@ -131,10 +154,18 @@ class DiscreteGaussianParams:
         bits = self.laplace_bits
         if bits is None:
             bits = min(default_bits(float(self.t)), full_support_bits(float(self.t), self.k))
-        lap = DiscreteLaplaceParams(t=float(self.t), bits=bits, k=self.k, grid_bits=self.grid_bits)
+        f = self.fair_bits
+        if not 0 <= f < bits:
+            raise ValueError(f"fair_bits must be in [0, {bits}) (the candidates' magnitude bits), got {f}")
+        if f and not self.revealed:
+            raise ValueError("fair_bits needs revealed rejection (the oblivious rounds select candidates by |D| alone)")
+        lap = DiscreteLaplaceParams(t=float(self.t) / 2.0**f, bits=bits - f, k=self.k, grid_bits=self.grid_bits)
         object.__setattr__(self, "laplace", lap)
-        m_max = lap.support_max
-        n_bits = max((m_max - self.mu) ** 2, self.mu**2).bit_length()
+        object.__setattr__(self, "nonzero_threshold", lap.nonzero_threshold if f == 0 else min(
+            (1 << self.k) - 1, coin_threshold(lambda mp: _p_nonzero(mp, self.t, f), self.k)))
+        m_max = 1 << bits
+        n_max = max((m_max - self.mu) ** 2, self.mu**2) + 2 * self.mu * ((1 << f) - 1)  # N = (|y| − μ)² + 2μ·Z·R
+        n_bits = n_max.bit_length()
         if n_bits > 62:
             raise ValueError("(m − μ)² does not fit the 64-bit ring: lower laplace_bits")
         d = 2 * self.t * self.mu
@@ -146,6 +177,16 @@ class DiscreteGaussianParams:
         )
         object.__setattr__(self, "low_bit", low)
         object.__setattr__(self, "coin_thresholds", cs)
+
+    @property
+    def magnitude_bits(self) -> int:
+        """B: bits of the candidates' magnitude |Y| − 1 (F fair, B − F compared)."""
+        return self.laplace.bits + self.fair_bits
+
+    @property
+    def proposal_thresholds(self) -> tuple[int, ...]:
+        """The candidates' compared coins: G''s B − F bits, then Z."""
+        return (*self.laplace.bit_thresholds, self.nonzero_threshold)
 
     @property
     def n_bits(self) -> int:
@@ -170,7 +211,8 @@ class DiscreteGaussianParams:
         t = math.floor(s) + 1
         mu = max(1, math.ceil(s * s / t))
         if rounds is None and fallback_log2 is None:
-            return cls(t=t, mu=mu, rounds=1, revealed=True, k=k, grid_bits=grid_bits, coarse_log2=coarse_for(k))
+            return cls(t=t, mu=mu, rounds=1, revealed=True, k=k, grid_bits=grid_bits, coarse_log2=coarse_for(k),
+                       fair_bits=fair_bits_for(t))
         if rounds is None:
             rounds = rounds_for_fallback(t, mu, fallback_log2 or FALLBACK_LOG2)
         return cls(t=t, mu=mu, rounds=rounds, k=k, grid_bits=grid_bits, coarse_log2=coarse_for(k))
@@ -182,21 +224,44 @@ class DiscreteGaussianParams:
 
     @property
     def support_max(self) -> int:
-        return self.laplace.support_max
+        """Largest |Y|: 2^B."""
+        return 1 << self.magnitude_bits
+
+    def ideal_acceptance(self) -> float:
+        """A lower bound on the ideal acceptance rate ρ (:func:`ideal_acceptance_lower_bound`)."""
+        return ideal_acceptance_lower_bound(self.t, self.mu, fair_bits=self.fair_bits)
+
+    def proposal_log_pmf(self) -> np.ndarray:
+        """Exact log P(Y = y), y = −2^B … 2^B, of the candidates: the discrete Laplace of
+        :mod:`.pmf` for F = 0, else its staircase (G = R + 2^F·G', R uniform; module docstring)."""
+        if not self.fair_bits:
+            return laplace_log_pmf(self.laplace)
+        f = self.fair_bits
+        lg = np.repeat(geometric_log_pmf(self.laplace), 1 << f) - f * _LN2  # P(G = r + 2^F h) = P(G' = h)/2^F
+        l_zero, l_nonzero = log_coin(self.nonzero_threshold, self.k)
+        half = l_nonzero - _LN2 + lg
+        return np.concatenate([half[::-1], [l_zero], half])
+
+    def exponent(self, m: np.ndarray) -> np.ndarray:
+        """N(m) = (m − μ)² + 2μ·R(m) for magnitudes m = |y| (int64), R(m) = (m − 1) mod 2^F
+        (0 at m = 0): the integer numerator of the acceptance exponent N/D."""
+        n = (m - self.mu) ** 2
+        if self.fair_bits:
+            n = n + 2 * self.mu * np.where(m > 0, (m - 1) & ((1 << self.fair_bits) - 1), 0)
+        return n
 
     def log_acceptance(self) -> np.ndarray:
-        """log acc(m), m = 0 … 2^B: Σ over set bits i of (m − μ)² of log a_i."""
-        m = np.arange(self.support_max + 1, dtype=np.int64)
-        n = (m - self.mu) ** 2
-        out = np.zeros(m.size)
+        """log acc(m), m = 0 … 2^B: Σ over set bits i of N(m) of log a_i."""
+        n = self.exponent(np.arange(self.support_max + 1, dtype=np.int64))
+        out = np.zeros(n.size)
         for i, c in enumerate(self.coin_thresholds, start=self.low_bit):
-            la = math.log(c) - self.k * math.log(2.0) if c > 0 else -math.inf
+            la = math.log(c) - self.k * _LN2 if c > 0 else -math.inf
             out = np.where((n >> i) & 1 == 1, out + la, out)
         return out
 
     def acceptance_rate(self) -> float:
         """ρ: probability one candidate is accepted (implemented coins)."""
-        lp = laplace_log_pmf(self.laplace)
+        lp = self.proposal_log_pmf()
         la = self.log_acceptance()
         full = np.concatenate([la[::-1], la[1:]])
         return float(np.exp(lp + full).sum())
@@ -214,7 +279,7 @@ class DiscreteGaussianParams:
 
     def log_pmf(self) -> np.ndarray:
         """Exact log P_out(y), y = −2^B … 2^B (module docstring)."""
-        lp = laplace_log_pmf(self.laplace)
+        lp = self.proposal_log_pmf()
         la = self.log_acceptance()
         full = np.concatenate([la[::-1], la[1:]])
         rho = float(np.exp(lp + full).sum())
@@ -223,6 +288,22 @@ class DiscreteGaussianParams:
         log_fail = (self.rounds - 1) * math.log1p(-rho)
         log_w = math.log(-math.expm1(log_fail)) - math.log(rho) if self.rounds > 1 else -math.inf
         return lp + np.logaddexp(log_w + full, log_fail)
+
+
+_LN2 = math.log(2.0)
+
+
+def fair_bits_for(t: int) -> int:
+    """F for revealed rejection: the most fair low bits with 2^F ≤ t/32, so the acceptance rate
+    falls by at most 2^F/(2t) ≤ 1.6 % (module docstring) while F coins a candidate are saved."""
+    return max(0, math.floor(math.log2(t / 32.0))) if t >= 64 else 0
+
+
+def _p_nonzero(mp: Any, t: int, f: int) -> Any:
+    """P(Z = 1) = 2^{F+1}q/(2^{F+1}q + 1 − q^{2^F}), q = e^{−1/t}: P(0) continues the staircase."""
+    q = mp.exp(-mp.one / t)
+    two = mp.mpf(2) ** (f + 1)
+    return two * q / (two * q + 1 - q ** (mp.mpf(2) ** f))
 
 
 def ideal_discrete_gaussian_log_pmf(sigma: float, xs: np.ndarray, terms: int | None = None) -> np.ndarray:
@@ -239,7 +320,7 @@ def gaussian_reference_samples(params: DiscreteGaussianParams, n: int, rng: np.r
         out: list[np.ndarray] = []
         need = n
         while need > 0:
-            cand = reference_samples(params.laplace, candidates_for(need, params), rng)
+            cand = _reference_candidates(params, candidates_for(need, params), rng)
             out.append(cand[_reference_accept(params, cand, rng)][:need])
             need -= out[-1].size
         return np.concatenate(out)
@@ -251,9 +332,23 @@ def gaussian_reference_samples(params: DiscreteGaussianParams, n: int, rng: np.r
     return cand[first, np.arange(n)]
 
 
+def _reference_candidates(params: DiscreteGaussianParams, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n candidates Y = S·Z·(1 + R + 2^F·G') with the MPC's coins (F = 0: the discrete Laplace)."""
+    f = params.fair_bits
+    if not f:
+        return reference_samples(params.laplace, n, rng)
+    top = 1 << params.k
+    mag = rng.integers(0, 1 << f, size=n, dtype=np.int64)  # R: exactly fair bits
+    for j, c in enumerate(params.laplace.bit_thresholds):
+        mag |= (rng.integers(0, top, size=n, dtype=np.int64) < c).astype(np.int64) << (j + f)
+    z = rng.integers(0, top, size=n, dtype=np.int64) < params.nonzero_threshold
+    sign = rng.integers(0, 2, size=n, dtype=np.int64)
+    return np.where(z, (1 + mag) * (1 - 2 * sign), 0).astype(np.int64)
+
+
 def _reference_accept(params: DiscreteGaussianParams, cand: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """The acceptance bits of the candidates ``cand`` with fresh k-bit coins (plaintext)."""
-    nn = (np.abs(cand) - params.mu) ** 2
+    nn = params.exponent(np.abs(cand))
     top = 1 << params.k
     acc = np.ones(cand.shape, dtype=bool)
     for i, c in enumerate(params.coin_thresholds, start=params.low_bit):
@@ -266,7 +361,7 @@ def candidates_for(need: int, params: DiscreteGaussianParams, lanes: int = 64) -
     """Candidates to draw in one batch of revealed rejection for ``need`` more outputs: 5 % and
     3 standard deviations above need/ρ (ρ: the ideal rate's lower bound), in whole 64-lane words,
     so that one batch almost always suffices; a short batch only means one more, smaller one."""
-    rho = ideal_acceptance_lower_bound(params.t, params.mu)
+    rho = params.ideal_acceptance()
     mean = need / rho
     m = math.ceil(1.05 * mean + 3.0 * math.sqrt(mean * (1.0 - rho)) / rho + 1)
     return -(-m // lanes) * lanes

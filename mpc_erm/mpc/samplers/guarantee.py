@@ -39,7 +39,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from .gaussian import DiscreteGaussianParams, ideal_acceptance_lower_bound
+from .gaussian import DiscreteGaussianParams
 from .params import DiscreteLaplaceParams
 
 __all__ = [
@@ -81,7 +81,7 @@ def gaussian_tv_bound(params: DiscreteGaussianParams) -> float:
     per_candidate = laplace_tv_bound(lap)
     d = 2 * params.t * params.mu
     per_test = len(params.coin_thresholds) * coin_error(params.k) + (2.0**params.low_bit - 1) / d
-    rho = ideal_acceptance_lower_bound(params.t, params.mu)
+    rho = params.ideal_acceptance()
     if params.revealed:
         return (per_candidate + per_test) / rho
     fallback = math.exp((r - 1) * math.log1p(-rho)) if r > 1 else 1.0

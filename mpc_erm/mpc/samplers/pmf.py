@@ -17,6 +17,7 @@ from .params import DiscreteLaplaceParams
 
 __all__ = [
     "geometric_log_pmf",
+    "log_coin",
     "ideal_discrete_laplace_log_pmf",
     "log_pmf",
     "support",
@@ -25,7 +26,7 @@ __all__ = [
 _LN2 = math.log(2.0)
 
 
-def _log_coin(c: int, k: int) -> tuple[float, float]:
+def log_coin(c: int, k: int) -> tuple[float, float]:
     """(log P(coin = 0), log P(coin = 1)) for P(coin = 1) = c/2^k, from the integers."""
     lo = math.log((1 << k) - c) - k * _LN2 if c < (1 << k) else -math.inf
     hi = math.log(c) - k * _LN2 if c > 0 else -math.inf
@@ -40,7 +41,7 @@ def geometric_log_pmf(params: DiscreteLaplaceParams) -> np.ndarray:
     """
     out = np.zeros(1)
     for c in params.bit_thresholds:
-        l0, l1 = _log_coin(c, params.k)
+        l0, l1 = log_coin(c, params.k)
         out = np.concatenate([out + l0, out + l1])
     return out
 
@@ -54,7 +55,7 @@ def support(params: DiscreteLaplaceParams) -> np.ndarray:
 def log_pmf(params: DiscreteLaplaceParams) -> np.ndarray:
     """log P(D = x) for x in :func:`support` (−inf where the sampler never lands)."""
     lg = geometric_log_pmf(params)
-    l_zero, l_nonzero = _log_coin(params.nonzero_threshold, params.k)
+    l_zero, l_nonzero = log_coin(params.nonzero_threshold, params.k)
     half = l_nonzero - _LN2 + lg  # P(D = ±(1+g)) = P(Z=1)/2 · P(G=g): the sign is an exact fair bit
     return np.concatenate([half[::-1], [l_zero], half])
 

@@ -30,16 +30,18 @@ __all__ = ["NoisePool", "PoolExhausted", "PoolStats", "batch_for"]
 
 
 def batch_for(params: DiscreteLaplaceParams | DiscreteGaussianParams, base: int = 1 << 15) -> int:
-    """Samples per batch. A batch costs ≈ 100 message steps whatever its size, so larger is
-    faster until memory binds: 4·base for the discrete Laplace (2^15: 67k/s, latency-bound at
-    58 message steps a batch) and for the Gaussian by revealed rejection (≈ 1.3 candidates per
-    output, each with its acceptance coins; measured with
-    ``python -m benchmarks sampler --batch B``, 3 parties + dealer on 2 cores, triples pooled:
-    2^16 46k/s, 2^17 55.5k/s, 2^18 60k/s, at peak party RSS 602, 673 and 772 MB, of which
-    ≈ 520 MB is the process before any batch); by oblivious rounds base/8 (R ≈ 26 candidates
-    per output)."""
-    if isinstance(params, DiscreteLaplaceParams) or params.revealed:
+    """Samples per batch. A batch costs a fixed number of message steps whatever its size (≈ 230
+    for the Gaussian by revealed rejection under replicated sharing), so larger is faster until
+    memory binds: 4·base for the discrete Laplace (2^15: 67k/s, latency-bound at 58 message steps
+    a batch); 16·base for the Gaussian by revealed rejection (≈ 1.3 candidates per output, each
+    with its acceptance coins; measured with ``python -m benchmarks.sampler --trust replicated
+    --batch B`` at σ = 128,925 grid units, 56-bit coins, staircase candidates, 2 cores: 2^17
+    135k/s, 2^18 155k/s, 2^19 177k/s, at peak party RSS 555, 633 and 739 MB, of which ≈ 520 MB is
+    the process before any batch); by oblivious rounds base/8 (R ≈ 26 candidates per output)."""
+    if isinstance(params, DiscreteLaplaceParams):
         return 4 * base
+    if params.revealed:
+        return 16 * base
     return max(1024, base // 8)
 
 
