@@ -44,6 +44,7 @@ KS_TARGET = 3e-3
 RATE_TARGET = 150_000  # samples/s: discrete Gaussian with 3 parties on 2 cores (Laplace at least as fast)
 REF_CHUNK = 1 << 17
 DEFAULT_BATCH = 1 << 15  # mpc_erm.mpc.noise.InMpcNoise's default
+BASELINE_BATCH = 1 << 17  # the Gaussian's batch before staircase candidates (batch_for gave 4·2^15)
 
 
 # ---------------------------------------------------------------------- parameters
@@ -238,7 +239,7 @@ def _sampler_party(
     comm = ctx.comm
     out: dict[str, Any] = {"rank": ctx.rank, "trust_model": ctx.trust_model}
     if n > 0 and baseline is not None:  # the baseline sampler first, same session, nothing revealed
-        out["baseline"] = _produce(comm, baseline, n, batch, device)
+        out["baseline"] = _produce(comm, baseline, n, batch or BASELINE_BATCH, device)
     if n > 0:
         if batch is None:  # what InMpcNoise uses
             from mpc_erm.mpc.samplers.pool import batch_for
@@ -419,7 +420,8 @@ def run(
     where each party's sampler computes (its shares travel from the CPU), e.g. "cuda" on a GPU box.
     ``coin_bits``: the Gaussian's k. ``baseline``: first, in the same session, the Gaussian as it
     was before its candidates' fair low bits and per-job coin bits (CKS's discrete Laplace
-    candidates, k = 56), with the ratios of rate, AND gates and bytes per sample."""
+    candidates, k = 56, batches of 2^17 unless ``batch`` is given), with the ratios of rate, AND
+    gates and bytes per sample."""
     from mpc_erm.mpc.local import TRUST_MODELS, run_local_full
 
     say = progress or (lambda _m: None)
