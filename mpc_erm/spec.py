@@ -118,7 +118,8 @@ class PrivacySpec(_Strict):
 
 class TrainingSpec(_Strict):
     iterations: int = Field(100, ge=1, le=10_000_000, description="T, gradient rounds")
-    learning_rate: float = Field(1.0, gt=0.0, le=1e3, description="η")
+    # up to 10⁵: rows live in the unit ball, so a d-feature linear model's step is of order d
+    learning_rate: float = Field(1.0, gt=0.0, le=1e5, description="η")
     ls_sigma: float = Field(0.0, ge=0.0, le=1e4, description="Laplacian smoothing σ (0: off); per parameter "
                                                              "tensor for networks")
     weighting: Weighting = "pooled"

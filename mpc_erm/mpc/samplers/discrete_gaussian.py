@@ -1,7 +1,9 @@
 """Discrete Gaussian inside CrypTen: CKS 2020 Algorithm 3 with exact acceptance coins
 (see :mod:`.gaussian` for the construction, its exact PMF and why opening acceptance bits is safe).
 
-Revealed rejection (the product's default, :func:`_sample_revealed`): ≈ 1.05/ρ + 3σ candidates
+Revealed rejection (the product's default, :func:`_sample_revealed`), with staircase candidates
+(F fair low magnitude bits: free jointly random words, not coins; the square gains the linear
+term 2μ·Z·R, see :mod:`.gaussian`): ≈ 1.05/ρ + 3σ candidates
 per batch go through the candidate and acceptance circuits below as a single round, their
 acceptance bits are opened, and the accepted ones are gathered locally; ≈ 1.3 candidates per
 output at ρ ≈ 0.76 instead of R = 26.
@@ -125,12 +127,16 @@ def _acceptance(
     ``coin_index`` mapping bit i to its row (bits without an entry have coin ≡ 0).
 
     Bits of N: the parties' shares are the addends (party p's bit planes; the others hold 0 as
-    their XOR share of it), reduced to two by carry-save adders, then added by a ripple-carry
+    their XOR share of it), reduced to two by carry-save adders (under replicated sharing made two
+    by the provider's ``two_shares`` instead: one word a value, no AND), then added by a ripple-carry
     adder mod 2^n_bits. Round t of the ripple computes carry c_{t+1}, fail_t and one level of the
     running ⋀ over the ¬fail terms: the adder's rounds carry the acceptance test for free.
     """
     nbits = params.n_bits
     world = crypten.communicator.get().get_world_size()
+    two_shares = getattr(crypten.mpc.get_default_provider(), "two_shares", None)
+    if two_shares is not None:  # replicated sharing: one word a value makes the three shares two
+        sq, world = two_shares(sq), 2  # (rss_provider), where a carry-save layer costs an AND a plane
     mine = _own_bit_planes(sq, nbits)
     rank = party_rank()
     addends = [(mine if q == rank else torch.zeros_like(mine), False) for q in range(world)]

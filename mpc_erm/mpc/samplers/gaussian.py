@@ -204,7 +204,8 @@ class DiscreteGaussianParams:
         fallback_log2: int | None = None,
     ) -> DiscreteGaussianParams:
         """σ in real units on the grid 2^-grid_bits: t = ⌊σ⌋ + 1, μ = ⌈σ²/t⌉ (grid units, so the
-        sampled σ = √(tμ) is never below the request). By default revealed rejection; ``rounds``
+        sampled σ = √(tμ) is never below the request). By default revealed rejection with
+        staircase candidates (F = :func:`fair_bits_for` fair low bits); ``rounds``
         = R oblivious rounds instead, or ``fallback_log2``: the smallest R whose fallback
         probability (1 − ρ)^{R−1} is ≤ 2^-fallback_log2 (ρ: ideal acceptance rate)."""
         s = sigma * 2.0**grid_bits
