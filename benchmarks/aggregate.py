@@ -63,6 +63,15 @@ def jsonable(obj: Any) -> Any:
     return obj
 
 
+def write_result(result: dict[str, Any], out: Path | None) -> None:
+    """Print a benchmark's JSON, and write it to ``out`` (folders made) when one is named."""
+    text = json.dumps(result, indent=1)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+    print(text)
+
+
 def machine_info() -> dict[str, Any]:
     from importlib import metadata
 
@@ -536,11 +545,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     res = run(a.parties, a.dim, a.rounds, noise=a.noise, scale=a.scale, sensitivity=a.sensitivity, trust=a.trust,
               crypten_rounds=a.crypten_rounds, progress=lambda m: print(m, file=sys.stderr))
-    text = json.dumps(res, indent=1)
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(text + "\n")
-    print(text)
+    write_result(res, a.out)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ A KS distance of n i.i.d. draws from the target itself is ≈ 0.87/√n at its m
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -35,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.aggregate import jsonable, machine_info, peak_rss_bytes
+from benchmarks.aggregate import jsonable, machine_info, peak_rss_bytes, write_result
 
 MECHANISMS = ("gaussian", "laplace")
 SCALE_LOG2 = 14  # noise scale ≈ 2^14 grid units, as mpc_erm.mpc.noise plans it
@@ -550,11 +549,7 @@ def main(argv: list[str] | None = None) -> None:
               progress=lambda m: print(m, file=sys.stderr), device=a.device, coin_bits=a.coin_bits,
               baseline=a.baseline)
     res["command"] = " ".join(["python -m benchmarks.sampler", *(argv if argv is not None else sys.argv[1:])])
-    text = json.dumps(res, indent=1)
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(text + "\n")
-    print(text)
+    write_result(res, a.out)
 
 
 if __name__ == "__main__":
