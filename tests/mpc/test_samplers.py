@@ -333,12 +333,13 @@ def test_staircase_candidates_still_give_the_discrete_gaussian(t: int, mu: int, 
     assert p.ideal_acceptance() == pytest.approx(p.acceptance_rate(), rel=1e-9)
     assert acceptance_lower_bound(t, mu, fair_bits=fair) == pytest.approx(p.ideal_acceptance(), rel=1e-12)
     assert len(p.proposal_thresholds) == p.magnitude_bits - fair + 1  # F coins fewer than CKS's B + 1
-    # the cost: the acceptance rate falls by the factor (1 − Q)·t/2^F (module docstring of .gaussian)
+    # the cost: the acceptance rate falls by the ratio of the two P(0)s, ≥ 1 − 2^F/(2t) (.gaussian's docstring)
     cks = DiscreteGaussianParams(t=t, mu=mu, revealed=True, k=60, coarse_log2=56)
     q_big = math.exp(-(2**fair) / t)
     ratio = (1 - q_big) * (1 + math.exp(-1 / t)) / (2 ** (fair + 1) * math.exp(-1 / t) + 1 - q_big) / (
         1 - math.exp(-1 / t))
     assert p.acceptance_rate() / cks.acceptance_rate() == pytest.approx(ratio, rel=1e-9)
+    assert ratio >= 1 - 2**fair / (2 * t)
 
 
 def test_staircase_reference_matches_its_exact_pmf_with_coarse_coins() -> None:

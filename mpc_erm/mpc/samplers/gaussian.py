@@ -51,8 +51,8 @@ F low bits of |y| − 1 cleared). The exponent follows it: with σ² = tμ,
 and L(y)·exp(−N/D) ∝ exp(−y²/(2σ²)) again, exactly, for the "non-zero" coin
 P(Z = 1) = 2^{F+1}q/(2^{F+1}q + 1 − Q) (which makes P(0) continue the staircase: F = 0 gives
 CKS's 2q/(1 + q) and N = (|y| − μ)²). Still one secure square a candidate; F coins fewer; the
-acceptance rate falls by the factor (1 − Q)·t/2^F ≥ 1 − 2^F/(2t), ≤ 1.6 % at the rule
-2^F ≤ t/32. The ideal output is N_Z(0, tμ) for every F.
+acceptance rate falls by the ratio of the two P(0)s, (1 − Q)(1 + q)/((2^{F+1}q + 1 − Q)(1 − q))
+≥ 1 − 2^F/(2t), so by ≤ 1.6 % at the rule 2^F ≤ t/32. The ideal output is N_Z(0, tμ) for every F.
 
 Two cost cuts, both part of the defined (and exactly analysed) distribution: the low bits
 i < ``low_bit`` of N get no coin (a_i := 1; they change exp(−N/D) by a factor in
