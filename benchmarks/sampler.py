@@ -230,7 +230,6 @@ def _sampler_party(
     ctx: Any, params: Any, n: int, batch: int | None, randn_n: int, device: str = "cpu", baseline: Any = None
 ) -> dict[str, Any]:
     from mpc_erm.mpc.crypten_compat import import_crypten, plain
-    from mpc_erm.mpc.samplers.pool import NoisePool
 
     crypten = import_crypten()
     from crypten.mpc import MPCTensor
@@ -238,22 +237,10 @@ def _sampler_party(
     comm = ctx.comm
     out: dict[str, Any] = {"rank": ctx.rank, "trust_model": ctx.trust_model}
     if n > 0 and baseline is not None:  # the baseline sampler first, same session, nothing revealed
-        out["baseline"] = _produce(comm, baseline, n, batch or BASELINE_BATCH, device)
+        out["baseline"], _ = _produce(comm, baseline, n, batch or BASELINE_BATCH, device)
     if n > 0:
-        if batch is None:  # what InMpcNoise uses
-            from mpc_erm.mpc.samplers.pool import batch_for
-
-            batch = batch_for(params, DEFAULT_BATCH)
-        pool = NoisePool(params, device=device, batch=batch)
+        out["mpc"], pool = _produce(comm, params, n, batch, device)  # batch None: what InMpcNoise uses
         out["batch"] = pool.batch
-        provider = crypten.mpc.get_default_provider()
-        words0 = getattr(provider, "binary_words", 0)
-        comm.barrier()
-        pool.produce(n)
-        st = pool.stats()
-        out["mpc"] = {"seconds": st.seconds, "samples_per_second": st.samples_per_second, "rounds": st.rounds,
-                      "bytes": st.bytes, "bytes_per_sample": st.bytes_per_sample,
-                      "and_gates_per_sample": 64 * (getattr(provider, "binary_words", 0) - words0) / n}
         out["ceilings"] = _ceilings(comm, ctx.rank)
         out["mpc"]["peak_rss_bytes"] = peak_rss_bytes()
         shares = pool.take_integers(n)
@@ -278,8 +265,8 @@ def _sampler_party(
     return out
 
 
-def _produce(comm: Any, params: Any, n: int, batch: int | None, device: str) -> dict[str, Any]:
-    """n samples of ``params`` into a pool (not revealed): the offline cost only."""
+def _produce(comm: Any, params: Any, n: int, batch: int | None, device: str) -> tuple[dict[str, Any], Any]:
+    """n samples of ``params`` into a pool (not revealed): the offline cost, and the pool."""
     from mpc_erm.mpc.crypten_compat import import_crypten
     from mpc_erm.mpc.samplers.pool import NoisePool, batch_for
 
@@ -291,7 +278,7 @@ def _produce(comm: Any, params: Any, n: int, batch: int | None, device: str) -> 
     st = pool.stats()
     return {"seconds": st.seconds, "samples_per_second": st.samples_per_second, "rounds": st.rounds,
             "bytes": st.bytes, "bytes_per_sample": st.bytes_per_sample, "batch": pool.batch,
-            "and_gates_per_sample": 64 * (getattr(provider, "binary_words", 0) - words0) / n}
+            "and_gates_per_sample": 64 * (getattr(provider, "binary_words", 0) - words0) / n}, pool
 
 
 CEILING_BYTES = 1 << 20  # bytes per all-reduce when measuring the transport's rate (a batch's rounds are 0.1–1 MiB)

@@ -64,7 +64,7 @@ def acceptance_lower_bound(t: int, mu: int, width: float = 12.0, fair_bits: int 
 def gaussian_tv(*, t: int, mu: int, revealed: bool, rounds: int, k: int, laplace_bits: int, low_bit: int,
                 test_coins: int, fair_bits: int = 0) -> float:
     """Per sample, the discrete Gaussian N_Z(0, tμ) of the stated parameters (module docstring)."""
-    per_candidate = (laplace_bits - fair_bits + 1) * 2.0**-k + 2.0 * math.exp(-(2.0**laplace_bits) / t)
+    per_candidate = laplace_tv(t / 2.0**fair_bits, laplace_bits - fair_bits, k)  # the compared bits ≥ F
     per_test = test_coins * 2.0**-k + (2.0**low_bit - 1.0) / (2.0 * t * mu)
     rho = acceptance_lower_bound(t, mu, fair_bits=fair_bits)
     if revealed:

@@ -70,7 +70,7 @@ from typing import Any
 import numpy as np
 
 from .params import FRAC_BITS, DiscreteLaplaceParams, coin_threshold, default_bits, full_support_bits
-from .pmf import geometric_log_pmf, log_coin
+from .pmf import geometric_log_pmf, signed_log_pmf
 from .pmf import log_pmf as laplace_log_pmf
 from .reference import reference_samples
 
@@ -239,9 +239,7 @@ class DiscreteGaussianParams:
             return laplace_log_pmf(self.laplace)
         f = self.fair_bits
         lg = np.repeat(geometric_log_pmf(self.laplace), 1 << f) - f * _LN2  # P(G = r + 2^F h) = P(G' = h)/2^F
-        l_zero, l_nonzero = log_coin(self.nonzero_threshold, self.k)
-        half = l_nonzero - _LN2 + lg
-        return np.concatenate([half[::-1], [l_zero], half])
+        return signed_log_pmf(lg, self.nonzero_threshold, self.k)
 
     def exponent(self, m: np.ndarray) -> np.ndarray:
         """N(m) = (m − μ)² + 2μ·R(m) for magnitudes m = |y| (int64), R(m) = (m − 1) mod 2^F
@@ -335,16 +333,8 @@ def gaussian_reference_samples(params: DiscreteGaussianParams, n: int, rng: np.r
 
 def _reference_candidates(params: DiscreteGaussianParams, n: int, rng: np.random.Generator) -> np.ndarray:
     """n candidates Y = S·Z·(1 + R + 2^F·G') with the MPC's coins (F = 0: the discrete Laplace)."""
-    f = params.fair_bits
-    if not f:
-        return reference_samples(params.laplace, n, rng)
-    top = 1 << params.k
-    mag = rng.integers(0, 1 << f, size=n, dtype=np.int64)  # R: exactly fair bits
-    for j, c in enumerate(params.laplace.bit_thresholds):
-        mag |= (rng.integers(0, top, size=n, dtype=np.int64) < c).astype(np.int64) << (j + f)
-    z = rng.integers(0, top, size=n, dtype=np.int64) < params.nonzero_threshold
-    sign = rng.integers(0, 2, size=n, dtype=np.int64)
-    return np.where(z, (1 + mag) * (1 - 2 * sign), 0).astype(np.int64)
+    return reference_samples(params.laplace, n, rng, fair_bits=params.fair_bits,
+                             nonzero_threshold=params.nonzero_threshold)
 
 
 def _reference_accept(params: DiscreteGaussianParams, cand: np.ndarray, rng: np.random.Generator) -> np.ndarray:

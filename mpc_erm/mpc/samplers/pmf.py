@@ -20,6 +20,7 @@ __all__ = [
     "log_coin",
     "ideal_discrete_laplace_log_pmf",
     "log_pmf",
+    "signed_log_pmf",
     "support",
 ]
 
@@ -54,8 +55,12 @@ def support(params: DiscreteLaplaceParams) -> np.ndarray:
 
 def log_pmf(params: DiscreteLaplaceParams) -> np.ndarray:
     """log P(D = x) for x in :func:`support` (−inf where the sampler never lands)."""
-    lg = geometric_log_pmf(params)
-    l_zero, l_nonzero = log_coin(params.nonzero_threshold, params.k)
+    return signed_log_pmf(geometric_log_pmf(params), params.nonzero_threshold, params.k)
+
+
+def signed_log_pmf(lg: np.ndarray, nonzero_threshold: int, k: int) -> np.ndarray:
+    """log P(D = x), x = −len(lg) … len(lg), of D = S·Z·(1 + G) from log P(G = g) and Z's threshold."""
+    l_zero, l_nonzero = log_coin(nonzero_threshold, k)
     half = l_nonzero - _LN2 + lg  # P(D = ±(1+g)) = P(Z=1)/2 · P(G=g): the sign is an exact fair bit
     return np.concatenate([half[::-1], [l_zero], half])
 
