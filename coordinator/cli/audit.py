@@ -93,11 +93,14 @@ def privacy_cmd(job_file: Path, schema_path: Path, data: tuple[Path, ...], canar
 
         a = audit_federated_job(jf.spec, deal_to_owners(pooled, owners, seed), canaries=canaries, seed=seed,
                                 alpha=1.0 - confidence, broken_control=broken_control)
-    elif jf.spec.model.is_network and not daemons:  # DP-SGD / DP-Adam on an mlp
-        from mpc_erm.simulate.audit import audit_network_job
+    elif jf.spec.model.is_network and not daemons:  # DP-SGD / DP-Adam / DP-SRM
+        from mpc_erm.simulate.audit import audit_gradient_job, audit_network_job, has_input_columns
 
-        a = audit_network_job(jf.spec, [pooled] if owners else parts, canaries=canaries, seed=seed,
-                              alpha=1.0 - confidence, broken_control=broken_control)
+        # an mlp on flat rows: canary rows, each with an input column of its own; any other network
+        # (a CNN's weights are shared across its pixels): gradient canaries
+        audit_fn = audit_network_job if has_input_columns(jf.spec) else audit_gradient_job
+        a = audit_fn(jf.spec, [pooled] if owners else parts, canaries=canaries, seed=seed,
+                     alpha=1.0 - confidence, broken_control=broken_control)
     elif owners:  # record level: a gradient round sums the owners' clipped gradients, the pooled rows' sum
         held = [pooled] if jf.spec.method == "gradient" else deal_to_owners(pooled, owners, seed)
         a = audit_job(jf.spec, held, canaries=canaries, seed=seed, alpha=1.0 - confidence,
@@ -115,7 +118,8 @@ def privacy_cmd(job_file: Path, schema_path: Path, data: tuple[Path, ...], canar
     else:
         what = "the same job with its noise switched off (control)" if broken_control else "the job as planned"
         where = "through three party daemons" if daemons else "in process"
-        click.echo(f"audited: {what}, {a.canaries} canaries ({a.included} in), one run {where}")
+        kind = "gradient canaries" if a.canary_kind == "gradients" else "canaries"
+        click.echo(f"audited: {what}, {a.canaries} {kind} ({a.included} in), one run {where}")
         click.echo(f"stated ε = {a.stated_epsilon:.4g} at δ = {a.delta:.3g}")
         click.echo(f"empirical ε ≥ {a.epsilon_lower_bound:.4g} with confidence {a.confidence:.0%} "
                    f"({a.correct} of {a.guesses} guesses right)")

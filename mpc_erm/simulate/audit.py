@@ -15,6 +15,16 @@ The guesses: the k highest scores "in", the k lowest "out", for k in a grid fixe
 (m/20, m/10, m/4, m/2); the grid is paid for by a union bound (each k tested at α/4), so the
 reported bound keeps its confidence 1 − α.
 
+Networks without an input column of their own for each canary (a CNN on images: its first layer
+shares its weights across the pixels) are audited with *gradient* canaries instead
+(:func:`audit_gradient_job`, the Dirac canaries of the paper's white-box audit of DP-SGD): m
+coordinates past the model's p ride in every round's release, canary i's coordinate touched only by
+canary i, which is in each round's Poisson batch with the job's rate q when it is in and adds the
+release's stated sensitivity there. Every round's noisy sum is revealed to the parties, so summing
+a canary's coordinate over the rounds is post-processing of what the job releases. This audits the
+job's mechanism as it runs (its rounds, sampling rate, noise and accounting) beside the network's
+real training; the per-example clipping of the rows is what the input canaries of an ``mlp`` audit.
+
 What it can say: a bound above the stated ε proves the statement false (at confidence 1 − α); a
 bound below it says no violation was seen. A one-run audit of the Gaussian mechanism has little
 power at small ε, so a real job's bound sits near 0; the control — the same job with its noise
@@ -26,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import torch
@@ -33,11 +44,13 @@ import torch
 from mpc_erm.data import Dataset
 from mpc_erm.privacy.audit_bound import epsilon_lower_bound
 from mpc_erm.privacy.plan import PrivacyPlan, plan_job, public_sizes
+from mpc_erm.protocols.aggregation import NoiseSpec, SecureAggregator
 from mpc_erm.simulate.forecast import InProcessFederatedJob, InProcessJob, InProcessNetworkJob
 from mpc_erm.spec import JobSpec
 
-__all__ = ["AUDIT_FRACTIONS", "PrivacyAudit", "audit_federated_job", "audit_job", "audit_network_job", "audit_scores",
-           "canary_rows", "check_auditable", "draw_canaries", "linear_audit", "with_canaries"]
+__all__ = ["AUDIT_FRACTIONS", "GradientCanaries", "PrivacyAudit", "audit_federated_job", "audit_gradient_job",
+           "audit_job", "audit_network_job", "audit_scores", "canary_rows", "check_auditable", "draw_canaries",
+           "has_input_columns", "linear_audit", "with_canaries"]
 
 #: The guesses' k, as fractions of m, fixed before the run (a union bound pays for trying each).
 AUDIT_FRACTIONS = (0.05, 0.1, 0.25, 0.5)
@@ -58,6 +71,7 @@ class PrivacyAudit:
     correct: int  # v of the best k
     broken_control: bool  # the job's noise was switched off
     by_k: dict[int, float] = field(default_factory=dict)  # k -> the lower bound at that k
+    canary_kind: Literal["rows", "gradients"] = "rows"  # records in the data, or gradient (Dirac) canaries
 
     @property
     def violated(self) -> bool:
@@ -68,7 +82,7 @@ class PrivacyAudit:
         return {"stated_epsilon": self.stated_epsilon, "delta": self.delta, "canaries": self.canaries,
                 "included": self.included, "epsilon_lower_bound": self.epsilon_lower_bound,
                 "confidence": self.confidence, "guesses": self.guesses, "correct": self.correct,
-                "broken_control": self.broken_control, "violated": self.violated,
+                "broken_control": self.broken_control, "violated": self.violated, "canary_kind": self.canary_kind,
                 "by_k": {str(k): v for k, v in self.by_k.items()}}
 
 
@@ -118,7 +132,8 @@ def linear_audit(spec: JobSpec, parts: Sequence[Dataset], canaries: int,
 
 
 def audit_scores(scores: np.ndarray, included: np.ndarray, stated_epsilon: float, delta: float, *,
-                 alpha: float = 0.05, broken_control: bool = False) -> PrivacyAudit:
+                 alpha: float = 0.05, broken_control: bool = False,
+                 canary_kind: Literal["rows", "gradients"] = "rows") -> PrivacyAudit:
     """The bound from the canaries' scores (their own coordinates of the released model): the k
     highest guessed in, the k lowest out, for each k of :data:`AUDIT_FRACTIONS` at α/4."""
     canaries = included.size
@@ -133,7 +148,7 @@ def audit_scores(scores: np.ndarray, included: np.ndarray, stated_epsilon: float
     return PrivacyAudit(stated_epsilon=float(stated_epsilon), delta=float(delta), canaries=canaries,
                         included=int(included.sum()), epsilon_lower_bound=by_k[best][0], confidence=1.0 - alpha,
                         guesses=by_k[best][1], correct=by_k[best][2], broken_control=broken_control,
-                        by_k={k: v[0] for k, v in by_k.items()})
+                        by_k={k: v[0] for k, v in by_k.items()}, canary_kind=canary_kind)
 
 
 def check_auditable(spec: JobSpec) -> None:
@@ -187,6 +202,13 @@ def audit_federated_job(spec: JobSpec, owners: Sequence[Dataset], *, canaries: i
     return audit_scores(scores, included, g.epsilon, g.delta, alpha=alpha, broken_control=broken_control)
 
 
+def has_input_columns(spec: JobSpec) -> bool:
+    """Whether a network job's canaries can be rows with an input column of their own (an ``mlp``
+    on flat inputs: its first layer is linear in them) rather than gradient canaries."""
+    m_ = spec.model
+    return m_.name == "mlp" and m_.input_shape is not None and len(m_.input_shape) == 1
+
+
 def audit_network_job(spec: JobSpec, parts: Sequence[Dataset], *, canaries: int = 1000, seed: int = 0,
                       alpha: float = 0.05, broken_control: bool = False) -> PrivacyAudit:
     """The audit of a DP-SGD / DP-Adam job on an ``mlp`` (its first layer linear in the inputs):
@@ -196,9 +218,9 @@ def audit_network_job(spec: JobSpec, parts: Sequence[Dataset], *, canaries: int 
     other row touches, so without noise only the canaries that were in move. The job's own rounds
     run in process (:class:`InProcessNetworkJob`, the worker's run)."""
     m_ = spec.model
-    if m_.name != "mlp" or m_.input_shape is None or len(m_.input_shape) != 1:
-        raise ValueError("model.name: the network audit runs an 'mlp' on flat inputs (its first layer is linear "
-                         "in them)")
+    if not has_input_columns(spec):
+        raise ValueError("model.name: the input-canary audit runs an 'mlp' on flat inputs (its first layer is linear "
+                         "in them); other networks: audit_gradient_job")
     if spec.privacy.adjacency != "add_remove":
         raise ValueError("privacy.adjacency: the network audit runs add/remove jobs (an out canary is absent)")
     d = parts[0].d
@@ -217,3 +239,64 @@ def audit_network_job(spec: JobSpec, parts: Sequence[Dataset], *, canaries: int 
     g = plan.guarantee()
     return audit_scores(np.linalg.norm(moved, axis=0), included, g.epsilon, g.delta, alpha=alpha,
                         broken_control=broken_control)
+
+
+class GradientCanaries:
+    """The gradient canaries around a job's aggregator (module docstring): each round, the m canary
+    coordinates are appended to the first member's contribution — canary i's set to the release's
+    sensitivity (before the public weight) when it is in and drawn into the round's batch — the
+    aggregate of all p + m coordinates is taken with the job's noise, and the model gets its p.
+    ``scores`` sums the released canary coordinates over the rounds."""
+
+    def __init__(self, included: np.ndarray, rate: float, size: float, generator: torch.Generator) -> None:
+        if not 0.0 < rate <= 1.0 or not size > 0.0:
+            raise ValueError(f"gradient canaries: a rate in (0, 1] and a positive size, got {rate!r} and {size!r}")
+        self.included = torch.from_numpy(np.asarray(included, dtype=bool))
+        self.rate, self.size, self.generator = float(rate), float(size), generator
+        self.scores = np.zeros(self.included.numel())
+        self.inner: SecureAggregator | None = None
+
+    def around(self, inner: SecureAggregator) -> GradientCanaries:
+        self.inner = inner
+        return self
+
+    @property
+    def trust_model(self) -> str:
+        return "" if self.inner is None else self.inner.trust_model
+
+    def aggregate(self, contributions: torch.Tensor, weights: torch.Tensor, noise: NoiseSpec) -> torch.Tensor:
+        if self.inner is None:
+            raise RuntimeError("gradient canaries: around() an aggregator first")
+        k, p = contributions.shape
+        w0 = float(weights[0])
+        if not w0 > 0.0:
+            raise ValueError(f"gradient canaries: the first member's public weight must be positive, got {w0!r}")
+        m = self.included.numel()
+        drawn = self.included & (torch.rand(m, generator=self.generator, dtype=torch.float64) < self.rate)
+        extra = torch.zeros(k, m, dtype=contributions.dtype, device=contributions.device)
+        extra[0] = drawn.to(contributions.dtype).to(contributions.device) * (self.size / w0)
+        released = self.inner.aggregate(torch.cat([contributions, extra], dim=1), weights, noise)
+        self.scores += released[p:].detach().to("cpu", torch.float64).numpy()
+        return released[:p]
+
+
+def audit_gradient_job(spec: JobSpec, parts: Sequence[Dataset], *, canaries: int = 1000, seed: int = 0,
+                       alpha: float = 0.05, broken_control: bool = False) -> PrivacyAudit:
+    """The audit of any network's DP-SGD / DP-Adam / DP-SRM job (the MNIST CNN included) with
+    gradient canaries (module docstring): the job's own rounds on ``parts`` in process
+    (:class:`InProcessNetworkJob`, the worker's run), ``canaries`` Dirac canaries in coordinates no
+    parameter uses, each of the stated per-record sensitivity and sampled at the job's rate."""
+    if not spec.model.is_network or spec.federated is not None:
+        raise ValueError(f"model.name: gradient canaries audit a network's DP-SGD / DP-Adam job, not "
+                         f"{spec.model.name!r}{' (federated)' if spec.federated is not None else ''}")
+    if spec.privacy.adjacency != "add_remove":
+        raise ValueError("privacy.adjacency: the network audit runs add/remove jobs (an out canary is absent)")
+    included = draw_canaries(canaries, seed)
+    plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, None))
+    dirac = GradientCanaries(included, plan.sampling_rate, plan.sensitivity_l2(),
+                             torch.Generator().manual_seed(seed + 1))
+    InProcessNetworkJob(spec, plan, parts).train(torch.Generator().manual_seed(seed), noise=not broken_control,
+                                                 around=dirac.around)
+    g = plan.guarantee()
+    return audit_scores(dirac.scores, included, g.epsilon, g.delta, alpha=alpha, broken_control=broken_control,
+                        canary_kind="gradients")

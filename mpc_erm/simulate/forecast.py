@@ -11,7 +11,7 @@ result. For a job with data owners the stand-in rows are dealt to the job's owne
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -23,7 +23,7 @@ from mpc_erm.models import solve_erm
 from mpc_erm.privacy.distributed import NoiseSplit
 from mpc_erm.privacy.noise_floor import HOPELESS_NOISE_TO_SIGNAL, noise_std, noise_to_signal
 from mpc_erm.privacy.plan import PrivacyPlan, plan_job, public_sizes
-from mpc_erm.protocols.aggregation import NoiseSpec
+from mpc_erm.protocols.aggregation import NoiseSpec, SecureAggregator
 from mpc_erm.protocols.common import network_rows
 from mpc_erm.protocols.dpsgd import DpSgd
 from mpc_erm.protocols.fedls import DpFedLs
@@ -229,10 +229,13 @@ class InProcessNetworkJob:
         run = self._run(torch.Generator().manual_seed(0))
         return float((run.job.weight * run.contributions().sum(dim=0)).norm())
 
-    def train(self, generator: torch.Generator, *, noise: bool = True) -> DpSgd:
-        """One run of the job's T rounds; ``noise=False``: the same clipped rounds without noise."""
+    def train(self, generator: torch.Generator, *, noise: bool = True,
+              around: Callable[[SecureAggregator], SecureAggregator] | None = None) -> DpSgd:
+        """One run of the job's T rounds; ``noise=False``: the same clipped rounds without noise;
+        ``around``: wraps the aggregator (the audit's gradient canaries ride in extra coordinates)."""
         run = self._run(generator, None if noise else NoiseSpec("none", 0.0))
-        run.run(InProcessAggregator(generator), RevealGuard.unrecorded(self.plan))
+        inner: SecureAggregator = InProcessAggregator(generator)
+        run.run(inner if around is None else around(inner), RevealGuard.unrecorded(self.plan))
         return run.job
 
 
