@@ -48,7 +48,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,6 +120,24 @@ class OwnerShares:
     held: Mapping[int, Mapping[int, np.ndarray]]  # owner → share index → the share's words
     context: Callable[[int], bytes]  # owner → the context its proof is bound to
     explicit: Callable[[int], int]  # owner → the share that reached its second holder through its first
+    # owner → share index → its share_hashes, where the holder made them ahead (a derived share is
+    # known from the owner's key before the owner sends anything); the others are hashed here
+    hashes: Mapping[int, Mapping[int, bytes]] = field(default_factory=dict)
+
+
+def share_parts(whole: np.ndarray, spec: N.NormSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x, aux, proof) of one dealt share (its salt, the first words, aside)."""
+    body = whole[_SALT_WORDS:]
+    return body[: spec.dim], body[spec.dim: spec.dim + spec.aux_length], body[spec.dim + spec.aux_length:]
+
+
+def share_hashes(s: int, whole: np.ndarray, spec: N.NormSpec) -> bytes:
+    """What a holder of share ``s`` (its words ``whole``: salt, x, aux, proof) reports of it: the
+    64-byte commitments of its x and of its aux (:func:`~.norm_proof.commitment`), which the share's
+    other holder must report too."""
+    x, aux, _ = share_parts(whole, spec)
+    salt = whole[:_SALT_WORDS].tobytes()
+    return N.commitment(s, x, salt) + N.commitment(s, aux, salt, b"aux")
 
 
 @dataclass(frozen=True)
@@ -243,26 +261,17 @@ class VerifiedAggregator:
         self.totals.field_elements_dealt += sum(m.size for m in messages.values())
         return held
 
-    @staticmethod
-    def _parts(whole: np.ndarray, spec: N.NormSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(x, aux, proof) of one dealt share (its salt, the first words, aside)."""
-        body = whole[_SALT_WORDS:]
-        return body[: spec.dim], body[spec.dim: spec.dim + spec.aux_length], body[spec.dim + spec.aux_length:]
-
-    @staticmethod
-    def _salt(whole: np.ndarray) -> bytes:
-        return whole[:_SALT_WORDS].tobytes()
-
-    def _share_copies(self, held: list[tuple[Mapping[int, np.ndarray], N.NormSpec]]) -> list[list[tuple[bytes, ...]]]:
+    def _share_copies(self, held: list[tuple[Mapping[int, np.ndarray], N.NormSpec]],
+                      known: Sequence[Mapping[int, bytes]] = ()) -> list[list[tuple[bytes, ...]]]:
         """Exchange the hashes of every share held here: for each input in ``held`` (its shares held
         here by index, its statement), per share index, the 64-byte hash (x's, then aux's) as each
-        of the share's two holders reports it, in :func:`holders` order."""
+        of the share's two holders reports it, in :func:`holders` order. ``known``: per input, the
+        hashes of some of its shares made ahead (:func:`share_hashes`), used as they are."""
         mine = bytearray()
-        for shares, spec in held:
+        for i, (shares, spec) in enumerate(held):
+            ahead = known[i] if known else {}
             for s in shares_of(self.rank):
-                x, aux, _ = self._parts(shares[s], spec)
-                salt = self._salt(shares[s])
-                mine += N.commitment(s, x, salt) + N.commitment(s, aux, salt, b"aux")
+                mine += ahead[s] if s in ahead else share_hashes(s, shares[s], spec)
         every = ([bytes(x.numpy().tobytes()) for x in self.comm.all_gather(torch.frombuffer(mine, dtype=torch.uint8))]
                  if mine else [b""] * _PARTIES)
 
@@ -396,7 +405,7 @@ class VerifiedAggregator:
             keys = N.keys_for(self._context(t, dealer), *hashes[dealer])
             query = N.Query.from_key(query_key, spec)  # one point for every dealer: one set of Lagrange coefficients
             for s in shares_of(self.rank):
-                x, aux, proof = self._parts(held[dealer][s], spec)
+                x, aux, proof = share_parts(held[dealer][s], spec)
                 parts[s].append(N.verifier_share(s, x, aux, proof, spec, keys, query))
         if owners is not None and candidates:
             self._owner_parts(owners, candidates, owner_hashes, N.Query.from_key(query_key, owners.spec), parts)
@@ -422,9 +431,9 @@ class VerifiedAggregator:
         lap("mark")
         sums = {}
         for s in shares_of(self.rank):
-            rows = [self._parts(held[d][s], specs[d])[0] for d in range(_PARTIES)]
+            rows = [share_parts(held[d][s], specs[d])[0] for d in range(_PARTIES)]
             if owners is not None:
-                rows += [self._parts(owners.held[o][s], owners.spec)[0] for o in kept]
+                rows += [share_parts(owners.held[o][s], owners.spec)[0] for o in kept]
             sums[s] = F.sum_along(np.stack(rows), axis=0)
         total = self._open(sums, f"aggregate #{t}: the sum")
         lap("open the sum")
@@ -454,7 +463,7 @@ class VerifiedAggregator:
             check = N.stacked_check_weights([k[0] for k in keys], spec, query.key)
             rho = np.stack([N.rho.__wrapped__(k[1], spec) for k in keys])  # one use each: not cached
             for s in shares_of(self.rank):
-                x, aux, proof = (np.stack(p) for p in zip(*(self._parts(owners.held[o][s], spec) for o in block)))
+                x, aux, proof = (np.stack(p) for p in zip(*(share_parts(owners.held[o][s], spec) for o in block)))
                 parts[s].extend(N.verifier_shares(s, x, aux, proof, spec, b"", rho, query, check=check))
 
     def _owner_commitments(self, owners: OwnerShares,
@@ -466,7 +475,8 @@ class VerifiedAggregator:
         explicit share that differ stop the job: it reached its second holder through its first."""
         out: dict[int, tuple[list[bytes], list[bytes]]] = {}
         left_out: list[int] = []
-        every = self._share_copies([(owners.held[o], owners.spec) for o in owners.owners])
+        every = self._share_copies([(owners.held[o], owners.spec) for o in owners.owners],
+                                   [owners.hashes.get(o, {}) for o in owners.owners])
         for o, copies in zip(owners.owners, every, strict=True):
             first = next((s for s, (one, other) in enumerate(copies) if one != other), None)
             if first is None:

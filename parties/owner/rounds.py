@@ -37,6 +37,7 @@ from .verified_shares import derived_share, owner_context
 if TYPE_CHECKING:  # types only: a data owner, which imports this module, runs no CrypTen
     from mpc_erm.mpc.aggregator import MpcAggregator
     from mpc_erm.mpc.communicator import GrpcCommunicator
+    from mpc_erm.mpc.norm_proof import NormSpec
     from mpc_erm.mpc.validation import CheckPlan, RoundCheck
     from mpc_erm.mpc.verified_aggregator import VerifiedAggregator
 
@@ -146,12 +147,13 @@ class IntakeAggregator:
         self.intake.open_round(t)
         if self.while_owners_compute is not None:
             self.while_owners_compute()
+        ahead = self._derive_ahead(t) if f.verified else None
         self._wait_owners(t)
         present, explicit = self.intake.close_round()
         closed = time.monotonic()
         agreed = agree_present(self.comm, present, len(f.owners))
         if f.verified:
-            out, agreed = self._verified(t, agreed, explicit, noise)
+            out, agreed = self._verified(t, agreed, explicit, noise, ahead)
         else:
             agreed, total = self._checked(t, agreed, explicit)
             agree_counted(self.comm, t, agreed)
@@ -166,8 +168,32 @@ class IntakeAggregator:
         self.agreed, self.last = agreed, out
         return out
 
-    def _verified(self, t: int, agreed: list[int], explicit: dict[int, torch.Tensor],
-                  noise: NoiseSpec) -> tuple[torch.Tensor, list[int]]:
+    def _derived(self, o: int, s: int, t: int, spec: NormSpec) -> np.ndarray:
+        """Share ``s`` of owner ``o``'s round ``t``, which this party derives from the owner's key:
+        its own (s = this party's rank) or the next party's (the share this party holds with it)."""
+        shares = self.intake.shares
+        return derived_share(shares.keys[o] if s == self.intake.frame.rank else shares.next_keys[o], t, spec)
+
+    def _derive_ahead(self, t: int) -> dict[int, dict[int, tuple[np.ndarray, bytes]]]:
+        """Round ``t``'s shares that this party derives for the owners enrolled now, with their
+        hashes (:func:`~mpc_erm.mpc.verified_aggregator.share_hashes`), made while the owners prove
+        and send: they need nothing from the owners but the keys of their enrolment. Owners that
+        enrol later are derived when the round closes."""
+        from mpc_erm.mpc.verified_aggregator import share_hashes
+
+        f = self.intake.frame
+        spec = f.statement
+        out: dict[int, dict[int, tuple[np.ndarray, bytes]]] = {}
+        for o in sorted(self.intake.enrolled):
+            e = explicit_party(o, f.compute_parties)
+            for s in shares_of(f.rank):
+                if s != e:
+                    words = self._derived(o, s, t, spec)
+                    out.setdefault(o, {})[s] = (words, share_hashes(s, words, spec))
+        return out
+
+    def _verified(self, t: int, agreed: list[int], explicit: dict[int, torch.Tensor], noise: NoiseSpec,
+                  ahead: dict[int, dict[int, tuple[np.ndarray, bytes]]] | None) -> tuple[torch.Tensor, list[int]]:
         """A malicious-secure round (``job.security = "malicious"``): every agreed owner's proof
         checked and its shares' copies compared, with the compute parties' own noise inputs, by
         :meth:`~mpc_erm.mpc.verified_aggregator.VerifiedAggregator.aggregate_owners`; the release
@@ -182,18 +208,21 @@ class IntakeAggregator:
         theirs = [o for o in agreed if explicit_party(o, f.compute_parties) == nxt]
         forwarded = dict(zip(theirs, self._forwarded(agreed, explicit, f.share_words), strict=True))
         held: dict[int, dict[int, np.ndarray]] = {}
+        hashes: dict[int, dict[int, bytes]] = {}
+        made = ahead or {}
         for o in agreed:
             e = explicit_party(o, f.compute_parties)
             mine: dict[int, np.ndarray] = {}
             for s in shares_of(me):
                 if s == e:
                     mine[s] = (explicit[o] if s == me else forwarded[o]).numpy().view(np.uint64)
+                elif s in made.get(o, {}):
+                    mine[s], hashes.setdefault(o, {})[s] = made[o][s]
                 else:
-                    key = self.intake.shares.keys[o] if s == me else self.intake.shares.next_keys[o]
-                    mine[s] = derived_share(key, t, spec)
+                    mine[s] = self._derived(o, s, t, spec)
             held[o] = mine
         owners = OwnerShares(spec, tuple(agreed), held, context=lambda o: owner_context(f.job_id, t, o),
-                             explicit=lambda o: explicit_party(o, f.compute_parties))
+                             explicit=lambda o: explicit_party(o, f.compute_parties), hashes=hashes)
         out, verdicts = self.mpc.aggregate_owners(owners, f.dim, noise)
         refused = sorted(verdicts.refused + verdicts.left_out)
         self.refused.append(refused)
