@@ -1,5 +1,5 @@
-"""The baselines of the thesis's Fig. 2.1 (ch. 2) for DP sparse linear regression, in the clear on
-one machine (comparators for :mod:`benchmarks.dp_ight`, not product features):
+"""The baselines of the thesis's Fig. 2.1 (ch. 2) for DP sparse linear and logistic regression, in
+the clear on one machine (comparators for :mod:`benchmarks.dp_ight`, not product features):
 
 * **Frank–Wolfe** (Talwar, Thakurta, Zhang 2015): private Frank–Wolfe over the ℓ1 ball of radius
   λ. Each step picks a vertex ±λe_j by report-noisy-max over the 2d values ⟨v, ∇L(θ)⟩ with
@@ -18,6 +18,13 @@ one machine (comparators for :mod:`benchmarks.dp_ight`, not product features):
 
 Both take a row-wise bound on |x_ij| (public: the synthetic design's) and, as for DP-IGHT, their
 hyperparameters are chosen on a separate draw (:func:`benchmarks.dp_ight.choose` does the same).
+
+For **logistic** regression (labels ±1; the thesis applies both baselines "without theory"):
+Frank–Wolfe takes the logistic loss's per-example residual −y·σ(−y⟨x, θ⟩) in place of ⟨x, θ⟩ − y
+(the same clip and sensitivity: |residual| ≤ 1 already); the two-stage estimator keeps peeling on
+|X_jᵀ y|/n for the support and fits the support by noisy full-batch gradient descent (each
+example's gradient clipped to C, Gaussian noise, the steps composed by dp-accounting's PLD to
+(ε/2, δ/2)), the stage-2 analogue of SSP for a loss without sufficient statistics.
 """
 
 from __future__ import annotations
@@ -28,7 +35,8 @@ import math
 import dp_accounting
 import numpy as np
 
-__all__ = ["advanced_composition_epsilon", "frank_wolfe", "per_step_epsilon", "ssp_noise_multiplier", "two_stage"]
+__all__ = ["advanced_composition_epsilon", "frank_wolfe", "logistic_residual", "per_step_epsilon",
+           "ssp_noise_multiplier", "two_stage", "two_stage_logistic"]
 
 
 def advanced_composition_epsilon(eps0: float, steps: int, delta: float) -> float:
@@ -46,16 +54,23 @@ def per_step_epsilon(epsilon: float, steps: int, delta: float) -> float:
     return lo
 
 
+def logistic_residual(X: np.ndarray, y: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """d/dm of log(1 + e^(−y·m)) at m = ⟨x_i, θ⟩, per example (labels ±1): in [−1, 1]."""
+    return -y / (1.0 + np.exp(np.clip(y * (X @ theta), -700.0, 700.0)))
+
+
 def frank_wolfe(X: np.ndarray, y: np.ndarray, *, epsilon: float, delta: float, radius: float, steps: int,
-                residual_clip: float, x_max: float, rng: np.random.Generator) -> np.ndarray:
-    """Private Frank–Wolfe for least squares over {‖θ‖₁ ≤ radius} (module docstring)."""
+                residual_clip: float, x_max: float, rng: np.random.Generator, loss: str = "ridge") -> np.ndarray:
+    """Private Frank–Wolfe over {‖θ‖₁ ≤ radius} for least squares, or ``loss`` "logistic"
+    (module docstring)."""
     n, d = X.shape
     eps0 = per_step_epsilon(epsilon, steps, delta)
     sensitivity = 2.0 * radius * residual_clip * x_max / n
     scale = 2.0 * sensitivity / eps0
     theta = np.zeros(d)
     for t in range(steps):
-        r = np.clip(X @ theta - y, -residual_clip, residual_clip)
+        raw = logistic_residual(X, y, theta) if loss == "logistic" else X @ theta - y
+        r = np.clip(raw, -residual_clip, residual_clip)
         grad = X.T @ r / n
         scores = np.concatenate([radius * grad, -radius * grad])  # ⟨v, ∇L⟩ for v = +λe_j, then −λe_j
         pick = int(np.argmin(scores + rng.laplace(0.0, scale, 2 * d)))
@@ -119,3 +134,32 @@ def _psd_shift(A: np.ndarray, ridge: float) -> np.ndarray:
     """Post-processing: shift the noisy XᵀX up to positive definiteness if the noise broke it."""
     low = float(np.linalg.eigvalsh(A).min())
     return (max(0.0, -low) + 1e-12) * np.eye(len(A)) if low + ridge <= 0 else np.zeros_like(A)
+
+
+def two_stage_logistic(X: np.ndarray, y: np.ndarray, *, epsilon: float, delta: float, sparsity: int, clip: float,
+                       steps: int, lr: float, x_max: float, rng: np.random.Generator) -> np.ndarray:
+    """Peeling for the support (labels ±1, so |y| ≤ 1), then noisy full-batch gradient descent of
+    the logistic loss on it (module docstring)."""
+    n, d = X.shape
+    e1, d1 = epsilon / 2, delta / 2
+    sens = 2.0 * x_max / n
+    lam = 2.0 * sens * math.sqrt(3 * sparsity * math.log(1 / d1)) / e1
+    scores = np.abs(X.T @ y) / n
+    free = np.ones(d, dtype=bool)
+    support: list[int] = []
+    for _ in range(sparsity):
+        j = int(np.argmax(np.where(free, scores + rng.laplace(0.0, lam, d), -np.inf)))
+        support.append(j)
+        free[j] = False
+    S = np.array(sorted(support))
+    XS = X[:, S]
+    z = ssp_noise_multiplier(epsilon / 2, delta / 2, steps)  # replace-one: one clipped gradient moves the sum by 2C
+    theta_s = np.zeros(len(S))
+    for _ in range(steps):
+        g = XS * logistic_residual(XS, y, theta_s)[:, None]
+        norms = np.linalg.norm(g, axis=1, keepdims=True)
+        g = g * np.minimum(1.0, clip / np.maximum(norms, 1e-300))
+        theta_s = theta_s - lr * (g.sum(0) + rng.normal(0.0, z * 2.0 * clip, len(S))) / n
+    theta = np.zeros(d)
+    theta[S] = theta_s
+    return theta
