@@ -59,6 +59,16 @@ def mnist_tensors(split: str) -> tuple[torch.Tensor, torch.Tensor]:
     return X, torch.from_numpy(lab.astype(np.int64))
 
 
+#: DP-SRM's settings here: the thesis's γ = C₂ = 0.5 with C₁ = 1.5, so that privacy.clip =
+#: γC₁ + (1 − γ)C₂ = 1 is DP-SGD's clip (as benchmarks.dp_srm's MNIST comparison).
+SRM = {"srm_momentum": 0.5, "clip_difference": 0.5}
+
+
+def srm_training(optimizer: str) -> dict[str, float]:
+    """The ``[training]`` fields DP-SRM adds to a job (none for the other optimizers)."""
+    return dict(SRM) if optimizer == "srm" else {}
+
+
 def run(*, epochs: float = 10.0, noise: float = 1.2, lr: float = 0.32, batch: int = 256, parties: int = 3,
         seed: int = 0, ls_sigma: float = 0.0, optimizer: str = "sgd", progress: Any = print,
         device: str = "cpu", holdout: int = 0) -> dict[str, Any]:
@@ -81,7 +91,7 @@ def run(*, epochs: float = 10.0, noise: float = 1.2, lr: float = 0.32, batch: in
         "privacy": {"epsilon": eps, "delta": delta, "clip": 1.0, "adjacency": "add_remove", "public_n": n_train,
                     "accountant": "rdp"},
         "training": {"iterations": rounds, "learning_rate": lr, "sampling_rate": q, "ls_sigma": ls_sigma,
-                     "optimizer": optimizer},
+                     "optimizer": optimizer, **srm_training(optimizer)},
     })
     torch.set_num_threads(2)
     job = DpSgd(spec, device=device)
@@ -129,7 +139,7 @@ def run(*, epochs: float = 10.0, noise: float = 1.2, lr: float = 0.32, batch: in
 
 def run_daemons(out: Path, *, epochs: float = 10.0, noise: float = 1.2, lr: float = 0.32, batch: int = 256,
                 parties: int = 3, seed: int = 0, trust: str = "dealer", noise_kind: str = "mpc",
-                security: str = "semi-honest", progress: Any = print) -> dict[str, Any]:
+                security: str = "semi-honest", optimizer: str = "sgd", progress: Any = print) -> dict[str, Any]:
     """The same job through real party daemons (+ a dealer): each party holds its third of the
     training images as its own IDX files, samples its Poisson batches, computes and clips its
     per-example gradients; the noise is the discrete Gaussian sampled inside the MPC. The job's ε is
@@ -169,7 +179,8 @@ def run_daemons(out: Path, *, epochs: float = 10.0, noise: float = 1.2, lr: floa
         "[model]", 'name = "mnist_cnn"', "input_shape = [1, 28, 28]", "n_classes = 10", f"init_seed = {seed}", "",
         "[privacy]", f"epsilon = {eps!r}", f"delta = {delta!r}", "clip = 1.0", 'adjacency = "add_remove"',
         f"public_n = {N_TRAIN}", 'accountant = "rdp"', f'noise = "{noise_kind}"', "",
-        "[training]", f"iterations = {rounds}", f"learning_rate = {lr!r}", f"sampling_rate = {q!r}", ""]))
+        "[training]", f"iterations = {rounds}", f"learning_rate = {lr!r}", f"sampling_rate = {q!r}",
+        f'optimizer = "{optimizer}"', *(f"{k} = {v!r}" for k, v in srm_training(optimizer).items()), ""]))
     phases: dict[str, int] = {}
     tic = time.perf_counter()
     with LocalConsortium(out / "consortium", parties=parties, dataset="mnist", dealer=trust == "dealer",
@@ -203,13 +214,13 @@ def run_daemons(out: Path, *, epochs: float = 10.0, noise: float = 1.2, lr: floa
             "in-MPC discrete Gaussian noise")
     return {
         "benchmark": "deep_mnist_daemons", "machine": machine_info(),
-        "what": f"DP-SGD, TF-Privacy's MNIST CNN, through {parties} party daemons"
+        "what": f"DP-{'SRM' if optimizer == 'srm' else 'SGD'}, TF-Privacy's MNIST CNN, through {parties} party daemons"
                 f"{' + a dealer' if trust == 'dealer' else ' (replicated sharing)'}: real processes, gRPC with mutual "
                 f"TLS, {made}, Poisson batches drawn by each party on its own rows",
         "parameters": {"epochs": epochs, "rounds": rounds, "sampling_rate": q, "expected_batch": batch, "clip": 1.0,
                        "noise_multiplier": report["plan"]["noise_multiplier"], "learning_rate": lr, "delta": delta,
                        "seed": seed, "parties": parties, "trust": trust, "noise": noise_kind, "security": security,
-                       "inflation": inflation},
+                       "inflation": inflation, "optimizer": optimizer},
         "epsilon": report["epsilon"], "delta": report["delta"], "delta_sampler": report.get("delta_sampler"),
         "accountant": report["accountant"], "test_accuracy": acc, "wall_seconds": wall,
         "seconds_per_round": wall / rounds, "events": phases,
@@ -223,7 +234,7 @@ def with_baseline(res: dict[str, Any], progress: Any = print) -> dict[str, Any]:
     p = res["parameters"]
     # the release's whole noise: distributed noise carries √(k/h) times the honest shares' multiplier
     sim = run(epochs=p["epochs"], noise=p["noise_multiplier"] * p.get("inflation", 1.0), lr=p["learning_rate"],
-              parties=p["parties"], seed=p["seed"], progress=progress)
+              parties=p["parties"], seed=p["seed"], optimizer=p.get("optimizer", "sgd"), progress=progress)
     diff = res["test_accuracy"] - sim["test_accuracy"]
     res["baseline"] = {"what": "the same job in the in-process simulator (continuous Gaussian, plaintext aggregator, "
                                "the release's whole noise)",
@@ -367,7 +378,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--noise", type=float, default=1.2)
     ap.add_argument("--lr", type=float, default=0.32)
     ap.add_argument("--ls-sigma", type=float, default=0.0)
-    ap.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
+    ap.add_argument("--optimizer", choices=["sgd", "adam", "srm"], default="sgd",
+                    help="srm: DP-SRM with γ = C₂ = 0.5, C₁ = 1.5 (SRM); with --daemons too")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--seeds", default=None, help="--compare-smoothing: comma-separated seeds (default: --seed)")
     ap.add_argument("--device", default="cpu", help="where the simulated parties compute (cuda on a GPU machine)")
@@ -401,7 +413,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if a.daemons:
         res = with_baseline(run_daemons(a.work, epochs=a.epochs, noise=a.noise, lr=a.lr, seed=a.seed, trust=a.trust,
-                                        noise_kind=a.noise_kind))
+                                        noise_kind=a.noise_kind, optimizer=a.optimizer))
         if a.out:
             a.out.parent.mkdir(parents=True, exist_ok=True)
             a.out.write_text(json.dumps(res, indent=1) + "\n")

@@ -173,6 +173,7 @@ def test_tiny_many_owners_run(tmp_path: pathlib.Path) -> None:
 
 
 @pytest.mark.data
+@pytest.mark.long  # 45 s of daemons and owners for a benchmark's bookkeeping: CI's long run keeps it
 def test_each_dp_fed_ls_daemons_run_has_owners_with_fresh_ledgers(tmp_path: pathlib.Path) -> None:
     """Runs of ``dp_fed_ls_daemons`` are independent repetitions: each gets new owners (identity,
     ledger, audit log), so no owner's ledger composes one run's job with another's. Three ε = 9

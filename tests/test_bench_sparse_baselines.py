@@ -8,6 +8,7 @@ import math
 
 import dp_accounting
 import numpy as np
+import pytest
 
 from benchmarks import sparse_baselines as SB
 
@@ -22,6 +23,7 @@ def test_the_per_step_epsilon_composes_to_the_target_and_no_further() -> None:
         assert SB.advanced_composition_epsilon(e0, steps, delta) == min(steps * e0, drv)
 
 
+@pytest.mark.long  # 20 s of PLD bisections for a benchmark's comparator: CI's long run keeps it
 def test_the_statistics_noise_meets_its_target_by_dp_accounting() -> None:
     for eps, delta in ((1.0, 0.005), (5.0, 0.005)):
         z = SB.ssp_noise_multiplier(eps, delta)
