@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -414,6 +415,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.daemons:
         res = with_baseline(run_daemons(a.work, epochs=a.epochs, noise=a.noise, lr=a.lr, seed=a.seed, trust=a.trust,
                                         noise_kind=a.noise_kind, optimizer=a.optimizer))
+        res["command"] = "python -m benchmarks.deep_mnist " + " ".join(sys.argv[1:] if argv is None else argv)
         if a.out:
             a.out.parent.mkdir(parents=True, exist_ok=True)
             a.out.write_text(json.dumps(res, indent=1) + "\n")
