@@ -75,3 +75,32 @@ def test_a_job_with_data_owners_is_audited_on_the_rows_dealt_to_them(
     code, _, err = run_main(monkeypatch, capsys, "audit", "privacy", str(job / "owners.toml"), "--schema",
                             str(SCHEMA), "--daemons", *files)
     assert code == 2 and "--daemons: a job with data owners" in err, err
+
+
+def test_a_cnn_job_is_audited_with_gradient_canaries_and_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A network with no input column per canary (TF-Privacy's MNIST CNN on 28×28 pixels, three
+    parties' CSVs through a 784-column schema): the CLI picks gradient canaries and names them."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    header = ",".join(f"px{i}" for i in range(784)) + ",digit"
+    parties = ("alice", "bob", "carol")
+    for party in parties:
+        rows = np.column_stack([rng.integers(0, 256, (40, 784)), rng.integers(0, 10, 40)])
+        np.savetxt(tmp_path / f"{party}.csv", rows, fmt="%d", delimiter=",", header=header, comments="")
+    columns = "".join(f'[[columns]]\nname = "px{i}"\ntype = "numeric"\nlow = 0\nhigh = 255\n\n' for i in range(784))
+    (tmp_path / "schema.toml").write_text('row_norm = 1.0\n[label]\ncolumn = "digit"\ntask = "multiclass"\n'
+                                          f"classes = {list(range(10))}\n\n{columns}")
+    (tmp_path / "job.toml").write_text(
+        'method = "gradient"\n[job]\nname = "cnn"\ndataset = "digits"\nparties = ["alice", "bob", "carol"]\n'
+        'trust = "replicated"\n[model]\nname = "mnist_cnn"\ninput_shape = [1, 28, 28]\nn_classes = 10\n'
+        '[privacy]\nepsilon = 1.0\ndelta = 1e-5\nclip = 1.0\nadjacency = "add_remove"\npublic_n = 120\n'
+        "[training]\niterations = 8\nsampling_rate = 0.5\nlearning_rate = 0.3\n")
+    args = ["audit", "privacy", str(tmp_path / "job.toml"), "--schema", str(tmp_path / "schema.toml"),
+            "--canaries", "60", *(a for p in parties for a in ("--data", str(tmp_path / f"{p}.csv")))]
+    code, out, err = run_main(monkeypatch, capsys, *args)
+    assert code == 0 and "60 gradient canaries" in out and "no violation seen" in out, (out, err)
+    code, out, err = run_main(monkeypatch, capsys, *args, "--broken-control", "--json")
+    got = json.loads(out)
+    assert code == 1 and got["canary_kind"] == "gradients" and got["violated"], (out, err)
