@@ -227,7 +227,7 @@ def mnist(eps: float, method: str, *, epochs: float = 10.0, batch: int = 256, lr
     the thesis's C₁ = 1.5 and γ = C₂ = 0.5 (so privacy.clip = γC₁ + (1−γ)C₂ = 1, DP-SGD's); the
     same batch, epochs, step and noise multiplier; test error after each epoch. No setting is
     tuned (the thesis searched b, the step and C₂ for each method)."""
-    from benchmarks.deep_mnist import mnist_tensors
+    from benchmarks.deep_mnist import SRM, mnist_tensors
 
     Xtr, ytr = mnist_tensors("train")
     Xte, yte = mnist_tensors("t10k")
@@ -236,7 +236,7 @@ def mnist(eps: float, method: str, *, epochs: float = 10.0, batch: int = 256, lr
     rounds = round(epochs / q)
     training: dict[str, Any] = {"iterations": rounds, "learning_rate": lr, "sampling_rate": q}
     if method == "dp_srm":
-        training.update(optimizer="srm", srm_momentum=0.5, clip_difference=0.5)
+        training.update(optimizer="srm", **SRM)
     spec = JobSpec.model_validate({
         "method": "gradient", "seed": seed,
         "model": {"name": "mnist_cnn", "input_shape": [1, 28, 28], "n_classes": 10, "init_seed": seed},

@@ -20,6 +20,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,36 +88,35 @@ def main(argv: list[str] | None = None) -> None:
     parts = [Dataset(train.X[i], train.y[i], train.task, name=f"party{j}", feature_names=train.feature_names)
              for j, i in enumerate(partition_equal(train.n, 3, a.seed))]
     results: dict[str, Any] = {}
-    for name, job in JOBS.items() if "demo" in jobs else ():
-        spec = JobSpec.model_validate(job)
+
+    def pair(name: str, audit: Callable[[bool], Any]) -> None:
+        """The job's audit and its noise-off control's, as two rows."""
         for control in (False, True):
             tic = time.perf_counter()
-            audit = audit_job(spec, parts, canaries=a.canaries, seed=a.seed, broken_control=control)
-            results[f"{name}{' (noise off: control)' if control else ''}"] = {
-                **audit.describe(), "seconds": time.perf_counter() - tic}
-    from mpc_erm.simulate.audit import audit_federated_job
-    from mpc_erm.simulate.forecast import deal_to_owners
+            row = audit(control).describe()
+            results[f"{name}{' (noise off: control)' if control else ''}"] = {**row,
+                                                                             "seconds": time.perf_counter() - tic}
 
-    owners = deal_to_owners(train, FEDERATED_OWNERS, a.seed)
-    spec = JobSpec.model_validate(FEDERATED)
-    for control in (False, True) if "federated" in jobs else ():
-        tic = time.perf_counter()
-        audit = audit_federated_job(spec, owners, canaries=a.canaries, seed=a.seed, broken_control=control)
-        results[f"adult-dp-fed-ls, {FEDERATED_OWNERS} owners + canary owners"
-                f"{' (noise off: control)' if control else ''}"] = {**audit.describe(),
-                                                                    "seconds": time.perf_counter() - tic}
+    for name, job in JOBS.items() if "demo" in jobs else ():
+        spec = JobSpec.model_validate(job)
+        pair(name, lambda c, spec=spec: audit_job(spec, parts, canaries=a.canaries, seed=a.seed, broken_control=c))
+    if "federated" in jobs:
+        from mpc_erm.simulate.audit import audit_federated_job
+        from mpc_erm.simulate.forecast import deal_to_owners
+
+        owners = deal_to_owners(train, FEDERATED_OWNERS, a.seed)
+        spec = JobSpec.model_validate(FEDERATED)
+        pair(f"adult-dp-fed-ls, {FEDERATED_OWNERS} owners + canary owners",
+             lambda c: audit_federated_job(spec, owners, canaries=a.canaries, seed=a.seed, broken_control=c))
     if "mlp" in jobs:
         mnist, _ = load_dataset("mnist")
         digits = [Dataset(mnist.X[i], mnist.y[i], mnist.task, name=f"party{j}", n_classes=mnist.n_classes)
                   for j, i in enumerate(partition_equal(mnist.n, 3, a.seed))]
         from mpc_erm.simulate.audit import audit_network_job
 
-        spec = JobSpec.model_validate(MNIST_MLP)
-        for control in (False, True):
-            tic = time.perf_counter()
-            audit = audit_network_job(spec, digits, canaries=a.canaries, seed=a.seed, broken_control=control)
-            results[f"mnist-mlp dp-sgd{' (noise off: control)' if control else ''}"] = {
-                **audit.describe(), "seconds": time.perf_counter() - tic}
+        mlp = JobSpec.model_validate(MNIST_MLP)
+        pair("mnist-mlp dp-sgd",
+             lambda c: audit_network_job(mlp, digits, canaries=a.canaries, seed=a.seed, broken_control=c))
     if "cnn" in jobs:
         from benchmarks.deep_mnist import mnist_tensors
         from mpc_erm.simulate.audit import audit_gradient_job
@@ -124,21 +124,15 @@ def main(argv: list[str] | None = None) -> None:
         X, y = mnist_tensors("train")
         flat, labels = X.reshape(X.shape[0], -1).numpy().astype("float64"), y.numpy()
         images = [Dataset(flat[i::3], labels[i::3], "multiclass", name=f"party{i}", n_classes=10) for i in range(3)]
-        spec = JobSpec.model_validate(MNIST_CNN)
-        for control in (False, True):
-            tic = time.perf_counter()
-            audit = audit_gradient_job(spec, images, canaries=a.canaries, seed=a.seed, broken_control=control)
-            results[f"mnist-cnn dp-sgd, gradient canaries{' (noise off: control)' if control else ''}"] = {
-                **audit.describe(), "seconds": time.perf_counter() - tic}
+        cnn = JobSpec.model_validate(MNIST_CNN)
+        pair("mnist-cnn dp-sgd, gradient canaries",
+             lambda c: audit_gradient_job(cnn, images, canaries=a.canaries, seed=a.seed, broken_control=c))
     if a.daemons and "demo" in jobs:
         from coordinator.audit_daemons import audit_through_daemons
 
-        spec = JobSpec.model_validate(JOBS["adult-gradient"])
-        for control in (False, True):
-            tic = time.perf_counter()
-            audit = audit_through_daemons(spec, parts, canaries=a.canaries, seed=a.seed, broken_control=control)
-            results[f"adult-gradient through 3 daemons{' (noise off: control)' if control else ''}"] = {
-                **audit.describe(), "seconds": time.perf_counter() - tic}
+        gradient = JobSpec.model_validate(JOBS["adult-gradient"])
+        pair("adult-gradient through 3 daemons",
+             lambda c: audit_through_daemons(gradient, parts, canaries=a.canaries, seed=a.seed, broken_control=c))
     for r in results.values():
         r["command"] = command
     if a.merge and a.out and a.out.exists():

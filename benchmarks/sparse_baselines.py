@@ -35,7 +35,7 @@ import math
 import dp_accounting
 import numpy as np
 
-__all__ = ["advanced_composition_epsilon", "frank_wolfe", "logistic_residual", "per_step_epsilon",
+__all__ = ["advanced_composition_epsilon", "frank_wolfe", "logistic_residual", "peel_support", "per_step_epsilon",
            "ssp_noise_multiplier", "two_stage", "two_stage_logistic"]
 
 
@@ -96,24 +96,30 @@ def ssp_noise_multiplier(epsilon: float, delta: float, releases: int = 2) -> flo
     return hi
 
 
+def peel_support(X: np.ndarray, y: np.ndarray, label_bound: float, *, sparsity: int, epsilon: float, delta: float,
+                 x_max: float, rng: np.random.Generator) -> np.ndarray:
+    """The two-stage estimators' stage 1, (ε, δ)-DP: s rounds of report-noisy-max of |X_jᵀ y|/n
+    (peeling, Dwork–Su–Zhang) over the coordinates not yet chosen; one example moves each score by
+    at most 2·``label_bound``·x_max/n (|y_i| ≤ ``label_bound``). The chosen support, sorted."""
+    n, d = X.shape
+    sens = 2.0 * label_bound * x_max / n
+    lam = 2.0 * sens * math.sqrt(3 * sparsity * math.log(1 / delta)) / epsilon
+    scores = np.abs(X.T @ y) / n
+    support: list[int] = []
+    free = np.ones(d, dtype=bool)
+    for _ in range(sparsity):
+        j = int(np.argmax(np.where(free, scores + rng.laplace(0.0, lam, d), -np.inf)))
+        support.append(j)
+        free[j] = False
+    return np.array(sorted(support))
+
+
 def two_stage(X: np.ndarray, y: np.ndarray, *, epsilon: float, delta: float, sparsity: int, label_clip: float,
               ridge: float, x_max: float, rng: np.random.Generator) -> np.ndarray:
     """Peeling for the support, then sufficient statistics perturbation on it (module docstring)."""
     n, d = X.shape
     yc = np.clip(y, -label_clip, label_clip)
-    # stage 1: s rounds of report-noisy-max of |X_jᵀ y|/n; one example moves each by ≤ 2·Y·x_max/n
-    e1, d1 = epsilon / 2, delta / 2
-    sens = 2.0 * label_clip * x_max / n
-    lam = 2.0 * sens * math.sqrt(3 * sparsity * math.log(1 / d1)) / e1
-    scores = np.abs(X.T @ yc) / n
-    support: list[int] = []
-    free = np.ones(d, dtype=bool)
-    for _ in range(sparsity):
-        noisy = np.where(free, scores + rng.laplace(0.0, lam, d), -np.inf)
-        j = int(np.argmax(noisy))
-        support.append(j)
-        free[j] = False
-    S = np.array(sorted(support))
+    S = peel_support(X, yc, label_clip, sparsity=sparsity, epsilon=epsilon / 2, delta=delta / 2, x_max=x_max, rng=rng)
     XS = X[:, S]
     # stage 2: XᵀX and Xᵀy on the support, each released once with Gaussian noise (replace-one:
     # ‖x_S x_Sᵀ‖_F ≤ ‖x_S‖² ≤ s·x_max², ‖x_S y‖ ≤ √s·x_max·Y, each moved by at most twice that)
@@ -141,17 +147,7 @@ def two_stage_logistic(X: np.ndarray, y: np.ndarray, *, epsilon: float, delta: f
     """Peeling for the support (labels ±1, so |y| ≤ 1), then noisy full-batch gradient descent of
     the logistic loss on it (module docstring)."""
     n, d = X.shape
-    e1, d1 = epsilon / 2, delta / 2
-    sens = 2.0 * x_max / n
-    lam = 2.0 * sens * math.sqrt(3 * sparsity * math.log(1 / d1)) / e1
-    scores = np.abs(X.T @ y) / n
-    free = np.ones(d, dtype=bool)
-    support: list[int] = []
-    for _ in range(sparsity):
-        j = int(np.argmax(np.where(free, scores + rng.laplace(0.0, lam, d), -np.inf)))
-        support.append(j)
-        free[j] = False
-    S = np.array(sorted(support))
+    S = peel_support(X, y, 1.0, sparsity=sparsity, epsilon=epsilon / 2, delta=delta / 2, x_max=x_max, rng=rng)
     XS = X[:, S]
     z = ssp_noise_multiplier(epsilon / 2, delta / 2, steps)  # replace-one: one clipped gradient moves the sum by 2C
     theta_s = np.zeros(len(S))

@@ -209,6 +209,12 @@ def has_input_columns(spec: JobSpec) -> bool:
     return m_.name == "mlp" and m_.input_shape is not None and len(m_.input_shape) == 1
 
 
+def _require_add_remove(spec: JobSpec) -> None:
+    """Both network audits' canaries are absent when out: the job must be stated under add/remove."""
+    if spec.privacy.adjacency != "add_remove":
+        raise ValueError("privacy.adjacency: the network audit runs add/remove jobs (an out canary is absent)")
+
+
 def audit_network_job(spec: JobSpec, parts: Sequence[Dataset], *, canaries: int = 1000, seed: int = 0,
                       alpha: float = 0.05, broken_control: bool = False) -> PrivacyAudit:
     """The audit of a DP-SGD / DP-Adam job on an ``mlp`` (its first layer linear in the inputs):
@@ -221,8 +227,7 @@ def audit_network_job(spec: JobSpec, parts: Sequence[Dataset], *, canaries: int 
     if not has_input_columns(spec):
         raise ValueError("model.name: the input-canary audit runs an 'mlp' on flat inputs (its first layer is linear "
                          "in them); other networks: audit_gradient_job")
-    if spec.privacy.adjacency != "add_remove":
-        raise ValueError("privacy.adjacency: the network audit runs add/remove jobs (an out canary is absent)")
+    _require_add_remove(spec)
     d = parts[0].d
     if int(m_.input_shape[0]) != d:
         raise ValueError(f"model.input_shape: the rows have {d} features, the job's input is {m_.input_shape}")
@@ -289,8 +294,7 @@ def audit_gradient_job(spec: JobSpec, parts: Sequence[Dataset], *, canaries: int
     if not spec.model.is_network or spec.federated is not None:
         raise ValueError(f"model.name: gradient canaries audit a network's DP-SGD / DP-Adam job, not "
                          f"{spec.model.name!r}{' (federated)' if spec.federated is not None else ''}")
-    if spec.privacy.adjacency != "add_remove":
-        raise ValueError("privacy.adjacency: the network audit runs add/remove jobs (an out canary is absent)")
+    _require_add_remove(spec)
     included = draw_canaries(canaries, seed)
     plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, None))
     dirac = GradientCanaries(included, plan.sampling_rate, plan.sensitivity_l2(),
