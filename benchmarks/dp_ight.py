@@ -106,14 +106,15 @@ CLIPS = {"ridge": (0.005, 0.01, 0.02), "logistic": (0.01, 0.03, 0.1, 0.3)}
 ROUNDS = {"ridge": (5, 10, 20), "logistic": (1, 2, 3, 5, 10, 20)}
 
 
-def _pooled(parts: list[Dataset]) -> tuple[np.ndarray, np.ndarray]:
+def pooled(parts: list[Dataset]) -> tuple[np.ndarray, np.ndarray]:
+    """The parties' rows stacked: what the in-the-clear baselines fit."""
     return np.concatenate([p.X for p in parts]), np.concatenate([p.y for p in parts])
 
 
 def baseline_error(name: str, setting: dict[str, float], parts: list[Dataset], theta_star: np.ndarray, eps: float,
                    seed: int, loss: str = "ridge") -> float:
     """A Fig. 2.1 baseline's relative error on one draw (:mod:`benchmarks.sparse_baselines`)."""
-    X, y = _pooled(parts)
+    X, y = pooled(parts)
     x_max = 1.0 / math.sqrt(X.shape[1])  # |x_ij| ≤ 2 before the rows were divided by 2√d: public
     rng = np.random.default_rng(10_000 + seed)
     if name == "frank_wolfe":

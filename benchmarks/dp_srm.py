@@ -163,9 +163,9 @@ def run_daemons(out: Path, eps: float, lr: float, cap: float | None, batch: int 
     """The DP-SRM job through three party daemons (replicated sharing, no dealer, the discrete
     Gaussian sampled inside the MPC), each holding its third of a9a as its own LIBSVM file; the
     released model's test error and loss on the test file, beside the same job in process."""
+    from benchmarks.daemon_job import submit_and_fetch
     from coordinator.consortium import LocalConsortium
     from mpc_erm import load_model
-    from mpc_erm.jobs.status import TERMINAL, JobStatus
 
     X_tr, y_tr, X_te, y_te = a9a(data_root_)
     n, d = X_tr.shape
@@ -192,14 +192,8 @@ def run_daemons(out: Path, eps: float, lr: float, cap: float | None, batch: int 
     tic = time.perf_counter()
     with LocalConsortium(out / "consortium", parties=3, dataset="a9a", dealer=False, budget_epsilon=3.0,
                          max_epsilon_per_job=2.0, party_data=own, max_iterations=rounds, peer_timeout_s=600.0) as cons:
-        with cons.client() as client:
-            job_id = client.submit(job)["job_id"]
-            ends = {e["member"]: e for e in client.watch(job_id) if e["phase"] in TERMINAL or e["phase"] == "error"}
-            wall = time.perf_counter() - tic
-            bad = {m: e["payload"] for m, e in ends.items() if e["phase"] != JobStatus.SUCCEEDED}
-            if bad:
-                raise RuntimeError(f"the job did not succeed: {bad}")
-            client.result(job_id, out / "result")
+        ended, _ = submit_and_fetch(cons, job, out / "result")
+    wall = ended - tic  # from before the daemons started, as recorded
     model = load_model(out / "result")
     proba = np.asarray(model.predict_proba(X_te), dtype=float)
     positive = proba[:, -1] if proba.ndim == 2 else proba

@@ -179,6 +179,24 @@ class FederatedSpec(_Strict):
         "or not, so that their arrival does not tell the compute parties who ran local epochs; None: when ready"))
 
 
+class TransferSpec(_Strict):
+    """Knowledge transfer (DPSL-KT, thesis ch. 3) on an output-perturbation job: the teacher is the
+    weighted sum of the members' certified local minimisers, never revealed; what is released is
+    its scores on ``rows`` public feature rows drawn from the job's public seed, with the noise
+    added once (sensitivity ‖X̃‖₂·Δθ); a student is then fitted to them in the clear by iterative
+    hard thresholding (``student_sparsity`` non-zeros) or least squares."""
+
+    rows: int = Field(..., ge=1, le=1_000_000, description="m: public feature rows the teacher labels")
+    distribution: Literal["uniform", "gaussian"] = Field("uniform", description=(
+        "the public rows' entries: i.i.d. U(−scale, scale) or N(0, scale²), each row then scaled into the unit ball"))
+    scale: float | None = Field(None, gt=0.0, le=1e6, description="entries' half width (uniform) or standard "
+                                                                  "deviation (gaussian); default 1/√d")
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="the public rows' seed (NumPy PCG64)")
+    student_sparsity: int | None = Field(None, ge=1, le=100_000_000, description=(
+        "s: the student keeps s non-zeros per output (iterative hard thresholding); default: least squares"))
+    student_iterations: int = Field(200, ge=1, le=100_000, description="the student's hard-thresholding steps")
+
+
 # the training fields a federated job sets for itself (the rest of NETWORK_TRAINING_FIELDS stays default)
 FEDERATED_TRAINING_FIELDS = ("sampling_rate",)
 
@@ -190,6 +208,8 @@ class JobSpec(_Strict):
     training: TrainingSpec = TrainingSpec()
     # DP-Fed-LS with data owners: the owner is the unit of privacy, each runs local epochs
     federated: FederatedSpec | None = None
+    # DPSL-KT: release the teacher's scores on public rows instead of its weights
+    transfer: TransferSpec | None = None
     seed: int | None = Field(None, ge=0, description="simulation only: seeds the plaintext noise")
 
     def with_classes(self, n_classes: int) -> JobSpec:
@@ -220,6 +240,9 @@ class JobSpec(_Strict):
         if tr.sparsity is not None and (self.method != "gradient" or m.is_network or self.federated is not None):
             raise ValueError("training.sparsity: hard thresholding (DP-IGHT) applies to a linear model's gradient "
                              "rounds (method = 'gradient', no network, no [federated])")
+        if self.transfer is not None and (self.method != "output" or m.is_network or self.federated is not None):
+            raise ValueError("transfer: knowledge transfer releases an output-perturbation teacher's scores "
+                             "(method = 'output', a linear model, no [federated])")
         if self.federated is not None:
             return self._federated()
         if m.is_network and (tr.optimizer == "srm" or any(getattr(tr, f) is not None for f in SRM_FIELDS)):
@@ -304,6 +327,8 @@ class JobSpec(_Strict):
         for name in SRM_FIELDS:
             if getattr(self.training, name) is None:
                 d["training"].pop(name)  # likewise
+        if self.transfer is None:
+            d.pop("transfer")  # jobs from before the field keep their digests
         if self.federated is None:
             d.pop("federated")
         elif self.federated.send_after_s is None:

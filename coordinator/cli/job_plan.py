@@ -337,7 +337,9 @@ def plan(job_file: Path, schema_path: Path | None, data_format: str | None, data
         total = sum(p.n for p in parts)
         sizes = (f"{total} stand-in rows dealt to {owners} owners (about {total // owners} each)" if owners else
                  ", ".join(f"{n} {p.n}" for n, p in zip(jf.job.parties, parts, strict=True)))
-        click.echo(f"job {jf.job.name}: {fc.method} perturbation, {fc.mechanism} noise, {fc.rounds} release(s) of "
+        kind = (f"{fc.method} perturbation" if jf.spec.transfer is None else
+                "knowledge transfer (the output teacher's scores on public rows, then a student)")
+        click.echo(f"job {jf.job.name}: {kind}, {fc.mechanism} noise, {fc.rounds} release(s) of "
                    f"{fc.dim} numbers; rows: {sizes}")
         click.echo(f"  {security_line(jf.job.trust, jf.job.security, len(jf.job.parties), bool(jf.job.owners))}")
         if jf.spec.privacy.noise == "distributed":

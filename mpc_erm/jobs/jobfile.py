@@ -391,6 +391,9 @@ def _owner_job_problems(spec: JobSpec, owners: int) -> list[str]:
     owners added or removed (the normaliser n̂ is public; an owner's row count and whether it
     dropped out of a round then move no public weight)."""
     problems = []
+    if spec.transfer is not None:
+        problems.append("transfer: knowledge transfer runs on compute parties that hold their own rows (each scores "
+                        "its certified local model on the public rows); a job with data owners cannot use it")
     if spec.model.is_network and spec.federated is None:
         problems.append(f"model.name: {spec.method} rounds with owners train a linear model, not "
                         f"{spec.model.name!r}; a network trains in a federated job ([federated])")

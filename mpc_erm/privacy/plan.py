@@ -33,6 +33,11 @@ admission.
   slots, exactly s = τN of them drawn each round without replacement, an absent or undrawn owner
   a zero update; one owner replaced or absent moves the sum by ≤ 2𝓛, so the sensitivity is 2𝓛/s
   under either adjacency and the event carries ``population`` = N (events module).
+* knowledge transfer (``[transfer]``, an output job): the release is the teacher's scores on m
+  public rows X̃ (:mod:`mpc_erm.models.public_features`), so every output sensitivity above is
+  multiplied by ‖X̃‖₂ (certified, stated in the plan and recomputed by ``report verify``):
+  ‖X̃(θ̂ − θ̂')‖ ≤ ‖X̃‖₂·‖θ̂ − θ̂'‖ for any neighbouring data sets, the noise is added over the m·K
+  scores and the weights never leave the MPC.
 
 **Noise.** ``sampler = "mpc"`` (daemons): the discrete Gaussian or discrete Laplace sampled
 inside the MPC on a fixed-point grid. The Gaussian is accounted by RDP (or the zCDP conversion)
@@ -52,6 +57,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from mpc_erm.models.public_features import PublicFeatures
 from mpc_erm.spec import JobSpec
 
 from . import _checks
@@ -64,7 +70,8 @@ from .sensitivity import gradient_sensitivity, l1_from_l2, output_perturbation_s
 if TYPE_CHECKING:  # a type only: the plan's arithmetic is loaded without torch
     from mpc_erm.models.networks import NetworkBuilder
 
-__all__ = ["SAMPLER_DELTA_SHARE", "PlanError", "PrivacyPlan", "PublicSizes", "plan_job", "public_sizes"]
+__all__ = ["SAMPLER_DELTA_SHARE", "PlanError", "PrivacyPlan", "PublicSizes", "TransferPlan", "plan_job",
+           "public_sizes"]
 
 SAMPLER_DELTA_SHARE = 0.01  # of the job's δ, for the in-MPC samplers' total-variation term
 Sampler = Literal["mpc", "ideal"]
@@ -104,6 +111,32 @@ class PublicSizes:
 
 
 @dataclass(frozen=True)
+class TransferPlan:
+    """A knowledge-transfer release: the teacher's K scores on each of ``rows`` public rows.
+    ``public`` and ``norm`` (its certified ‖X̃‖₂) are known once the feature count is; until then
+    the plan has an event (what admission reserves) but no sensitivity."""
+
+    rows: int
+    outputs: int | None  # K: None until a softmax job's classes are read from the schema
+    public: PublicFeatures | None = None
+    norm: float | None = None
+
+    @property
+    def dim(self) -> int:
+        if self.outputs is None:
+            raise ValueError("model.n_classes: a knowledge-transfer release's size needs the class count")
+        return self.rows * self.outputs
+
+    def describe(self) -> dict[str, Any]:
+        pf = self.public
+        return {"rows": self.rows, "outputs": self.outputs, "operator_norm": self.norm,
+                "features": None if pf is None else pf.features,
+                "distribution": None if pf is None else pf.distribution,
+                "scale": None if pf is None else pf.scale, "seed": None if pf is None else pf.seed,
+                "public_rows": None if pf is None else pf.describe()}
+
+
+@dataclass(frozen=True)
 class PrivacyPlan:
     """A job's privacy, immutable. Make it with :meth:`make`; bind sizes with :meth:`with_sizes`."""
 
@@ -135,13 +168,15 @@ class PrivacyPlan:
     # distributed noise (mpc_erm.privacy.distributed): how many compute parties add a share and how
     # many of them carry the guarantee; None: the noise is sampled inside the MPC
     noise_split: NoiseSplit | None = None
+    # knowledge transfer: the release is the teacher's scores on public rows (module doc)
+    transfer: TransferPlan | None = None
 
     # ------------------------------------------------------------------ construction
 
     @classmethod
     def make(cls, spec: JobSpec, *, clip: float, sampler: Sampler = "mpc", test_no_noise: bool = False,
              sizes: PublicSizes | None = None, dim: int | None = None,
-             noise_split: NoiseSplit | None = None) -> PrivacyPlan:
+             noise_split: NoiseSplit | None = None, transfer: TransferPlan | None = None) -> PrivacyPlan:
         """Plan ``spec`` (a :class:`mpc_erm.spec.JobSpec`); ``clip`` is C (gradient) or
         the loss's Lipschitz constant G (output), which the protocol layer knows.
 
@@ -183,7 +218,7 @@ class PrivacyPlan:
                     rounds=rounds, clip=_checks.positive("clip", clip), lam=float(spec.model.lam),
                     solver_tol=float(tr.solver_tol), ls_sigma=float(tr.ls_sigma), public_n=pv.public_n,
                     sampling_rate=q, unit="owner" if getattr(spec, "federated", None) is not None else "record",
-                    population=population)
+                    population=population, transfer=transfer)
         if test_no_noise:
             return cls(mechanism="none", accountant="none", noise_multiplier=None, epsilon_per_release=None,
                        sampler_tv_per_release=0.0, notes=("TEST-ONLY ZERO-NOISE RUN: NO PRIVACY",),
@@ -334,7 +369,20 @@ class PrivacyPlan:
         public count n̂ (add/remove gradient: C/n̂). The add/remove output release is this plan's own
         aggregate Σ_j (n_j/n̂)·θ̂_j, whose bound 3G/(n̂λ) + 2τ the module docstring derives. Uniform
         owner sampling (``population``): one owner's update replaced, or absent (a zero update),
-        moves the sum by ≤ 2𝓛, so 2𝓛/s after the public weight 1/s — under either adjacency."""
+        moves the sum by ≤ 2𝓛, so 2𝓛/s after the public weight 1/s — under either adjacency.
+        Knowledge transfer: the model's bound times the public rows' ‖X̃‖₂."""
+        return self._model_sensitivity_l2() * self._projection_norm()
+
+    def _projection_norm(self) -> float:
+        """‖X̃‖₂ of a knowledge-transfer release (1 for a release of the model itself)."""
+        if self.transfer is None:
+            return 1.0
+        if self.transfer.norm is None:
+            raise ValueError("the plan has no feature count yet: a knowledge-transfer release's sensitivity needs "
+                             "its public rows' norm")
+        return self.transfer.norm
+
+    def _model_sensitivity_l2(self) -> float:
         s = self._need_sizes()
         if self.adjacency == "add_remove":
             if self.method == "gradient" and self.population is not None:
@@ -419,7 +467,9 @@ class PrivacyPlan:
             own = self.weight(member, rows)
         if self.method == "gradient":
             return own * rows * self.clip
-        return own * (self.clip / self.lam + self.solver_tol_for(rows)) if self.lam > 0 else math.inf
+        if self.lam <= 0:
+            return math.inf
+        return own * (self.clip / self.lam + self.solver_tol_for(rows)) * self._projection_norm()
 
     def batch_cap(self) -> int:
         """Poisson-subsampled rounds: the most rows a member's batch counts, b̄ with
@@ -481,6 +531,20 @@ class PrivacyPlan:
         return what
 
     def public_statement(self) -> str:
+        return self._adjacency_statement() + self._transfer_statement()
+
+    def _transfer_statement(self) -> str:
+        tr = self.transfer
+        if tr is None:
+            return ""
+        rows = f"{tr.rows} public rows" if tr.public is None else tr.public.describe()
+        norm = "" if tr.norm is None else f", ‖X̃‖₂ ≤ {tr.norm:.9g}"
+        scores = "scores" if tr.outputs is None else f"{tr.outputs} score(s)"
+        return (f"; knowledge transfer: the release is the teacher's {scores} on each of {rows} "
+                f"(X̃{norm}), so the model's sensitivity is multiplied by ‖X̃‖₂; the teacher's weights are not "
+                "released")
+
+    def _adjacency_statement(self) -> str:
         if self.unit == "owner" and self.population is not None:
             return (f"client-level adjacency: one data owner, with all its rows, replaced by another or absent; each "
                     f"round exactly s = τN = {self.sample_size} of the N = {self.population} listed owners "
@@ -572,6 +636,8 @@ class PrivacyPlan:
         }
         if self.noise_split is not None:
             out["noise_parties"], out["noise_honest"] = self.noise_split.parties, self.noise_split.honest
+        if self.transfer is not None:
+            out["transfer"] = self.transfer.describe()
         if self.sizes is not None:
             out["sensitivity_l2"] = self.sensitivity_l2()
             if self.dim is not None or self.mechanism != "laplace":
@@ -599,5 +665,27 @@ def plan_job(spec: JobSpec, *, sampler: Sampler = "ideal", test_no_noise: bool =
     # which light commands (a ledger check, a report verify) load without torch
     from mpc_erm.models.job_model import clip_for, parameter_dim
 
+    transfer = transfer_plan(spec, n_features)
+    dim = parameter_dim(spec, n_features, builder) if transfer is None else (
+        transfer.dim if transfer.norm is not None else None)
     return PrivacyPlan.make(spec, clip=clip_for(spec), sampler=sampler, test_no_noise=test_no_noise, sizes=sizes,
-                            dim=parameter_dim(spec, n_features, builder), noise_split=noise_split)
+                            dim=dim, noise_split=noise_split, transfer=transfer)
+
+
+def transfer_plan(spec: JobSpec, n_features: int | None) -> TransferPlan | None:
+    """A knowledge-transfer job's release shape, with its public rows and their certified norm
+    once the feature count is known (None for any other job)."""
+    tr = spec.transfer
+    if tr is None:
+        return None
+    from mpc_erm.models import facts
+
+    m = spec.model
+    outputs = None if m.name == "softmax" and m.n_classes is None else facts.outputs(m.name, m.n_classes)
+    if n_features is None or outputs is None:  # the schema's classes or the features not known yet
+        return TransferPlan(rows=tr.rows, outputs=outputs)
+    try:
+        pf = PublicFeatures(tr.rows, int(n_features), tr.distribution, tr.scale, tr.seed)
+    except ValueError as e:
+        raise PlanError("transfer.rows", str(e).split(": ", 1)[-1]) from e
+    return TransferPlan(rows=tr.rows, outputs=outputs, public=pf, norm=pf.operator_norm())

@@ -34,6 +34,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from mpc_erm.models.public_features import PublicFeatures
+
 from .events import DpEvent, GaussianRounds, PureDp, compose, event_from_dict, wor_sample_size
 from .report import SCHEMA, SIMULATION_TRUST_MODEL, PrivacyReport
 from .sampler_tv import sampler_sigma, tv_per_release
@@ -68,6 +70,12 @@ def _le(a: float, b: float) -> bool:
 
 
 def _sensitivity(plan: dict[str, Any]) -> float:
+    """The release's Δ₂: the model's, times the public rows' ‖X̃‖₂ for knowledge transfer."""
+    transfer = plan.get("transfer")
+    return _model_sensitivity(plan) * (1.0 if transfer is None else float(transfer["operator_norm"]))
+
+
+def _model_sensitivity(plan: dict[str, Any]) -> float:
     method, adj, weighting = plan["method"], plan["adjacency"], plan["weighting"]
     c = plan["clip"] if method == "gradient" else plan["lipschitz_G"]
     lam, tol = plan["lam"], plan["solver_tol"]
@@ -206,7 +214,24 @@ class _Recompute:
             out.append(Check("sensitivity_l1", r.sensitivity_l1 is None and _same(plan["sensitivity"], d2),
                              f"an ℓ2 mechanism: the plan's sensitivity {plan['sensitivity']} is Δ₂ and the report "
                              f"states no ℓ1 one ({r.sensitivity_l1})"))
+        if plan.get("transfer") is not None:
+            out.append(self._transfer(plan["transfer"], int(plan["dim"])))
         return out
+
+    def _transfer(self, tr: dict[str, Any], dim: int) -> Check:
+        """A knowledge-transfer release: its public rows drawn again from their seed, their norm
+        recomputed, and the release's size m·K."""
+        if self.plan["method"] != "output":
+            return Check("transfer", False, f"knowledge transfer releases an output job's scores, not a "
+                                            f"{self.plan['method']!r} job's")
+        pf = PublicFeatures(int(tr["rows"]), int(tr["features"]), tr["distribution"],
+                            None if tr["scale"] is None else float(tr["scale"]), int(tr["seed"]))
+        norm = pf.operator_norm()
+        return Check("transfer", _same(tr["operator_norm"], norm) and dim == pf.rows * int(tr["outputs"])
+                     and tr["public_rows"] == pf.describe(),
+                     f"‖X̃‖₂ ≤ {norm:.9g} recomputed from {pf.describe()} (the plan says {tr['operator_norm']}); "
+                     f"{pf.rows} rows × {tr['outputs']} scores = {pf.rows * int(tr['outputs'])} released values "
+                     f"(the plan's dim {dim})")
 
     def noise(self) -> list[Check]:
         plan, r, ev = self.plan, self.r, self.ev

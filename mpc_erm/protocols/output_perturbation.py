@@ -50,8 +50,9 @@ class OutputPerturbation:
             counts = None if self.parties is None else self.parties.sizes
             self.plan = plan_job(self.spec, sizes=public_sizes(self.spec, counts), n_features=self.n_features)
         pl = self.plan
-        if pl.dim != self.p:
-            raise ValueError(f"plan.dim {pl.dim} is not the model's {self.p} parameters")
+        released = self.p if pl.transfer is None else pl.transfer.dim  # knowledge transfer: public rows' scores
+        if pl.dim != released:
+            raise ValueError(f"plan.dim {pl.dim} is not the release's {released} values")
         self.lipschitz = pl.clip
         self.sensitivity = pl.sensitivity_l2()
         self.weights = (torch.tensor([pl.weight(j, n) for j, n in enumerate(self.parties.sizes)], dtype=torch.float64)

@@ -26,14 +26,14 @@ from .curve import CurvePoint, ModelFacts, ModelWriter, RunResult
 from .federated import FederatedRun
 from .guard import AuditTrail, ChargeFacts, ProgressSink, RevealGuard, SpendLedger
 from .inputs import NoisePool, RunRows, concurrently
-from .linear import PROGRESS_EVERY, GradientRun, OutputRun
+from .linear import PROGRESS_EVERY, GradientRun, OutputRun, TransferRun
 from .network import NetworkRun
 
 __all__ = ["PROGRESS_EVERY", "AuditTrail", "ChargeFacts", "CurvePoint", "FederatedRun", "GradientRun", "JobRun",
            "ModelFacts", "ModelWriter", "NetworkRun", "NoisePool", "OutputRun", "ProgressSink", "RevealGuard",
-           "RunResult", "RunRows", "SpendLedger", "concurrently", "run_for"]
+           "RunResult", "RunRows", "SpendLedger", "TransferRun", "concurrently", "run_for"]
 
-JobRun = OutputRun | GradientRun | NetworkRun | FederatedRun
+JobRun = OutputRun | TransferRun | GradientRun | NetworkRun | FederatedRun
 
 
 def run_for(spec: JobSpec, plan: PrivacyPlan, rows: RunRows | None, *, features: int, weight: float = 1.0,
@@ -52,6 +52,8 @@ def run_for(spec: JobSpec, plan: PrivacyPlan, rows: RunRows | None, *, features:
         if rows is None:
             raise ValueError("model.name: a network job with data owners needs a [federated] table")
         return NetworkRun(spec, plan, rows, noise=noise, pool=pool, device=device, builder=builder)
-    kind = OutputRun if spec.method == "output" else GradientRun
+    if spec.transfer is not None and owners is not None:
+        raise ValueError("transfer: knowledge transfer runs on parties holding their rows, not data owners")
+    kind = GradientRun if spec.method == "gradient" else OutputRun if spec.transfer is None else TransferRun
     return kind(spec, plan, rows, features=features, weight=weight, noise=noise, pool=pool, device=device,
                 owners=owners)

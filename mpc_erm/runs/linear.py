@@ -19,6 +19,7 @@ from mpc_erm.models.bundle import save_linear_weights
 from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.protocols import GradientPerturbation, OutputPerturbation
 from mpc_erm.protocols.aggregation import NoiseSpec, SecureAggregator
+from mpc_erm.protocols.knowledge_transfer import KnowledgeTransfer
 from mpc_erm.spec import JobSpec
 
 from .curve import CurvePoint, ModelFacts, ModelWriter, RunResult
@@ -26,7 +27,7 @@ from .guard import RevealGuard
 from .inputs import NoisePool, RunRows, concurrently, with_next_noise
 from .metrics import linear_metrics
 
-__all__ = ["GradientRun", "OutputRun", "PROGRESS_EVERY"]
+__all__ = ["GradientRun", "OutputRun", "PROGRESS_EVERY", "TransferRun"]
 
 PROGRESS_EVERY = 5  # rounds between curve points (and the last round)
 
@@ -124,12 +125,17 @@ class OutputRun(_LinearRun):
         local = concurrently(self.solve_locally, fill)
         guard.before_reveal(1)
         guard.announce("reveal", "the one release", round=1, rounds=1, epsilon_spent=guard.epsilon_after(1))
-        theta = self.proto.release(aggregator, local, self.weights)
-        guard.after_release(1, 1, self.released, theta)
+        released = self.proto.release(aggregator, local, self.weights)
+        guard.after_release(1, 1, self.released, released)
+        theta = self.model_from(released)
         self.model = theta.cpu()
         curve = [self._point(guard, 1, 1, theta)] if guard.reports else []
         return RunResult(self.model, curve, self.note(), self.parameters(),
                          self.writer(self.model))
+
+    def model_from(self, released: Tensor) -> Tensor:
+        """The model the release gives: the release itself (the noisy weighted sum of the models)."""
+        return released
 
     def parameters(self) -> dict[str, object]:
         return {"protocol": self.protocol, "loss": self.spec.model.name, "lam": self.spec.model.lam,
@@ -145,6 +151,47 @@ class OutputRun(_LinearRun):
         how = "n_j/n̂ (each party its own count)" if plan.adjacency == "add_remove" else (
             "n_j/n" if plan.weighting == "pooled" else "1/m")
         return f"output perturbation: locally solved models averaged with weights {how}"
+
+
+class TransferRun(OutputRun):
+    """Knowledge transfer (DPSL-KT, :mod:`~mpc_erm.protocols.knowledge_transfer`): each member's
+    certified local minimiser θ̂_j, weighted, hands in its scores on the job's public rows; the one
+    release is their noisy sum, and the model is the student fitted to it in the clear."""
+
+    released = "noisy weighted sum of the local models' scores on the public rows"
+    protocol = "knowledge_transfer"
+
+    def __init__(self, spec: JobSpec, plan: PrivacyPlan, rows: RunRows | None, **kw: object) -> None:
+        super().__init__(spec, plan, rows, **kw)
+        self.transfer = KnowledgeTransfer(spec, self.features, plan, noise=self.noise)
+        self.p = self.transfer.release_dim  # what the aggregator sums and the noise covers
+
+    def solve_locally(self) -> Tensor:
+        """Each member's scores of its certified local minimiser on the public rows, one row each."""
+        if self.local is None:
+            self.local = torch.stack([self.transfer.scores(self.proto.local_model(X, y).to("cpu", torch.float64))
+                                      for X, y in self.members]) if self.members else torch.zeros(0, self.p,
+                                                                                                dtype=torch.float64)
+        return self.local
+
+    def model_from(self, released: Tensor) -> Tensor:
+        return self.transfer.student(released.cpu())
+
+    def parameters(self) -> dict[str, object]:
+        tr = self.spec.transfer
+        assert tr is not None
+        return {**super().parameters(), "public_rows": tr.rows, "public_norm": self.transfer.transfer.norm,
+                "student_sparsity": tr.student_sparsity, "student_iterations": tr.student_iterations}
+
+    def note(self) -> str:
+        tr, plan = self.spec.transfer, self.plan
+        assert tr is not None and plan.transfer is not None
+        student = ("least squares (minimum norm)" if tr.student_sparsity is None else
+                   f"iterative hard thresholding to {tr.student_sparsity} non-zeros, {tr.student_iterations} steps")
+        return (f"knowledge transfer (DPSL-KT with a certified output-perturbation teacher): each party's λ = "
+                f"{self.spec.model.lam:g} local minimiser is weighted and scored on {tr.rows} public rows inside "
+                f"the MPC; one release of the noisy scores (‖X̃‖₂ ≤ {plan.transfer.norm:.6g} times the model's "
+                f"sensitivity), {plan.mechanism}; the student is fitted to them in the clear by {student}")
 
 
 class GradientRun(_LinearRun):

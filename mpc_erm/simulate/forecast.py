@@ -27,7 +27,7 @@ from mpc_erm.protocols.aggregation import NoiseSpec, SecureAggregator
 from mpc_erm.protocols.common import network_rows
 from mpc_erm.protocols.dpsgd import DpSgd
 from mpc_erm.protocols.fedls import DpFedLs
-from mpc_erm.runs import FederatedRun, GradientRun, NetworkRun, OutputRun, RevealGuard
+from mpc_erm.runs import FederatedRun, GradientRun, NetworkRun, OutputRun, RevealGuard, TransferRun
 from mpc_erm.simulate.aggregator import InProcessAggregator
 from mpc_erm.spec import JobSpec
 
@@ -190,7 +190,8 @@ class InProcessJob:
 
     def __init__(self, spec: JobSpec, plan: PrivacyPlan, parts: Sequence[Dataset]) -> None:
         self.spec, self.plan = spec, plan
-        self.run = (OutputRun if spec.method == "output" else GradientRun).in_process(spec, plan, parts)
+        kind = GradientRun if spec.method == "gradient" else OutputRun if spec.transfer is None else TransferRun
+        self.run = kind.in_process(spec, plan, parts)
         if isinstance(self.run, OutputRun):
             self.run.solve_locally()
 
@@ -351,7 +352,8 @@ def forecast_job(spec: JobSpec, parts: Sequence[Dataset], *, evaluate: Dataset |
     metric, nonprivate = _metric(loss, optimum, target)
     scores = [_metric(loss, job.release(torch.Generator().manual_seed(seed + r)), target)[1] for r in range(runs)]
     noise_free = None
-    if spec.method == "gradient":  # what the rounds reach without noise: the optimiser's share of the gap
+    # without noise: the optimiser's (or the transfer's student's) share of the gap
+    if spec.method == "gradient" or spec.transfer is not None:
         quiet = plan_job(spec, sampler="mpc", test_no_noise=True, sizes=sizes, n_features=d)
         noise_free = _metric(loss, InProcessJob(spec, quiet, parts).release(torch.Generator().manual_seed(seed)),
                              target)[1]

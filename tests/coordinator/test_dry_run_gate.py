@@ -337,3 +337,18 @@ def test_a_softmax_job_is_planned_with_the_class_count_of_the_schema_it_pins(
     code, out, err = run_main(monkeypatch, capsys, "job", "plan", str(job), "--schema", str(schema), "--runs", "2",
                               *data)
     assert code in (0, 3) and "release(s) of 42 numbers" in out, (out, err)
+
+
+def test_a_knowledge_transfer_job_plans_on_csv_files_and_says_what_it_releases(
+        files: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`[transfer]` on an output job: the dry run names knowledge transfer, counts the public rows'
+    scores as the release, and forecasts the student on the held rows."""
+    job = files / "kt.toml"
+    job.write_text(JOB.format(eps=4.0).replace('method = "gradient"', 'method = "output"')
+                   .replace("clip = 1.0", 'mechanism = "gaussian"')
+                   .split("[training]")[0] + "[transfer]\nrows = 300\nstudent_sparsity = 8\n")
+    code, out, err = _plan(files, job, monkeypatch, capsys)
+    assert code in (0, 3), err
+    assert "knowledge transfer" in out and "1 release(s) of 300 numbers" in out, out
+    receipt = json.loads((files / "kt.plan.json").read_text())
+    assert receipt["dim"] == 300 and receipt["method"] == "output"

@@ -4,7 +4,11 @@ rows), a member holding a different schema is refused naming it and the column, 
 pins another schema digest is refused naming the field, and a public test file (``public_test``)
 gives the job's published curve the released model's accuracy on it.
 
-Both tests use one set of daemons (the ``cons`` fixture, started once for the module): the parties'
+A knowledge-transfer job (``[transfer]``, DPSL-KT) runs on the same files: every member releases
+the same sparse student, its report states the public rows' norm the in-process plan computes,
+and ``report verify`` recomputes it from the seed.
+
+The tests use one set of daemons (the ``cons`` fixture, started once for the module): the parties'
 CSV files and schemas are written before it starts; the data owners' job needs none of them (a
 compute party for data owners holds no rows)."""
 
@@ -117,11 +121,65 @@ def parties(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parties]:
     public = _csv(root / "public.csv", 99, n=60)  # a published test set every member holds
     data = {p: {"format": "csv", "path": f, "schema": schema_file, "public_test": public} for p, f in files.items()}
     # the same files as "visits-other", where carol's copy of the schema has another bound
-    extra = {p: {"visits-other": {"format": "csv", "path": f, "schema": other if p == "carol" else schema_file}}
+    extra = {p: {"visits-other": {"format": "csv", "path": f, "schema": other if p == "carol" else schema_file},
+                 # and as "visits-kt", with its own budget, for the knowledge-transfer job
+                 "visits-kt": {"format": "csv", "path": f, "schema": schema_file}}
              for p, f in files.items()}
     with LocalConsortium(root / "cons", dataset="visits", party_data=data, extra_datasets=extra, dealer=False,
                          allow_test_only=True, budget_epsilon=50.0) as cons:
         yield Parties(cons, schema_file, files, public)
+
+
+TRANSFER_JOB = """
+method = "output"
+
+[job]
+name = "kt-job"
+dataset = "visits-kt"
+parties = ["alice", "bob", "carol"]
+trust = "replicated"
+
+[model]
+name = "logistic"
+lam = 0.05
+
+[privacy]
+epsilon = 1.0
+delta = 1e-6
+mechanism = "gaussian"
+
+[transfer]
+rows = 50
+seed = 3
+student_sparsity = 2
+"""
+
+
+def test_a_knowledge_transfer_job_through_three_daemons(parties: Parties, tmp_path: Path) -> None:
+    from mpc_erm import load_model
+    from mpc_erm.jobs import load_job_file
+    from mpc_erm.privacy.plan import plan_job, public_sizes
+    from mpc_erm.privacy.report import PrivacyReport
+    from mpc_erm.privacy.verify import verify_report
+
+    job = tmp_path / "kt.toml"
+    job.write_text(TRANSFER_JOB)
+    with parties.cons.client() as client:
+        job_id = client.submit(job)["job_id"]
+        ends = {e["member"]: e for e in client.watch(job_id) if e["phase"] in TERMINAL or e["phase"] == "error"}
+        assert {m: e["phase"] for m, e in ends.items()} == dict.fromkeys(("alice", "bob", "carol"), "succeeded"), ends
+        assert client.result(job_id, tmp_path / "result")["models_identical"]
+    model = load_model(tmp_path / "result")
+    parts = [read_csv_with_schema(f, load_schema(parties.schema_file)) for f in parties.files.values()]
+    assert model.theta.shape == (parts[0].d,) and int(np.count_nonzero(model.theta)) <= 2
+    report = json.loads((tmp_path / "result" / "privacy_report.json").read_text())
+    spec = load_job_file(job).spec
+    plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, [p.n for p in parts]), n_features=parts[0].d)
+    assert plan.transfer is not None and report["plan"]["transfer"]["operator_norm"] == plan.transfer.norm
+    assert report["plan"]["dim"] == 50 and report["sensitivity_l2"] == pytest.approx(plan.sensitivity_l2())
+    assert report["parameters"]["protocol"] == "knowledge_transfer", report["parameters"]
+    v = verify_report(PrivacyReport.model_validate(report))
+    assert v.ok and any(c.name == "transfer" for c in v.checks), [c for c in v.checks if not c.ok]
 
 
 def test_schema_jobs_through_three_daemons(parties: Parties, tmp_path: Path) -> None:

@@ -3,7 +3,8 @@ every field of every report kind, each change caught as a failed check, and none
 
 The kinds: the demo's gradient and output jobs (in-MPC discrete Gaussian, replace-one, unequal
 counts so that the weighting matters), DP-SGD with Poisson sampling, uniform owner sampling
-(DP-Fed, client level), per-coordinate Laplace (pure ε), the zCDP accountant, distributed noise
+(DP-Fed, client level), per-coordinate Laplace (pure ε), knowledge transfer (the teacher's scores on
+public rows: their norm is drawn again and recomputed), the zCDP accountant, distributed noise
 (semi-honest and malicious-secure), and in-process simulations (ideal Gaussian, ℓ2-Laplace).
 Left out of the table, each for its reason: ``notes`` and ``parameters`` (free text and the run's
 settings, restated from the fields checked), ``plan.what_is_public`` (its wording; the unit and the
@@ -81,6 +82,8 @@ KINDS: dict[str, Callable[[], dict[str, Any]]] = {
                                    PublicSizes(public_n=30000)),
     "uniform owners": _federated,
     "laplace output": lambda: _mpc(_spec("output", mechanism="laplace_thesis", delta=1e-9), COUNTS),
+    "knowledge transfer": lambda: _mpc({**_spec("output", mechanism="gaussian"), "transfer": {"rows": 60, "seed": 7}},
+                                       COUNTS),
     "zcdp": lambda: _mpc(_spec(accountant="zcdp"), COUNTS),
     "distributed": lambda: _mpc(_spec(noise="distributed"), COUNTS, split=NoiseSplit(3, 2)),
     "malicious": lambda: _mpc(_spec(noise="distributed"), COUNTS, split=NoiseSplit(3, 2),
@@ -98,7 +101,8 @@ _SWAPS = {"adjacency": {"replace": "add_remove", "add_remove": "replace"},
           "kind": {"gaussian": "pure", "pure": "gaussian", "discrete_gaussian": "discrete_laplace",
                    "discrete_laplace": "discrete_gaussian"},
           "security": {"semi-honest": "malicious", "malicious": "semi-honest"},
-          "subsampled_rdp": {"exact": "general", "general": "exact"}}
+          "subsampled_rdp": {"exact": "general", "general": "exact"},
+          "distribution": {"uniform": "gaussian", "gaussian": "uniform"}}
 
 
 def _changed(key: str, value: Any) -> Any:
@@ -107,7 +111,7 @@ def _changed(key: str, value: Any) -> Any:
         return {"rdp": "zcdp", "zcdp": "rdp", "pure": "rdp", "gdp": "pld", "pld": "gdp"}.get(value, "PLD (forged)")
     if key == "trust_model":
         return RSS if value == SIMULATION_TRUST_MODEL else SIMULATION_TRUST_MODEL
-    if key == "schema":
+    if key in ("schema", "public_rows"):
         return value + ".forged"
     if isinstance(value, str) and key in _SWAPS:
         return _SWAPS[key][value]
