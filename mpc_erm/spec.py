@@ -182,11 +182,17 @@ class FederatedSpec(_Strict):
 class TransferSpec(_Strict):
     """Knowledge transfer (DPSL-KT, thesis ch. 3) on an output-perturbation job: the teacher is the
     weighted sum of the members' certified local minimisers, never revealed; what is released is
-    its scores on ``rows`` public feature rows drawn from the job's public seed, with the noise
-    added once (sensitivity ‖X̃‖₂·Δθ); a student is then fitted to them in the clear by iterative
-    hard thresholding (``student_sparsity`` non-zeros) or least squares."""
+    its scores on public feature rows, with the noise added once (sensitivity ‖X̃‖₂·Δθ); a student
+    is then fitted to them in the clear by iterative hard thresholding (``student_sparsity``
+    non-zeros) or least squares. The public rows are drawn from the job's public seed
+    (``public = "seeded"``) or are the features of the data set's public test file, which every
+    member holds (``public = "public_test"``)."""
 
-    rows: int = Field(..., ge=1, le=1_000_000, description="m: public feature rows the teacher labels")
+    public: Literal["seeded", "public_test"] = Field("seeded", description=(
+        "where the public rows come from: 'seeded', drawn from the seed below; 'public_test', the features of the "
+        "public test file every party's [datasets.<id>] names (its digest is compared at the job's agreement)"))
+    rows: int | None = Field(None, ge=1, le=1_000_000, description=(
+        "m: public rows the teacher labels (required for 'seeded'; for 'public_test', the file's count if given)"))
     distribution: Literal["uniform", "gaussian"] = Field("uniform", description=(
         "the public rows' entries: i.i.d. U(−scale, scale) or N(0, scale²), each row then scaled into the unit ball"))
     scale: float | None = Field(None, gt=0.0, le=1e6, description="entries' half width (uniform) or standard "
@@ -195,6 +201,17 @@ class TransferSpec(_Strict):
     student_sparsity: int | None = Field(None, ge=1, le=100_000_000, description=(
         "s: the student keeps s non-zeros per output (iterative hard thresholding); default: least squares"))
     student_iterations: int = Field(200, ge=1, le=100_000, description="the student's hard-thresholding steps")
+
+    @model_validator(mode="after")
+    def _source(self) -> TransferSpec:
+        if self.public == "seeded" and self.rows is None:
+            raise ValueError("transfer.rows: required for public = 'seeded' (how many rows to draw)")
+        if self.public == "public_test":
+            for name in ("distribution", "scale", "seed"):
+                if getattr(self, name) != TransferSpec.model_fields[name].default:
+                    raise ValueError(f"transfer.{name}: only for public = 'seeded' (the public test file's rows are "
+                                     "the parties' own public file)")
+        return self
 
 
 # the training fields a federated job sets for itself (the rest of NETWORK_TRAINING_FIELDS stays default)

@@ -75,6 +75,19 @@ def _compare_public_tests(ctx: WorkerContext, everyone: list[dict[str, Any]]) ->
                              "nothing revealed")
 
 
+def _public_rows_for_transfer(ctx: WorkerContext, everyone: list[dict[str, Any]]) -> None:
+    """A knowledge-transfer job on the public test file (``transfer.public = "public_test"``) scores
+    its rows at every member: each must hold one (the same, :func:`_compare_public_tests`)."""
+    tr = getattr(ctx.job.spec, "transfer", None)
+    if tr is None or tr.public != "public_test":
+        return
+    without = [e["name"] for e in everyone if not e.get("public_test")]
+    if without:
+        raise AgreementError(f"transfer.public: the job scores the public test file of {ctx.job.job.dataset!r}, but "
+                             f"{', '.join(repr(n) for n in without)} hold{'s' if len(without) == 1 else ''} none "
+                             "(public_test in the data set's config); nothing revealed")
+
+
 def column_digests(ds: Dataset, salt: str) -> list[str]:
     """One short digest per (position, feature name), salted with the job digest: enough for each
     party to find *which positions* differ, without any party sending its column names."""
@@ -188,6 +201,7 @@ def agree(ctx: WorkerContext, comm: GrpcCommunicator, rows: RunRows | None) -> l
                                  f"{e['digest'][:12]}… vs ours {mine['digest'][:12]}…); nothing revealed")
     _compare_schemas(ctx, mine, everyone)
     _compare_public_tests(ctx, everyone)
+    _public_rows_for_transfer(ctx, everyone)
     other = [e for e in everyone if e["schema"] != mine["schema"]]
     if other:  # the public reason names the parties; which columns differ stays in this party's log
         who = ", ".join(repr(e["name"]) for e in other)

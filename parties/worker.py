@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 import torch
 
 from mpc_erm.models.networks import NetworkBuilder
@@ -206,9 +207,11 @@ def run_party_job(ctx: WorkerContext) -> dict[str, object]:
         counts = agree(ctx, comm, rows)
         no_noise = _test_no_noise(ctx)
         spec = ctx.job.spec
+        public = None if rows is None or rows.test is None else np.asarray(rows.test.X)  # [transfer] public_test
         plan = plan_job(spec, sampler="mpc", test_no_noise=no_noise,
                         sizes=public_sizes(spec, counts), noise_split=ctx.job.noise_split(),
-                        n_features=ctx.job.job.features if rows is None else rows.train.d, builder=builder)
+                        n_features=ctx.job.job.features if rows is None else rows.train.d, builder=builder,
+                        public_rows=public)
         # The MPC (noise, secure sum) runs on the CPU whatever the party's device: its correlated
         # randomness (CrypTen's shared generators, the dealer's per-party streams) is drawn by
         # torch generators whose CPU and CUDA streams differ for one seed, so parties on different

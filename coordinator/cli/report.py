@@ -18,7 +18,12 @@ def report() -> None:
 @report.command("verify")
 @click.argument("report_path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
-def verify_cmd(report_path: Path, as_json: bool) -> None:
+@click.option("--public-rows", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="a knowledge-transfer job on its data set's public test file: that file (CSV with --schema, or "
+                   ".npz), to recompute the public rows' norm")
+@click.option("--schema", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="the data schema the parties read --public-rows through (a CSV file)")
+def verify_cmd(report_path: Path, as_json: bool, public_rows: Path | None, schema: Path | None) -> None:
     """Recompute ε and δ from REPORT_PATH (a privacy_report.json) with dp_accounting, check the
     sensitivity against what the report says is public and the noise against the grid it states;
     exit 1 if any check fails."""
@@ -29,7 +34,7 @@ def verify_cmd(report_path: Path, as_json: bool) -> None:
         rep = PrivacyReport.from_json(report_path.read_bytes())
     except ValueError as exc:
         raise click.UsageError(f"{report_path}: not a privacy report ({' '.join(str(exc).split())[:300]})") from None
-    v = verify_report(rep)
+    v = verify_report(rep, None if public_rows is None else _public_features(public_rows, schema))
     if as_json:
         click.echo(json.dumps({"ok": v.ok, "epsilon": v.epsilon, "delta": v.delta,
                                "checks": [c.__dict__ for c in v.checks]}))
@@ -40,6 +45,23 @@ def verify_cmd(report_path: Path, as_json: bool) -> None:
                    f"{(rep.plan or {}).get('adjacency', rep.adjacency)} adjacency")
     if not v.ok:
         sys.exit(1)
+
+
+def _public_features(path: Path, schema: Path | None) -> object:
+    """The public test file's features as the parties read them (a CSV through its schema)."""
+    import numpy as np
+
+    from mpc_erm.data.arrays import load_numpy
+    from mpc_erm.data.schema import load_schema, read_csv_with_schema
+
+    try:
+        if path.suffix.lower() == ".csv":
+            if schema is None:
+                raise click.UsageError("--public-rows: a CSV file is read through the parties' schema: give --schema")
+            return np.asarray(read_csv_with_schema(path, load_schema(schema)).X)
+        return np.asarray(load_numpy(path).X)
+    except (OSError, ValueError) as exc:
+        raise click.UsageError(f"--public-rows: {' '.join(str(exc).split())[:300]}") from None
 
 
 @report.command("explain")

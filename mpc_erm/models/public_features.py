@@ -1,5 +1,6 @@
 """The public feature rows of a knowledge-transfer job (``[transfer]``, DPSL-KT), and the one
-number about them its privacy needs: their matrix's operator norm.
+number about them its privacy needs: their matrix's operator norm. The rows are drawn from the
+job's seed (:class:`PublicFeatures`) or are a public file every member holds (:class:`PublicFile`).
 
 A knowledge-transfer job releases the teacher's scores on m public rows, X̃·θ̂ + noise. Two
 neighbouring data sets move θ̂ by at most Δθ (strong convexity, the output release's bound), so
@@ -7,22 +8,25 @@ they move the scores by at most ‖X̃‖₂·Δθ: the release's ℓ2 sensitivi
 high-probability event (the thesis's proof needs one, and a converged ℓ0-constrained teacher).
 
 Every member draws X̃ from the job's public seed with NumPy's PCG64 generator, whose streams are
-the same on every platform, and holds it as the parties hold their rows: rows with ‖x̃‖ > 1 scaled
-onto the unit sphere. The norm is an upper bound certified against floating-point error and
-rounded up to :data:`NORM_DIGITS` significant digits, so every member states the same number.
+the same on every platform, or reads the public file (the members compare its digest), and holds
+it as the parties hold their rows: rows with ‖x̃‖ > 1 scaled onto the unit sphere. The norm is
+an upper bound certified against floating-point error and rounded up to :data:`NORM_DIGITS`
+significant digits, so every member states the same number.
 NumPy only: the daemon's control process plans a job without importing torch.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
-__all__ = ["MAX_PUBLIC_ENTRIES", "NORM_DIGITS", "Distribution", "PublicFeatures"]
+__all__ = ["MAX_PUBLIC_ENTRIES", "NORM_DIGITS", "Distribution", "PublicFeatures", "PublicFile", "certified_norm",
+           "round_up"]
 
 Distribution = Literal["uniform", "gaussian"]
 #: m·d cap: the matrix is held in float64 by every member (1.6 GB at the cap).
@@ -86,13 +90,66 @@ def _matrix(pf: PublicFeatures) -> np.ndarray:
     return X
 
 
+@dataclass(frozen=True)
+class PublicFile:
+    """Public rows every member holds: the features of its data set's public test file, as the
+    parties hold rows (in the unit ball), pinned by ``sha256`` (:meth:`of`)."""
+
+    rows: int
+    features: int
+    sha256: str
+    values: np.ndarray = field(compare=False, hash=False, repr=False)
+
+    @classmethod
+    def of(cls, X: np.ndarray) -> PublicFile:
+        """The file's rows, scaled into the unit ball, and their digest (shape, then float64 bytes)."""
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[0] < 1 or X.shape[1] < 1:
+            raise ValueError(f"transfer.public: the public rows must be a non-empty table, got shape {X.shape}")
+        if X.size > MAX_PUBLIC_ENTRIES or not np.isfinite(X).all():
+            raise ValueError("transfer.public: the public rows must be finite and at most "
+                             f"{MAX_PUBLIC_ENTRIES:,} entries")
+        norms = np.linalg.norm(X, axis=1, keepdims=True)
+        X = np.where(norms > 1.0, X / np.maximum(norms, 1.0), X)
+        X.setflags(write=False)
+        h = hashlib.sha256(f"{X.shape[0]}x{X.shape[1]}:".encode())
+        h.update(X.astype("<f8").tobytes())
+        return cls(int(X.shape[0]), int(X.shape[1]), h.hexdigest(), X)
+
+    def matrix(self) -> np.ndarray:
+        return self.values
+
+    def operator_norm(self) -> float:
+        return _file_norm(self.sha256, self.values)
+
+    def describe(self) -> str:
+        return (f"{self.rows} public rows, the features of the data set's public test file (sha256 "
+                f"{self.sha256[:16]}…), rows scaled into the unit ball")
+
+
+_FILE_NORMS: dict[str, float] = {}  # by digest: a plan is made several times per job
+
+
+def _file_norm(digest: str, X: np.ndarray) -> float:
+    if digest not in _FILE_NORMS:
+        if len(_FILE_NORMS) >= 16:
+            _FILE_NORMS.clear()
+        _FILE_NORMS[digest] = certified_norm(X)
+    return _FILE_NORMS[digest]
+
+
 @functools.lru_cache(maxsize=16)
 def _operator_norm(pf: PublicFeatures) -> float:
-    """√λ_max of the smaller Gram matrix, plus the worst-case error of forming it (n·u·‖X‖_F²,
-    n the inner dimension) and of the symmetric eigensolver (k²·u·λ, k its order), rounded up."""
-    X = _matrix(pf)
-    gram = X @ X.T if pf.rows <= pf.features else X.T @ X
-    k, inner = gram.shape[0], max(pf.rows, pf.features)
+    return certified_norm(_matrix(pf))
+
+
+def certified_norm(X: np.ndarray) -> float:
+    """An upper bound on ‖X‖₂: √λ_max of the smaller Gram matrix, plus the worst-case error of
+    forming it (n·u·‖X‖_F², n the inner dimension) and of the symmetric eigensolver (k²·u·λ, k its
+    order), rounded up to :data:`NORM_DIGITS` significant digits."""
+    rows, features = X.shape
+    gram = X @ X.T if rows <= features else X.T @ X
+    k, inner = gram.shape[0], max(rows, features)
     top = float(np.linalg.eigvalsh(gram)[-1])
     frob2 = float(np.einsum("ij,ij->", X, X))
     bound = top * (1.0 + k * k * _UNIT_ROUNDOFF) + inner * _UNIT_ROUNDOFF * frob2

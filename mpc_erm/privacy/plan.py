@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from mpc_erm.models.public_features import PublicFeatures
+from mpc_erm.models.public_features import PublicFeatures, PublicFile
 from mpc_erm.spec import JobSpec
 
 from . import _checks
@@ -116,23 +116,25 @@ class TransferPlan:
     ``public`` and ``norm`` (its certified ‖X̃‖₂) are known once the feature count is; until then
     the plan has an event (what admission reserves) but no sensitivity."""
 
-    rows: int
+    rows: int | None  # m: None until a public test file's rows are read
     outputs: int | None  # K: None until a softmax job's classes are read from the schema
-    public: PublicFeatures | None = None
+    public: PublicFeatures | PublicFile | None = None
     norm: float | None = None
 
     @property
     def dim(self) -> int:
-        if self.outputs is None:
-            raise ValueError("model.n_classes: a knowledge-transfer release's size needs the class count")
+        if self.outputs is None or self.rows is None:
+            raise ValueError("transfer: a knowledge-transfer release's size needs its public rows and the class count")
         return self.rows * self.outputs
 
     def describe(self) -> dict[str, Any]:
         pf = self.public
+        seeded = isinstance(pf, PublicFeatures)
         return {"rows": self.rows, "outputs": self.outputs, "operator_norm": self.norm,
                 "features": None if pf is None else pf.features,
-                "distribution": None if pf is None else pf.distribution,
-                "scale": None if pf is None else pf.scale, "seed": None if pf is None else pf.seed,
+                "distribution": pf.distribution if seeded else None if pf is None else "public_test",
+                "scale": pf.scale if seeded else None, "seed": pf.seed if seeded else None,
+                "sha256": pf.sha256 if isinstance(pf, PublicFile) else None,
                 "public_rows": None if pf is None else pf.describe()}
 
 
@@ -537,7 +539,8 @@ class PrivacyPlan:
         tr = self.transfer
         if tr is None:
             return ""
-        rows = f"{tr.rows} public rows" if tr.public is None else tr.public.describe()
+        rows = ("the public test file's rows" if tr.rows is None else f"{tr.rows} public rows") if tr.public is None \
+            else tr.public.describe()
         norm = "" if tr.norm is None else f", ‖X̃‖₂ ≤ {tr.norm:.9g}"
         scores = "scores" if tr.outputs is None else f"{tr.outputs} score(s)"
         return (f"; knowledge transfer: the release is the teacher's {scores} on each of {rows} "
@@ -656,25 +659,29 @@ def public_sizes(spec: JobSpec, counts: Sequence[int] | None) -> PublicSizes:
 
 def plan_job(spec: JobSpec, *, sampler: Sampler = "ideal", test_no_noise: bool = False,
              sizes: PublicSizes | None = None, n_features: int | None = None,
-             builder: NetworkBuilder | None = None, noise_split: NoiseSplit | None = None) -> PrivacyPlan:
+             builder: NetworkBuilder | None = None, noise_split: NoiseSplit | None = None,
+             public_rows: Any = None) -> PrivacyPlan:
     """The job's :class:`PrivacyPlan`: what the daemon reserves at admission (no sizes yet), and,
     bound with the agreed sizes and the model's dimension, what the runs, the ledger and the report
     use (a network's dimension is its parameter count, known from the spec alone — for a plugin
-    network, from its ``builder``, which only a party that has it can give)."""
+    network, from its ``builder``, which only a party that has it can give). ``public_rows``: a
+    knowledge-transfer job's public test file's features (``transfer.public = "public_test"``),
+    which only a member holding the file can give."""
     # imported here: the model (and torch) only for planning a job, not for the plan's arithmetic,
     # which light commands (a ledger check, a report verify) load without torch
     from mpc_erm.models.job_model import clip_for, parameter_dim
 
-    transfer = transfer_plan(spec, n_features)
+    transfer = transfer_plan(spec, n_features, public_rows)
     dim = parameter_dim(spec, n_features, builder) if transfer is None else (
         transfer.dim if transfer.norm is not None else None)
     return PrivacyPlan.make(spec, clip=clip_for(spec), sampler=sampler, test_no_noise=test_no_noise, sizes=sizes,
                             dim=dim, noise_split=noise_split, transfer=transfer)
 
 
-def transfer_plan(spec: JobSpec, n_features: int | None) -> TransferPlan | None:
+def transfer_plan(spec: JobSpec, n_features: int | None, public_rows: Any = None) -> TransferPlan | None:
     """A knowledge-transfer job's release shape, with its public rows and their certified norm
-    once the feature count is known (None for any other job)."""
+    once the feature count (and, for a public test file, its rows) is known (None for any other
+    job)."""
     tr = spec.transfer
     if tr is None:
         return None
@@ -682,10 +689,25 @@ def transfer_plan(spec: JobSpec, n_features: int | None) -> TransferPlan | None:
 
     m = spec.model
     outputs = None if m.name == "softmax" and m.n_classes is None else facts.outputs(m.name, m.n_classes)
+    pending = TransferPlan(rows=tr.rows, outputs=outputs)
     if n_features is None or outputs is None:  # the schema's classes or the features not known yet
-        return TransferPlan(rows=tr.rows, outputs=outputs)
-    try:
-        pf = PublicFeatures(tr.rows, int(n_features), tr.distribution, tr.scale, tr.seed)
-    except ValueError as e:
-        raise PlanError("transfer.rows", str(e).split(": ", 1)[-1]) from e
-    return TransferPlan(rows=tr.rows, outputs=outputs, public=pf, norm=pf.operator_norm())
+        return pending
+    pf: PublicFeatures | PublicFile
+    if tr.public == "public_test":
+        if public_rows is None:
+            return pending  # only a member holding the file can bind it
+        try:
+            pf = PublicFile.of(public_rows)
+        except ValueError as e:
+            raise PlanError("transfer.public", str(e).split(": ", 1)[-1]) from e
+        if pf.features != n_features:
+            raise PlanError("transfer.public", f"the public test file has {pf.features} features, the rows "
+                            f"{n_features}")
+        if tr.rows is not None and tr.rows != pf.rows:
+            raise PlanError("transfer.rows", f"{tr.rows} asked, the public test file has {pf.rows} rows")
+    else:
+        try:
+            pf = PublicFeatures(int(tr.rows or 0), int(n_features), tr.distribution, tr.scale, tr.seed)
+        except ValueError as e:
+            raise PlanError("transfer.rows", str(e).split(": ", 1)[-1]) from e
+    return TransferPlan(rows=pf.rows, outputs=outputs, public=pf, norm=pf.operator_norm())

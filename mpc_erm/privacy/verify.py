@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from mpc_erm.models.public_features import PublicFeatures
+from mpc_erm.models.public_features import PublicFeatures, PublicFile
 
 from .events import DpEvent, GaussianRounds, PureDp, compose, event_from_dict, wor_sample_size
 from .report import SCHEMA, SIMULATION_TRUST_MODEL, PrivacyReport
@@ -162,8 +162,8 @@ _ACCOUNTANT_LINES = {"rdp": "RDP", "zcdp": "zCDP", "gdp": "exact GDP", "pld": "P
 class _Recompute:
     """The report's numbers recomputed, one check at a time (each guarded by :func:`verify_report`)."""
 
-    def __init__(self, report: PrivacyReport, plan: dict[str, Any]) -> None:
-        self.r, self.plan = report, plan
+    def __init__(self, report: PrivacyReport, plan: dict[str, Any], public_rows: Any = None) -> None:
+        self.r, self.plan, self.public_rows = report, plan, public_rows
         self.ev: DpEvent = event_from_dict(plan["event"])
         self.real = report.realisation
         self.eps = math.inf
@@ -224,11 +224,26 @@ class _Recompute:
         if self.plan["method"] != "output":
             return Check("transfer", False, f"knowledge transfer releases an output job's scores, not a "
                                             f"{self.plan['method']!r} job's")
-        pf = PublicFeatures(int(tr["rows"]), int(tr["features"]), tr["distribution"],
-                            None if tr["scale"] is None else float(tr["scale"]), int(tr["seed"]))
+        pf: PublicFeatures | PublicFile
+        if tr["distribution"] == "public_test":
+            if self.public_rows is None:
+                return Check("transfer", False, f"the public rows are the data set's public test file (sha256 "
+                                                f"{str(tr.get('sha256'))[:16]}…): give it to recompute ‖X̃‖₂ "
+                                                "(`report verify --public-rows FILE`)")
+            pf = PublicFile.of(self.public_rows)
+            if pf.sha256 != tr.get("sha256"):
+                return Check("transfer", False, f"the public rows given have sha256 {pf.sha256[:16]}…, the report's "
+                                                f"{str(tr.get('sha256'))[:16]}…")
+        else:
+            pf = PublicFeatures(int(tr["rows"]), int(tr["features"]), tr["distribution"],
+                                None if tr["scale"] is None else float(tr["scale"]), int(tr["seed"]))
         norm = pf.operator_norm()
+        # a seeded draw has no file digest, a file no seed or scale
+        own_fields = tr.get("sha256") is None if isinstance(pf, PublicFeatures) else (
+            tr.get("seed") is None and tr.get("scale") is None)
         return Check("transfer", _same(tr["operator_norm"], norm) and dim == pf.rows * int(tr["outputs"])
-                     and tr["public_rows"] == pf.describe(),
+                     and tr["public_rows"] == pf.describe() and int(tr["rows"]) == pf.rows
+                     and int(tr["features"]) == pf.features and own_fields,
                      f"‖X̃‖₂ ≤ {norm:.9g} recomputed from {pf.describe()} (the plan says {tr['operator_norm']}); "
                      f"{pf.rows} rows × {tr['outputs']} scores = {pf.rows * int(tr['outputs'])} released values "
                      f"(the plan's dim {dim})")
@@ -440,16 +455,18 @@ class _Recompute:
         ]
 
 
-def verify_report(report: PrivacyReport) -> ReportVerification:
+def verify_report(report: PrivacyReport, public_rows: Any = None) -> ReportVerification:
     """The checks of the module docstring; a report without a plan cannot be verified. Never
-    raises: a field that cannot be read fails the check that needs it, naming why."""
+    raises: a field that cannot be read fails the check that needs it, naming why.
+    ``public_rows``: a knowledge-transfer job's public test file's features (its ‖X̃‖₂ is
+    recomputed from them; a seeded job's rows are drawn again from the report)."""
     plan = report.plan
     if plan is None:
         return ReportVerification(math.inf, 1.0, [Check("plan", False, "the report has no plan section: it was not "
                                                         "made by a job's privacy plan and cannot be recomputed")])
     checks = [_security_check(report)]
     try:
-        rec = _Recompute(report, plan)
+        rec = _Recompute(report, plan, public_rows)
     except Exception as exc:  # the event does not parse: nothing else can be recomputed
         return ReportVerification(math.inf, 1.0, [*checks, Check("event", False, f"the plan's event cannot be read: "
                                                                  f"{_why(exc)}")])

@@ -344,7 +344,13 @@ def forecast_job(spec: JobSpec, parts: Sequence[Dataset], *, evaluate: Dataset |
         plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, None), noise_split=noise_split)
         return _rounds_forecast(spec, plan, InProcessNetworkJob(spec, plan, parts), target, runs, seed)
     sizes = public_sizes(spec, None if owners is not None else [p.n for p in parts])
-    plan = plan_job(spec, sampler="mpc", sizes=sizes, n_features=d, noise_split=noise_split)
+    public = None
+    if spec.transfer is not None and spec.transfer.public == "public_test":  # the public test file: --eval
+        if evaluate is None:
+            raise ValueError("transfer.public: 'public_test' scores the data set's public test file: give it as the "
+                             "evaluation rows (job plan --eval)")
+        public = np.asarray(evaluate.X)
+    plan = plan_job(spec, sampler="mpc", sizes=sizes, n_features=d, noise_split=noise_split, public_rows=public)
     job = InProcessJob(spec, plan, parts)
     loss = job.run.proto.loss
     Xp, yp = _tensors(pooled)
@@ -354,7 +360,7 @@ def forecast_job(spec: JobSpec, parts: Sequence[Dataset], *, evaluate: Dataset |
     noise_free = None
     # without noise: the optimiser's (or the transfer's student's) share of the gap
     if spec.method == "gradient" or spec.transfer is not None:
-        quiet = plan_job(spec, sampler="mpc", test_no_noise=True, sizes=sizes, n_features=d)
+        quiet = plan_job(spec, sampler="mpc", test_no_noise=True, sizes=sizes, n_features=d, public_rows=public)
         noise_free = _metric(loss, InProcessJob(spec, quiet, parts).release(torch.Generator().manual_seed(seed)),
                              target)[1]
     g = plan.guarantee()

@@ -352,3 +352,21 @@ def test_a_knowledge_transfer_job_plans_on_csv_files_and_says_what_it_releases(
     assert "knowledge transfer" in out and "1 release(s) of 300 numbers" in out, out
     receipt = json.loads((files / "kt.plan.json").read_text())
     assert receipt["dim"] == 300 and receipt["method"] == "output"
+
+
+def test_a_transfer_job_on_the_public_test_file_plans_on_the_eval_file(
+        files: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``transfer.public = "public_test"``: the dry run scores the --eval file as the public rows
+    (in the daemons, the data set's public test file), and without one it says which option to give."""
+    job = files / "kt-file.toml"
+    job.write_text(JOB.format(eps=4.0).replace('method = "gradient"', 'method = "output"')
+                   .replace("clip = 1.0", 'mechanism = "gaussian"')
+                   .split("[training]")[0] + '[transfer]\npublic = "public_test"\n')
+    code, _, err = _plan(files, job, monkeypatch, capsys)
+    assert code != 0 and "--eval" in err, err
+    data = [a for p in ("alice", "bob", "carol") for a in ("--data", str(files / "d" / f"{p}.csv"))]
+    code, out, err = run_main(monkeypatch, capsys, "job", "plan", str(job), "--schema", str(SCHEMA), "--runs", "2",
+                              "--eval", str(files / "d" / "new.csv"), *data)
+    assert code in (0, 3) and "knowledge transfer" in out, (out, err)
+    rows = sum(1 for _ in (files / "d" / "new.csv").open()) - 1
+    assert f"1 release(s) of {rows} numbers" in out, out

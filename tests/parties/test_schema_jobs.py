@@ -123,7 +123,7 @@ def parties(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Parties]:
     # the same files as "visits-other", where carol's copy of the schema has another bound
     extra = {p: {"visits-other": {"format": "csv", "path": f, "schema": other if p == "carol" else schema_file},
                  # and as "visits-kt", with its own budget, for the knowledge-transfer job
-                 "visits-kt": {"format": "csv", "path": f, "schema": schema_file}}
+                 "visits-kt": {"format": "csv", "path": f, "schema": schema_file, "public_test": public}}
              for p, f in files.items()}
     with LocalConsortium(root / "cons", dataset="visits", party_data=data, extra_datasets=extra, dealer=False,
                          allow_test_only=True, budget_epsilon=50.0) as cons:
@@ -180,6 +180,29 @@ def test_a_knowledge_transfer_job_through_three_daemons(parties: Parties, tmp_pa
     assert report["parameters"]["protocol"] == "knowledge_transfer", report["parameters"]
     v = verify_report(PrivacyReport.model_validate(report))
     assert v.ok and any(c.name == "transfer" for c in v.checks), [c for c in v.checks if not c.ok]
+
+    # the public test file every party holds as the public rows: the same sparse student at every
+    # member, the file's digest in the report, and `report verify` recomputes the norm from the file
+    from click.testing import CliRunner
+
+    from coordinator.cli import cli
+
+    on_file = tmp_path / "kt-file.toml"
+    on_file.write_text(TRANSFER_JOB.replace("rows = 50\nseed = 3\n", 'public = "public_test"\n'))
+    with parties.cons.client() as client:
+        job_id = client.submit(on_file)["job_id"]
+        ends = {e["member"]: e for e in client.watch(job_id) if e["phase"] in TERMINAL or e["phase"] == "error"}
+        assert {m: e["phase"] for m, e in ends.items()} == dict.fromkeys(("alice", "bob", "carol"), "succeeded"), ends
+        assert client.result(job_id, tmp_path / "result-file")["models_identical"]
+    got = json.loads((tmp_path / "result-file" / "privacy_report.json").read_text())["plan"]["transfer"]
+    assert got["distribution"] == "public_test" and got["rows"] == 59 and len(got["sha256"]) == 64  # 60, one dropped
+    runner = CliRunner()
+    path = str(tmp_path / "result-file" / "privacy_report.json")
+    alone = runner.invoke(cli, ["report", "verify", path])
+    assert alone.exit_code == 1 and "--public-rows" in alone.output, alone.output
+    given = runner.invoke(cli, ["report", "verify", path, "--public-rows", str(parties.public),
+                                "--schema", str(parties.schema_file)])
+    assert given.exit_code == 0, given.output
 
 
 def test_schema_jobs_through_three_daemons(parties: Parties, tmp_path: Path) -> None:

@@ -4,7 +4,8 @@ every field of every report kind, each change caught as a failed check, and none
 The kinds: the demo's gradient and output jobs (in-MPC discrete Gaussian, replace-one, unequal
 counts so that the weighting matters), DP-SGD with Poisson sampling, uniform owner sampling
 (DP-Fed, client level), per-coordinate Laplace (pure ε), knowledge transfer (the teacher's scores on
-public rows: their norm is drawn again and recomputed), the zCDP accountant, distributed noise
+public rows: their norm is drawn again and recomputed; or its data set's public test file, given to
+the verifier), the zCDP accountant, distributed noise
 (semi-honest and malicious-secure), and in-process simulations (ideal Gaussian, ℓ2-Laplace).
 Left out of the table, each for its reason: ``notes`` and ``parameters`` (free text and the run's
 settings, restated from the fields checked), ``plan.what_is_public`` (its wording; the unit and the
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -50,8 +52,9 @@ def _spec(method: str = "gradient", **privacy: Any) -> dict[str, Any]:
 
 
 def _mpc(spec: dict[str, Any], sizes: PublicSizes, *, split: NoiseSplit | None = None, trust: str = RSS,
-         security: str = "semi-honest", features: int = 104) -> dict[str, Any]:
-    plan = plan_job(JobSpec.model_validate(spec), sampler="mpc", sizes=sizes, n_features=features, noise_split=split)
+         security: str = "semi-honest", features: int = 104, public: np.ndarray | None = None) -> dict[str, Any]:
+    plan = plan_job(JobSpec.model_validate(spec), sampler="mpc", sizes=sizes, n_features=features, noise_split=split,
+                    public_rows=public)
     real = realise(plan, 3)
     rep = plan.report(noise_scale=real.report_scale, realisation=real.describe(), trust_model=trust, parties=3,
                       security=security)  # type: ignore[arg-type]
@@ -73,6 +76,9 @@ def _federated() -> dict[str, Any]:
     return _mpc(spec, PublicSizes(public_n=1000), features=30)
 
 
+#: A report kind whose public rows are a file the parties hold: `report verify` is given the file.
+PUBLIC_ROWS = {"knowledge transfer, public test file": np.random.default_rng(5).uniform(-0.1, 0.1, (70, 104))}
+
 KINDS: dict[str, Callable[[], dict[str, Any]]] = {
     "demo gradient": lambda: _mpc(_spec(), COUNTS),
     "demo output": lambda: _mpc(_spec("output", mechanism="gaussian"), COUNTS),
@@ -84,6 +90,9 @@ KINDS: dict[str, Callable[[], dict[str, Any]]] = {
     "laplace output": lambda: _mpc(_spec("output", mechanism="laplace_thesis", delta=1e-9), COUNTS),
     "knowledge transfer": lambda: _mpc({**_spec("output", mechanism="gaussian"), "transfer": {"rows": 60, "seed": 7}},
                                        COUNTS),
+    "knowledge transfer, public test file": lambda: _mpc(
+        {**_spec("output", mechanism="gaussian"), "transfer": {"public": "public_test"}}, COUNTS,
+        public=PUBLIC_ROWS["knowledge transfer, public test file"]),
     "zcdp": lambda: _mpc(_spec(accountant="zcdp"), COUNTS),
     "distributed": lambda: _mpc(_spec(noise="distributed"), COUNTS, split=NoiseSplit(3, 2)),
     "malicious": lambda: _mpc(_spec(noise="distributed"), COUNTS, split=NoiseSplit(3, 2),
@@ -102,7 +111,7 @@ _SWAPS = {"adjacency": {"replace": "add_remove", "add_remove": "replace"},
                    "discrete_laplace": "discrete_gaussian"},
           "security": {"semi-honest": "malicious", "malicious": "semi-honest"},
           "subsampled_rdp": {"exact": "general", "general": "exact"},
-          "distribution": {"uniform": "gaussian", "gaussian": "uniform"}}
+          "distribution": {"uniform": "gaussian", "gaussian": "uniform", "public_test": "uniform"}}
 
 
 def _changed(key: str, value: Any) -> Any:
@@ -111,7 +120,7 @@ def _changed(key: str, value: Any) -> Any:
         return {"rdp": "zcdp", "zcdp": "rdp", "pure": "rdp", "gdp": "pld", "pld": "gdp"}.get(value, "PLD (forged)")
     if key == "trust_model":
         return RSS if value == SIMULATION_TRUST_MODEL else SIMULATION_TRUST_MODEL
-    if key in ("schema", "public_rows"):
+    if key in ("schema", "public_rows", "sha256") and isinstance(value, str):
         return value + ".forged"
     if isinstance(value, str) and key in _SWAPS:
         return _SWAPS[key][value]
@@ -156,7 +165,7 @@ def reports() -> dict[str, dict[str, Any]]:
 
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_every_kind_of_report_holds_as_made(reports: dict[str, dict[str, Any]], kind: str) -> None:
-    v = verify_report(PrivacyReport.model_validate(reports[kind]))
+    v = verify_report(PrivacyReport.model_validate(reports[kind]), PUBLIC_ROWS.get(kind))
     assert v.ok, [c for c in v.checks if not c.ok]
     assert len(v.checks) >= 20 and v.epsilon <= reports[kind]["plan"]["target_epsilon"] * (1 + 1e-9)
 
@@ -176,7 +185,7 @@ def test_every_field_changed_is_caught_and_nothing_raises(reports: dict[str, dic
         except ValueError:
             continue  # the report's own schema refuses it (e.g. a mechanism without its norm): caught on reading
         tried += 1
-        if verify_report(parsed).ok:
+        if verify_report(parsed, PUBLIC_ROWS.get(kind)).ok:
             missed.append((path, value, _changed(path[-1], value)))
     assert not missed, f"{kind}: {len(missed)} of {tried} changes pass verification: {missed}"
     assert tried >= 40, tried

@@ -266,3 +266,48 @@ def test_the_privacy_audit_runs_on_a_transfer_job_and_flags_its_noise_off_contro
     real = audit_job(spec, parts, canaries=200)
     control = audit_job(spec, parts, canaries=200, broken_control=True)
     assert real.epsilon_lower_bound <= real.stated_epsilon < control.epsilon_lower_bound, (real, control)
+
+
+def test_the_public_test_file_as_public_rows_is_pinned_by_digest_and_verified_with_the_file() -> None:
+    """``public = "public_test"``: the rows are the data set's public test file (as every member
+    reads it). The plan binds them only when given, states their digest and certified norm, and
+    `report verify` recomputes the norm from the file, failing without it or with another file."""
+    from mpc_erm.mpc.noise import realise
+
+    spec = JobSpec.model_validate({"method": "output", "model": {"name": "logistic", "lam": 0.05},
+                                   "privacy": {"epsilon": 2.0, "delta": 1e-5, "mechanism": "gaussian"},
+                                   "transfer": {"public": "public_test", "student_sparsity": 3}})
+    sizes = public_sizes(spec, COUNTS)
+    pending = plan_job(spec, sampler="mpc", sizes=sizes, n_features=D)
+    assert pending.transfer is not None and pending.transfer.norm is None and pending.dim is None
+    with pytest.raises(ValueError, match="no feature count yet"):
+        pending.sensitivity_l2()
+    rng = np.random.default_rng(3)
+    public = rng.uniform(-1, 1, (45, D))  # rows outside the unit ball: scaled onto it, as the parties' rows
+    plan = plan_job(spec, sampler="mpc", sizes=sizes, n_features=D, public_rows=public)
+    assert plan.transfer is not None and plan.dim == 45
+    held = public / np.maximum(1.0, np.linalg.norm(public, axis=1, keepdims=True))
+    exact = float(np.linalg.svd(held, compute_uv=False)[0])
+    assert exact <= plan.transfer.norm <= exact * (1 + 1e-8)
+    parts = _parts("logistic")
+    job = InProcessJob(spec, plan, parts)
+    assert int((job.release(torch.Generator().manual_seed(0)) != 0).sum()) <= 3
+    with pytest.raises(ValueError, match="transfer.rows"):
+        plan_job(JobSpec.model_validate({**spec.model_dump(mode="json", exclude_none=True),
+                                         "transfer": {"public": "public_test", "rows": 44}}),
+                 sampler="mpc", sizes=sizes, n_features=D, public_rows=public)
+    with pytest.raises(ValueError, match="transfer.public"):
+        plan_job(spec, sampler="mpc", sizes=sizes, n_features=D, public_rows=public[:, :5])
+    with pytest.raises(ValueError, match="transfer.seed"):
+        JobSpec.model_validate({**spec.model_dump(mode="json", exclude_none=True),
+                                "transfer": {"public": "public_test", "seed": 4}})
+    with pytest.raises(ValueError, match="transfer.rows: required"):
+        JobSpec.model_validate({**spec.model_dump(mode="json", exclude_none=True), "transfer": {"seed": 4}})
+    real = realise(plan, 3)
+    rep = plan.report(noise_scale=real.report_scale, realisation=real.describe(), trust_model="MPC: test", parties=3)
+    assert rep.plan is not None and rep.plan["transfer"]["distribution"] == "public_test"
+    checks = {c.name: c for c in verify_report(rep).checks}
+    assert not checks["transfer"].ok and "--public-rows" in checks["transfer"].detail
+    assert verify_report(rep, public).ok
+    other = {c.name: c for c in verify_report(rep, public[::-1]).checks}
+    assert not other["transfer"].ok and "sha256" in other["transfer"].detail
