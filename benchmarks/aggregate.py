@@ -158,38 +158,51 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
-def job_noise(dim: int, rounds: int, parties: int) -> tuple[Any, dict[str, Any]]:
+def job_noise(dim: int, rounds: int, parties: int, kind: str = "mpc") -> tuple[Any, dict[str, Any]]:
     """The noise a gradient job of ``dim`` coordinates and ``rounds`` rounds gets from the product's
     planner and engine (logistic regression, ε = 1, δ = 1e-5, clip 1, replace-one, 10,000 rows a
-    party): its NoiseSpec (grid, σ, coin bits) and the realisation's description."""
+    party): its NoiseSpec (grid, σ, coin bits) and the realisation's description. ``kind``
+    "distributed": ``privacy.noise = "distributed"`` among the parties, one of which may be corrupt
+    (each party's share, sized so the honest ones carry the guarantee)."""
     from mpc_erm.mpc.noise import realise
+    from mpc_erm.privacy.distributed import NoiseSplit
     from mpc_erm.privacy.plan import PublicSizes, plan_job
     from mpc_erm.spec import JobSpec
 
+    privacy: dict[str, Any] = {"epsilon": 1.0, "delta": 1e-5, "clip": 1.0}
+    split = None
+    if kind == "distributed":
+        privacy["noise"] = "distributed"
+        split = NoiseSplit(parties, parties - 1)
     spec = JobSpec.model_validate({
-        "method": "gradient", "model": {"name": "logistic", "lam": 1e-4},
-        "privacy": {"epsilon": 1.0, "delta": 1e-5, "clip": 1.0}, "training": {"iterations": rounds}})
-    plan = plan_job(spec, sampler="mpc", sizes=PublicSizes(counts=(10_000,) * parties), n_features=dim - 1)
+        "method": "gradient", "model": {"name": "logistic", "lam": 1e-4}, "privacy": privacy,
+        "training": {"iterations": rounds}})
+    plan = plan_job(spec, sampler="mpc", sizes=PublicSizes(counts=(10_000,) * parties), n_features=dim - 1,
+                    noise_split=split)
     real = realise(plan, parties)
-    return real.spec, {"job": "gradient, logistic, ε = 1, δ = 1e-5, clip 1, replace-one, 10,000 rows per party",
+    return real.spec, {"job": "gradient, logistic, ε = 1, δ = 1e-5, clip 1, replace-one, 10,000 rows per party"
+                              + (f", distributed noise ({split.describe()})" if split else ""),
                        **real.describe()}
 
 
 def _streamed_party(ctx: Any, dim: int, rounds: int, noise: str, scale: float, sensitivity: float | None,
-                    seed: int, plan_rounds: int | None = None) -> dict[str, Any]:
+                    seed: int, plan_rounds: int | None = None, kind: str = "mpc") -> dict[str, Any]:
     """The whole pipeline of a job's rounds as the worker runs it: the noise streamed
     (``prepare`` samples the first release, ``top_up`` the next before each round), each round
-    one aggregate; wall time from the start of the noise to the last reveal."""
+    one aggregate; wall time from the start of the noise to the last reveal. ``kind``
+    "distributed": each party's own share, sampled locally (the worker's ``DistributedNoise``)."""
     import torch
 
     from mpc_erm.mpc.aggregator import MpcAggregator
+    from mpc_erm.mpc.local_noise import DistributedNoise
     from mpc_erm.mpc.noise import InMpcNoise
 
     comm = ctx.comm
     c = contribution(ctx.rank, dim, seed)
-    spec = job_noise(dim, plan_rounds, ctx.world_size)[0] if plan_rounds else noise_spec(noise, scale, sensitivity)
+    spec = job_noise(dim, plan_rounds, ctx.world_size, kind)[0] if plan_rounds else noise_spec(noise, scale,
+                                                                                               sensitivity)
     ones = torch.ones(1, dtype=torch.float64)
-    src = InMpcNoise()
+    src: InMpcNoise | DistributedNoise = DistributedNoise() if kind == "distributed" else InMpcNoise()
     agg = MpcAggregator(src)
     rss_before = _rss_bytes()
     comm.barrier()
@@ -215,10 +228,12 @@ def _streamed_party(ctx: Any, dim: int, rounds: int, noise: str, scale: float, s
 
 def run_streamed(parties: int, dim: int, rounds: int, *, noise: str = "gaussian", scale: float = 1.0,
                  sensitivity: float | None = 1.0, trust: str = "dealer", seed: int = 0, timeout_s: float = 7200.0,
-                 progress: Any = None, as_job: bool = False, job_rounds: int | None = None) -> dict[str, Any]:
+                 progress: Any = None, as_job: bool = False, job_rounds: int | None = None,
+                 kind: str = "mpc") -> dict[str, Any]:
     """``--streamed``: a job's whole noise + online pipeline over ``rounds`` rounds of ``dim``;
     ``as_job``: with the noise a gradient job of ``job_rounds`` (default ``rounds``) rounds gets
-    (:func:`job_noise`; its grid, σ and coin bits), instead of ``--sigma``/``--sensitivity``."""
+    (:func:`job_noise`; its grid, σ and coin bits), instead of ``--sigma``/``--sensitivity``;
+    ``kind`` "distributed" (with ``as_job``): that job with ``privacy.noise = "distributed"``."""
     from mpc_erm.mpc.local import run_local_full
 
     if noise == "none":
@@ -229,24 +244,25 @@ def run_streamed(parties: int, dim: int, rounds: int, *, noise: str = "gaussian"
     if as_job:
         if noise != "gaussian":
             raise ValueError("--as-job plans a gradient job: its noise is gaussian")
-        job = job_noise(dim, job_rounds or rounds, parties)[1]
+        job = job_noise(dim, job_rounds or rounds, parties, kind)[1]
         job["rounds_planned"] = job_rounds or rounds
     plan_rounds = (job_rounds or rounds) if as_job else None
     run_ = run_local_full(_streamed_party, parties=parties, trust=trust,
-                          args=(dim, rounds, noise, scale, sensitivity, seed, plan_rounds), timeout_s=timeout_s,
+                          args=(dim, rounds, noise, scale, sensitivity, seed, plan_rounds, kind), timeout_s=timeout_s,
                           deadline_s=max(120.0, 2e-4 * dim))
     reports = run_.results
     slow = max(reports, key=lambda r: r["total_s"])
     samples = dim * rounds
-    plan = reports[0]["noise_stats"]["plans"][0]
+    plans = reports[0]["noise_stats"].get("plans")  # the in-MPC sampler's batches (none for distributed noise)
     return jsonable({
         "benchmark": "aggregate_streamed",
         "machine": machine_info(),
         "parameters": {"parties": parties, "dim": dim, "rounds": rounds, "noise": noise,
                        "scale": None if as_job else scale, "sensitivity": None if as_job else sensitivity,
-                       "trust": trust, "seed": seed, "as_job": job},
-        "what": "the job's pipeline: noise streamed one round ahead (InMpcNoise.prepare / top_up, as the worker "
-                "calls them) and one MpcAggregator aggregate per round; no local gradient to overlap with",
+                       "trust": trust, "seed": seed, "as_job": job, "noise_kind": kind},
+        "what": "the job's pipeline: noise streamed one round ahead (InMpcNoise, or DistributedNoise for distributed "
+                "noise: prepare / top_up, as the worker calls them) and one MpcAggregator aggregate per round; no "
+                "local gradient to overlap with",
         "trust_model": reports[0]["describe"]["trust_model"],
         "total_s": slow["total_s"],
         "first_round_ready_s": max(r["first_round_ready_s"] for r in reports),
@@ -255,8 +271,8 @@ def run_streamed(parties: int, dim: int, rounds: int, *, noise: str = "gaussian"
         "online_p50_s": slow["online_p50_s"],
         "samples": samples,
         "samples_per_second_pipeline": samples / slow["total_s"],
-        "noise_batch": plan["batch"],
-        "peak_pool_bytes": max(r["noise_stats"]["peak_pool_bytes"] for r in reports),
+        "noise_batch": plans[0]["batch"] if plans else None,
+        "peak_pool_bytes": max(r["noise_stats"].get("peak_pool_bytes", 0) for r in reports),
         "peak_rss_bytes_max_over_parties": max(r["peak_rss_bytes"] for r in reports),
         "rss_before_noise_bytes_max_over_parties": max(r["rss_before_bytes"] for r in reports),
         "online_samples": max(r["noise_stats"]["online_samples"] for r in reports),
