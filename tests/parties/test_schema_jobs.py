@@ -204,6 +204,18 @@ def test_a_knowledge_transfer_job_through_three_daemons(parties: Parties, tmp_pa
                                 "--schema", str(parties.schema_file)])
     assert given.exit_code == 0, given.output
 
+    # malicious-secure: every party proves its scores within ‖X̃‖₂·(G/λ + τ)·w and its noise share
+    malicious = tmp_path / "kt-malicious.toml"
+    malicious.write_text(TRANSFER_JOB.replace('trust = "replicated"', 'trust = "replicated"\nsecurity = "malicious"')
+                         .replace('mechanism = "gaussian"', 'mechanism = "gaussian"\nnoise = "distributed"'))
+    with parties.cons.client() as client:
+        job_id = client.submit(malicious)["job_id"]
+        ends = {e["member"]: e for e in client.watch(job_id) if e["phase"] in TERMINAL or e["phase"] == "error"}
+        assert {m: e["phase"] for m, e in ends.items()} == dict.fromkeys(("alice", "bob", "carol"), "succeeded"), ends
+        assert client.result(job_id, tmp_path / "result-malicious")["models_identical"]
+    got = json.loads((tmp_path / "result-malicious" / "privacy_report.json").read_text())
+    assert got["security"] == "malicious" and got["plan"]["transfer"]["rows"] == 50, got["security"]
+
 
 def test_schema_jobs_through_three_daemons(parties: Parties, tmp_path: Path) -> None:
     cons, schema_file, files, public = parties.cons, parties.schema_file, parties.files, parties.public
