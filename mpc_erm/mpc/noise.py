@@ -80,6 +80,9 @@ LAPLACE_K = 56  # bits per coin: TV to the ideal Laplace ≈ 23·2^-56 per sampl
 # ≈ 7 % of the gates. At ε = 1, δ = 1e-5, k = 44 covers ≈ 10^4 samples per job, 56 ≈ 2·10^7,
 # 62 ≈ 1.5·10^9 (docs/explanation/privacy.md §5).
 GAUSSIAN_COIN_BITS = (40, 44, 48, 52, 56, 58, 60, 62)
+# Distributed noise is sampled in the clear by each party, where a coin wider than 62 bits costs a
+# second keystream word, not a circuit: past 62 bits its TV halves a bit (samplers.reference.coins_below).
+DISTRIBUTED_COIN_BITS = (*GAUSSIAN_COIN_BITS, 72, 88, 124)
 
 
 @dataclass(frozen=True)
@@ -362,7 +365,8 @@ def realise(plan: PrivacyPlan, parties: int, grid_bits: int | None = None) -> Re
         s_grid = grid_sensitivity_units(delta_s, g, dim, parties, "l2")
         need = z * s_grid
         sigma = need / math.sqrt(h) * 2.0**-g
-        for coin_bits in GAUSSIAN_COIN_BITS:  # the cheapest coins whose TV fits the plan's budget
+        widths = GAUSSIAN_COIN_BITS if split is None else DISTRIBUTED_COIN_BITS
+        for coin_bits in widths:  # the cheapest coins whose TV fits the plan's budget
             for _ in range(64):  # for_sigma never samples below the request; guard the float round trip
                 spec = NoiseSpec("gaussian", sigma, sensitivity=delta_s, grid_bits=g, coin_bits=coin_bits)
                 noise_plan = plan_noise(spec, dim, parties)

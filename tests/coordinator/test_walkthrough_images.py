@@ -1,7 +1,11 @@
 """docs/tutorials/images.md ("From a folder of images to predictions"), run as written: PNG folders
 at three parties (no schema), `data check`, `job plan --search` on the listings, a DP-SGD job
 through three real daemons from provisioned kits, `model predict` on new images, `budget show`.
-Only the three ports are replaced by free ones."""
+Only the three ports are replaced by free ones.
+
+Marked ``long`` (80–100 s on 2 cores): CI runs it with the long campaigns after ``make test``; the
+CSV walkthrough (``test_walkthrough.py``) keeps the same path (kits, daemons, predict) in the
+default suite."""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from tests.coordinator.test_walkthrough import ROOT, run_walkthrough
 
 PAGE = ROOT / "docs" / "tutorials" / "images.md"
 
-pytestmark = [pytest.mark.e2e]
+pytestmark = [pytest.mark.e2e, pytest.mark.long]
 
 
 def test_the_images_walkthrough_goes_from_png_folders_to_predictions(tmp_path: Path) -> None:

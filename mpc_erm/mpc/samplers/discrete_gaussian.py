@@ -52,7 +52,7 @@ from .bits import LANES, and_many, and_words, b2a_bits, local_words, open_words,
 from .coins import random_coins, threshold_masks
 from .discrete_laplace import laplace_parts
 from .gaussian import DiscreteGaussianParams, candidates_for, ideal_acceptance_lower_bound
-from .params import FRAC_BITS
+from .params import FRAC_BITS, MPC_MAX_COIN_BITS
 
 crypten = import_crypten()
 from crypten.config import cfg  # noqa: E402  (after the compat shim)
@@ -186,6 +186,9 @@ def sample_discrete_gaussian_integers(
     """n discrete Gaussian samples in grid units (ArithmeticSharedTensor, precision 0)."""
     if n < 1:
         raise ValueError("n must be positive")
+    if params.k > MPC_MAX_COIN_BITS:
+        raise ValueError(f"coin bits: the MPC's circuits compare at most {MPC_MAX_COIN_BITS}-bit coins, got {params.k} "
+                         "(wider coins are for distributed noise, sampled by each party in the clear)")
     device = torch.device("cpu") if device is None else torch.device(device)
     if params.revealed:
         return _sample_revealed(params, n, device)

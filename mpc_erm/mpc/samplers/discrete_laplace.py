@@ -47,7 +47,7 @@ import torch
 from ..crypten_compat import import_crypten, plain
 from .bits import LANES, and_words, b2a_bits, local_words, party_rank
 from .coins import random_coins, threshold_masks
-from .params import FRAC_BITS, DiscreteLaplaceParams
+from .params import FRAC_BITS, MPC_MAX_COIN_BITS, DiscreteLaplaceParams
 
 crypten = import_crypten()
 from crypten.mpc.mpc import MPCTensor  # noqa: E402  (after the compat shim)
@@ -94,6 +94,8 @@ def laplace_parts(
     (the discrete Gaussian's acceptance test needs |D|; one batched multiplication gives both)."""
     if n < 1:
         raise ValueError("n must be positive")
+    if params.k > MPC_MAX_COIN_BITS:
+        raise ValueError(f"coin bits: the MPC's circuits compare at most {MPC_MAX_COIN_BITS}-bit coins, got {params.k}")
     device = torch.device("cpu") if device is None else torch.device(device)
     w = -(-n // LANES)
     coins = random_coins(threshold_masks(params.thresholds, params.k, device), w, device)  # (J, W)

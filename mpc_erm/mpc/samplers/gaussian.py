@@ -72,7 +72,7 @@ import numpy as np
 from .params import FRAC_BITS, DiscreteLaplaceParams, coin_threshold, default_bits, full_support_bits
 from .pmf import geometric_log_pmf, signed_log_pmf
 from .pmf import log_pmf as laplace_log_pmf
-from .reference import reference_samples
+from .reference import coins_below, reference_samples
 
 __all__ = [
     "DiscreteGaussianParams",
@@ -340,10 +340,9 @@ def _reference_candidates(params: DiscreteGaussianParams, n: int, rng: np.random
 def _reference_accept(params: DiscreteGaussianParams, cand: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """The acceptance bits of the candidates ``cand`` with fresh k-bit coins (plaintext)."""
     nn = params.exponent(np.abs(cand))
-    top = 1 << params.k
     acc = np.ones(cand.shape, dtype=bool)
     for i, c in enumerate(params.coin_thresholds, start=params.low_bit):
-        coin = rng.integers(0, top, size=cand.shape, dtype=np.int64) < c
+        coin = coins_below(rng, params.k, c, cand.shape)
         acc &= ~(((nn >> i) & 1 == 1) & ~coin)
     return acc
 

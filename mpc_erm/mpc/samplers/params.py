@@ -26,9 +26,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DiscreteLaplaceParams", "default_bits", "full_support_bits", "FRAC_BITS", "MAX_GRID_BITS", "coin_threshold"]
+__all__ = ["DiscreteLaplaceParams", "default_bits", "full_support_bits", "FRAC_BITS", "MAX_GRID_BITS", "MAX_COIN_BITS",
+           "MPC_MAX_COIN_BITS", "coin_threshold"]
 
 FRAC_BITS = 16  # CrypTen's default FixedPointEncoder: ring integer = value · 2^16
+#: Bits of a coin's uniform the circuits inside the MPC compare (one int64 bit plane each, and the
+#: plaintext reference draws one int64); distributed noise, sampled in the clear by one party,
+#: may use up to MAX_COIN_BITS (two keystream words a coin: :func:`.reference.coins_below`).
+MPC_MAX_COIN_BITS = 62
+MAX_COIN_BITS = 124
 MAX_GRID_BITS = 40  # finer grids leave too little of the int64 ring for the values (mpc_erm.mpc.noise)
 
 
@@ -64,8 +70,8 @@ class DiscreteLaplaceParams:
             raise ValueError("t must be a positive finite number of grid units")
         if not 1 <= self.bits <= 60:
             raise ValueError("bits must be in 1..60 (magnitude 1 + G must fit the 64-bit ring)")
-        if not 2 <= self.k <= 62:
-            raise ValueError("k must be in 2..62")
+        if not 2 <= self.k <= MAX_COIN_BITS:
+            raise ValueError(f"k must be in 2..{MAX_COIN_BITS}")
         if not 0 <= self.grid_bits <= MAX_GRID_BITS:
             raise ValueError(f"grid_bits must be in 0..{MAX_GRID_BITS}")
         scale = 1 << self.k
