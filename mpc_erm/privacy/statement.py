@@ -175,6 +175,11 @@ def _released(report: PrivacyReport) -> list[str]:
     if _unit(report) == "owner" or protocol == "dp_fed_ls":
         out = [f"The noisy sum of the sampled owners' model updates, once per round for {rounds} rounds, and so "
                "the model after every round. The model is public to every member of the job."]
+    elif method == "output" and plan.get("transfer"):
+        tr = plan["transfer"]
+        out = [f"The noisy scores of the parties' averaged locally trained models (the teacher) on {tr.get('rows')} "
+               "public rows, once. The teacher itself is never released. The model is a student fitted to those "
+               "scores afterwards (it costs nothing more). Both are public to every member of the job."]
     elif method == "output":
         out = ["One noisy average of the parties' locally trained models: the released model. It is public to "
                "every member of the job."]

@@ -172,6 +172,11 @@ def test_a_softmax_job_releases_k_scores_a_row_and_its_report_verifies() -> None
     v = verify_report(mpc_rep)
     assert v.ok, [c for c in v.checks if not c.ok]
     assert any(c.name == "transfer" and c.ok for c in v.checks)
+    from mpc_erm.privacy.statement import job_statement
+
+    said = job_statement(mpc_rep, job_name="kt")  # the plain-language statement says what left the MPC
+    assert "scores" in said and "30 public rows" in said and "teacher itself is never released" in said
+    assert "One noisy average of the parties' locally trained models: the released model" not in said
 
 
 JOB = """method = "output"
