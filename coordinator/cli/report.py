@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import click
+import numpy as np
 
 
 @click.group()
@@ -47,10 +48,8 @@ def verify_cmd(report_path: Path, as_json: bool, public_rows: Path | None, schem
         sys.exit(1)
 
 
-def _public_features(path: Path, schema: Path | None) -> object:
+def _public_features(path: Path, schema: Path | None) -> np.ndarray:
     """The public test file's features as the parties read them (a CSV through its schema)."""
-    import numpy as np
-
     from mpc_erm.data.arrays import load_numpy
     from mpc_erm.data.schema import load_schema, read_csv_with_schema
 

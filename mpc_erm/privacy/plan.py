@@ -57,6 +57,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
+
 from mpc_erm.models.public_features import PublicFeatures, PublicFile
 from mpc_erm.spec import JobSpec
 
@@ -660,7 +662,7 @@ def public_sizes(spec: JobSpec, counts: Sequence[int] | None) -> PublicSizes:
 def plan_job(spec: JobSpec, *, sampler: Sampler = "ideal", test_no_noise: bool = False,
              sizes: PublicSizes | None = None, n_features: int | None = None,
              builder: NetworkBuilder | None = None, noise_split: NoiseSplit | None = None,
-             public_rows: Any = None) -> PrivacyPlan:
+             public_rows: np.ndarray | None = None) -> PrivacyPlan:
     """The job's :class:`PrivacyPlan`: what the daemon reserves at admission (no sizes yet), and,
     bound with the agreed sizes and the model's dimension, what the runs, the ledger and the report
     use (a network's dimension is its parameter count, known from the spec alone — for a plugin
@@ -678,7 +680,7 @@ def plan_job(spec: JobSpec, *, sampler: Sampler = "ideal", test_no_noise: bool =
                             dim=dim, noise_split=noise_split, transfer=transfer)
 
 
-def transfer_plan(spec: JobSpec, n_features: int | None, public_rows: Any = None) -> TransferPlan | None:
+def transfer_plan(spec: JobSpec, n_features: int | None, public_rows: np.ndarray | None = None) -> TransferPlan | None:
     """A knowledge-transfer job's release shape, with its public rows and their certified norm
     once the feature count (and, for a public test file, its rows) is known (None for any other
     job)."""

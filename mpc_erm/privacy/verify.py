@@ -34,6 +34,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from mpc_erm.models.public_features import PublicFeatures, PublicFile
 
 from .events import DpEvent, GaussianRounds, PureDp, compose, event_from_dict, wor_sample_size
@@ -162,7 +164,7 @@ _ACCOUNTANT_LINES = {"rdp": "RDP", "zcdp": "zCDP", "gdp": "exact GDP", "pld": "P
 class _Recompute:
     """The report's numbers recomputed, one check at a time (each guarded by :func:`verify_report`)."""
 
-    def __init__(self, report: PrivacyReport, plan: dict[str, Any], public_rows: Any = None) -> None:
+    def __init__(self, report: PrivacyReport, plan: dict[str, Any], public_rows: np.ndarray | None = None) -> None:
         self.r, self.plan, self.public_rows = report, plan, public_rows
         self.ev: DpEvent = event_from_dict(plan["event"])
         self.real = report.realisation
@@ -455,7 +457,7 @@ class _Recompute:
         ]
 
 
-def verify_report(report: PrivacyReport, public_rows: Any = None) -> ReportVerification:
+def verify_report(report: PrivacyReport, public_rows: np.ndarray | None = None) -> ReportVerification:
     """The checks of the module docstring; a report without a plan cannot be verified. Never
     raises: a field that cannot be read fails the check that needs it, naming why.
     ``public_rows``: a knowledge-transfer job's public test file's features (its ‖X̃‖₂ is
