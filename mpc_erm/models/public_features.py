@@ -84,8 +84,7 @@ def _matrix(pf: PublicFeatures) -> np.ndarray:
     rng = np.random.Generator(np.random.PCG64(pf.seed))
     shape, b = (pf.rows, pf.features), pf.entry_scale
     X = rng.uniform(-b, b, shape) if pf.distribution == "uniform" else b * rng.standard_normal(shape)
-    norms = np.linalg.norm(X, axis=1, keepdims=True)
-    X = np.where(norms > 1.0, X / np.maximum(norms, 1.0), X)
+    X = _in_unit_ball(X, copy=False)
     X.setflags(write=False)  # shared by every caller of the cache
     return X
 
@@ -109,8 +108,7 @@ class PublicFile:
         if X.size > MAX_PUBLIC_ENTRIES or not np.isfinite(X).all():
             raise ValueError("transfer.public: the public rows must be finite and at most "
                              f"{MAX_PUBLIC_ENTRIES:,} entries")
-        norms = np.linalg.norm(X, axis=1, keepdims=True)
-        X = np.where(norms > 1.0, X / np.maximum(norms, 1.0), X)
+        X = _in_unit_ball(X)
         X.setflags(write=False)
         h = hashlib.sha256(f"{X.shape[0]}x{X.shape[1]}:".encode())
         h.update(X.astype("<f8").tobytes())
@@ -120,27 +118,26 @@ class PublicFile:
         return self.values
 
     def operator_norm(self) -> float:
-        return _file_norm(self.sha256, self.values)
+        return _operator_norm(self)
 
     def describe(self) -> str:
         return (f"{self.rows} public rows, the features of the data set's public test file (sha256 "
                 f"{self.sha256[:16]}…), rows scaled into the unit ball")
 
 
-_FILE_NORMS: dict[str, float] = {}  # by digest: a plan is made several times per job
+def _in_unit_ball(X: np.ndarray, copy: bool = True) -> np.ndarray:
+    """Rows as the parties hold theirs (:func:`mpc_erm.data.preprocess.clip_to_unit_ball`), imported
+    here: planning any other job must not load pandas with it."""
+    from mpc_erm.data.preprocess import clip_to_unit_ball
 
-
-def _file_norm(digest: str, X: np.ndarray) -> float:
-    if digest not in _FILE_NORMS:
-        if len(_FILE_NORMS) >= 16:
-            _FILE_NORMS.clear()
-        _FILE_NORMS[digest] = certified_norm(X)
-    return _FILE_NORMS[digest]
+    return clip_to_unit_ball(X, copy=copy)
 
 
 @functools.lru_cache(maxsize=16)
-def _operator_norm(pf: PublicFeatures) -> float:
-    return certified_norm(_matrix(pf))
+def _operator_norm(pf: PublicFeatures | PublicFile) -> float:
+    """A plan is made several times a job: one eigensolve per public matrix (a file is keyed by its
+    digest, which pins its values)."""
+    return certified_norm(pf.matrix())
 
 
 def certified_norm(X: np.ndarray) -> float:
