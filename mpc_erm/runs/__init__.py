@@ -26,12 +26,12 @@ from .curve import CurvePoint, ModelFacts, ModelWriter, RunResult
 from .federated import FederatedRun
 from .guard import AuditTrail, ChargeFacts, ProgressSink, RevealGuard, SpendLedger
 from .inputs import NoisePool, RunRows, concurrently
-from .linear import PROGRESS_EVERY, GradientRun, OutputRun, TransferRun
+from .linear import PROGRESS_EVERY, GradientRun, OutputRun, TransferRun, linear_run_class
 from .network import NetworkRun
 
 __all__ = ["PROGRESS_EVERY", "AuditTrail", "ChargeFacts", "CurvePoint", "FederatedRun", "GradientRun", "JobRun",
            "ModelFacts", "ModelWriter", "NetworkRun", "NoisePool", "OutputRun", "ProgressSink", "RevealGuard",
-           "RunResult", "RunRows", "SpendLedger", "TransferRun", "concurrently", "run_for"]
+           "RunResult", "RunRows", "SpendLedger", "TransferRun", "concurrently", "linear_run_class", "run_for"]
 
 JobRun = OutputRun | TransferRun | GradientRun | NetworkRun | FederatedRun
 
@@ -54,6 +54,6 @@ def run_for(spec: JobSpec, plan: PrivacyPlan, rows: RunRows | None, *, features:
         return NetworkRun(spec, plan, rows, noise=noise, pool=pool, device=device, builder=builder)
     if spec.transfer is not None and owners is not None:
         raise ValueError("transfer: knowledge transfer runs on parties holding their rows, not data owners")
-    kind = GradientRun if spec.method == "gradient" else OutputRun if spec.transfer is None else TransferRun
+    kind = linear_run_class(spec)
     return kind(spec, plan, rows, features=features, weight=weight, noise=noise, pool=pool, device=device,
                 owners=owners)

@@ -27,7 +27,7 @@ from .guard import RevealGuard
 from .inputs import NoisePool, RunRows, concurrently, with_next_noise
 from .metrics import linear_metrics
 
-__all__ = ["GradientRun", "OutputRun", "PROGRESS_EVERY", "TransferRun"]
+__all__ = ["GradientRun", "OutputRun", "PROGRESS_EVERY", "TransferRun", "linear_run_class"]
 
 PROGRESS_EVERY = 5  # rounds between curve points (and the last round)
 
@@ -251,3 +251,11 @@ class GradientRun(_LinearRun):
         return (f"gradient perturbation with {self.owners} data owners: T = {tr.iterations} full-batch rounds, clip "
                 f"C = {self.proto.clip:g}; each owner sends additive shares of its clipped gradient sum to the compute "
                 f"parties; accountant {plan.accountant!r}{sparse}")
+
+
+def linear_run_class(spec: JobSpec) -> type[OutputRun] | type[GradientRun]:
+    """The run class of a linear job: gradient rounds, the output release, or its knowledge-transfer
+    form (what :func:`mpc_erm.runs.run_for` and the simulator's in-process job both build)."""
+    if spec.method == "gradient":
+        return GradientRun
+    return OutputRun if spec.transfer is None else TransferRun

@@ -27,7 +27,7 @@ from mpc_erm.protocols.aggregation import NoiseSpec, SecureAggregator
 from mpc_erm.protocols.common import network_rows
 from mpc_erm.protocols.dpsgd import DpSgd
 from mpc_erm.protocols.fedls import DpFedLs
-from mpc_erm.runs import FederatedRun, GradientRun, NetworkRun, OutputRun, RevealGuard, TransferRun
+from mpc_erm.runs import FederatedRun, NetworkRun, OutputRun, RevealGuard, linear_run_class
 from mpc_erm.simulate.aggregator import InProcessAggregator
 from mpc_erm.spec import JobSpec
 
@@ -190,8 +190,7 @@ class InProcessJob:
 
     def __init__(self, spec: JobSpec, plan: PrivacyPlan, parts: Sequence[Dataset]) -> None:
         self.spec, self.plan = spec, plan
-        kind = GradientRun if spec.method == "gradient" else OutputRun if spec.transfer is None else TransferRun
-        self.run = kind.in_process(spec, plan, parts)
+        self.run = linear_run_class(spec).in_process(spec, plan, parts)
         if isinstance(self.run, OutputRun):
             self.run.solve_locally()
 
