@@ -166,6 +166,9 @@ def _party(rank: int, identity: pki.Identity, port_q: Any, table_q: Any, out_q: 
             return {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in rep.items()}
 
         if rank == 2:
+            # The barrier's messages are handed to carol before the server acks them: let the acks go
+            # out (grace), or a peer whose ack was cut retries into a closed port and fails the barrier.
+            server.stop()
             out_q.put(plain(report))
             out_q.close()
             out_q.join_thread()

@@ -127,4 +127,5 @@ def test_gaussian_with_fair_low_bits_under_replicated_sharing_follows_the_exact_
     assert all(np.array_equal(r["gauss_fair"], s) for r in run.results[1:])
     assert s.size == N_GAUSS
     assert chi2_pvalue(s, GAUSS_FAIR) > P_FRESH
-    assert chi2_pvalue(s, DiscreteGaussianParams(t=40, mu=56, revealed=True, fair_bits=3)) < P_FRESH
+    # σ 34 % off: at 4,000 samples log10 p is −47 ± 5.5 (σ 18 % off, μ = 56, missed 1e-6 about 1 run in 50)
+    assert chi2_pvalue(s, DiscreteGaussianParams(t=40, mu=72, revealed=True, fair_bits=3)) < P_FRESH
