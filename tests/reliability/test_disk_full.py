@@ -47,7 +47,8 @@ from coordinator.end_to_end import LocalJob, job_toml
 from mpc_erm.jobs.status import TERMINAL
 from tests.reliability.faults import audit_records, tmpfs, wait_for
 
-pytestmark = pytest.mark.e2e  # ~40 s on 2 cores
+# 40–60 s on 2 cores: a long campaign (`make test-long`, which CI runs after `make test`)
+pytestmark = [pytest.mark.e2e, pytest.mark.long]
 ROOT = Path(__file__).resolve().parents[2]
 VICTIM = "alice"
 TMPFS_BYTES = 16 << 20
