@@ -78,7 +78,8 @@ def run(*, epsilon: float, ls_sigma: float, seed: int, sampling: str = "poisson"
     data = [(X[perm[o * rows : (o + 1) * rows]], y[perm[o * rows : (o + 1) * rows]]) for o in range(owners)]
     delta = 1.0 / owners**1.1
     z = noise_multiplier_for("rdp", epsilon, delta, rounds, rate, "add_remove",
-                             population=owners if uniform else None) if nu is None else nu / shift
+                             population=owners if uniform else None,
+                             member_rows=(1,) if uniform else ()) if nu is None else nu / shift
     cfg = FedLsConfig(rounds=rounds, owners=owners, sampling_rate=rate, noise_multiplier=z, clip=clip,
                       ls_sigma=ls_sigma, sampling=sampling)
     torch.manual_seed(seed)  # the initial weights (nn.Linear's default init)

@@ -51,6 +51,7 @@ from dp_accounting.rdp.rdp_privacy_accountant import compute_delta, compute_epsi
 from . import _checks
 from .events import SubsampledRdp, wor_sample_size
 from .gaussian import gdp_delta, gdp_epsilon, gdp_meets, gdp_mu
+from .member_view import pooled_rows_curve
 from .subsampled import (
     RDP_ORDERS,
     discrete_gaussian_curve,
@@ -97,8 +98,10 @@ def gaussian_rounds_event(
     return dp_accounting.SelfComposedDpEvent(ev, t), _NR.REPLACE_ONE
 
 
-def _wor_epsilon(z: float, t: int, delta: float, q: float, population: int) -> float:
-    curve = wor_gaussian_curve(z, population, wor_sample_size(population, q))
+def _wor_epsilon(z: float, t: int, delta: float, q: float, population: int, member_rows: tuple[int, ...] = ()) -> float:
+    size = wor_sample_size(population, q)
+    curve = (pooled_rows_curve(z, population, size, member_rows) if member_rows
+             else wor_gaussian_curve(z, population, size))
     return float(compute_epsilon(RDP_ORDERS, t * curve, delta)[0])
 
 
@@ -145,20 +148,24 @@ def epsilon_for(
     discrete: bool = False,
     population: int | None = None,
     subsampled_rdp: SubsampledRdp = "exact",
+    member_rows: tuple[int, ...] = (),
 ) -> float:
     """ε at ``delta`` after ``rounds`` Gaussian rounds with noise multiplier z = σ/Δ.
     ``discrete``: the in-MPC discrete Gaussian, whose Poisson-subsampled rounds are accounted by
     :mod:`.subsampled`'s exact curve (RDP only; ``subsampled_rdp = "general"``: by the general
     bound that events written before it state). ``population`` N: each round draws q·N of N slots
     without replacement, z relative to the replace-one shift, under either ``adjacency`` and for
-    either noise (module docstring; RDP only)."""
+    either noise (module docstring; RDP only); ``member_rows``: with it, the largest of the outside
+    observer's and each such member's view (:mod:`.member_view`)."""
     acc, q, adj = (_check_common(accountant, sampling_rate, adjacency) if population is None
                    else _check_wor(accountant, sampling_rate, adjacency, population))
     z = _checks.positive("noise_multiplier", noise_multiplier)
     t = _checks.positive_int("rounds", rounds)
     dl = _checks.probability_open("delta", delta)
+    if member_rows and population is None:
+        raise ValueError("member_rows: only with population (a sample without replacement)")
     if population is not None:
-        return _wor_epsilon(z, t, dl, q, population)
+        return _wor_epsilon(z, t, dl, q, population, tuple(member_rows))
     if discrete and q < 1.0:
         if acc != "rdp":
             raise ValueError(f"accountant {acc!r}: subsampled rounds of the discrete Gaussian are accounted by 'rdp'")
@@ -223,6 +230,7 @@ def noise_multiplier_for(
     discrete: bool = False,
     population: int | None = None,
     subsampled_rdp: SubsampledRdp = "exact",
+    member_rows: tuple[int, ...] = (),
 ) -> float:
     """Smallest z (within ``rel_tol``, rounded up) such that T rounds are (target_eps, δ)-DP
     (``discrete``: of the in-MPC discrete Gaussian; ``population``: on q·N of N slots drawn
@@ -252,7 +260,7 @@ def noise_multiplier_for(
 
     def f(x: float) -> float:  # decreasing in x = log z; f ≤ 0 ⇔ feasible
         e = epsilon_for(acc, math.exp(x), t, dl, q, adj, pld_discretization=pld_discretization, discrete=discrete,
-                        population=population, subsampled_rdp=subsampled_rdp)
+                        population=population, subsampled_rdp=subsampled_rdp, member_rows=member_rows)
         return math.inf if e == math.inf else (math.log(e) - math.log(eps) if e > 0 else -math.inf)
 
     # Start from the full-batch GDP value scaled by q (exact at q = 1, close for q < 1).

@@ -26,6 +26,10 @@ Events:
   (Wang–Balle–Kasiviswanathan 2019, Thm 27; fractional orders by their Cor. 10), for the
   continuous and the in-MPC discrete Gaussian alike (:func:`~.subsampled.wor_gaussian_curve`).
   Such an event holds unchanged under either adjacency (:meth:`GaussianRounds.under`).
+  ``member_rows`` lists how many of the N slots each member holds whose own draws it sees (an
+  owner its own slot; a party its rows): the curve is then the largest of the outside observer's
+  and each such member's view, the mixture over how many of its own slots were drawn
+  (:mod:`.member_view`). Empty: the observer's curve alone (events written before it).
 * :class:`PureDp` — ``rounds`` releases, each ε-DP (per-coordinate discrete Laplace with the ℓ1
   sensitivity). Composed either by summing ε or through the Rényi curve of binary randomized
   response with ε, the worst case of every ε-DP mechanism (Kairouz–Oh–Viswanath 2015).
@@ -174,10 +178,20 @@ class GaussianRounds(_Event):
     # N public slots of which each release draws exactly q·N uniformly without replacement (None:
     # Poisson sampling, or every record); z is then relative to the replace-one shift of the sum
     population: int | None = None
+    # with population: each member's count of slots whose draws it sees (its own); () for none
+    member_rows: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _finite_positive("noise_multiplier", self.noise_multiplier)
+        if isinstance(self.member_rows, list):
+            object.__setattr__(self, "member_rows", tuple(self.member_rows))
+        if self.member_rows:
+            if self.population is None:
+                raise ValueError("dp_event.member_rows: only with dp_event.population (a sample without replacement)")
+            if not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < self.population
+                       for n in self.member_rows):
+                raise ValueError(f"dp_event.member_rows: counts in [0, {self.population}), got {self.member_rows!r}")
         q = self.sampling_rate
         if isinstance(q, bool) or not isinstance(q, int | float) or not 0.0 < q <= 1.0:
             raise ValueError(f"dp_event.sampling_rate must be in (0, 1], got {q!r}")
@@ -228,6 +242,10 @@ class GaussianRounds(_Event):
             del out["discrete"]
         if self.population is None:  # likewise
             del out["population"]
+        if not self.member_rows:  # likewise
+            del out["member_rows"]
+        else:
+            out["member_rows"] = list(self.member_rows)
         if not self.poisson_discrete or self.subsampled_rdp == "general":
             # written where it applies; absent there, it is "general": earlier versions' bytes, unchanged
             del out["subsampled_rdp"]
@@ -300,7 +318,7 @@ def event_from_dict(d: Mapping[str, Any]) -> DpEvent:
     kind = d.get("kind")
     if kind not in _KINDS:
         raise ValueError(f"dp_event.kind must be one of {sorted(_KINDS)}, got {kind!r}")
-    optional = ({"sampling_rate", "discrete", "population", "subsampled_rdp"} if kind == "gaussian"
+    optional = ({"sampling_rate", "discrete", "population", "subsampled_rdp", "member_rows"} if kind == "gaussian"
                 else set())  # omitted at defaults
     if not _FIELDS[kind] <= set(d) <= _FIELDS[kind] | optional:
         raise ValueError(f"dp_event of kind {kind!r} needs exactly the fields {sorted(_FIELDS[kind])}, got {sorted(d)}")
@@ -336,12 +354,13 @@ def _rr_p(eps: float) -> float:
     return 2.0 * math.exp(-eps) / (1.0 + math.exp(-eps))
 
 
-_Part = tuple[str, float, float, int, int]  # (kind, parameter, sampling rate, population or 0, count)
+# (kind, parameter, sampling rate, population or 0, member views (gaussian_wor), count)
+_Part = tuple[str, float, float, int, tuple[int, ...], int]
 
 
 @functools.lru_cache(maxsize=2048)
 def _rdp_epsilon(parts: tuple[_Part, ...], delta: float) -> float:
-    """RDP ε at ``delta`` of ((kind, parameter, sampling rate, population, count), …): the
+    """RDP ε at ``delta`` of ((kind, parameter, sampling rate, population, member views, count), …): the
     conversion of :func:`_rdp_curve` (cheap; the sampler's fixed point asks at many δ)."""
     from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
 
@@ -353,12 +372,13 @@ def _rdp_epsilon(parts: tuple[_Part, ...], delta: float) -> float:
 @functools.lru_cache(maxsize=512)
 def _rdp_curve(parts: tuple[_Part, ...]) -> Any:
     """The RDP curve on :data:`~.subsampled.RDP_ORDERS` of ((kind, parameter, sampling rate,
-    population, count), …) — identical events are composed as one SelfComposedDpEvent (RR's RDP
+    population, member views, count), …) — identical events are composed as one SelfComposedDpEvent (RR's RDP
     costs dp_accounting ~0.1 s an event). Read-only: callers convert it, never change it."""
     import dp_accounting
     import numpy as np
     from dp_accounting.rdp import RdpAccountant
 
+    from .member_view import pooled_rows_curve
     from .subsampled import (
         RDP_ORDERS,
         discrete_gaussian_curve,
@@ -369,13 +389,15 @@ def _rdp_curve(parts: tuple[_Part, ...]) -> Any:
 
     full: list[Any] = []
     rdp = np.zeros(len(RDP_ORDERS))
-    for kind, param, q, population, count in parts:
+    for kind, param, q, population, views, count in parts:
         if kind == "discrete_gaussian":  # the in-MPC noise, Poisson-subsampled: .subsampled's exact curve
             rdp = rdp + count * discrete_gaussian_curve(q, param)
         elif kind == "discrete_gaussian_general":  # ... as events written before it state it
             rdp = rdp + count * general_discrete_gaussian_curve(q, param)
         elif kind == "gaussian_wor":  # s = q·N of N slots without replacement, either noise (accountants)
-            rdp = rdp + count * wor_gaussian_curve(param, population, wor_sample_size(population, q))
+            size = wor_sample_size(population, q)
+            rdp = rdp + count * (pooled_rows_curve(param, population, size, views) if views
+                                 else wor_gaussian_curve(param, population, size))
         elif kind == "gaussian" and q < 1.0:  # add/remove by construction (the event's docstring)
             rdp = rdp + count * poisson_gaussian_curve(q, param)
         else:
@@ -396,20 +418,21 @@ def _rdp_curve(parts: tuple[_Part, ...]) -> Any:
 
 
 def _grouped(events: Iterable[DpEvent], kinds: tuple[str, ...]) -> tuple[_Part, ...]:
-    counts: dict[tuple[str, float, float, int], int] = {}
+    counts: dict[tuple[str, float, float, int, tuple[int, ...]], int] = {}
     for ev in events:
         if ev.kind in kinds and ev.rounds > 0:
             if isinstance(ev, GaussianRounds):
                 if ev.population is not None:  # one bound for either noise (the event's docstring)
-                    key = ("gaussian_wor", ev.noise_multiplier, float(ev.sampling_rate), ev.population)
+                    key = ("gaussian_wor", ev.noise_multiplier, float(ev.sampling_rate), ev.population,
+                           tuple(sorted(set(ev.member_rows))))
                 else:
                     kind = (ev.kind if not ev.poisson_discrete else "discrete_gaussian"
                             if ev.subsampled_rdp == "exact" else "discrete_gaussian_general")
-                    key = (kind, ev.noise_multiplier, float(ev.sampling_rate), 0)
+                    key = (kind, ev.noise_multiplier, float(ev.sampling_rate), 0, ())
             else:
-                key = (ev.kind, ev.epsilon, 1.0, 0)  # type: ignore[union-attr]
+                key = (ev.kind, ev.epsilon, 1.0, 0, ())  # type: ignore[union-attr]
             counts[key] = counts.get(key, 0) + ev.rounds
-    return tuple(sorted((k, p, q, pop, n) for (k, p, q, pop), n in counts.items()))
+    return tuple(sorted((k, p, q, pop, views, n) for (k, p, q, pop, views), n in counts.items()))
 
 
 def _with_sampler(eps_at: Any, tau: float, delta: float) -> tuple[float, float]:

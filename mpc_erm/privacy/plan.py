@@ -134,6 +134,9 @@ class PrivacyPlan:
     # federated uniform sampling: N = public_n owner slots, exactly s = q·N drawn a round without
     # replacement; the noise multiplier is then relative to the replace-one shift 2·clip
     population: int | None = None
+    # with population: each member's count of slots whose draws it sees (an owner its own slot), so
+    # that ε holds against each such member's view as well as an outside observer's (member_view)
+    member_rows: tuple[int, ...] = ()
     # distributed noise (mpc_erm.privacy.distributed): how many compute parties add a share and how
     # many of them carry the guarantee; None: the noise is sampled inside the MPC
     noise_split: NoiseSplit | None = None
@@ -187,7 +190,8 @@ class PrivacyPlan:
                     rounds=rounds, clip=_checks.positive("clip", clip), lam=float(spec.model.lam),
                     solver_tol=float(tr.solver_tol), ls_sigma=float(tr.ls_sigma), public_n=pv.public_n,
                     sampling_rate=q, unit="owner" if getattr(spec, "federated", None) is not None else "record",
-                    population=population, transfer=transfer)
+                    population=population, member_rows=(1,) if population is not None else (),
+                    transfer=transfer)
         if test_no_noise:
             return cls(mechanism="none", accountant="none", noise_multiplier=None, epsilon_per_release=None,
                        sampler_tv_per_release=0.0, notes=("TEST-ONLY ZERO-NOISE RUN: NO PRIVACY",),
@@ -237,7 +241,8 @@ class PrivacyPlan:
             tv = share * self.delta / ((1.0 + math.exp(eps)) * self.rounds)
             z = noise_multiplier_for(self.accountant, eps, self.delta * (1.0 - share), self.rounds,  # type: ignore[arg-type]
                                      sampling_rate=self.sampling_rate, adjacency="add_remove",
-                                     discrete=self.sampler == "mpc", population=self.population)
+                                     discrete=self.sampler == "mpc", population=self.population,
+                                     member_rows=self.member_rows)
             return replace(self, epsilon=eps, noise_multiplier=z, sampler_tv_per_release=tv)
         # pure ε: the sampler's share as for the Gaussian, a budget far above what it needs (≈ d·5e-16
         # per release) and small enough that a data set's composition is not charged a whole job's δ
@@ -294,7 +299,7 @@ class PrivacyPlan:
             return GaussianRounds(rounds=self.rounds, adjacency=self.adjacency,  # type: ignore[arg-type]
                                   sampler_tv=self.sampler_tv_per_release, noise_multiplier=self.noise_multiplier,
                                   sampling_rate=self.sampling_rate, discrete=self.sampler == "mpc",
-                                  population=self.population)
+                                  population=self.population, member_rows=self.member_rows)
         return PureDp(rounds=self.rounds, adjacency=self.adjacency,  # type: ignore[arg-type]
                       sampler_tv=self.sampler_tv_per_release, epsilon=self.epsilon_per_release)
 
@@ -312,7 +317,8 @@ class PrivacyPlan:
         tau = ev.total_tv
         d_mech = self.delta * (1.0 - SAMPLER_DELTA_SHARE) if self.sampler == "mpc" else self.delta
         eps = epsilon_for(self.accountant, self.noise_multiplier, ev.rounds, d_mech, self.sampling_rate,
-                          adjacency="add_remove", discrete=self.sampler == "mpc", population=self.population)
+                          adjacency="add_remove", discrete=self.sampler == "mpc", population=self.population,
+                          member_rows=self.member_rows)
         d_s = (1.0 + math.exp(eps)) * tau
         return Composition(eps, d_mech + d_s, d_s, self.adjacency, self.accountant)  # type: ignore[arg-type]
 
@@ -487,7 +493,7 @@ class PrivacyPlan:
                         f"{self.noise_multiplier:.6g}" if self.sampler == "mpc" else "")
             return (f"{what} of the Gaussian on a uniform sample of s = {self.sample_size} of N = {self.population} "
                     "owners without replacement (Wang–Balle–Kasiviswanathan 2019 Thm 27, replace-one shift 2𝓛 = "
-                    f"{2.0 * self.clip:.6g}{discrete})")
+                    f"{2.0 * self.clip:.6g}{discrete}){self._member_views_line()}")
         if self.mechanism == "gaussian" and self.sampler == "mpc" and self.sampling_rate < 1.0:
             return (f"{what} of the Poisson-subsampled discrete Gaussian: its exact moments at integer orders, the "
                     "continuous Gaussian's binomial sum (Mironov–Talwar–Zhang 2019) in both directions (the addition "
@@ -513,6 +519,12 @@ class PrivacyPlan:
         return (f"; knowledge transfer: the release is the teacher's {scores} on each of {rows} "
                 f"(X̃{norm}), so the model's sensitivity is multiplied by ‖X̃‖₂; the teacher's weights are not "
                 "released")
+
+    def _member_views_line(self) -> str:
+        if not self.member_rows:
+            return ""
+        return ("; the larger, order by order, of that observer's curve and each member's own view, which knows "
+                "whether its own slot was drawn: the mixture over that draw of the curves on the others' slots")
 
     def _adjacency_statement(self) -> str:
         if self.unit == "owner" and self.population is not None:

@@ -366,7 +366,8 @@ class _Recompute:
         if isinstance(ev, GaussianRounds):
             z = noise_multiplier_for(plan["accountant"], eps, delta * (1.0 - share), rounds,
                                      sampling_rate=float(plan["sampling_rate"]), adjacency="add_remove", discrete=mpc,
-                                     population=plan["population"], subsampled_rdp=ev.subsampled_rdp)
+                                     population=plan["population"], subsampled_rdp=ev.subsampled_rdp,
+                                     member_rows=ev.member_rows)
             tv = share * delta / ((1.0 + math.exp(eps)) * rounds)
             out += [Check("noise_multiplier", _same(plan["noise_multiplier"], z, 1e-9) and ev.discrete == mpc
                           and plan["epsilon_per_release"] is None,
@@ -441,7 +442,7 @@ class _Recompute:
             d_mech = target_delta * (1 - share)
             eps = epsilon_for(accountant, ev.noise_multiplier, ev.rounds, d_mech, ev.sampling_rate,
                               adjacency="add_remove", discrete=plan.get("sampler") == "mpc", population=ev.population,
-                              subsampled_rdp=ev.subsampled_rdp)
+                              subsampled_rdp=ev.subsampled_rdp, member_rows=ev.member_rows)
             d_s = (1 + math.exp(eps)) * ev.total_tv
             delta = d_mech + d_s
         self.eps, self.delta = eps, delta

@@ -118,7 +118,8 @@ class FedLsConfig:
         """The job's privacy event at client level (default: all T rounds)."""
         return GaussianRounds(noise_multiplier=self.noise_multiplier, rounds=self.rounds if rounds is None else rounds,
                               sampling_rate=self.sampling_rate, adjacency="add_remove", sampler_tv=0.0,
-                              population=self.owners if self.uniform else None)
+                              population=self.owners if self.uniform else None,
+                              member_rows=(1,) if self.uniform else ())
 
 
 def _whole_sample(c: FedLsConfig) -> bool:

@@ -149,12 +149,29 @@ def test_uniform_sampling_replaces_one_owner_moves_the_sum_by_at_most_2clip_and_
 
 
 def test_the_client_level_epsilon_of_uniform_rounds_is_dp_accountings_without_replacement() -> None:
+    """For an outside observer, dp_accounting's curve of 50 of 1,000 drawn without replacement; an
+    owner also knows whether it was drawn itself (then 49 of the 999 others were, else 50), so
+    the guarantee is the larger of that and the mixture of the two, each from dp_accounting."""
     import dp_accounting
+    import numpy as np
+    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+    from scipy.special import logsumexp
 
     job = _job(rounds=30, sampling_rate=0.05, noise_multiplier=0.8, owners=1000, sampling="uniform")
     delta = 1 / 1000**1.1
-    acc = dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
-    acc.compose(dp_accounting.SelfComposedDpEvent(
-        dp_accounting.SampledWithoutReplacementDpEvent(1000, 50, dp_accounting.GaussianDpEvent(0.8)), 30))
-    assert job.guarantee(delta).epsilon == pytest.approx(acc.get_epsilon(delta), rel=1e-9)
+    replace_one = dp_accounting.NeighboringRelation.REPLACE_ONE
+
+    def curve(n: int, s: int) -> np.ndarray:
+        one = dp_accounting.rdp.RdpAccountant(neighboring_relation=replace_one)
+        one.compose(dp_accounting.SampledWithoutReplacementDpEvent(n, s, dp_accounting.GaussianDpEvent(0.8)))
+        return np.asarray(one._rdp)
+
+    orders = np.asarray(dp_accounting.rdp.RdpAccountant()._orders)
+    observer = float(compute_epsilon(orders, 30 * curve(1000, 50), delta)[0])
+    drawn, missed = curve(999, 49), curve(999, 50)
+    owner = logsumexp(np.stack([np.log(0.05) + (orders - 1) * drawn, np.log(0.95) + (orders - 1) * missed]),
+                      axis=0) / (orders - 1)
+    want = float(compute_epsilon(orders, 30 * np.maximum(owner, curve(1000, 50)), delta)[0])
+    assert observer < want < observer * 1.001
+    assert job.guarantee(delta).epsilon == pytest.approx(want, rel=1e-9)
     assert job.guarantee(delta, rounds=10).epsilon < job.guarantee(delta).epsilon
