@@ -24,7 +24,8 @@ from mpc_erm.jobs.status import TERMINAL
 from parties.ledger import LEDGER_FILE, Ledger
 from tests.netns import Hosts, iptables_or_skip, namespaces_or_skip
 
-pytestmark = [pytest.mark.reliability, pytest.mark.e2e]
+# ~60 s on 2 cores (netem links, a partition, a resubmit): a long campaign that CI runs after `make test`
+pytestmark = [pytest.mark.reliability, pytest.mark.e2e, pytest.mark.long]
 
 PEER_TIMEOUT_S = 30.0
 VICTIM = "carol"
