@@ -25,7 +25,7 @@ Optimizer = Literal["sgd", "adam", "srm"]
 # fields that mean something for networks only: a linear job must leave them at their defaults
 NETWORK_MODEL_FIELDS = ("input_shape", "hidden", "vocab", "init_seed", "plugin", "plugin_digest")
 NETWORK_TRAINING_FIELDS = ("sampling_rate", "optimizer", "momentum", "adam_betas", "schedule", "schedule_step",
-                           "schedule_gamma", "srm_momentum", "clip_difference", "max_step")
+                           "schedule_gamma", "srm_momentum", "clip_difference", "max_step", "batch_size")
 #: DP-SRM's own fields (optimizer = "srm"): absent from the canonical JSON when unset (older digests)
 SRM_FIELDS = ("srm_momentum", "clip_difference", "max_step")
 Schedule = Literal["constant", "step", "cosine"]
@@ -107,6 +107,16 @@ class PrivacySpec(_Strict):
         None, ge=1, le=10**12,
         description="add_remove only: the public record count aggregates are divided by (exact counts stay private)",
     )
+    party_rows: dict[str, int] | None = Field(None, description=(
+        "training.batch_size only: each party's row count, public (replace-one adjacency), which the plan needs "
+        "before the job starts; each party checks its own at the agreement"))
+
+    @field_validator("party_rows")
+    @classmethod
+    def _rows(cls, v: dict[str, int] | None) -> dict[str, int] | None:
+        if v is not None and (not v or any(isinstance(n, bool) or n < 1 or n > 10**12 for n in v.values())):
+            raise ValueError("each party's row count: 1 to 10^12")
+        return v
 
     @field_validator("epsilon", "delta")
     @classmethod
@@ -126,6 +136,10 @@ class TrainingSpec(_Strict):
     solver_tol: float = Field(1e-9, gt=0.0, le=1e-3, description="certified ‖θ̂−θ*‖ of local solves")
     # networks (DP-SGD / DP-Adam): Poisson sampling and the public optimizer step
     sampling_rate: float = Field(1.0, gt=0.0, le=1.0, description="q: each record joins a round w.p. q")
+    batch_size: int | None = Field(None, ge=1, le=10**9, description=(
+        "b: exactly b rows a round, drawn uniformly without replacement from all parties' pooled rows by a secret "
+        "shuffle among the three parties (trust = 'replicated'), each party told only its own rows' draws; needs "
+        "adjacency = 'replace' and privacy.party_rows; None: Poisson batches at sampling_rate"))
     optimizer: Optimizer = "sgd"
     momentum: float = Field(0.0, ge=0.0, lt=1.0, description="sgd momentum")
     adam_betas: tuple[float, float] = (0.9, 0.999)
@@ -260,6 +274,8 @@ class JobSpec(_Strict):
         if self.transfer is not None and (self.method != "output" or m.is_network or self.federated is not None):
             raise ValueError("transfer: knowledge transfer releases an output-perturbation teacher's scores "
                              "(method = 'output', a linear model, no [federated])")
+        if self.privacy.party_rows is not None and tr.batch_size is None:
+            raise ValueError("privacy.party_rows: only with training.batch_size (a batch drawn from the pooled rows)")
         if self.federated is not None:
             return self._federated()
         if m.is_network and (tr.optimizer == "srm" or any(getattr(tr, f) is not None for f in SRM_FIELDS)):
@@ -276,6 +292,7 @@ class JobSpec(_Strict):
                                  "for it")
             if tr.weighting != "pooled":
                 raise ValueError("training.weighting: networks use 'pooled' (one public normaliser)")
+            self._batches()
             return self
         for name in NETWORK_MODEL_FIELDS:
             if getattr(m, name) != ModelSpec.model_fields[name].default:
@@ -301,6 +318,24 @@ class JobSpec(_Strict):
                              "(privacy.clip = γ·C₁ + (1 − γ)·C₂)")
         if tr.momentum:
             raise ValueError("training.momentum: DP-SRM's momentum is training.srm_momentum")
+
+    def _batches(self) -> None:
+        """A fixed batch drawn from the pooled rows (``training.batch_size``) or Poisson batches."""
+        tr, pv = self.training, self.privacy
+        if tr.batch_size is None:
+            return
+        if tr.sampling_rate != 1.0:
+            raise ValueError("training.sampling_rate, training.batch_size: one or the other (Poisson batches at a "
+                             "rate, or exactly b rows a round)")
+        if pv.adjacency != "replace":
+            raise ValueError("privacy.adjacency: a batch of exactly b of the N pooled rows is accounted replace-one, "
+                             "with the parties' row counts public: set adjacency = 'replace'")
+        if pv.party_rows is None:
+            raise ValueError("privacy.party_rows: required with training.batch_size (each party's public row count, "
+                             "which the plan's accounting needs: a party sees which of its own rows are drawn)")
+        if not tr.batch_size < sum(pv.party_rows.values()):
+            raise ValueError(f"training.batch_size: fewer than the {sum(pv.party_rows.values())} pooled rows, got "
+                             f"{tr.batch_size}")
 
     def _network_shape(self) -> None:
         """A network names what every member needs to build it the same."""
@@ -341,6 +376,10 @@ class JobSpec(_Strict):
             d["privacy"].pop("noise")  # the default: jobs from before the field keep their digests
         if self.training.sparsity is None:
             d["training"].pop("sparsity")  # jobs from before the field keep their digests
+        if self.training.batch_size is None:
+            d["training"].pop("batch_size")  # likewise
+        if self.privacy.party_rows is None:
+            d["privacy"].pop("party_rows")  # likewise
         for name in SRM_FIELDS:
             if getattr(self.training, name) is None:
                 d["training"].pop(name)  # likewise

@@ -267,6 +267,7 @@ class JobFile(BaseModel):
                                 "(or sampling = \"poisson\": each owner tosses its own coin)")
         elif self.spec.federated is not None:
             problems.append("federated: a federated job runs with data owners: list them in job.owners")
+        problems += self._pooled_batch_problems()
         if self.job.security == "malicious":
             problems += _malicious_job_problems(self.spec, self.job.test_no_noise)
         shape = m.input_shape
@@ -288,6 +289,26 @@ class JobFile(BaseModel):
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def _pooled_batch_problems(self) -> list[str]:
+        """A batch of exactly b pooled rows (``training.batch_size``) is drawn by the three parties'
+        secret shuffle, with every party's count public in ``privacy.party_rows``."""
+        b, rows = self.spec.training.batch_size, self.spec.privacy.party_rows
+        if b is None:
+            return []
+        out = []
+        if self.job.owners:
+            out.append("training.batch_size: a batch of the parties' pooled rows, not of data owners")
+        if self.job.trust != "replicated" or len(self.job.parties) != 3:
+            out.append('training.batch_size: the batch is drawn by a secret shuffle among exactly three parties: set '
+                       'job.trust = "replicated" with three parties (or training.sampling_rate: Poisson batches)')
+        if rows is not None and set(rows) != set(self.job.parties):
+            out.append(f"privacy.party_rows: one public row count for each of job.parties {list(self.job.parties)}, "
+                       f"got {sorted(rows)}")
+        if self.job.security == "malicious":
+            out.append('training.batch_size: security = "malicious" needs Poisson batches (training.sampling_rate); '
+                       "the parties' secret shuffle is not verified yet")
+        return out
 
     @classmethod
     def from_toml_dict(cls, raw: dict[str, Any], source: str = "<job>",
@@ -466,8 +487,9 @@ def _reason(err: Any) -> str:
 #: made from Opacus, TF-Privacy or Flower gets beside "unknown key" or a refused value.
 _OTHER_TOOLS: dict[str, str] = {
     "epochs": "rounds are training.iterations (an epoch is about 1/training.sampling_rate of them)",
-    "batch_size": "each party draws each record into a round with probability training.sampling_rate (Poisson): "
-                  "the expected batch is sampling_rate × privacy.public_n",
+    "batch_size": "training.batch_size: exactly b of the parties' pooled rows a round (privacy.party_rows, "
+                  "adjacency = 'replace'); or training.sampling_rate: each party draws each record into a round "
+                  "with that probability (Poisson), the expected batch sampling_rate × privacy.public_n",
     "noise_multiplier": "the plan chooses it from privacy.epsilon and privacy.delta (`mpc-erm job plan` prints it)",
     "max_grad_norm": "the per-example clip is privacy.clip",
     "l2_norm_clip": "the per-example clip is privacy.clip",

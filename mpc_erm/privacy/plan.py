@@ -165,7 +165,10 @@ class PrivacyPlan:
         rounds = tr.iterations if method == "gradient" else 1
         q = float(getattr(tr, "sampling_rate", 1.0))
         population = cls._population(spec)
-        if q < 1.0:
+        rows = cls._pooled_rows(spec)
+        if rows is not None:  # exactly b of the N pooled rows a round: q = b/N, replace-one (spec checks)
+            population, q = sum(rows), int(tr.batch_size) / sum(rows)
+        if q < 1.0 and rows is None:
             if adj != "add_remove":
                 raise PlanError("privacy.adjacency", "Poisson-subsampled rounds (training.sampling_rate < 1) are "
                                 "accounted under add/remove adjacency: set adjacency = 'add_remove' and the public "
@@ -190,7 +193,8 @@ class PrivacyPlan:
                     rounds=rounds, clip=_checks.positive("clip", clip), lam=float(spec.model.lam),
                     solver_tol=float(tr.solver_tol), ls_sigma=float(tr.ls_sigma), public_n=pv.public_n,
                     sampling_rate=q, unit="owner" if getattr(spec, "federated", None) is not None else "record",
-                    population=population, member_rows=(1,) if population is not None else (),
+                    population=population,
+                    member_rows=rows if rows is not None else (1,) if population is not None else (),
                     transfer=transfer)
         if test_no_noise:
             return cls(mechanism="none", accountant="none", noise_multiplier=None, epsilon_per_release=None,
@@ -272,6 +276,19 @@ class PrivacyPlan:
                             "so τ < 1")
         return int(pv.public_n)
 
+    @staticmethod
+    def _pooled_rows(spec: JobSpec) -> tuple[int, ...] | None:
+        """The parties' public row counts (ascending) of a job whose batch is exactly b of the pooled
+        rows (``training.batch_size``), else None."""
+        tr, pv = spec.training, spec.privacy
+        if getattr(tr, "batch_size", None) is None:
+            return None
+        if pv.accountant not in (None, "rdp"):
+            raise PlanError("privacy.accountant", f"{pv.accountant!r}: rounds on a batch drawn without replacement "
+                            "are accounted by 'rdp' only")
+        assert pv.party_rows is not None  # JobSpec._batches
+        return tuple(sorted(int(n) for n in pv.party_rows.values()))  # one order, whatever the file's
+
     def _bound(self, sizes: PublicSizes | None, dim: int | None) -> PrivacyPlan:
         if sizes is None and self.adjacency == "add_remove":
             sizes = PublicSizes(public_n=self.public_n)
@@ -284,6 +301,10 @@ class PrivacyPlan:
                 raise ValueError("sizes: a replace-one plan normalises by the exact counts (PublicSizes.counts)")
             if self.adjacency == "add_remove" and (sizes.counts is not None or sizes.public_n != self.public_n):
                 raise ValueError("sizes: an add/remove plan may know only the public normaliser privacy.public_n")
+            if self.unit == "record" and self.population is not None and \
+                    sorted(sizes.counts or ()) != sorted(self.member_rows):
+                raise ValueError(f"privacy.party_rows: the job file states the counts {list(self.member_rows)}, the "
+                                 f"parties hold {list(sizes.counts or ())}; the accounting needs their true counts")
         if dim is not None:
             _checks.positive_int("dim", dim)
         return replace(self, sizes=sizes if sizes is not None else self.sizes, dim=dim if dim is not None else self.dim)
@@ -359,9 +380,9 @@ class PrivacyPlan:
 
     def _model_sensitivity_l2(self) -> float:
         s = self._need_sizes()
+        if self.method == "gradient" and self.population is not None:  # one slot replaced: 2C on the sum of s
+            return 2.0 * self.clip / (self.sampling_rate * s.n)
         if self.adjacency == "add_remove":
-            if self.method == "gradient" and self.population is not None:
-                return 2.0 * self.clip / (self.sampling_rate * s.n)
             if self.method == "gradient":  # a round's sum is divided by q·n̂, the public expected batch
                 return gradient_sensitivity(self.clip, [s.n], "pooled", "add_remove") / self.sampling_rate
             return 3.0 * self.clip / (s.n * self.lam) + 2.0 * self.solver_tol
@@ -410,6 +431,8 @@ class PrivacyPlan:
             return 1.0 / (self.sampling_rate * s.n) if self.method == "gradient" else own_count / s.n
         counts = s.counts or ()
         m, n = len(counts), sum(counts)
+        if self.method == "gradient" and self.population is not None:  # the public batch b = q·N
+            return 1.0 / (self.sampling_rate * n)
         if self.method == "gradient":
             return 1.0 / n if self.weighting == "pooled" else 1.0 / (m * counts[party])
         return counts[party] / n if self.weighting == "pooled" else 1.0 / m
@@ -440,6 +463,8 @@ class PrivacyPlan:
         else:
             rows = (s.counts or ())[member]
             own = self.weight(member, rows)
+            if self.method == "gradient" and self.population is not None:  # at most b of its rows a round
+                rows = min(rows, self.sample_size or rows)
         if self.method == "gradient":
             return own * rows * self.clip
         if self.lam <= 0:
@@ -491,8 +516,9 @@ class PrivacyPlan:
         if self.mechanism == "gaussian" and self.population is not None:
             discrete = (f"; the in-MPC discrete Gaussian meets its base RDP curve α/(2z²), z = "
                         f"{self.noise_multiplier:.6g}" if self.sampler == "mpc" else "")
+            slots, shift = ("owners", "2𝓛") if self.unit == "owner" else ("pooled rows", "2C")
             return (f"{what} of the Gaussian on a uniform sample of s = {self.sample_size} of N = {self.population} "
-                    "owners without replacement (Wang–Balle–Kasiviswanathan 2019 Thm 27, replace-one shift 2𝓛 = "
+                    f"{slots} without replacement (Wang–Balle–Kasiviswanathan 2019 Thm 27, replace-one shift {shift} = "
                     f"{2.0 * self.clip:.6g}{discrete}){self._member_views_line()}")
         if self.mechanism == "gaussian" and self.sampler == "mpc" and self.sampling_rate < 1.0:
             return (f"{what} of the Poisson-subsampled discrete Gaussian: its exact moments at integer orders, the "
@@ -523,8 +549,9 @@ class PrivacyPlan:
     def _member_views_line(self) -> str:
         if not self.member_rows:
             return ""
+        own = "whether its own slot was" if self.unit == "owner" else "which of its own rows were"
         return ("; the larger, order by order, of that observer's curve and each member's own view, which knows "
-                "whether its own slot was drawn: the mixture over that draw of the curves on the others' slots")
+                f"{own} drawn: the mixture over that draw of the curves on the others' slots")
 
     def _adjacency_statement(self) -> str:
         if self.unit == "owner" and self.population is not None:
@@ -555,6 +582,14 @@ class PrivacyPlan:
             return (f"add/remove adjacency: no party's record count leaves it; aggregates are divided by the public "
                     f"normaliser n̂ = {self.public_n} (privacy.public_n)")
         counts = self.sizes.counts if self.sizes is not None else None
+        if self.population is not None:
+            return (f"replace-one adjacency: one record replaced; every party's row count is public "
+                    f"(privacy.party_rows: {list(self.member_rows)}); each round exactly b = {self.sample_size} of the "
+                    f"N = {self.population} pooled rows are drawn uniformly without replacement by a secret shuffle "
+                    "among the three parties (three permutations, each known to one pair of them), so no single "
+                    "party learns which of another's rows were drawn (two together do: the trust model the job "
+                    "states); each party learns which of its own rows were, and so how many of the others' "
+                    f"(accounted: its view); each round's sum is divided by the public b = {self.sample_size}")
         return ("replace-one adjacency: the record counts are equal in neighbouring data sets; every party's exact "
                 f"count is shared with the members and published{'' if counts is None else f' ({list(counts)})'}")
 

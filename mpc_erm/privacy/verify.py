@@ -90,6 +90,8 @@ def _model_sensitivity(plan: dict[str, Any]) -> float:
         return shift / (q * n_hat) if method == "gradient" else 3 * c / (n_hat * lam) + 2 * tol
     counts = plan["public_counts"]
     m, n, n_min, n_max = len(counts), sum(counts), min(counts), max(counts)
+    if method == "gradient" and plan["population"] is not None:  # b = q·N pooled rows: one replaced moves 2C
+        return 2 * c / (float(plan["sampling_rate"]) * n)
     if method == "gradient":
         return 2 * c / n if weighting == "pooled" else 2 * c / (m * n_min)
     if weighting == "pooled":
@@ -396,15 +398,20 @@ class _Recompute:
         owner = plan["unit"] == "owner"
         said = str(plan["what_is_public"])
         population = plan["population"]
+        counts = plan["public_counts"]
+        pooled_rows = not owner and population is not None  # exactly b of the parties' pooled rows a round
         out = [Check("unit", plan["unit"] in ("owner", "record") and owner == said.startswith("client-level")
-                     and (population is None or owner),
+                     and (population is None or owner or (counts is not None and sum(counts) == population)),
                      f"the unit {plan['unit']!r} against what is public: {said[:60]}…")]
         if population is not None:
             s = wor_sample_size(int(population), float(plan["sampling_rate"]))
+            views = getattr(self.ev, "member_rows", ())
+            size_ok = (plan["public_n"] == population if not pooled_rows else
+                       counts is not None and sum(counts) == population and sorted(views) == sorted(counts))
             out.append(Check("sample_size", plan["sample_size"] == s and str(s) in said
-                             and str(population) in said and plan["public_n"] == population,
+                             and str(population) in said and size_ok,
                              f"s = τ·N = {s} of N = {population} (the plan says {plan.get('sample_size')}, "
-                             f"n̂ {plan.get('public_n')})"))
+                             f"n̂ {plan.get('public_n')}, counts {counts}, the event's member views {list(views)})"))
         else:
             out.append(Check("sample_size", plan["sample_size"] is None, "no uniform owner sample"))
         add_remove = plan["adjacency"] == "add_remove"

@@ -52,6 +52,7 @@ from mpc_erm.models.networks import NetworkBuilder
 from mpc_erm.privacy.plan import PrivacyPlan, PublicSizes, plan_job
 from mpc_erm.privacy.report import Security
 from mpc_erm.protocols.aggregation import NoiseSpec, SecureAggregator
+from mpc_erm.protocols.row_draws import RowDraws
 from mpc_erm.smoothing import smooth_parameters
 from mpc_erm.spec import JobSpec
 
@@ -87,16 +88,19 @@ class DpSgd:
         spec = self.spec
         if spec.method != "gradient" or not spec.model.is_network:
             raise ValueError("model.name: DpSgd trains the networks of mpc_erm.models.networks")
-        if spec.privacy.adjacency != "add_remove":
+        if spec.privacy.adjacency != "add_remove" and spec.training.batch_size is None:
             raise ValueError("privacy.adjacency: networks are trained under add/remove adjacency with a public "
-                             "normaliser privacy.public_n (the expected batch q·n̂ divides each round's sum)")
+                             "normaliser privacy.public_n (the expected batch q·n̂ divides each round's sum), or "
+                             "replace-one with a batch of exactly training.batch_size pooled rows")
         self.net_spec = network_spec(spec)
         self.model = build_network(self.net_spec, self.device, builder=self.builder)
         self.shapes = [p.shape for p in self.model.parameters()]
         self.master = nn.Parameter(parameters_to_vector(self.model.parameters()).detach().to("cpu", torch.float64))
         self.p = self.master.numel()
         if self.plan is None:
-            self.plan = plan_job(spec, sizes=PublicSizes(public_n=spec.privacy.public_n))
+            rows = spec.privacy.party_rows
+            self.plan = plan_job(spec, sizes=PublicSizes(public_n=spec.privacy.public_n) if rows is None
+                                 else PublicSizes(counts=tuple(rows.values())))
         self.plan = self.plan.with_sizes(None, self.p)
         pl = self.plan
         self.clip = pl.clip
@@ -144,10 +148,11 @@ class DpSgd:
 
     # ------------------------------------------------------------------ the round
 
-    def local_contribution(self, X: Tensor, y: Tensor, generator: torch.Generator) -> tuple[Tensor, int]:
-        """(Σ_i clip_C(∇ℓ(θ; x_i, y_i)) over this round's Poisson batch of the caller's rows as a
-        (1, p) float64 CPU row, the batch size — which stays with the caller)."""
-        idx = poisson_batch(X.shape[0], self.q, generator)
+    def local_contribution(self, X: Tensor, y: Tensor, draws: torch.Generator | RowDraws) -> tuple[Tensor, int]:
+        """(Σ_i clip_C(∇ℓ(θ; x_i, y_i)) over this round's batch of the caller's rows as a (1, p)
+        float64 CPU row, the batch size — which stays with the caller). The batch: a Poisson sample
+        drawn from ``draws`` (a generator), or this party's part of a pooled draw (:class:`RowDraws`)."""
+        idx = draws.next() if isinstance(draws, RowDraws) else poisson_batch(X.shape[0], self.q, draws)
         dev = next(self.model.parameters()).device
         total = torch.zeros(1, self.p, dtype=torch.float64, device=dev)
         if idx.numel() == 0:

@@ -20,6 +20,7 @@ import torch
 from mpc_erm.models.networks import NetworkBuilder
 from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.protocols.aggregation import NoiseSpec
+from mpc_erm.protocols.row_draws import RowDraws
 from mpc_erm.spec import JobSpec
 
 from .curve import CurvePoint, ModelFacts, ModelWriter, RunResult
@@ -39,7 +40,7 @@ JobRun = OutputRun | TransferRun | GradientRun | NetworkRun | FederatedRun
 def run_for(spec: JobSpec, plan: PrivacyPlan, rows: RunRows | None, *, features: int, weight: float = 1.0,
             noise: NoiseSpec | None = None, pool: NoisePool | None = None, device: torch.device | str = "cpu",
             builder: NetworkBuilder | None = None, owners: int | None = None,
-            drawn: Callable[[int], Sequence[bool]] | None = None) -> JobRun:
+            drawn: Callable[[int], Sequence[bool]] | None = None, draws: RowDraws | None = None) -> JobRun:
     """The run of ``spec``'s kind. ``rows`` None: this member hands in no row (a compute party
     whose aggregator collects the data owners' shares); ``owners``: the job's count of data owners
     when they hold the rows; ``weight``: this member's public weight (:meth:`PrivacyPlan.weight`)."""
@@ -51,7 +52,7 @@ def run_for(spec: JobSpec, plan: PrivacyPlan, rows: RunRows | None, *, features:
     if spec.model.is_network:
         if rows is None:
             raise ValueError("model.name: a network job with data owners needs a [federated] table")
-        return NetworkRun(spec, plan, rows, noise=noise, pool=pool, device=device, builder=builder)
+        return NetworkRun(spec, plan, rows, noise=noise, pool=pool, device=device, builder=builder, draws=draws)
     if spec.transfer is not None and owners is not None:
         raise ValueError("transfer: knowledge transfer runs on parties holding their rows, not data owners")
     kind = linear_run_class(spec)

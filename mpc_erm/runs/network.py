@@ -18,6 +18,7 @@ from mpc_erm.privacy.plan import PrivacyPlan
 from mpc_erm.protocols.aggregation import NoiseSpec, SecureAggregator
 from mpc_erm.protocols.common import network_rows
 from mpc_erm.protocols.dpsgd import DpSgd
+from mpc_erm.protocols.row_draws import RowDraws
 from mpc_erm.spec import JobSpec
 
 from .curve import CurvePoint, ModelFacts, ModelWriter, RunResult
@@ -40,14 +41,20 @@ class NetworkRun:
     def __init__(self, spec: JobSpec, plan: PrivacyPlan, rows: RunRows, *, noise: NoiseSpec | None = None,
                  pool: NoisePool | None = None, device: torch.device | str = "cpu",
                  builder: NetworkBuilder | None = None,
-                 members: Sequence[tuple[Tensor, Tensor, torch.Generator]] | None = None) -> None:
+                 members: Sequence[tuple[Tensor, Tensor, torch.Generator | RowDraws]] | None = None,
+                 draws: RowDraws | None = None) -> None:
         self.spec, self.plan, self.rows, self.noise, self.pool = spec, plan, rows, noise, pool
         self.job = DpSgd(spec, plan=plan, noise=noise, device=device, builder=builder)
-        if self.job.srm:
-            self.released = "noisy sum of clipped per-example recursive-momentum increments of a Poisson batch"
+        batch = "a Poisson batch" if spec.training.batch_size is None else "a batch drawn from the pooled rows"
+        self.released = ("noisy sum of clipped per-example recursive-momentum increments of " if self.job.srm
+                         else "noisy sum of clipped per-example gradients of ") + batch
         self.p, self.rounds = self.job.p, int(spec.training.iterations)
-        if members is None:  # this member's batches, from its own generator: nobody else's to know
-            members = [(*network_rows(rows.train, spec, device), torch.Generator().manual_seed(secrets.randbits(63)))]
+        if members is None:  # this member's batches: its own generator's, or its part of the pooled draw
+            if (draws is None) != (spec.training.batch_size is None):
+                raise ValueError("training.batch_size: a batch of the pooled rows needs this party's row draws "
+                                 "(and only it)")
+            own = draws if draws is not None else torch.Generator().manual_seed(secrets.randbits(63))
+            members = [(*network_rows(rows.train, spec, device), own)]
         self.members = list(members)
         self.X, self.y = self.members[0][0], self.members[0][1]  # the curve's own rows: the first member's
         self.test = None if rows.test is None else network_rows(rows.test, spec, device)
@@ -55,7 +62,7 @@ class NetworkRun:
 
     @classmethod
     def in_process(cls, spec: JobSpec, plan: PrivacyPlan, first: Dataset, rows: Sequence[tuple[Tensor, Tensor]],
-                   generators: Sequence[torch.Generator], noise: NoiseSpec | None = None) -> NetworkRun:
+                   generators: Sequence[torch.Generator | RowDraws], noise: NoiseSpec | None = None) -> NetworkRun:
         """Every party's rows in this process as the network's inputs (``network_rows``, made once
         by the caller), each drawing its Poisson batches from its own generator (the simulator);
         ``first``: the first party's data set, whose names and classes the bundle records."""
@@ -63,7 +70,7 @@ class NetworkRun:
                    members=[(X, y, g) for (X, y), g in zip(rows, generators, strict=True)])
 
     def contributions(self) -> Tensor:
-        """Each member's clipped gradient sum over its Poisson batch, one row each."""
+        """Each member's clipped gradient sum over its batch, one row each."""
         return torch.cat([self.job.local_contribution(X, y, g)[0] for X, y, g in self.members])
 
     def model_digest(self) -> str:
@@ -98,9 +105,15 @@ class NetworkRun:
         srm = (f" (γ = {job.gamma:g}, C₁ = {job.clip_gradient:g}, C₂ = {job.clip_difference:g}"
                + ("" if tr.max_step is None else f", steps at most {tr.max_step:g}") + ")") if job.srm else ""
         note = (f"DP-{name} of {self.spec.model.name} ({self.p} parameters): "
-                f"T = {T} rounds, Poisson rate q = {job.q:g} per party, clip C = {job.clip:g}{srm}, Laplacian "
+                f"T = {T} rounds, {self._batches()}, clip C = {job.clip:g}{srm}, Laplacian "
                 f"smoothing σ = {tr.ls_sigma:g} per parameter tensor; accountant {self.plan.accountant!r}")
         return RunResult(model, curve, note, self.parameters(), self.writer(), extra={"parameters": self.p})
+
+    def _batches(self) -> str:
+        b = self.spec.training.batch_size
+        if b is None:
+            return f"Poisson rate q = {self.job.q:g} per party"
+        return f"b = {b} of the pooled rows a round, without replacement"
 
     def parameters(self) -> dict[str, object]:
         tr = self.spec.training

@@ -27,6 +27,7 @@ from mpc_erm.protocols.aggregation import NoiseSpec, SecureAggregator
 from mpc_erm.protocols.common import network_rows
 from mpc_erm.protocols.dpsgd import DpSgd
 from mpc_erm.protocols.fedls import DpFedLs
+from mpc_erm.protocols.row_draws import RowDraws, pooled_draws
 from mpc_erm.runs import FederatedRun, NetworkRun, OutputRun, RevealGuard, linear_run_class
 from mpc_erm.simulate.aggregator import InProcessAggregator
 from mpc_erm.spec import JobSpec
@@ -217,7 +218,11 @@ class InProcessNetworkJob:
 
     def _run(self, generator: torch.Generator, noise: NoiseSpec | None = None) -> NetworkRun:
         seeds = torch.randint(0, 2**62, (len(self.tensors),), generator=generator).tolist()
-        gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        gens: list[torch.Generator | RowDraws] = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        b = self.spec.training.batch_size
+        if b is not None:  # one joint draw of b pooled rows a round, split by party (the daemons' law)
+            counts = [int(X.shape[0]) for X, _ in self.tensors]
+            gens = list(pooled_draws(counts, int(b), int(self.spec.training.iterations), gens[0]))
         return NetworkRun.in_process(self.spec, self.plan, self.first, self.tensors, gens, noise=noise)
 
     def initial(self) -> torch.Tensor:
@@ -340,7 +345,7 @@ def forecast_job(spec: JobSpec, parts: Sequence[Dataset], *, evaluate: Dataset |
         if spec.model.name == "plugin":
             raise ValueError("model.name: a plugin network is built only where it is installed (a party); "
                              "forecast it with a built-in network of the same shape")
-        plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, None), noise_split=noise_split)
+        plan = plan_job(spec, sampler="mpc", sizes=public_sizes(spec, [p.n for p in parts]), noise_split=noise_split)
         return _rounds_forecast(spec, plan, InProcessNetworkJob(spec, plan, parts), target, runs, seed)
     sizes = public_sizes(spec, None if owners is not None else [p.n for p in parts])
     public = None

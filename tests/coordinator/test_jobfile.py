@@ -110,7 +110,9 @@ BAD = [
     ([("[training]", "[optimizer]")], "optimizer: unknown key; expected one of federated, job, method, model"),
     # what a user of Opacus or TF-Privacy guesses gets this file's words for it
     ([("iterations = 10", "epochs = 10")], "training.epochs: unknown key; rounds are training.iterations"),
-    ([("iterations = 10", "batch_size = 32")], "training.batch_size: unknown key; each party draws each record"),
+    ([("iterations = 10", "batch_size = 32")], "training.batch_size: applies to networks (DP-SGD) only"),
+    ([("[training]", "batch_size = 32\n[training]")], "privacy.batch_size: unknown key; training.batch_size: "
+                                                        "exactly b of the parties' pooled rows"),
     ([("iterations = 10", "noise_multiplier = 1.1")], "training.noise_multiplier: unknown key; the plan chooses it"),
     ([("iterations = 10", "iterations = 0")], "training.iterations: must be >= 1"),
     ([("iterations = 10", "iterations = 10.0")], "training.iterations: must be an integer, got a number"),
