@@ -44,6 +44,7 @@ from mpc_erm.mpc.verified_aggregator import VerifiedAggregator
 from mpc_erm.mpc.verified_grid import party_bounds
 from mpc_erm.privacy.plan import PrivacyPlan, plan_job, public_sizes
 from mpc_erm.privacy.report import PrivacyReport
+from mpc_erm.protocols.row_draws import RowDraws
 from mpc_erm.runs import CurvePoint, ModelFacts, NetworkRun, RunResult, run_for
 
 from .callers import caller_policy
@@ -53,6 +54,7 @@ from .job_store import write_result_manifest
 from .owner.serving import serve_owners
 from .owner.shares import contributions_checked
 from .public_errors import PublicError
+from .row_sample import pooled_row_draws
 from .rows import Rows, device_for, load_rows
 from .session import AgreementError, DealerJobAborted, agree, join, peer_timeout, trust_setup
 from .spend import check_room, party_audit, party_guard, record_refused
@@ -141,7 +143,8 @@ def _own_run(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator | Ve
     spec, ds = ctx.job.spec, rows.train
     run = run_for(spec, plan, rows, features=ds.d, noise=None if real is None else real.spec,
                   pool=None if real is None else pool, device=device_for(ctx), builder=builder,
-                  weight=1.0 if spec.model.is_network else plan.weight(comm.get_rank(), int(ds.n)))
+                  weight=1.0 if spec.model.is_network else plan.weight(comm.get_rank(), int(ds.n)),
+                  draws=_row_draws(ctx, comm, plan, int(ds.n)))
     if isinstance(agg, VerifiedAggregator) and real is not None:  # refuse before anything is charged
         agg.prepare(run.p, real.spec)
     if isinstance(run, NetworkRun):  # every party must build the same initial weights (public, not data)
@@ -154,6 +157,24 @@ def _own_run(ctx: WorkerContext, comm: GrpcCommunicator, agg: MpcAggregator | Ve
         if isinstance(agg, VerifiedAggregator):  # charge a round only once its checks passed
             agg.before_open = guard.defer_marks()
         return run.run(agg, guard)
+
+
+def _row_draws(ctx: WorkerContext, comm: GrpcCommunicator, plan: PrivacyPlan, own: int) -> RowDraws | None:
+    """A job whose batch is b of the pooled rows (``training.batch_size``): this party's part of
+    every round's draw, by the three parties' secret shuffle (:mod:`parties.row_sample`), once its
+    own count is the one the job file made public."""
+    spec, jt = ctx.job.spec, ctx.job.job
+    b, stated = spec.training.batch_size, spec.privacy.party_rows
+    if b is None or stated is None:
+        return None
+    me = jt.parties[comm.get_rank()]
+    if stated.get(me) != own:
+        raise ValueError(f"privacy.party_rows: the job file states {stated.get(me)} rows for {me}, which holds {own}: "
+                         "the plan's accounting needs every party's true count")
+    counts = [int(stated[name]) for name in jt.parties]
+    ctx.emit({"phase": "sample", "message": f"drawing {b} of the {sum(counts)} pooled rows for each of "
+                                            f"{spec.training.iterations} rounds (secret shuffle)"})
+    return pooled_row_draws(comm, counts, int(b), int(spec.training.iterations))
 
 
 def _on_refused(ctx: WorkerContext, plan: PrivacyPlan) -> Callable[[int, list[int]], None]:

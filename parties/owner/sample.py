@@ -28,7 +28,7 @@ import torch
 
 from mpc_erm.mpc.keystream import KEY_BYTES, KeyedMasks, new_key
 
-__all__ = ["OWNER_SAMPLE_PARTIES", "a_share", "b_message", "c_share", "owner_bits", "pack_owner_bits",
+__all__ = ["OWNER_SAMPLE_PARTIES", "a_share", "b_message", "c_share", "owner_bits", "pack_owner_bits", "pair_keys",
            "uniform_sample_shares"]
 
 #: The shuffle's parties: exactly three compute parties (replicated sharing, no dealer).
@@ -89,7 +89,7 @@ def _key_tensor(key: bytes) -> torch.Tensor:
     return torch.frombuffer(bytearray(key), dtype=torch.uint8).clone()
 
 
-def _pair_keys(comm: object, rank: int) -> tuple[bytes, bytes]:
+def pair_keys(comm: object, rank: int) -> tuple[bytes, bytes]:
     """This party's two pair keys, (with the previous rank, with the next rank): rank r draws the
     key it shares with rank r + 1 (mod 3) and sends it there. The order (0 sends first, 1 and 2
     receive first) cannot deadlock even if a send waits for its receiver."""
@@ -112,7 +112,7 @@ def uniform_sample_shares(comm: object, owners: int, sample: int, rounds: int) -
         raise ValueError("federated.sampling: uniform sampling of owners needs exactly 3 compute parties "
                          "(trust = 'replicated')")
     rank = comm.get_rank()  # type: ignore[attr-defined]
-    k_prev, k_next = _pair_keys(comm, rank)  # A: (K_CA, K_AB); B: (K_AB, K_BC); C: (K_BC, K_CA)
+    k_prev, k_next = pair_keys(comm, rank)  # A: (K_CA, K_AB); B: (K_AB, K_BC); C: (K_BC, K_CA)
     if rank == 1:
         c = b_message(k_prev, k_next, owners, sample, rounds)
         comm.send(torch.from_numpy(np.packbits(c, axis=1)), 2)  # type: ignore[attr-defined]
