@@ -105,8 +105,17 @@ def a9a(root: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
             (te["income"] == ">50K").to_numpy().astype(np.int64))
 
 
-def _spec(method: str, eps: float, n: int, d: int, rounds: int, q: float, lr: float, cap: float | None) -> JobSpec:
+def _spec(method: str, eps: float, n: int, d: int, rounds: int, q: float, lr: float, cap: float | None,
+          pooled: bool = False) -> JobSpec:
+    """The job; ``pooled``: exactly b = q·n of the pooled rows a round (the thesis's sampling),
+    replace-one with the three parties' counts public, in place of Poisson batches."""
     training: dict[str, Any] = {"iterations": rounds, "learning_rate": lr, "sampling_rate": q}
+    privacy: dict[str, Any] = {"epsilon": eps, "delta": DELTA, "adjacency": "add_remove", "public_n": n,
+                               "accountant": "rdp"}
+    if pooled and q < 1.0:
+        training = {"iterations": rounds, "learning_rate": lr, "batch_size": round(q * n)}
+        privacy = {"epsilon": eps, "delta": DELTA, "adjacency": "replace", "accountant": "rdp",
+                   "party_rows": dict(zip(("alice", "bob", "carol"), _thirds(n), strict=True))}
     clip = 1.0
     if method == "dp_srm":
         training.update(optimizer="srm", srm_momentum=0.01, clip_difference=0.01, max_step=cap)
@@ -114,15 +123,25 @@ def _spec(method: str, eps: float, n: int, d: int, rounds: int, q: float, lr: fl
     return JobSpec.model_validate({
         "method": "gradient",
         "model": {"name": "mlp", "input_shape": [d], "n_classes": 2, "hidden": [], "init_seed": 0},
-        "privacy": {"epsilon": eps, "delta": DELTA, "clip": clip, "adjacency": "add_remove", "public_n": n,
-                    "accountant": "rdp"},
+        "privacy": {**privacy, "clip": clip},
         "training": training,
     })
 
 
+def _thirds(n: int) -> list[int]:
+    """The rows X[i::3] of each party: its count."""
+    return [len(range(i, n, PARTIES)) for i in range(PARTIES)]
+
+
 def _run(spec: JobSpec, X: torch.Tensor, y: torch.Tensor, seed: int, noise: bool = True) -> DpSgd:
+    from mpc_erm.protocols.row_draws import RowDraws, pooled_draws
+
     job = DpSgd(spec, noise=None if noise else NoiseSpec("none", 0.0))
-    parts = [(X[i::PARTIES], y[i::PARTIES], torch.Generator().manual_seed(seed * 10 + i)) for i in range(PARTIES)]
+    draws: list[torch.Generator | RowDraws] = [torch.Generator().manual_seed(seed * 10 + i) for i in range(PARTIES)]
+    if spec.training.batch_size is not None:  # one joint draw of b pooled rows a round
+        draws = list(pooled_draws(_thirds(int(X.shape[0])), spec.training.batch_size, spec.training.iterations,
+                                  torch.Generator().manual_seed(seed * 10 + 8)))
+    parts = [(X[i::PARTIES], y[i::PARTIES], draws[i]) for i in range(PARTIES)]
     agg = InProcessAggregator(torch.Generator().manual_seed(seed * 10 + 9))
     job.train(agg, lambda _m: (torch.cat([job.local_contribution(a, b, g)[0] for a, b, g in parts]), None))
     return job
@@ -159,7 +178,7 @@ def _libsvm(path: Path, X: np.ndarray, y: np.ndarray) -> Path:
 
 
 def run_daemons(out: Path, eps: float, lr: float, cap: float | None, batch: int = 100, seed: int = 0,
-                data_root_: str | None = None) -> dict[str, Any]:
+                data_root_: str | None = None, pooled: bool = False) -> dict[str, Any]:
     """The DP-SRM job through three party daemons (replicated sharing, no dealer, the discrete
     Gaussian sampled inside the MPC), each holding its third of a9a as its own LIBSVM file; the
     released model's test error and loss on the test file, beside the same job in process."""
@@ -172,12 +191,12 @@ def run_daemons(out: Path, eps: float, lr: float, cap: float | None, batch: int 
     q = batch / n
     passes = THESIS[f"{eps:g}"]["passes_srm"] if f"{eps:g}" in THESIS else 5
     rounds = round(passes / q)
-    spec = _spec("dp_srm", eps, n, d, rounds, q, lr, cap)
+    spec = _spec("dp_srm", eps, n, d, rounds, q, lr, cap, pooled=pooled)
     names = ["alice", "bob", "carol"]
     data = out / "data"
     data.mkdir(parents=True, exist_ok=True)
     own = {name: {"format": "libsvm", "path": str(_libsvm(data / f"{name}.libsvm", X_tr[i::3], y_tr[i::3])),
-                  "adjacency": "add_remove"} for i, name in enumerate(names)}
+                  **({} if pooled else {"adjacency": "add_remove"})} for i, name in enumerate(names)}
     tr = spec.training
     job = out / "dp_srm_job.toml"
     job.write_text("\n".join([
@@ -185,8 +204,11 @@ def run_daemons(out: Path, eps: float, lr: float, cap: float | None, batch: int 
         f"parties = [{', '.join(json.dumps(m) for m in names)}]", 'trust = "replicated"', "",
         "[model]", 'name = "mlp"', f"input_shape = [{d}]", "n_classes = 2", "hidden = []", f"init_seed = {seed}", "",
         "[privacy]", f"epsilon = {eps!r}", f"delta = {DELTA!r}", f"clip = {spec.privacy.clip!r}",
-        'adjacency = "add_remove"', f"public_n = {n}", 'accountant = "rdp"', "",
-        "[training]", f"iterations = {rounds}", f"learning_rate = {lr!r}", f"sampling_rate = {q!r}",
+        *(['adjacency = "replace"', "party_rows = { " + ", ".join(
+            f"{m} = {c}" for m, c in zip(names, _thirds(n), strict=True)) + " }"] if pooled else
+          ['adjacency = "add_remove"', f"public_n = {n}"]), 'accountant = "rdp"', "",
+        "[training]", f"iterations = {rounds}", f"learning_rate = {lr!r}",
+        f"batch_size = {batch}" if pooled else f"sampling_rate = {q!r}",
         'optimizer = "srm"', f"srm_momentum = {tr.srm_momentum!r}", f"clip_difference = {tr.clip_difference!r}",
         *([f"max_step = {cap!r}"] if cap is not None else []), ""]))
     tic = time.perf_counter()
@@ -202,6 +224,8 @@ def run_daemons(out: Path, eps: float, lr: float, cap: float | None, batch: int 
     tic_sim = time.perf_counter()
     sim = _scores(_run(spec, Xt, yt, seed=seed), torch.as_tensor(X_te, dtype=torch.float32), torch.as_tensor(y_te))
     return {"epsilon": report["epsilon"], "delta": report["delta"], "accountant": report["accountant"],
+            "sampling": ("exactly b of the pooled rows, by the parties' secret shuffle" if pooled
+                         else "Poisson at q = b/n"),
             "rounds": rounds, "learning_rate": lr, "max_step": cap, "wall_seconds": wall,
             "seconds_per_round": wall / rounds,
             "test_error": float(np.mean((positive > 0.5) != (y_te == 1))),
@@ -269,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--daemons", type=float, default=None, metavar="EPS",
                     help="run the DP-SRM job at this ε through three party daemons, with the step and cap of "
                          "benchmarks/results/dp_srm.json, beside the same job in process")
+    ap.add_argument("--pooled", action="store_true",
+                    help="exactly b of the pooled rows a round (the thesis's sampling, every party's view accounted), "
+                         "with the steps of benchmarks/results/dp_srm.json; with --daemons, that job through them")
     ap.add_argument("--mnist", default=None, metavar="EPS,…",
                     help="the MNIST CNN comparison (DP-SRM against DP-SGD) at these ε instead")
     args = ap.parse_args(argv)
@@ -284,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.out is not None:
             args.out.write_text(json.dumps(jsonable(out), indent=1))
         return 0
+    if args.pooled and args.daemons is None:
+        return _pooled_table(args, argv, tic)
     if args.daemons is not None:
         chosen = next(r for r in json.loads((Path(__file__).parent / "results" / "dp_srm.json").read_text())["rows"]
                       if r["method"] == "dp_srm" and r["epsilon"] == args.daemons)
@@ -291,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
 
         with tempfile.TemporaryDirectory(prefix="dp-srm-daemons-") as tmp:
             res = run_daemons(Path(tmp), args.daemons, chosen["learning_rate"], chosen["max_step"], args.batch,
-                              data_root_=args.data)
+                              data_root_=args.data, pooled=args.pooled)
         out = {"benchmark": "dp_srm_daemons", "machine": machine_info(),
                "command": "python -m benchmarks.dp_srm " + " ".join(sys.argv[1:] if argv is None else argv),
                "what": "the DP-SRM a9a job through three party daemons (replicated, in-MPC discrete Gaussian), "
@@ -352,6 +381,58 @@ def main(argv: list[str] | None = None) -> int:
            "thesis": THESIS, "rows": rows, "wall_seconds": time.perf_counter() - tic}
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(jsonable(out), indent=1))
+    return 0
+
+
+def _pooled_table(args: argparse.Namespace, argv: list[str] | None, tic: float) -> int:
+    """Table 4.2 with the thesis's sampling: exactly b of the pooled rows a round, without
+    replacement, hidden from every party but its own rows' draws, accounted replace-one by the
+    largest of the observer's and every party's view; DP-SRM and DP-SGD with the steps the Poisson
+    table chose on its validation split (benchmarks/results/dp_srm.json)."""
+    chosen = {(r["method"], r["epsilon"]): r
+              for r in json.loads((Path(__file__).parent / "results" / "dp_srm.json").read_text())["rows"]}
+    X_tr, y_tr, X_te, y_te = a9a(args.data)
+    n, d = X_tr.shape
+    X, y = torch.as_tensor(X_tr, dtype=torch.float32), torch.as_tensor(y_tr)
+    Xt, yt = torch.as_tensor(X_te, dtype=torch.float32), torch.as_tensor(y_te)
+    q = args.batch / n
+    rows = []
+    for eps in (float(e) for e in args.epsilons.split(",")):
+        for method in ("dp_srm", "dp_sgd"):
+            poisson = chosen[(method, eps)]
+            spec = _spec(method, eps, n, d, poisson["rounds"], q, poisson["learning_rate"], poisson["max_step"],
+                         pooled=True)
+            trials = [_scores(_run(spec, X, y, seed=s), Xt, yt) for s in range(args.trials)]
+            plan = DpSgd(spec).plan
+            assert plan is not None
+            observer = epsilon_for("rdp", plan.noise_multiplier, plan.rounds, DELTA * 0.99, q, "replace",
+                                   population=n, discrete=True)
+            row = {"epsilon": eps, "method": method, "rounds": poisson["rounds"], "batch": args.batch,
+                   "learning_rate": poisson["learning_rate"], "max_step": poisson["max_step"],
+                   "noise_multiplier_replace_one": plan.noise_multiplier,
+                   "noise_std_over_C_over_b": 2 * plan.noise_multiplier,
+                   "poisson_noise_std_over_C_over_b": poisson["noise_multiplier"],
+                   "epsilon_observer_only_at_this_noise": observer, "epsilon_every_view": plan.guarantee().epsilon,
+                   "accountant": plan.accountant_statement(),
+                   "test_error_mean": float(np.mean([t["error"] for t in trials])),
+                   "test_error_sd": float(np.std([t["error"] for t in trials])),
+                   "test_loss_mean": float(np.mean([t["loss"] for t in trials])),
+                   "test_loss_sd": float(np.std([t["loss"] for t in trials])),
+                   "poisson_test_error_mean": poisson["test_error_mean"],
+                   "poisson_test_loss_mean": poisson["test_loss_mean"],
+                   "thesis_test_error": THESIS.get(f"{eps:g}", {}).get(method)}
+            rows.append(row)
+            print(f"ε = {eps:g} {method} pooled b = {args.batch}: error {row['test_error_mean']:.4f} ± "
+                  f"{row['test_error_sd']:.4f}, loss {row['test_loss_mean']:.4f} (Poisson "
+                  f"{poisson['test_error_mean']:.4f} / {poisson['test_loss_mean']:.4f}; thesis "
+                  f"{row['thesis_test_error']}); σ/(C/b) {row['noise_std_over_C_over_b']:.3f} against Poisson "
+                  f"{poisson['noise_multiplier']:.3f}", flush=True)
+    out = {"benchmark": "dp_srm_pooled", "machine": machine_info(),
+           "command": "python -m benchmarks.dp_srm " + " ".join(sys.argv[1:] if argv is None else argv),
+           "what": _pooled_table.__doc__.replace("\n", " ").replace("    ", ""), "n_train": n, "features": d,
+           "delta": DELTA, "party_rows": _thirds(n), "rows": rows, "wall_seconds": time.perf_counter() - tic}
+    if args.out is not None:
         args.out.write_text(json.dumps(jsonable(out), indent=1))
     return 0
 
