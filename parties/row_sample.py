@@ -37,7 +37,7 @@ from mpc_erm.mpc.keystream import KeyedMasks
 from mpc_erm.protocols.row_draws import RowDraws
 from parties.owner.sample import pair_keys
 
-__all__ = ["CHUNK_ROUNDS", "pooled_row_draws"]
+__all__ = ["CHUNK_ROUNDS", "a_side", "b_message", "c_side", "pooled_row_draws"]
 
 #: Rounds drawn per exchange: bounds the permutations held at once (CHUNK_ROUNDS × N int64).
 CHUNK_ROUNDS = 64
@@ -79,39 +79,62 @@ def _check(counts: Sequence[int], batch: int, rounds: int) -> int:
     return n_all
 
 
+def b_message(masks: KeyedMasks, k_ab: bytes, k_bc: bytes, n_all: int, batch: int, t0: int, t1: int) -> np.ndarray:
+    """B's message to C for rounds t0 … t1 − 1: c = π_BC(π_AB(v)) ⊕ r, (t1 − t0, N) bits."""
+    v = np.zeros((t1 - t0, n_all), dtype=np.uint8)
+    v[:, :batch] = 1
+    v2 = _apply(_perms(masks, k_bc, t0, t1, n_all), _apply(_perms(masks, k_ab, t0, t1, n_all), v))
+    return v2 ^ _bits(masks, k_ab, 1, 2, t0, t1, n_all)
+
+
+def a_side(masks: KeyedMasks, k_ab: bytes, k_ca: bytes, counts: Sequence[int], t0: int,
+           t1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A's XOR share π_CA(r) of the sample, its message to C (its share of C's rows) and to B (its
+    share of B's rows, masked by K_CA's bits)."""
+    at = _slices(counts)
+    share = _apply(_perms(masks, k_ca, t0, t1, sum(counts)), _bits(masks, k_ab, 1, 2, t0, t1, sum(counts)))
+    return share, share[:, at[2]], share[:, at[1]] ^ _bits(masks, k_ca, _SLICE_NONCE, 1, t0, t1, counts[1])
+
+
+def c_side(masks: KeyedMasks, k_ca: bytes, c: np.ndarray, counts: Sequence[int], t0: int,
+           t1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """C's XOR share π_CA(c) of the sample, its message to A (its share of A's rows) and to B (its
+    share of B's rows, masked by the same K_CA bits as A's)."""
+    at = _slices(counts)
+    share = _apply(_perms(masks, k_ca, t0, t1, sum(counts)), c)
+    return share, share[:, at[0]], share[:, at[1]] ^ _bits(masks, k_ca, _SLICE_NONCE, 1, t0, t1, counts[1])
+
+
+def _slices(counts: Sequence[int]) -> list[slice]:
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(int)
+    return [slice(offsets[j], offsets[j + 1]) for j in range(len(counts))]
+
+
 def pooled_row_draws(comm: object, counts: Sequence[int], batch: int, rounds: int) -> RowDraws:
     """Run the draw among the three parties (module docstring): this party's bits of its own
     rows, every round. ``counts``: the parties' agreed row counts, in rank order."""
     n_all = _check(counts, batch, rounds)
     rank = comm.get_rank()  # type: ignore[attr-defined]
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(int)
-    mine = slice(offsets[rank], offsets[rank + 1])
-    at = [slice(offsets[j], offsets[j + 1]) for j in range(3)]
+    mine = _slices(counts)[rank]
     k_prev, k_next = pair_keys(comm, rank)  # A: (K_CA, K_AB); B: (K_AB, K_BC); C: (K_BC, K_CA)
     masks = KeyedMasks()
     out = []
     for t0 in range(0, rounds, CHUNK_ROUNDS):
         t1 = min(rounds, t0 + CHUNK_ROUNDS)
         c = t1 - t0
-        if rank == 1:  # B: the shuffled, masked vector to C; then its two slices
-            v = np.zeros((c, n_all), dtype=np.uint8)
-            v[:, :batch] = 1
-            v2 = _apply(_perms(masks, k_next, t0, t1, n_all), _apply(_perms(masks, k_prev, t0, t1, n_all), v))
-            _send(comm, v2 ^ _bits(masks, k_prev, 1, 2, t0, t1, n_all), 2)
+        if rank == 1:  # B: the shuffled, masked vector to C; then its two masked slices
+            _send(comm, b_message(masks, k_prev, k_next, n_all, batch, t0, t1), 2)
             own = _recv(comm, c, counts[1], 0) ^ _recv(comm, c, counts[1], 2)
-        elif rank == 0:  # A: π_CA(r); C's slice to C, B's masked slice to B; C's share of A's slice back
-            share = _apply(_perms(masks, k_prev, t0, t1, n_all), _bits(masks, k_next, 1, 2, t0, t1, n_all))
-            hide = _bits(masks, k_prev, _SLICE_NONCE, 1, t0, t1, counts[1])
-            _send(comm, share[:, at[2]], 2)
-            _send(comm, share[:, at[1]] ^ hide, 1)
+        elif rank == 0:  # A: C's slice to C, B's masked slice to B; C's share of A's slice back
+            share, to_c, to_b = a_side(masks, k_next, k_prev, counts, t0, t1)
+            _send(comm, to_c, 2)
+            _send(comm, to_b, 1)
             own = share[:, mine] ^ _recv(comm, c, counts[0], 2)
-        else:  # C: π_CA(c); A's share of C's slice; its slices to A and (masked) to B
-            share = _apply(_perms(masks, k_next, t0, t1, n_all), _recv(comm, c, n_all, 1))
+        else:  # C: B's vector, A's share of C's slice; its slices to A and (masked) to B
+            share, to_a, to_b = c_side(masks, k_next, _recv(comm, c, n_all, 1), counts, t0, t1)
             theirs = _recv(comm, c, counts[2], 0)
-            hide = _bits(masks, k_next, _SLICE_NONCE, 1, t0, t1, counts[1])
-            _send(comm, share[:, at[0]], 0)
-            _send(comm, share[:, at[1]] ^ hide, 1)
+            _send(comm, to_a, 0)
+            _send(comm, to_b, 1)
             own = share[:, mine] ^ theirs
         out.append(np.packbits(own, axis=1))
     return RowDraws(np.concatenate(out), int(counts[rank]))
-
