@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,9 @@ import click
 
 RECEIPT_SUFFIX = ".plan.json"
 
+
+#: A refusal that names the job file's field (or the data): shown as a usage error.
+_FIELD_ERROR = re.compile(r"(?:data|job|privacy|model|training|federated|transfer)(?:\.[a-z_]+)*: ")
 
 def receipt_path(job_file: Path) -> Path:
     """Where ``job plan`` leaves its verdict on ``job_file``: beside it, ``<stem>.plan.json``."""
@@ -321,7 +325,12 @@ def plan(job_file: Path, schema_path: Path | None, data_format: str | None, data
             raise ValueError(f"--schema: {schema_path.name} makes {parts[0].d} features per row; the job's owners "
                              f"send job.features = {jf.job.features}")
         evaluate = None if eval_path is None else read_csv_with_schema(eval_path, schema)
-    fc = forecast_job(jf.spec, parts, evaluate=evaluate, runs=runs, owners=owners, noise_split=jf.noise_split())
+    try:
+        fc = forecast_job(jf.spec, parts, evaluate=evaluate, runs=runs, owners=owners, noise_split=jf.noise_split())
+    except ValueError as exc:  # the job against these files, naming the field: a usage error, not a crash
+        if not _FIELD_ERROR.match(str(exc)):
+            raise
+        raise click.BadParameter(str(exc), param_hint="--data") from None
     out = {**describe(fc), "trust": jf.job.trust, "security": jf.job.security, "noise": jf.spec.privacy.noise}
     points = None
     if do_search:
@@ -342,6 +351,10 @@ def plan(job_file: Path, schema_path: Path | None, data_format: str | None, data
         click.echo(f"job {jf.job.name}: {kind}, {fc.mechanism} noise, {fc.rounds} release(s) of "
                    f"{fc.dim} numbers; rows: {sizes}")
         click.echo(f"  {security_line(jf.job.trust, jf.job.security, len(jf.job.parties), bool(jf.job.owners))}")
+        if jf.spec.training.batch_size is not None:
+            click.echo(f"  batches: exactly {jf.spec.training.batch_size} of the {total} pooled rows a round, drawn by "
+                       "the parties' secret shuffle; each party learns only its own rows' draws (its view is "
+                       "accounted)")
         if jf.spec.privacy.noise == "distributed":
             click.echo(f"  noise: distributed ({jf.noise_split().describe()}); the figures below include it")
         click.echo(f"  noise per coordinate {fc.noise_std:.4g} (sensitivity {fc.sensitivity:.4g}); "

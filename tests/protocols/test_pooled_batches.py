@@ -5,6 +5,8 @@ released sum against the stated sensitivity when one row is replaced (plaintext 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -142,3 +144,23 @@ def test_a_job_file_draws_pooled_batches_only_with_three_replicated_parties_each
                            "training.batch_size: security")):
         with pytest.raises(JobFileError, match=field):
             JobFile.from_toml_dict(tomllib.loads(text.replace(*change)))
+
+
+def test_job_plan_says_how_the_batches_are_drawn(tmp_path: Any, monkeypatch: Any) -> None:
+    from click.testing import CliRunner
+
+    from coordinator.cli import cli
+    from tests.parties.test_pooled_batch_daemons import JOB
+
+    monkeypatch.chdir(tmp_path)
+    for i, (name, n) in enumerate(ROWS.items()):
+        X = np.random.default_rng(i).normal(size=(n, 6)) / 3.0
+        np.savez(tmp_path / f"{name}.npz", X=X, y=np.where(X[:, 0] > 0, 1.0, -1.0))
+    (tmp_path / "job.toml").write_text(JOB.format(alice=120))
+    args = ["job", "plan", "job.toml", "--runs", "1", *[a for n in ROWS for a in ("--data", f"{n}.npz")]]
+    run = CliRunner().invoke(cli, args)
+    assert run.exit_code == 0, run.output
+    assert "batches: exactly 30 of the 300 pooled rows a round, drawn by the parties' secret shuffle" in run.output
+    (tmp_path / "job.toml").write_text(JOB.format(alice=121))
+    wrong = CliRunner().invoke(cli, args)
+    assert wrong.exit_code != 0 and "privacy.party_rows" in wrong.output, wrong.output
