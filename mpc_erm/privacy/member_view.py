@@ -41,7 +41,9 @@ __all__ = ["member_view_curve", "pooled_rows_curve", "wor_log_moments"]
 _EXACT_UP_TO = 256
 
 
-@functools.lru_cache(maxsize=64)
+#: Enough for every integer order a curve needs (about 160) at a dozen noise multipliers: the views
+#: of one calibration step share their coefficients (up to 1,025 floats each, ≤ 16 MB in all).
+@functools.lru_cache(maxsize=2048)
 def _coefficients(noise_multiplier: float, alpha: int) -> np.ndarray:
     """(α + 1,) log c_i for i = 0..α (−inf at i = 1; 0 at i = 0): dp_accounting's
     ``_compute_rdp_sample_wor_gaussian_int`` term by term, without the γ^i factor."""

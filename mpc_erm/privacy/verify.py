@@ -416,8 +416,9 @@ class _Recompute:
             out.append(Check("sample_size", plan["sample_size"] is None, "no uniform owner sample"))
         add_remove = plan["adjacency"] == "add_remove"
         out.append(Check("weighting", plan["weighting"] in ("pooled", "thesis")
-                         and (plan["weighting"] == "pooled" or not add_remove),
-                         f"{plan['weighting']!r}: the thesis's weights publish every count, so add/remove pools"))
+                         and (plan["weighting"] == "pooled" or not (add_remove or pooled_rows)),
+                         f"{plan['weighting']!r}: the thesis's weights publish every count, so add/remove pools; a "
+                         "batch of the pooled rows is divided by the public b"))
         out.append(Check("public_n", (plan["public_n"] is not None) == add_remove
                          and (plan["public_counts"] is None) == add_remove,
                          "n̂ public exactly under add/remove, the exact counts exactly under replace "

@@ -79,14 +79,21 @@ def _federated() -> dict[str, Any]:
 #: A report kind whose public rows are a file the parties hold: `report verify` is given the file.
 PUBLIC_ROWS = {"knowledge transfer, public test file": np.random.default_rng(5).uniform(-0.1, 0.1, (70, 104))}
 
+MLP = {"name": "mlp", "input_shape": [20], "n_classes": 2, "hidden": [8]}
+
 KINDS: dict[str, Callable[[], dict[str, Any]]] = {
     "demo gradient": lambda: _mpc(_spec(), COUNTS),
     "demo output": lambda: _mpc(_spec("output", mechanism="gaussian"), COUNTS),
     "dp-sgd poisson": lambda: _mpc({**_spec(adjacency="add_remove", public_n=30000),
-                                    "model": {"name": "mlp", "input_shape": [20], "n_classes": 2, "hidden": [8]},
+                                    "model": MLP,
                                     "training": {"iterations": 200, "sampling_rate": 0.01}},
                                    PublicSizes(public_n=30000)),
     "uniform owners": _federated,
+    "pooled rows": lambda: _mpc({**_spec(), "model": MLP,
+                                 "privacy": {"epsilon": 1.0, "delta": 1e-5, "clip": 1.0, "accountant": "rdp",
+                                             "party_rows": dict(zip(("alice", "bob", "carol"), COUNTS.counts or (),
+                                                                    strict=True))},
+                                 "training": {"iterations": 60, "batch_size": 50}}, COUNTS),
     "laplace output": lambda: _mpc(_spec("output", mechanism="laplace_thesis", delta=1e-9), COUNTS),
     "knowledge transfer": lambda: _mpc({**_spec("output", mechanism="gaussian"), "transfer": {"rows": 60, "seed": 7}},
                                        COUNTS),
