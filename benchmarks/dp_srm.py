@@ -240,7 +240,7 @@ THESIS_MNIST = {"1.2": {"dp_srm": 0.0449, "dp_sgd": 0.0533}, "3": {"dp_srm": 0.0
 
 
 def mnist(eps: float, method: str, *, epochs: float = 10.0, batch: int = 256, lr: float = 0.32,
-          seed: int = 0) -> dict[str, Any]:
+          seed: int = 0, pooled: bool = False) -> dict[str, Any]:
     """One MNIST CNN job in process at (ε, 10⁻⁵), three parties: DP-SGD with C = 1, or DP-SRM with
     the thesis's C₁ = 1.5 and γ = C₂ = 0.5 (so privacy.clip = γC₁ + (1−γ)C₂ = 1, DP-SGD's); the
     same batch, epochs, step and noise multiplier; test error after each epoch. No setting is
@@ -253,17 +253,26 @@ def mnist(eps: float, method: str, *, epochs: float = 10.0, batch: int = 256, lr
     q = batch / n
     rounds = round(epochs / q)
     training: dict[str, Any] = {"iterations": rounds, "learning_rate": lr, "sampling_rate": q}
+    privacy: dict[str, Any] = {"epsilon": eps, "delta": DELTA, "clip": 1.0, "adjacency": "add_remove", "public_n": n,
+                               "accountant": "rdp"}
+    if pooled:  # exactly b of the pooled rows a round, replace-one with the thirds' counts public
+        training = {"iterations": rounds, "learning_rate": lr, "batch_size": batch}
+        privacy = {"epsilon": eps, "delta": DELTA, "clip": 1.0, "adjacency": "replace", "accountant": "rdp",
+                   "party_rows": dict(zip(("alice", "bob", "carol"), _thirds(n), strict=True))}
     if method == "dp_srm":
         training.update(optimizer="srm", **SRM)
     spec = JobSpec.model_validate({
         "method": "gradient", "seed": seed,
         "model": {"name": "mnist_cnn", "input_shape": [1, 28, 28], "n_classes": 10, "init_seed": seed},
-        "privacy": {"epsilon": eps, "delta": DELTA, "clip": 1.0, "adjacency": "add_remove", "public_n": n,
-                    "accountant": "rdp"},
-        "training": training})
+        "privacy": privacy, "training": training})
     torch.set_num_threads(2)
     job = DpSgd(spec)
-    parts = [(Xtr[i::PARTIES], ytr[i::PARTIES], torch.Generator().manual_seed(1000 * seed + i)) for i in range(PARTIES)]
+    from mpc_erm.protocols.row_draws import RowDraws, pooled_draws
+
+    draws: list[torch.Generator | RowDraws] = [torch.Generator().manual_seed(1000 * seed + i) for i in range(PARTIES)]
+    if pooled:
+        draws = list(pooled_draws(_thirds(n), batch, rounds, torch.Generator().manual_seed(1000 * seed + 9)))
+    parts = [(Xtr[i::PARTIES], ytr[i::PARTIES], draws[i]) for i in range(PARTIES)]
     per_epoch, curve, tic = round(1 / q), [], time.perf_counter()
 
     def after(t: int, _noisy: torch.Tensor) -> None:
@@ -277,7 +286,9 @@ def mnist(eps: float, method: str, *, epochs: float = 10.0, batch: int = 256, lr
               lambda _m: (torch.cat([job.local_contribution(a, b, g)[0] for a, b, g in parts]), None),
               after_round=after)
     assert job.plan is not None
-    return {"epsilon": eps, "method": method, "noise_multiplier": job.plan.noise_multiplier, "rounds": rounds,
+    return {"epsilon": eps, "method": method, "sampling": "pooled" if pooled else "poisson",
+            "noise_std_over_C_over_b": (2 if pooled else 1) * job.plan.noise_multiplier,
+            "noise_multiplier": job.plan.noise_multiplier, "rounds": rounds,
             "test_error": curve[-1]["test_error"], "best_epoch_test_error": min(c["test_error"] for c in curve),
             "thesis_test_error": THESIS_MNIST.get(f"{eps:g}", {}).get(method), "curve": curve,
             "wall_seconds": time.perf_counter() - tic}
@@ -301,12 +312,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     tic = time.perf_counter()
     if args.mnist is not None:
-        runs = [mnist(float(e), m) for e in args.mnist.split(",") for m in ("dp_sgd", "dp_srm")]
-        out = {"benchmark": "dp_srm_mnist", "machine": machine_info(),
+        runs = [mnist(float(e), m, pooled=args.pooled) for e in args.mnist.split(",") for m in ("dp_sgd", "dp_srm")]
+        out = {"benchmark": "dp_srm_mnist" + ("_pooled" if args.pooled else ""), "machine": machine_info(),
                "command": "python -m benchmarks.dp_srm " + " ".join(sys.argv[1:] if argv is None else argv),
                "what": "DP-SRM against DP-SGD on the product's MNIST CNN (TF-Privacy's), in process, three parties, "
                        "b = 256, 10 epochs, step 0.32, the same noise multiplier at each ε; the thesis's errors "
-                       "(its own 4-layer CNN, tuned grids) beside", "runs": runs,
+                       "(its own 4-layer CNN, tuned grids) beside"
+                       + ("; each batch exactly b of the pooled rows (replace-one, every party's view accounted)"
+                          if args.pooled else "; Poisson batches"), "runs": runs,
                "wall_seconds": time.perf_counter() - tic}
         if args.out is not None:
             args.out.write_text(json.dumps(jsonable(out), indent=1))
