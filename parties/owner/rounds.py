@@ -390,7 +390,10 @@ class OwnerAggregator:
             if self.fetch_later is None or exc.code() not in (grpc.StatusCode.UNAVAILABLE,  # type: ignore[attr-defined]
                                                               grpc.StatusCode.CANCELLED):
                 raise IntakeError.of(self.client.explicit_name, exc) from None
-            return self.fetch_later(t, self.round_wait_s)
+            state, roster = self.fetch_later(t, self.round_wait_s)
+            if roster.refuses(self.client.owner_index):  # as the intake's read records it
+                self.client.refused.append(t)
+            return state, roster
 
     def send(self, t: int, v: torch.Tensor) -> bool:
         """Send round ``t``'s shares, waiting for the round to open; False if it closed first.
