@@ -33,9 +33,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from mpc_erm.mpc.keystream import KeyedMasks
 from mpc_erm.protocols.row_draws import RowDraws
-from parties.owner.sample import pair_keys
+from parties.owner import sample as owner_sample
 
 __all__ = ["CHUNK_ROUNDS", "a_side", "b_message", "c_side", "pooled_row_draws"]
 
@@ -43,18 +42,6 @@ __all__ = ["CHUNK_ROUNDS", "a_side", "b_message", "c_side", "pooled_row_draws"]
 CHUNK_ROUNDS = 64
 #: The nonces of the masks that hide B's slices (K_CA), above every permutation and mask nonce.
 _SLICE_NONCE = 2**40
-
-
-def _perms(masks: KeyedMasks, key: bytes, t0: int, t1: int, n: int) -> np.ndarray:
-    return np.stack([np.argsort(masks.words(key, 2 * t, n).numpy(), kind="stable") for t in range(t0, t1)])
-
-
-def _bits(masks: KeyedMasks, key: bytes, nonce0: int, step: int, t0: int, t1: int, n: int) -> np.ndarray:
-    return np.stack([(masks.words(key, nonce0 + step * t, n).numpy() & 1).astype(np.uint8) for t in range(t0, t1)])
-
-
-def _apply(perm: np.ndarray, v: np.ndarray) -> np.ndarray:
-    return np.take_along_axis(v, perm, axis=1)
 
 
 def _send(comm: object, bits: np.ndarray, dst: int) -> None:
@@ -79,30 +66,32 @@ def _check(counts: Sequence[int], batch: int, rounds: int) -> int:
     return n_all
 
 
-def b_message(masks: KeyedMasks, k_ab: bytes, k_bc: bytes, n_all: int, batch: int, t0: int, t1: int) -> np.ndarray:
-    """B's message to C for rounds t0 … t1 − 1: c = π_BC(π_AB(v)) ⊕ r, (t1 − t0, N) bits."""
-    v = np.zeros((t1 - t0, n_all), dtype=np.uint8)
-    v[:, :batch] = 1
-    v2 = _apply(_perms(masks, k_bc, t0, t1, n_all), _apply(_perms(masks, k_ab, t0, t1, n_all), v))
-    return v2 ^ _bits(masks, k_ab, 1, 2, t0, t1, n_all)
+def b_message(k_ab: bytes, k_bc: bytes, n_all: int, batch: int, t0: int, t1: int) -> np.ndarray:
+    """B's message to C for rounds t0 … t1 − 1: the owners' shuffle's, over the N positions."""
+    return owner_sample.b_message(k_ab, k_bc, n_all, batch, t1 - t0, first=t0)
 
 
-def a_side(masks: KeyedMasks, k_ab: bytes, k_ca: bytes, counts: Sequence[int], t0: int,
+def _slice_masks(k_ca: bytes, t0: int, t1: int, n: int) -> np.ndarray:
+    """The bits that hide B's slices: K_CA's keystream at nonce 2^40 + t."""
+    return owner_sample.key_bits(k_ca, t1 - t0, n, lambda t: _SLICE_NONCE + t0 + t)
+
+
+def a_side(k_ab: bytes, k_ca: bytes, counts: Sequence[int], t0: int,
            t1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A's XOR share π_CA(r) of the sample, its message to C (its share of C's rows) and to B (its
     share of B's rows, masked by K_CA's bits)."""
     at = _slices(counts)
-    share = _apply(_perms(masks, k_ca, t0, t1, sum(counts)), _bits(masks, k_ab, 1, 2, t0, t1, sum(counts)))
-    return share, share[:, at[2]], share[:, at[1]] ^ _bits(masks, k_ca, _SLICE_NONCE, 1, t0, t1, counts[1])
+    share = owner_sample.a_share(k_ab, k_ca, sum(counts), t1 - t0, first=t0)
+    return share, share[:, at[2]], share[:, at[1]] ^ _slice_masks(k_ca, t0, t1, counts[1])
 
 
-def c_side(masks: KeyedMasks, k_ca: bytes, c: np.ndarray, counts: Sequence[int], t0: int,
+def c_side(k_ca: bytes, c: np.ndarray, counts: Sequence[int], t0: int,
            t1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """C's XOR share π_CA(c) of the sample, its message to A (its share of A's rows) and to B (its
     share of B's rows, masked by the same K_CA bits as A's)."""
     at = _slices(counts)
-    share = _apply(_perms(masks, k_ca, t0, t1, sum(counts)), c)
-    return share, share[:, at[0]], share[:, at[1]] ^ _bits(masks, k_ca, _SLICE_NONCE, 1, t0, t1, counts[1])
+    share = owner_sample.c_share(k_ca, c, first=t0)
+    return share, share[:, at[0]], share[:, at[1]] ^ _slice_masks(k_ca, t0, t1, counts[1])
 
 
 def _slices(counts: Sequence[int]) -> list[slice]:
@@ -116,22 +105,21 @@ def pooled_row_draws(comm: object, counts: Sequence[int], batch: int, rounds: in
     n_all = _check(counts, batch, rounds)
     rank = comm.get_rank()  # type: ignore[attr-defined]
     mine = _slices(counts)[rank]
-    k_prev, k_next = pair_keys(comm, rank)  # A: (K_CA, K_AB); B: (K_AB, K_BC); C: (K_BC, K_CA)
-    masks = KeyedMasks()
+    k_prev, k_next = owner_sample.pair_keys(comm, rank)  # A: (K_CA, K_AB); B: (K_AB, K_BC); C: (K_BC, K_CA)
     out = []
     for t0 in range(0, rounds, CHUNK_ROUNDS):
         t1 = min(rounds, t0 + CHUNK_ROUNDS)
         c = t1 - t0
         if rank == 1:  # B: the shuffled, masked vector to C; then its two masked slices
-            _send(comm, b_message(masks, k_prev, k_next, n_all, batch, t0, t1), 2)
+            _send(comm, b_message(k_prev, k_next, n_all, batch, t0, t1), 2)
             own = _recv(comm, c, counts[1], 0) ^ _recv(comm, c, counts[1], 2)
         elif rank == 0:  # A: C's slice to C, B's masked slice to B; C's share of A's slice back
-            share, to_c, to_b = a_side(masks, k_next, k_prev, counts, t0, t1)
+            share, to_c, to_b = a_side(k_next, k_prev, counts, t0, t1)
             _send(comm, to_c, 2)
             _send(comm, to_b, 1)
             own = share[:, mine] ^ _recv(comm, c, counts[0], 2)
         else:  # C: B's vector, A's share of C's slice; its slices to A and (masked) to B
-            share, to_a, to_b = c_side(masks, k_next, _recv(comm, c, n_all, 1), counts, t0, t1)
+            share, to_a, to_b = c_side(k_next, _recv(comm, c, n_all, 1), counts, t0, t1)
             theirs = _recv(comm, c, counts[2], 0)
             _send(comm, to_a, 0)
             _send(comm, to_b, 1)

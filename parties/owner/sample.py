@@ -23,13 +23,15 @@ still sends shares each round (a zero update when not drawn), so arrival does no
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
 from mpc_erm.mpc.keystream import KEY_BYTES, KeyedMasks, new_key
 
-__all__ = ["OWNER_SAMPLE_PARTIES", "a_share", "b_message", "c_share", "owner_bits", "pack_owner_bits", "pair_keys",
-           "uniform_sample_shares"]
+__all__ = ["OWNER_SAMPLE_PARTIES", "a_share", "b_message", "c_share", "key_bits", "owner_bits", "pack_owner_bits",
+           "pair_keys", "uniform_sample_shares"]
 
 #: The shuffle's parties: exactly three compute parties (replicated sharing, no dealer).
 OWNER_SAMPLE_PARTIES = 3
@@ -41,17 +43,23 @@ def _words(masks: KeyedMasks, key: bytes, nonce: int, n: int) -> np.ndarray:
     return masks.words(key, nonce, n).numpy().copy()
 
 
-def _permutations(key: bytes, rounds: int, n: int) -> np.ndarray:
-    """(rounds, n): round t's permutation of a pair's key (argsort of n uniform words, nonce 2t;
-    a tie has probability < n²/2^65)."""
+def _permutations(key: bytes, rounds: int, n: int, first: int = 0) -> np.ndarray:
+    """(rounds, n): round t's permutation of a pair's key, t = first … first + rounds − 1 (argsort
+    of n uniform words, nonce 2t; a tie has probability < n²/2^65)."""
     masks = KeyedMasks()
-    return np.stack([np.argsort(_words(masks, key, 2 * t, n), kind="stable") for t in range(rounds)])
+    return np.stack([np.argsort(_words(masks, key, 2 * t, n), kind="stable")
+                     for t in range(first, first + rounds)])
 
 
-def _masks(key: bytes, rounds: int, n: int) -> np.ndarray:
-    """(rounds, n) bits r_t of K_AB (nonce 2t + 1)."""
+def key_bits(key: bytes, rounds: int, n: int, nonce: Callable[[int], int]) -> np.ndarray:
+    """(rounds, n) bits of ``key``'s keystream, round t's (0-based) at ``nonce(t)``."""
     masks = KeyedMasks()
-    return np.stack([(_words(masks, key, 2 * t + 1, n) & 1).astype(np.uint8) for t in range(rounds)])
+    return np.stack([(_words(masks, key, nonce(t), n) & 1).astype(np.uint8) for t in range(rounds)])
+
+
+def _masks(key: bytes, rounds: int, n: int, first: int = 0) -> np.ndarray:
+    """(rounds, n) bits r_t of K_AB (nonce 2t + 1), t = first … first + rounds − 1."""
+    return key_bits(key, rounds, n, lambda t: 2 * (first + t) + 1)
 
 
 def _apply(perm: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -65,24 +73,25 @@ def _check(owners: int, sample: int, rounds: int) -> None:
         raise ValueError(f"rounds: at least 1, got {rounds}")
 
 
-def b_message(k_ab: bytes, k_bc: bytes, owners: int, sample: int, rounds: int) -> np.ndarray:
-    """B's message to C: c = π_BC(π_AB(v)) ⊕ r, (rounds, owners) bits."""
+def b_message(k_ab: bytes, k_bc: bytes, owners: int, sample: int, rounds: int, first: int = 0) -> np.ndarray:
+    """B's message to C: c = π_BC(π_AB(v)) ⊕ r, (rounds, owners) bits, for rounds first … (a
+    pooled-rows draw runs the same shuffle a chunk of rounds at a time: parties.row_sample)."""
     _check(owners, sample, rounds)
     v = np.zeros((rounds, owners), dtype=np.uint8)
     v[:, :sample] = 1
-    v2 = _apply(_permutations(k_bc, rounds, owners), _apply(_permutations(k_ab, rounds, owners), v))
-    return v2 ^ _masks(k_ab, rounds, owners)
+    v2 = _apply(_permutations(k_bc, rounds, owners, first), _apply(_permutations(k_ab, rounds, owners, first), v))
+    return v2 ^ _masks(k_ab, rounds, owners, first)
 
 
-def a_share(k_ab: bytes, k_ca: bytes, owners: int, rounds: int) -> np.ndarray:
+def a_share(k_ab: bytes, k_ca: bytes, owners: int, rounds: int, first: int = 0) -> np.ndarray:
     """A's XOR share of the sample: π_CA(r)."""
-    return _apply(_permutations(k_ca, rounds, owners), _masks(k_ab, rounds, owners))
+    return _apply(_permutations(k_ca, rounds, owners, first), _masks(k_ab, rounds, owners, first))
 
 
-def c_share(k_ca: bytes, c: np.ndarray) -> np.ndarray:
+def c_share(k_ca: bytes, c: np.ndarray, first: int = 0) -> np.ndarray:
     """C's XOR share of the sample: π_CA(c)."""
     rounds, owners = c.shape
-    return _apply(_permutations(k_ca, rounds, owners), c)
+    return _apply(_permutations(k_ca, rounds, owners, first), c)
 
 
 def _key_tensor(key: bytes) -> torch.Tensor:

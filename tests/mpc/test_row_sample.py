@@ -62,13 +62,11 @@ def _keys(seed: int) -> Any:
 
 def _one_round(k_ab: bytes, k_bc: bytes, k_ca: bytes) -> tuple[np.ndarray, dict[str, tuple[int, ...]]]:
     """The round's sample and what each party receives in it."""
-    from mpc_erm.mpc.keystream import KeyedMasks
     from parties.row_sample import a_side, b_message, c_side
 
-    masks = KeyedMasks()
-    c = b_message(masks, k_ab, k_bc, 5, DRAWN, 0, 1)
-    share_a, a_to_c, a_to_b = a_side(masks, k_ab, k_ca, SMALL, 0, 1)
-    share_c, c_to_a, c_to_b = c_side(masks, k_ca, c, SMALL, 0, 1)
+    c = b_message(k_ab, k_bc, 5, DRAWN, 0, 1)
+    share_a, a_to_c, a_to_b = a_side(k_ab, k_ca, SMALL, 0, 1)
+    share_c, c_to_a, c_to_b = c_side(k_ca, c, SMALL, 0, 1)
     sample = (share_a ^ share_c)[0]
     views = {"A": tuple(c_to_a[0]), "B": tuple(a_to_b[0]), "C": (*c[0], *a_to_c[0])}
     assert tuple(sample[OWN["B"]]) == tuple(a_to_b[0] ^ c_to_b[0])  # B's two messages give its bit
