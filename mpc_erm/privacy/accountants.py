@@ -99,9 +99,7 @@ def gaussian_rounds_event(
 
 
 def _wor_epsilon(z: float, t: int, delta: float, q: float, population: int, member_rows: tuple[int, ...] = ()) -> float:
-    size = wor_sample_size(population, q)
-    curve = (pooled_rows_curve(z, population, size, member_rows) if member_rows
-             else wor_gaussian_curve(z, population, size))
+    curve = pooled_rows_curve(z, population, wor_sample_size(population, q), member_rows)
     return float(compute_epsilon(RDP_ORDERS, t * curve, delta)[0])
 
 

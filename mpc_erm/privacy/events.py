@@ -384,7 +384,6 @@ def _rdp_curve(parts: tuple[_Part, ...]) -> Any:
         discrete_gaussian_curve,
         general_discrete_gaussian_curve,
         poisson_gaussian_curve,
-        wor_gaussian_curve,
     )
 
     full: list[Any] = []
@@ -395,9 +394,7 @@ def _rdp_curve(parts: tuple[_Part, ...]) -> Any:
         elif kind == "discrete_gaussian_general":  # ... as events written before it state it
             rdp = rdp + count * general_discrete_gaussian_curve(q, param)
         elif kind == "gaussian_wor":  # s = q·N of N slots without replacement, either noise (accountants)
-            size = wor_sample_size(population, q)
-            rdp = rdp + count * (pooled_rows_curve(param, population, size, views) if views
-                                 else wor_gaussian_curve(param, population, size))
+            rdp = rdp + count * pooled_rows_curve(param, population, wor_sample_size(population, q), views)
         elif kind == "gaussian" and q < 1.0:  # add/remove by construction (the event's docstring)
             rdp = rdp + count * poisson_gaussian_curve(q, param)
         else:

@@ -33,7 +33,7 @@ import numpy as np
 from scipy.special import logsumexp
 from scipy.stats import hypergeom
 
-from mpc_erm.privacy.subsampled import DP_ACCOUNTING_ORDERS, unsampled_large_orders
+from mpc_erm.privacy.subsampled import DP_ACCOUNTING_ORDERS, unsampled_large_orders, wor_gaussian_curve
 
 __all__ = ["member_view_curve", "pooled_rows_curve", "wor_log_moments"]
 
@@ -138,7 +138,11 @@ def member_view_curve(noise_multiplier: float, population: int, sample_size: int
 def pooled_rows_curve(noise_multiplier: float, population: int, sample_size: int,
                       member_rows: Sequence[int]) -> np.ndarray:
     """The largest, order by order, of the outside observer's curve and every member's view: one
-    round's RDP that holds against each of them (every ε computed from it bounds each view's)."""
+    round's RDP that holds against each of them (every ε computed from it bounds each view's).
+    No member rows: the observer's alone, dp_accounting's curve as events written before the
+    views were accounted state it (:func:`~.subsampled.wor_gaussian_curve`)."""
+    if not member_rows:
+        return wor_gaussian_curve(noise_multiplier, population, sample_size)
     views = {0, *(int(n) for n in member_rows)}
     return np.max(np.stack([member_view_curve(noise_multiplier, population, sample_size, n)
                             for n in sorted(views)]), axis=0)
