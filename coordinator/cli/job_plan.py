@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,9 +24,6 @@ import click
 
 RECEIPT_SUFFIX = ".plan.json"
 
-
-#: A refusal that names the job file's field (or the data): shown as a usage error.
-_FIELD_ERROR = re.compile(r"(?:data|job|privacy|model|training|federated|transfer)(?:\.[a-z_]+)*: ")
 
 def receipt_path(job_file: Path) -> Path:
     """Where ``job plan`` leaves its verdict on ``job_file``: beside it, ``<stem>.plan.json``."""
@@ -298,6 +294,7 @@ def plan(job_file: Path, schema_path: Path | None, data_format: str | None, data
     for --yes if it is hopeless. --search proposes a better sampling rate, rounds and learning rate."""
     from mpc_erm.data.schema import read_csv_with_schema
     from mpc_erm.jobs import load_job_file
+    from mpc_erm.privacy.errors import PlanError
     from mpc_erm.simulate.forecast import REFERENCE_WORDS, forecast_job
 
     jf = load_job_file(job_file)
@@ -327,9 +324,7 @@ def plan(job_file: Path, schema_path: Path | None, data_format: str | None, data
         evaluate = None if eval_path is None else read_csv_with_schema(eval_path, schema)
     try:
         fc = forecast_job(jf.spec, parts, evaluate=evaluate, runs=runs, owners=owners, noise_split=jf.noise_split())
-    except ValueError as exc:  # the job against these files, naming the field: a usage error, not a crash
-        if not _FIELD_ERROR.match(str(exc)):
-            raise
+    except PlanError as exc:  # the job against these files, naming the field: a usage error, not a crash
         raise click.BadParameter(str(exc), param_hint="--data") from None
     out = {**describe(fc), "trust": jf.job.trust, "security": jf.job.security, "noise": jf.spec.privacy.noise}
     points = None

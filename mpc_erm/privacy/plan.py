@@ -303,8 +303,8 @@ class PrivacyPlan:
                 raise ValueError("sizes: an add/remove plan may know only the public normaliser privacy.public_n")
             if self.unit == "record" and self.population is not None and \
                     sorted(sizes.counts or ()) != sorted(self.member_rows):
-                raise ValueError(f"privacy.party_rows: the job file states the counts {list(self.member_rows)}, the "
-                                 f"parties hold {list(sizes.counts or ())}; the accounting needs their true counts")
+                raise PlanError("privacy.party_rows", f"the job file states the counts {list(self.member_rows)}, "
+                                f"the parties hold {list(sizes.counts or ())}; the accounting needs their true counts")
         if dim is not None:
             _checks.positive_int("dim", dim)
         return replace(self, sizes=sizes if sizes is not None else self.sizes, dim=dim if dim is not None else self.dim)
