@@ -40,6 +40,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ from mpc_erm.data.sets import ADULT_CATEGORICAL, ADULT_COLUMNS, BUNDLED_DATA, da
 from mpc_erm.privacy.accountants import epsilon_for
 from mpc_erm.protocols.aggregation import NoiseSpec
 from mpc_erm.protocols.dpsgd import DpSgd
+from mpc_erm.protocols.row_draws import RowDraws, pooled_draws
 from mpc_erm.simulate.aggregator import InProcessAggregator
 from mpc_erm.spec import JobSpec
 
@@ -133,15 +135,20 @@ def _thirds(n: int) -> list[int]:
     return [len(range(i, n, PARTIES)) for i in range(PARTIES)]
 
 
-def _run(spec: JobSpec, X: torch.Tensor, y: torch.Tensor, seed: int, noise: bool = True) -> DpSgd:
-    from mpc_erm.protocols.row_draws import RowDraws, pooled_draws
-
-    job = DpSgd(spec, noise=None if noise else NoiseSpec("none", 0.0))
-    draws: list[torch.Generator | RowDraws] = [torch.Generator().manual_seed(seed * 10 + i) for i in range(PARTIES)]
-    if spec.training.batch_size is not None:  # one joint draw of b pooled rows a round
+def _parts(spec: JobSpec, X: torch.Tensor, y: torch.Tensor, seeds: Sequence[int],
+           joint_seed: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Generator | RowDraws]]:
+    """The three parties' rows X[i::3] with their batches: each its own Poisson generator (``seeds``),
+    or, with ``training.batch_size``, its part of one joint draw of b pooled rows a round."""
+    draws: list[torch.Generator | RowDraws] = [torch.Generator().manual_seed(s) for s in seeds]
+    if spec.training.batch_size is not None:
         draws = list(pooled_draws(_thirds(int(X.shape[0])), spec.training.batch_size, spec.training.iterations,
-                                  torch.Generator().manual_seed(seed * 10 + 8)))
-    parts = [(X[i::PARTIES], y[i::PARTIES], draws[i]) for i in range(PARTIES)]
+                                  torch.Generator().manual_seed(joint_seed)))
+    return [(X[i::PARTIES], y[i::PARTIES], draws[i]) for i in range(PARTIES)]
+
+
+def _run(spec: JobSpec, X: torch.Tensor, y: torch.Tensor, seed: int, noise: bool = True) -> DpSgd:
+    job = DpSgd(spec, noise=None if noise else NoiseSpec("none", 0.0))
+    parts = _parts(spec, X, y, [seed * 10 + i for i in range(PARTIES)], seed * 10 + 8)
     agg = InProcessAggregator(torch.Generator().manual_seed(seed * 10 + 9))
     job.train(agg, lambda _m: (torch.cat([job.local_contribution(a, b, g)[0] for a, b, g in parts]), None))
     return job
@@ -267,12 +274,7 @@ def mnist(eps: float, method: str, *, epochs: float = 10.0, batch: int = 256, lr
         "privacy": privacy, "training": training})
     torch.set_num_threads(2)
     job = DpSgd(spec)
-    from mpc_erm.protocols.row_draws import RowDraws, pooled_draws
-
-    draws: list[torch.Generator | RowDraws] = [torch.Generator().manual_seed(1000 * seed + i) for i in range(PARTIES)]
-    if pooled:
-        draws = list(pooled_draws(_thirds(n), batch, rounds, torch.Generator().manual_seed(1000 * seed + 9)))
-    parts = [(Xtr[i::PARTIES], ytr[i::PARTIES], draws[i]) for i in range(PARTIES)]
+    parts = _parts(spec, Xtr, ytr, [1000 * seed + i for i in range(PARTIES)], 1000 * seed + 9)
     per_epoch, curve, tic = round(1 / q), [], time.perf_counter()
 
     def after(t: int, _noisy: torch.Tensor) -> None:
