@@ -636,14 +636,21 @@ class PartyDaemon:
         assert self.ledger is not None and decision.dataset is not None
         if decision.event_at is None:
             return ""
+        rel_tol = 0.02
         try:
-            eps = self.ledger.largest_fitting(decision.dataset, decision.event_at, decision.epsilon,
-                                              time_budget_s=2.0)
+            found = self.ledger.fitting_bracket(decision.dataset, decision.event_at, decision.epsilon,
+                                                rel_tol=rel_tol, time_budget_s=2.0)
         except (ValueError, LedgerError):
             return ""
-        if eps is None:
+        if found is None:
             return f"; no ε above {decision.epsilon / 1000:.3g} fits this job now"
-        return f"; the largest ε this job (its δ = {decision.delta:g}, rounds and sampling) could ask now: {eps:.4g}"
+        eps, above = found
+        # each step calibrates the job's plan; one whose accounting is slow (a member's view of every
+        # party) may not narrow the search in the time a refusal may take: say what is known
+        short = (f" or more, below {above:.4g} (the search stopped at its time limit)"
+                 if above / eps > 1.0 + rel_tol else "")
+        return (f"; the largest ε this job (its δ = {decision.delta:g}, rounds and sampling) could ask now: "
+                f"{eps:.4g}{short}")
 
     def _prepared_here(self, dataset: str, job_id: str) -> list[str]:
         """The other jobs on ``dataset`` whose reservation here is not (yet, or any more) that of

@@ -400,6 +400,14 @@ class Ledger(SqliteStore):
         ``time_budget_s`` runs out (each step calibrates a plan; None: no limit, as ``budget show``
         asks; a daemon answering a refusal gives it a second or two). None: not even ``upper``/1000
         fits. The ledger is read once: every step is judged against the same jobs."""
+        found = self.fitting_bracket(dataset, event_at, upper, rel_tol=rel_tol, time_budget_s=time_budget_s)
+        return None if found is None else found[0]
+
+    def fitting_bracket(self, dataset: str, event_at: Callable[[float], DpEvent], upper: float, *,
+                        rel_tol: float = 0.02, time_budget_s: float | None = None) -> tuple[float, float] | None:
+        """:meth:`largest_fitting`'s search with both ends: (an ε that fits, one above the largest
+        that fits, or ``upper`` itself when it fits). The ends are within ``rel_tol`` unless the
+        time budget ran out first — then a refusal must say "at least", not "the largest"."""
         live, total = self._standing(dataset)
 
         def fits(eps: float) -> bool:
@@ -412,7 +420,7 @@ class Ledger(SqliteStore):
         if not fits(lo):
             return None
         if fits(upper):
-            return upper
+            return upper, upper
         hi, stop = upper, time.monotonic() + (math.inf if time_budget_s is None else time_budget_s)
         while hi / lo > 1.0 + rel_tol and time.monotonic() < stop:
             mid = math.sqrt(lo * hi)
@@ -420,7 +428,7 @@ class Ledger(SqliteStore):
                 lo = mid
             else:
                 hi = mid
-        return lo
+        return lo, hi
 
     def mark_revealed(self, job_id: str, dp_event: DpEvent | Mapping[str, Any] | None = None, *,
                       rounds: int | None = None) -> Reservation:

@@ -415,6 +415,12 @@ def _reserved_refused_and_released_by_cancel(d: PartyDaemon, s: pb_grpc.PartyCon
     true = d.ledger.largest_fitting("adult", event_at, 0.75, rel_tol=0.001)
     assert true is not None and not d.ledger.fits("adult", event_at(true * 1.002))
     assert true / 1.5 <= eps_max <= true * (1 + 1e-9), (eps_max, true)
+    above = re.search(r"or more, below ([0-9.e+-]+) \(the search stopped at its time limit\)", err.details())
+    assert above is None or not d.ledger.fits("adult", event_at(float(above.group(1)))), err.details()
+    # a search out of time says both ends it knows: one that fits, one that does not
+    lo, hi = d.ledger.fitting_bracket("adult", event_at, 0.75, time_budget_s=0.0)
+    assert lo == pytest.approx(0.75 / 1000) and hi == 0.75
+    assert d.ledger.fits("adult", event_at(lo)) and not d.ledger.fits("adult", event_at(hi))
     # cancelling the queued job releases its budget at once
     r = s.Cancel(pb.CancelRequest(job_id="b", reason="changed my mind"), timeout=10)
     assert r.status == "cancelled" and "cancelled by coord: changed my mind" in r.reason
