@@ -18,9 +18,10 @@ from .plugin_ids import DIGEST, PLUGIN_ID
 
 Method = Literal["output", "gradient"]
 LINEAR_MODELS = ("logistic", "ridge", "huber_svm", "softmax")
-NETWORK_MODELS = ("mlp", "mnist_cnn", "cifar_cnn", "char_lstm", "plugin")  # mpc_erm.models.networks, .plugins
-ModelName = Literal["logistic", "ridge", "huber_svm", "softmax", "mlp", "mnist_cnn", "cifar_cnn", "char_lstm",
-                    "plugin"]
+NETWORK_MODELS = ("mlp", "mnist_cnn", "cifar_cnn", "tf_cifar_cnn", "char_lstm",  # mpc_erm.models.networks
+                  "plugin")  # .plugins
+ModelName = Literal["logistic", "ridge", "huber_svm", "softmax", "mlp", "mnist_cnn", "cifar_cnn", "tf_cifar_cnn",
+                    "char_lstm", "plugin"]
 Optimizer = Literal["sgd", "adam", "srm"]
 # fields that mean something for networks only: a linear job must leave them at their defaults
 NETWORK_MODEL_FIELDS = ("input_shape", "hidden", "vocab", "init_seed", "plugin", "plugin_digest")

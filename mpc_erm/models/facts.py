@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["LOSS_NAMES", "NETWORK_NAMES", "char_lstm_widths", "cifar_cnn_flat", "conv_out", "lipschitz",
-           "mnist_cnn_flat", "network_parameters", "outputs", "param_dim", "ridge_lipschitz_for", "smoothness"]
+__all__ = ["LOSS_NAMES", "NETWORK_NAMES", "TF_CIFAR_CROP", "char_lstm_widths", "cifar_cnn_flat", "conv_out",
+           "lipschitz", "mnist_cnn_flat", "network_parameters", "outputs", "param_dim", "ridge_lipschitz_for",
+           "smoothness", "tf_cifar_cnn_flat"]
 
 #: Every linear loss a job can name.
 LOSS_NAMES = ("logistic", "huber_svm", "ridge", "softmax")
@@ -76,7 +77,7 @@ def param_dim(name: str, d: int, n_classes: int | None = None) -> int:
 # ---------------------------------------------------------------- built-in networks
 
 #: The networks :mod:`.networks` builds (a party's own, ``plugin:<id>``, has no facts here).
-NETWORK_NAMES = ("mlp", "mnist_cnn", "cifar_cnn", "char_lstm")
+NETWORK_NAMES = ("mlp", "mnist_cnn", "cifar_cnn", "tf_cifar_cnn", "char_lstm")
 
 
 def conv_out(size: int, kernel: int, stride: int, pad: int = 0) -> int:
@@ -104,6 +105,21 @@ def cifar_cnn_flat(input_shape: tuple[int, ...]) -> int:
     if h % 8 or w % 8:
         raise ValueError(f"model.input_shape: cifar_cnn needs H and W divisible by 8, got {input_shape}")
     return 128 * (h // 8) * (w // 8)
+
+
+#: tf_cifar_cnn's input: the central crop of this side (the TF CIFAR-10 tutorial's IMAGE_SIZE).
+TF_CIFAR_CROP = 24
+
+
+def tf_cifar_cnn_flat(input_shape: tuple[int, ...]) -> int:
+    """The flattened width after tf_cifar_cnn's two conv-pool blocks on its 24×24 crop: 64·6·6."""
+    if len(input_shape) != 3:
+        raise ValueError(f"model.input_shape: tf_cifar_cnn takes (C, H, W) images, got {input_shape}")
+    if min(input_shape[1:]) < TF_CIFAR_CROP:
+        raise ValueError(f"model.input_shape: tf_cifar_cnn crops the central {TF_CIFAR_CROP}×{TF_CIFAR_CROP}, "
+                         f"got {input_shape}")
+    side = conv_out(conv_out(TF_CIFAR_CROP, 3, 2, 1), 3, 2, 1)  # two max-pools 3/2 pad 1: 24 → 12 → 6
+    return 64 * side * side
 
 
 def char_lstm_widths(input_shape: tuple[int, ...], hidden: tuple[int, ...], vocab: int) -> tuple[int, int]:
@@ -137,6 +153,10 @@ def network_parameters(name: str, input_shape: tuple[int, ...], n_outputs: int, 
         flat = cifar_cnn_flat(shape)
         blocks = sum(_conv(a, b, 3) + _conv(b, b, 3) for a, b in ((shape[0], 32), (32, 64), (64, 128)))
         return blocks + _linear(flat, 128) + _linear(128, n_outputs)
+    if name == "tf_cifar_cnn":
+        flat = tf_cifar_cnn_flat(shape)
+        return (_conv(shape[0], 64, 5) + _conv(64, 64, 5) + _linear(flat, 384) + _linear(384, 192)
+                + _linear(192, n_outputs))
     if name == "char_lstm":
         embed, width = char_lstm_widths(shape, hidden, vocab)
         return vocab * embed + _linear(embed, 4 * width) + _linear(width, 4 * width) + _linear(width, n_outputs)

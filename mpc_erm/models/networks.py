@@ -15,6 +15,13 @@ Built in (``NETWORKS``):
   maxpool 2 stride 1 → fc 32 → tanh → fc 10 (26,010 parameters on 1×28×28 inputs).
 - ``cifar_cnn``: the CIFAR-10 CNN of the same tutorial family (Papernot et al. 2020, tanh):
   conv 32,32 → pool → conv 64,64 → pool → conv 128,128 → pool → fc 128 → fc 10.
+- ``tf_cifar_cnn``: the CIFAR-10 network of TensorFlow's tutorial (``tutorials/image/cifar10``),
+  which DP-LSSGD's CIFAR-10 experiment names: the central 24×24 crop, per-image standardisation,
+  conv 64@5×5 → ReLU → max-pool 3/2 → LRN → conv 64@5×5 → ReLU → LRN → max-pool 3/2 → fc 384 →
+  ReLU → fc 192 → ReLU → fc 10 (1,068,298 parameters on 3×32×32 inputs). Not the tutorial's:
+  its random training crops, flips and colour distortions (every input here is the central crop),
+  its weight decay and truncated-normal initial weights (PyTorch's defaults here, as for every
+  built-in), and TensorFlow's asymmetric "SAME" pooling pad (torch pads one pixel each side).
 - ``char_lstm``: embedding → one LSTM layer → linear, for next-character prediction.
 
 None uses batch statistics (no BatchNorm): per-example gradients must not mix examples.
@@ -91,6 +98,39 @@ def _cifar_cnn(spec: NetworkSpec) -> nn.Module:
     return nn.Sequential(*layers)
 
 
+class CentralCropStandardised(nn.Module):
+    """The TF CIFAR-10 tutorial's evaluation input: the central ``side``×``side`` crop of each image,
+    then per-image standardisation (x − mean) / max(std, 1/√N) over its N values — per example and
+    without parameters, so per-example gradients and the bound on each row are unchanged."""
+
+    def __init__(self, side: int) -> None:
+        super().__init__()
+        self.side = side
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[-2:]
+        top, left = (h - self.side) // 2, (w - self.side) // 2
+        x = x[..., top:top + self.side, left:left + self.side]
+        dims = (-3, -2, -1)
+        floor = 1.0 / math.sqrt(x.shape[-3] * self.side * self.side)
+        std = x.std(dim=dims, keepdim=True, unbiased=False).clamp(min=floor)
+        return (x - x.mean(dim=dims, keepdim=True)) / std
+
+
+def _tf_cifar_cnn(spec: NetworkSpec) -> nn.Module:
+    flat = facts.tf_cifar_cnn_flat(spec.input_shape)
+
+    def lrn() -> nn.Module:  # tf.nn.lrn(depth_radius=4, bias=1, alpha=0.001/9, beta=0.75): torch divides α by size
+        return nn.LocalResponseNorm(9, alpha=0.001, beta=0.75, k=1.0)
+
+    return nn.Sequential(
+        CentralCropStandardised(facts.TF_CIFAR_CROP),
+        nn.Conv2d(spec.input_shape[0], 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(3, 2, padding=1), lrn(),
+        nn.Conv2d(64, 64, 5, padding=2), nn.ReLU(), lrn(), nn.MaxPool2d(3, 2, padding=1),
+        nn.Flatten(), nn.Linear(flat, 384), nn.ReLU(), nn.Linear(384, 192), nn.ReLU(), nn.Linear(192, spec.n_outputs),
+    )
+
+
 class CharLSTM(nn.Module):
     """Token ids (L,) → logits of the next token after the sequence (the last step's state).
 
@@ -126,6 +166,7 @@ NETWORKS: dict[str, Callable[[NetworkSpec], nn.Module]] = {
     "mlp": _mlp,
     "mnist_cnn": _mnist_cnn,
     "cifar_cnn": _cifar_cnn,
+    "tf_cifar_cnn": _tf_cifar_cnn,
     "char_lstm": _char_lstm,
 }
 assert tuple(NETWORKS) == facts.NETWORK_NAMES

@@ -124,7 +124,7 @@ BAD = [
     ([('method = "gradient"\n', "")], "method: required"),
     ([('name = "logistic"', 'name = "svm"')],
      "model.name: must be 'logistic', 'ridge', 'huber_svm', 'softmax', 'mlp', 'mnist_cnn', 'cifar_cnn', "
-     "'char_lstm' or 'plugin'"),
+     "'tf_cifar_cnn', 'char_lstm' or 'plugin'"),
     ([('name = "logistic"', 'name = "softmax"')], "model.n_classes: required for softmax"),
     ([("lam = 0.001", "lam = 0.001\nn_classes = 3")], "model.n_classes: only for softmax"),
     ([('method = "gradient"', 'method = "gradient"\nmodel = 3'), ("[model]\n", "[unused]\n")],

@@ -17,6 +17,7 @@ SPECS = [
     MNIST,
     NetworkSpec("mlp", (20,), 3, hidden=(16, 8), init_seed=1),
     NetworkSpec("cifar_cnn", (3, 32, 32), 10, init_seed=2),
+    NetworkSpec("tf_cifar_cnn", (3, 32, 32), 10, init_seed=4),
     NetworkSpec("char_lstm", (12,), 30, hidden=(32,), vocab=30, init_seed=3),
 ]
 
@@ -27,6 +28,27 @@ def test_the_mnist_cnn_is_the_tf_privacy_tutorial_network() -> None:
     assert [tuple(p.shape) for p in net.parameters()] == [
         (16, 1, 8, 8), (16,), (32, 16, 4, 4), (32,), (32, 512), (32,), (10, 32), (10,)]
     assert net(torch.zeros(5, 1, 28, 28)).shape == (5, 10)
+
+
+def test_the_tf_cifar_cnn_is_the_tensorflow_tutorial_network_on_its_central_crop() -> None:
+    """TensorFlow's CIFAR-10 tutorial network (the DP-LSSGD paper's CIFAR-10 model): 1,068,298
+    parameters in its layers' shapes; the input is the central 24×24 crop, standardised per image
+    as tf.image.per_image_standardization does (population std, floored at 1/√N)."""
+    net = build_network(NetworkSpec("tf_cifar_cnn", (3, 32, 32), 10))
+    assert parameter_count(net) == 1_068_298
+    assert [tuple(p.shape) for p in net.parameters()] == [
+        (64, 3, 5, 5), (64,), (64, 64, 5, 5), (64,), (384, 2304), (384,), (192, 384), (192,), (10, 192), (10,)]
+    x = torch.rand(4, 3, 32, 32, dtype=torch.float64)
+    crop = x[..., 4:28, 4:28]
+    flat = crop.reshape(4, -1)
+    want = (flat - flat.mean(1, keepdim=True)) / flat.std(1, unbiased=False, keepdim=True).clamp(min=1 / 1728**0.5)
+    assert torch.allclose(net[0](x).reshape(4, -1), want, atol=1e-12)
+    # the border never matters, a constant image gives zeros (the std floor, no 0/0)
+    y = x.clone()
+    y[..., :4, :] = 7.0
+    assert torch.equal(net[0](x), net[0](y))
+    assert torch.equal(net[0](torch.full((1, 3, 32, 32), 0.5)), torch.zeros(1, 3, 24, 24))
+    assert build_network(NetworkSpec("tf_cifar_cnn", (3, 32, 32), 10))(torch.zeros(5, 3, 32, 32)).shape == (5, 10)
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
@@ -83,11 +105,14 @@ def test_bad_specs_name_the_field() -> None:
         build_network(NetworkSpec("mnist_cnn", (1, 8, 8), 10))
     with pytest.raises(ValueError, match="model.input_shape"):
         build_network(NetworkSpec("cifar_cnn", (3, 30, 30), 10))
-    assert set(NETWORKS) == {"mlp", "mnist_cnn", "cifar_cnn", "char_lstm"}
+    with pytest.raises(ValueError, match="model.input_shape: tf_cifar_cnn crops the central 24×24"):
+        build_network(NetworkSpec("tf_cifar_cnn", (3, 23, 32), 10))
+    assert set(NETWORKS) == {"mlp", "mnist_cnn", "cifar_cnn", "tf_cifar_cnn", "char_lstm"}
 
 
 COUNTED = [*SPECS, NetworkSpec("mnist_cnn", (3, 64, 48), 7), NetworkSpec("mlp", (4, 5, 6), 2, hidden=()),
            NetworkSpec("mlp", (122,), 2, hidden=(64, 64, 32)), NetworkSpec("cifar_cnn", (1, 16, 24), 4),
+           NetworkSpec("tf_cifar_cnn", (1, 28, 25), 3),
            NetworkSpec("char_lstm", (40,), 5, hidden=(200,), vocab=90), NetworkSpec("char_lstm", (5,), 2, hidden=(),
                                                                                    vocab=2)]
 
@@ -106,6 +131,7 @@ def test_the_counts_refuse_what_building_refuses_naming_the_same_field() -> None
     from mpc_erm.models import facts
 
     for name, shape, vocab in [("mnist_cnn", (1, 8, 8), 0), ("cifar_cnn", (3, 30, 30), 0), ("mnist_cnn", (28, 28), 0),
+                               ("tf_cifar_cnn", (3, 20, 32), 0), ("tf_cifar_cnn", (32, 32), 0),
                                ("char_lstm", (12,), 1)]:
         with pytest.raises(ValueError) as built:
             build_network(NetworkSpec(name, shape, 10, vocab=vocab))
