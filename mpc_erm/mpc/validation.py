@@ -18,10 +18,11 @@ per contribution; an honest contribution's centred representative x̃_o ∈ [−
    projection rows r_j ∈ {−1, 0, +1}^p (P = ¼, ½, ¼).
 2. **Projections**, local: y_oj = ⟨r_j, x_o⟩ in the ring, each party on its own shares.
 3. **Squared norm**, in the MPC, in chunks of c coordinates: S_ok = Σ_{i∈chunk k} x_oi²
-   (CrypTen's square: a Beaver square pair from the dealer, or local cross terms under RSS).
-4. **One comparison batch** over the flags y > τ, −y > τ, S_ok > M², Σ_k S_ok > M²: their signs
-   on bit planes, 64 flags a word (:func:`_signs`), OR-ed per contribution by a tree of ANDs;
-   that bit alone is opened.
+   (CrypTen's square: a Beaver square pair from the dealer, or local cross terms under RSS), and a
+   tree of partial sums over them, G at a time (G·M² < 2^62), up to the whole norm.
+4. **One comparison batch** over the flags y > τ, −y > τ, S_ok > M² and every partial sum > M²:
+   their signs on bit planes, 64 flags a word (:func:`_signs`), OR-ed per contribution by a tree
+   of ANDs; that bit alone is opened.
 
 Soundness (a contribution that passes has ‖x̃‖₂ ≤ M, except with probability ≤ 2^-λ). The
 cyclic distance |·|_c on Z_{2^64} obeys the triangle inequality. Fix a coordinate i with
@@ -30,8 +31,11 @@ cyclic distance |·|_c on Z_{2^64} obeys the triangle inequality. Fix a coordina
 passes only when r_ji ≠ 0 (½). So a vector with ‖x̃‖_∞ > 2τ passes λ independent rows with
 probability ≤ 2^-λ — whatever its 2-adic structure (a projection with ±1 coefficients alone is
 fooled by x_i = 2^63). Otherwise every |x̃_i| ≤ 2τ, the chunk size keeps c·(2τ)² < 2^62, so each
-S_ok is the exact integer; if each is ≤ M², their sum is ≤ ⌈p/c⌉·M² < 2^62 (a condition of the
-plan), exact too, and "Σ S ≤ M²" is exactly ‖x̃‖₂ ≤ M. A NaN bit pattern, a replayed or foreign
+S_ok is the exact integer, in [0, 2^62). A partial sum adds at most G values each checked to be
+an integer in [0, M²], so it is exact too (G·M² < 2^62), in [0, G·M²], and checked ≤ M² in its
+turn: by induction up the tree every node is the exact integer it stands for, and the root's
+check "Σ S ≤ M²" is exactly ‖x̃‖₂ ≤ M. (Summing the chunks at once, as the check did before,
+needed ⌈p/c⌉·M² < 2^62: a million coordinates at a useful grid did not fit.) A NaN bit pattern, a replayed or foreign
 share (uniform in the ring once added to fresh derived shares) and 10⁶× the bound all fail.
 
 Completeness (an honest contribution always passes): |⟨r, x̃⟩| ≤ ‖r‖₂·‖x̃‖₂ ≤ √nnz(r)·M
@@ -111,9 +115,9 @@ class CheckPlan:
         if 4 * tau * tau >= _ROOM:
             raise ValidationError(f"a contribution bound of {top} grid units leaves no room for the exact squared norm "
                                   "in the int64 ring (|projection| ≤ 2^30 needed): use a coarser grid")
-        if self.chunks * top * top >= _ROOM:
-            raise ValidationError(f"a contribution bound of {top} grid units over {self.dim} coordinates leaves no "
-                                  "room for the exact squared norm in the int64 ring: use a coarser grid")
+        if 2 * top * top >= _ROOM:
+            raise ValidationError(f"a contribution bound of {top} grid units leaves no room for two squared norms "
+                                  "in the int64 ring (M² < 2^61 needed): use a coarser grid")
 
     @staticmethod
     def threshold(m: int, nnz: int) -> int:
@@ -129,6 +133,21 @@ class CheckPlan:
     @property
     def chunks(self) -> int:
         return -(-self.dim // self.chunk)
+
+    @property
+    def fan_in(self) -> int:
+        """G: partial sums added at a time up the tree, G·M² < 2^62 for the largest M (≥ 2)."""
+        top = max(self.bounds, default=0)
+        return max(2, (_ROOM - 1) // max(1, top * top))
+
+    def levels(self) -> list[int]:
+        """The widths of the partial-sum tree's levels above the chunks, ending with the root (1);
+        empty with one chunk (its flag is the whole norm's)."""
+        out, width = [], self.chunks
+        while width > 1:
+            width = -(-width // self.fan_in)
+            out.append(width)
+        return out
 
 
 def _joint_key(comm: object) -> bytes:
@@ -161,6 +180,15 @@ def _chunk_sums(z: torch.Tensor, plan: CheckPlan) -> torch.Tensor:
     full = (z.shape[1] // c) * c
     sums = z[:, :full].reshape(z.shape[0], -1, c).sum(-1)
     return sums if full == z.shape[1] else torch.cat([sums, z[:, full:].sum(1, keepdim=True)], dim=1)
+
+
+def _group_sums(values: torch.Tensor, group: int, width: int) -> torch.Tensor:
+    """(rows, k) → (rows, width): the sums of ``group`` consecutive columns (the last may be
+    shorter), in the ring like the shares."""
+    rows, k = values.shape
+    padded = torch.zeros(rows, width * group, dtype=values.dtype)
+    padded[:, :k] = values
+    return padded.reshape(rows, width, group).sum(-1)
 
 
 def _chunk_squares(shares: torch.Tensor, plan: CheckPlan, following: torch.Tensor | None) -> torch.Tensor:
@@ -332,8 +360,10 @@ class RoundCheck:
         m = torch.tensor(plan.bounds, dtype=torch.long)
         m2 = (m * m).unsqueeze(1)
         parts = [y - _public(tau), -y - _public(tau), s - _public(m2.expand_as(s))]
-        if plan.chunks > 1:  # one chunk: its flag is the whole norm's
-            parts.append(s.sum(1, keepdim=True) - _public(m2))
+        level = s
+        for width in plan.levels():  # the partial sums, G at a time, up to the whole norm (module doc)
+            level = _group_sums(level, plan.fan_in, width)
+            parts.append(level - _public(m2.expand_as(level)))
         self._flags.append(torch.cat(parts, dim=1))
 
     def verdicts(self) -> list[bool]:

@@ -101,6 +101,59 @@ def test_one_round_check_over_blocks_of_different_chunk_counts_with_the_local_sq
     assert results[0] == want
 
 
+#: A bound whose exact squared norm needs the partial-sum tree: chunks of 4 coordinates, 2,500 of
+#: them, summed 1,844 at a time (two level-1 sums, then the root); the plan refused it before.
+WIDE, WIDE_M = 10_000, 50_000_000
+
+
+def _wide_cases() -> tuple[torch.Tensor, list[str], list[bool]]:
+    from mpc_erm.mpc.validation import CheckPlan
+
+    plan = CheckPlan(WIDE, (WIDE_M,))
+    group = plan.chunk * plan.fan_in  # coordinates under one level-1 partial sum
+    assert plan.levels() == [2, 1] and group < WIDE
+    g = torch.Generator().manual_seed(3)
+    v = torch.randn(WIDE, generator=g, dtype=torch.float64)
+    cases = {"honest": ((v / v.norm() * WIDE_M * 0.9).trunc().long(), True)}
+    edge = torch.zeros(WIDE, dtype=torch.long)
+    edge[0] = WIDE_M
+    cases["honest-at-bound"] = (edge, True)
+    over = edge.clone()
+    over[group + 1] = 1  # M² + 1, the extra unit under the other level-1 sum: only the root sees it
+    cases["one-unit-over-across-groups"] = (over, False)
+    half = torch.zeros(WIDE, dtype=torch.long)
+    half[[0, group]] = int(WIDE_M * 0.87)  # 0.76 M² under each level-1 sum, 1.51 M² in all
+    cases["each-group-within-the-whole-over"] = (half, False)
+    return torch.stack([x for x, _ in cases.values()]), list(cases), [ok for _, ok in cases.values()]
+
+
+def _wide_party(ctx: object, parties: int) -> list[bool]:
+    import crypten
+
+    from mpc_erm.mpc.validation import CheckPlan, RoundCheck
+
+    x, _names, _want = _wide_cases()
+    shares = _split(x, parties, 5)
+    rank = crypten.communicator.get().get_rank()
+    check = RoundCheck(crypten.communicator.get(), WIDE)
+    replicated = getattr(ctx, "trust", "") == "replicated"
+    following = shares[(rank + 1) % 3] if replicated else None  # the local square
+    check.add(shares[rank], CheckPlan(WIDE, (WIDE_M,) * x.shape[0]), following=following)
+    return check.verdicts()
+
+
+@pytest.mark.parametrize("trust,parties", [("replicated", 3), ("dealer", 2)])
+def test_a_norm_too_wide_to_sum_at_once_is_checked_exactly_by_a_tree_of_partial_sums(trust: str,
+                                                                                     parties: int) -> None:
+    """Every chunk and every level-1 partial sum within M², the whole over it: refused at the root;
+    the honest contributions at the bound pass (the local square under replicated sharing, CrypTen's
+    with a dealer)."""
+    results = run_local(_wide_party, parties=parties, trust=trust, args=(parties,), timeout_s=300)
+    _x, names, want = _wide_cases()
+    assert all(r == results[0] for r in results)
+    assert dict(zip(names, results[0])) == dict(zip(names, want))
+
+
 @pytest.mark.parametrize("trust,parties", [("replicated", 3), ("dealer", 2), ("dealer", 3)])
 def test_the_check_passes_every_honest_contribution_and_refuses_every_hostile_one(trust: str, parties: int) -> None:
     results = run_local(_party, parties=parties, trust=trust, args=(parties,), timeout_s=300)
@@ -163,6 +216,11 @@ def test_the_plan_refuses_bounds_the_ring_cannot_hold_exactly_and_chunks_the_res
     assert big.chunks > 1 and big.chunk * 4 * CheckPlan.threshold(1 << 24, 7850) ** 2 < 1 << 62
     with pytest.raises(ValidationError, match="coarser grid"):
         CheckPlan(7850, (1 << 27,))
+    # a million coordinates at the bound a CIFAR-10 network's party sum has on its grid: once refused
+    # (the chunks' sum would not fit the ring), now summed up a tree, G·M² < 2^62 at every node
+    wide = CheckPlan(1_068_298, (38_339_115,))
+    assert wide.chunks * 38_339_115**2 >= 1 << 62 and wide.levels() == [57, 1]
+    assert wide.fan_in * 38_339_115**2 < 1 << 62 <= (wide.fan_in + 1) * 38_339_115**2
     assert bound_units(1.0, 16, 100) == 65536 + 1 + 5 + 1  # + the float slack 2^-20 of 2^16 units, rounded up
 
 
