@@ -4,7 +4,10 @@ Found by the privacy audit through the daemons: Adult with 1,000 audit columns (
 each party's bound at 9.5·10^7 grid units on the default grid, where the check's exact squared
 norms do not fit the int64 ring; the first aggregate raised, after the round had been marked, so
 the job failed and was charged. Now the worker takes the finest coarser grid where the check fits
-(rounding at most 5 % of the sensitivity), and refuses before anything is charged when none does."""
+(rounding at most 5 % of the sensitivity), and refuses before anything is charged when none does.
+Since the check sums its chunks up a tree (only M itself is limited, to ≈ 10^8 units), that job
+fits its default grid; a job of 20,000 features (M ≈ 1.9·10^8 on its default grid) is the wide
+one here, and one of 200,000 fits no allowed grid."""
 
 from __future__ import annotations
 
@@ -35,9 +38,9 @@ def _fits(plan, g: int) -> bool:  # type: ignore[no-untyped-def]
 
 
 def test_a_wide_job_takes_the_finest_grid_where_the_check_fits() -> None:
-    plan = _plan(1104)
+    plan = _plan(20_000)
     default = realise(plan, 3)
-    assert not _fits(plan, default.plan.grid_bits)  # the audit's job: the default grid does not fit
+    assert not _fits(plan, default.plan.grid_bits)  # M ≈ 1.9·10^8 units: 4τ² over the ring
     bounds = tuple(plan.member_bound(j) for j in range(3))
     chosen = realise_checked(plan, 3, bounds)
     g = chosen.plan.grid_bits
@@ -51,12 +54,14 @@ def test_a_narrow_job_keeps_the_default_grid_and_unchecked_jobs_are_untouched() 
     plan = _plan(104)
     bounds = tuple(plan.member_bound(j) for j in range(3))
     assert realise_checked(plan, 3, bounds).plan.grid_bits == realise(plan, 3).plan.grid_bits
-    wide = _plan(1104)
+    audit = _plan(1104)  # the audit's job: fits its default grid since the partial-sum tree
+    assert _fits(audit, realise(audit, 3).plan.grid_bits)
+    wide = _plan(20_000)
     assert realise_checked(wide, 3, None).plan.grid_bits == realise(wide, 3).plan.grid_bits
 
 
 def test_a_job_no_allowed_grid_fits_is_refused_naming_the_fields() -> None:
-    plan = _plan(20_000)  # d·n ≈ 6·10^8: fitting the ring needs a grid whose rounding is > 5 % of Δ
+    plan = _plan(200_000)  # fitting M needs a grid whose rounding of 200,000 coordinates is > 5 % of Δ
     bounds = tuple(plan.member_bound(j) for j in range(3))
-    with pytest.raises(ValueError, match=r"privacy.clip / job.features: .* 20000 coordinates"):
+    with pytest.raises(ValueError, match=r"privacy.clip / job.features: .* 200000 coordinates"):
         realise_checked(plan, 3, bounds)
