@@ -40,6 +40,7 @@ the per-record contribution bound C, for ``"replace"`` Δ = 2C.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Literal
@@ -256,9 +257,22 @@ def noise_multiplier_for(
             z = math.nextafter(z, math.inf)
         return z
 
+    return _searched_z(acc, eps, dl, t, q, adj, tol, pld_discretization, discrete, population, subsampled_rdp,
+                       tuple(int(n) for n in member_rows))
+
+
+@functools.lru_cache(maxsize=1024)
+def _searched_z(acc: str, eps: float, dl: float, t: int, q: float, adj: str, tol: float, pld_discretization: float,
+                discrete: bool, population: int | None, subsampled_rdp: SubsampledRdp,
+                member_rows: tuple[int, ...]) -> float:
+    """:func:`noise_multiplier_for`'s search for the numerical accountants, on checked arguments.
+    Cached: a pure function of them, and each search evaluates the accountant 6–20 times (a report
+    verified, a ledger's search for the largest ε that fits and a plan ask for the same job's z)."""
+
     def f(x: float) -> float:  # decreasing in x = log z; f ≤ 0 ⇔ feasible
-        e = epsilon_for(acc, math.exp(x), t, dl, q, adj, pld_discretization=pld_discretization, discrete=discrete,
-                        population=population, subsampled_rdp=subsampled_rdp, member_rows=member_rows)
+        e = epsilon_for(acc, math.exp(x), t, dl, q, adj, pld_discretization=pld_discretization,  # type: ignore[arg-type]
+                        discrete=discrete, population=population, subsampled_rdp=subsampled_rdp,
+                        member_rows=member_rows)
         return math.inf if e == math.inf else (math.log(e) - math.log(eps) if e > 0 else -math.inf)
 
     # Start from the full-batch GDP value scaled by q (exact at q = 1, close for q < 1).

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from scipy.special import logsumexp
@@ -41,18 +41,38 @@ __all__ = ["member_view_curve", "pooled_rows_curve", "wor_log_moments"]
 _EXACT_UP_TO = 256
 
 
+def _cgf(sigma: float) -> Callable[[float], float]:
+    """dp_accounting's cgf of the Gaussian in ``_compute_rdp_sample_wor_gaussian_int``."""
+
+    def cgf(x: float) -> float:
+        return x * 1.0 * (x + 1) / (2.0 * sigma**2)
+
+    return cgf
+
+
+@functools.lru_cache(maxsize=64)
+def _forward_diffs(noise_multiplier: float) -> np.ndarray:
+    """dp_accounting's ``_get_forward_diffs(cgf, n)`` at n = 256, once per z: its i-th entry reads
+    only the function's first i + 1 values, by the same float operations whatever n is, so every
+    order's prefix is the array dp_accounting computes for that order alone, bit for bit (a test
+    checks it) — where computing it per order cost O(α²) each, most of a member view's time."""
+    from dp_accounting.rdp.rdp_privacy_accountant import _get_forward_diffs
+
+    deltas, _ = _get_forward_diffs(_cgf(noise_multiplier), _EXACT_UP_TO)
+    deltas.flags.writeable = False
+    return deltas
+
+
 #: Enough for every integer order a curve needs (about 160) at a dozen noise multipliers: the views
 #: of one calibration step share their coefficients (up to 1,025 floats each, ≤ 16 MB in all).
 @functools.lru_cache(maxsize=2048)
 def _coefficients(noise_multiplier: float, alpha: int) -> np.ndarray:
     """(α + 1,) log c_i for i = 0..α (−inf at i = 1; 0 at i = 0): dp_accounting's
     ``_compute_rdp_sample_wor_gaussian_int`` term by term, without the γ^i factor."""
-    from dp_accounting.rdp.rdp_privacy_accountant import _get_forward_diffs, _log_comb
+    from dp_accounting.rdp.rdp_privacy_accountant import _log_comb
 
     sigma = noise_multiplier
-
-    def cgf(x: float) -> float:
-        return x * 1.0 * (x + 1) / (2.0 * sigma**2)
+    cgf = _cgf(sigma)
 
     def func(x: float) -> float:
         return 1.0 * x / (2.0 * sigma**2)
@@ -62,7 +82,7 @@ def _coefficients(noise_multiplier: float, alpha: int) -> np.ndarray:
     log_f2m1 = func(2.0) + math.log1p(-np.exp(-func(2.0)))
     out[2] = _log_comb(alpha, 2) + min(np.log(4) + log_f2m1, func(2.0) + np.log(2))
     if alpha <= _EXACT_UP_TO:
-        deltas, _ = _get_forward_diffs(cgf, alpha)
+        deltas = _forward_diffs(noise_multiplier)
         for i in range(3, alpha + 1):
             delta_lo = deltas[int(2 * np.floor(i / 2.0)) - 1]
             delta_hi = deltas[int(2 * np.ceil(i / 2.0)) - 1]

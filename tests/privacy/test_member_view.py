@@ -87,3 +87,18 @@ def test_a_member_that_holds_all_but_the_batch_sees_the_others_drawn_for_certain
 def test_impossible_sizes_are_refused_naming_them(args: tuple[float, int, int, int]) -> None:
     with pytest.raises(ValueError, match="sample_size|member_rows"):
         member_view_curve(*args)
+
+
+@pytest.mark.parametrize("z", [0.7, 1.9, 8.0])
+def test_one_forward_difference_table_per_noise_multiplier_is_dp_accountings_per_order_bit_for_bit(z: float) -> None:
+    """The member views read every order's forward differences off one table computed at n = 256:
+    each order's prefix must be what dp_accounting computes for that order alone, exactly."""
+    from dp_accounting.rdp.rdp_privacy_accountant import _get_forward_diffs
+
+    from mpc_erm.privacy.member_view import _cgf, _forward_diffs
+
+    table = _forward_diffs(z)
+    for alpha in (2, 3, 17, 64, 255, 256):
+        alone, _ = _get_forward_diffs(_cgf(z), alpha)
+        assert np.array_equal(table[: alpha + 2], alone), alpha
+
