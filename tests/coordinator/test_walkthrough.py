@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "docs" / "tutorials" / "own-csv.md"  # the walkthrough tutorial
 BIN = Path(sys.executable).parent
 
-pytestmark = [pytest.mark.e2e]
+pytestmark = [pytest.mark.e2e, pytest.mark.long]  # ~65 s: with the long campaigns (CI runs them)
 
 
 def walkthrough_script(page: Path = README) -> str:

@@ -17,7 +17,7 @@ from mpc_erm.data.loaders import write_idx_file
 from mpc_erm.jobs.status import TERMINAL
 from tests.parties.test_worker import _images  # two classes of 28×28 images: a bright block top-left or bottom-right
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.long]  # ~55 s: with the long campaigns (CI runs them)
 
 JOB = """method = "gradient"
 
