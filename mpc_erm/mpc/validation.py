@@ -35,8 +35,9 @@ S_ok is the exact integer, in [0, 2^62). A partial sum adds at most G values eac
 an integer in [0, M²], so it is exact too (G·M² < 2^62), in [0, G·M²], and checked ≤ M² in its
 turn: by induction up the tree every node is the exact integer it stands for, and the root's
 check "Σ S ≤ M²" is exactly ‖x̃‖₂ ≤ M. (Summing the chunks at once, as the check did before,
-needed ⌈p/c⌉·M² < 2^62: a million coordinates at a useful grid did not fit.) A NaN bit pattern, a replayed or foreign
-share (uniform in the ring once added to fresh derived shares) and 10⁶× the bound all fail.
+needed ⌈p/c⌉·M² < 2^62: a million coordinates at a useful grid did not fit.) A NaN bit pattern,
+a replayed or foreign share (uniform in the ring once added to fresh derived shares) and 10⁶×
+the bound all fail.
 
 Completeness (an honest contribution always passes): |⟨r, x̃⟩| ≤ ‖r‖₂·‖x̃‖₂ ≤ √nnz(r)·M
 (Cauchy–Schwarz), so τ = ⌊√(nnz·M²)⌋ never refuses one. For large p that τ wastes headroom, and
