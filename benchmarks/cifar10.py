@@ -13,14 +13,15 @@ The paper states no epoch count for this figure; the projection is per epoch (19
 Two runs. **The simulator** (default): the four optimizers for ``--rounds`` rounds in the
 in-process simulator (the daemon worker's own ``DpSgd`` round loop, plaintext aggregator), test
 accuracy on the 10,000 test images every ``--every`` rounds. **Through the daemons**
-(``--daemons``): one optimizer's job through three replicated party daemons (real processes,
-gRPC with mutual TLS; each party its own IDX files), in-MPC or distributed noise, beside the
-simulator's run of the same rounds in the same invocation (machines are noisy: the ratio is
+(``--daemons``): one optimizer's jobs through three replicated party daemons (real processes,
+gRPC with mutual TLS; each party its own IDX files), in-MPC or distributed noise — one job per
+length in ``--rounds``, the points of an accuracy curve — beside the simulator's run of the
+longest in the same invocation, evaluated at the same rounds (machines are noisy: the ratio is
 measured in one run).
 
-    .venv/bin/python -m benchmarks.cifar10 --rounds 30 --every 10 --out benchmarks/results/cifar10.json
-    .venv/bin/python -m benchmarks.cifar10 --daemons --rounds 6 --noise-kind distributed \\
-        --out benchmarks/results/cifar10_daemons.json
+    .venv/bin/python -m benchmarks.cifar10 --rounds 60 --every 20 --out benchmarks/results/cifar10.json
+    .venv/bin/python -m benchmarks.cifar10 --daemons --rounds 20,40,60 --noise-kind distributed \\
+        --out benchmarks/results/cifar10_daemons_curve.json
 
 The data: :mod:`benchmarks.cifar10_data` (the registry's copy of CIFAR-10, checked).
 """
@@ -150,71 +151,96 @@ def run_simulator(rounds: int, every: int, seed: int = 0, progress: Any = print)
     }
 
 
-def run_daemons(out: Path, rounds: int, *, optimizer: str = "sgd", ls_sigma: float = 0.0, noise_kind: str = "mpc",
-                seed: int = 0, progress: Any = print) -> dict[str, Any]:
-    """``rounds`` rounds of one optimizer's job through three replicated party daemons, then the
-    simulator's run of the same rounds; seconds per round of each, the ratio, and the full run's
-    projected cost through the daemons."""
+def _daemons_job(path: Path, rounds: int, optimizer: str, ls_sigma: float, noise_kind: str, seed: int) -> Path:
+    """The job file for ``rounds`` rounds at noise multiplier 2.0 (its ε is what the plan states)."""
+    eps = epsilon_for("rdp", NOISE, rounds, DELTA * 0.99, BATCH / N_TRAIN, "add_remove", discrete=True) * (1 + 1e-6)
+    path.write_text("\n".join([
+        'method = "gradient"', "", "[job]", f'name = "cifar10-{rounds}"', 'dataset = "cifar10"',
+        'parties = ["alice", "bob", "carol"]', 'trust = "replicated"', "",
+        "[model]", *(f"{k} = {json.dumps(v)}" for k, v in _model(seed).items()), "",
+        "[privacy]", f"epsilon = {eps!r}", f"delta = {DELTA!r}", f"clip = {CLIP!r}", 'adjacency = "add_remove"',
+        f"public_n = {N_TRAIN}", 'accountant = "rdp"', f'noise = "{noise_kind}"', "",
+        "[training]", *(f"{k} = {json.dumps(v)}" for k, v in _training(optimizer, ls_sigma, rounds).items()), ""]))
+    return path
+
+
+def _seconds_per_round(audit: Path, job_id: str) -> tuple[float, int]:
+    """From the first release of the job to its last (alice's audit log stamps each): start-up, the
+    noise sampled before round 1 and the result's writing are not rounds."""
+    rows = [json.loads(line) for line in audit.open()]
+    released = {int(r["round"]): float(r["time"]) for r in rows
+                if r["event"] == "release" and r.get("round") and r.get("job_id") == job_id}
+    first, last = min(released), max(released)
+    return (released[last] - released[first]) / max(1, last - first), last - first
+
+
+def run_daemons(out: Path, lengths: list[int], *, optimizer: str = "sgd", ls_sigma: float = 0.0,
+                noise_kind: str = "mpc", seed: int = 0, progress: Any = print) -> dict[str, Any]:
+    """One job of each length in ``lengths`` (rounds) of one optimizer through the same three
+    replicated party daemons — the points of an accuracy curve, each its own job at the same noise
+    multiplier — then the simulator's run of the longest, evaluated at the same rounds; seconds per
+    round of each, the ratio, and the full run's projected cost. The top-level figures are the
+    longest job's."""
     from benchmarks.daemon_job import submit_and_fetch
     from coordinator.consortium import LocalConsortium
     from mpc_erm import load_model
     from mpc_erm.data.images import write_idx_file
 
+    lengths = sorted(set(lengths))
     img, lab = load("train")
     Xte, yte = _tensors("test")
-    q = BATCH / N_TRAIN
-    eps = epsilon_for("rdp", NOISE, rounds, DELTA * 0.99, q, "add_remove", discrete=True) * (1 + 1e-6)
     out.mkdir(parents=True, exist_ok=True)
     data = out / "data"
     data.mkdir(exist_ok=True)
-    names = ["alice", "bob", "carol"]
     own = {name: {"format": "idx", "path": write_idx_file(data / f"{name}-images.idx", img[i::PARTIES]),
                   "labels": write_idx_file(data / f"{name}-labels.idx", lab[i::PARTIES]), "adjacency": "add_remove"}
-           for i, name in enumerate(names)}
-    tr = _training(optimizer, ls_sigma, rounds)
-    job = out / "cifar10_job.toml"
-    job.write_text("\n".join([
-        'method = "gradient"', "", "[job]", 'name = "cifar10"', 'dataset = "cifar10"',
-        f"parties = [{', '.join(json.dumps(n) for n in names)}]", 'trust = "replicated"', "",
-        "[model]", *(f"{k} = {json.dumps(v)}" for k, v in _model(seed).items()), "",
-        "[privacy]", f"epsilon = {eps!r}", f"delta = {DELTA!r}", f"clip = {CLIP!r}", 'adjacency = "add_remove"',
-        f"public_n = {N_TRAIN}", 'accountant = "rdp"', f'noise = "{noise_kind}"', "",
-        "[training]", *(f"{k} = {json.dumps(v)}" for k, v in tr.items()), ""]))
-    tic = time.perf_counter()
+           for i, name in enumerate(("alice", "bob", "carol"))}
+    jobs: list[dict[str, Any]] = []
     with LocalConsortium(out / "consortium", parties=PARTIES, dataset="cifar10", dealer=False, budget_epsilon=10.0,
-                         max_epsilon_per_job=5.0, party_data=own, max_iterations=rounds,
+                         max_epsilon_per_job=5.0, party_data=own, max_iterations=max(lengths),
                          peer_timeout_s=600.0) as cons:
-        ended, _result = submit_and_fetch(cons, job, out / "result")
-    wall = ended - tic
-    model = load_model(out / "result")
-    acc = float(np.mean(np.asarray(model.predict(Xte.reshape(Xte.shape[0], -1).numpy())).astype(np.int64)
-                        == yte.numpy()))
-    report = json.loads((out / "result" / "privacy_report.json").read_text())
+        for rounds in lengths:
+            tic = time.perf_counter()
+            job = _daemons_job(out / f"cifar10_job_{rounds}.toml", rounds, optimizer, ls_sigma, noise_kind, seed)
+            ended, result = submit_and_fetch(cons, job, out / f"result-{rounds}")
+            per_round, timed = _seconds_per_round(out / "consortium" / "alice" / "state" / "audit.jsonl",
+                                                  str(result["job_id"]))
+            model = load_model(out / f"result-{rounds}")
+            acc = float(np.mean(np.asarray(model.predict(Xte.reshape(Xte.shape[0], -1).numpy())).astype(np.int64)
+                                == yte.numpy()))
+            report = json.loads((out / f"result-{rounds}" / "privacy_report.json").read_text())
+            jobs.append({"rounds": rounds, "test_accuracy": acc, "wall_seconds": ended - tic,
+                         "seconds_per_round": per_round, "rounds_timed": timed, "report": report})
+            progress(f"daemons: {rounds} rounds, test accuracy {acc:.4f}, {per_round:.2f} s a round")
+    report = jobs[-1]["report"]
     split = report["realisation"].get("noise_parties"), report["realisation"].get("noise_honest")
     inflation = math.sqrt(split[0] / split[1]) if noise_kind == "distributed" else 1.0
-    # seconds per round from the first release to the last (alice's audit log stamps each): start-up,
-    # the noise sampled before round 1 and the result's writing are not rounds
-    audit = [json.loads(line) for line in (out / "consortium" / "alice" / "state" / "audit.jsonl").open()]
-    released = {int(r["round"]): float(r["time"]) for r in audit if r["event"] == "release" and r.get("round")}
-    first, last = min(released), max(released)
-    per_round = (released[last] - released[first]) / max(1, last - first)
-    sim = simulate(optimizer, ls_sigma, rounds, rounds, noise=NOISE * inflation, seed=seed, progress=progress)
+    every = math.gcd(*lengths)
+    sim = simulate(optimizer, ls_sigma, lengths[-1], every, noise=NOISE * inflation, seed=seed, progress=progress)
+    sim_at = {int(c["round"]): c["test_accuracy"] for c in sim["curve"]}
+    last = jobs[-1]
     return {
         "benchmark": "cifar10_daemons", "machine": machine_info(),
         "what": f"DP-{'Adam' if optimizer == 'adam' else 'SGD'}{' with Laplacian smoothing' if ls_sigma else ''} of "
                 "TensorFlow's CIFAR-10 tutorial CNN (tf_cifar_cnn, 1,068,298 parameters) through 3 replicated party "
                 f"daemons (real processes, gRPC with mutual TLS), {noise_kind} noise, each party its own third of "
-                "the training images; beside the simulator's run of the same rounds, same invocation",
-        "parameters": {"rounds": rounds, "optimizer": optimizer, "ls_sigma": ls_sigma, "learning_rate": LR[optimizer],
-                       "noise": noise_kind, "noise_multiplier": report["plan"]["noise_multiplier"],
-                       "inflation": inflation, "clip": CLIP, "sampling_rate": q, "seed": seed},
+                "the training images; one job per curve point; beside the simulator's run, same invocation",
+        "parameters": {"rounds": last["rounds"], "lengths": lengths, "optimizer": optimizer, "ls_sigma": ls_sigma,
+                       "learning_rate": LR[optimizer], "noise": noise_kind,
+                       "noise_multiplier": report["plan"]["noise_multiplier"], "inflation": inflation, "clip": CLIP,
+                       "sampling_rate": BATCH / N_TRAIN, "seed": seed},
         "epsilon": report["epsilon"], "delta": report["delta"], "accountant": report["accountant"],
-        "wall_seconds": wall, "daemons_seconds_per_round": per_round, "rounds_timed": last - first,
-        "test_accuracy": acc,
+        "wall_seconds": last["wall_seconds"], "daemons_seconds_per_round": last["seconds_per_round"],
+        "rounds_timed": last["rounds_timed"], "test_accuracy": last["test_accuracy"],
+        "curve": [{"rounds": j["rounds"], "daemons_test_accuracy": j["test_accuracy"],
+                   "simulator_test_accuracy": sim_at.get(j["rounds"]),
+                   "daemons_seconds_per_round": j["seconds_per_round"],
+                   "epsilon": j["report"]["epsilon"]} for j in jobs],
         "simulator": {"seconds_per_round": sim["seconds_per_round"], "test_accuracy": sim["test_accuracy"],
-                      "noise_multiplier": sim["noise_multiplier"]},
-        "daemons_over_simulator_per_round": per_round / sim["seconds_per_round"],
-        "projection": {"daemons": _projection(per_round), "simulator": _projection(sim["seconds_per_round"]),
+                      "noise_multiplier": sim["noise_multiplier"], "curve": sim["curve"]},
+        "daemons_over_simulator_per_round": last["seconds_per_round"] / sim["seconds_per_round"],
+        "projection": {"daemons": _projection(last["seconds_per_round"]),
+                       "simulator": _projection(sim["seconds_per_round"]),
                        "full_run_epsilon": full_run_epsilon(NOISE * inflation if noise_kind == "distributed"
                                                             else NOISE)},
     }
@@ -222,7 +248,8 @@ def run_daemons(out: Path, rounds: int, *, optimizer: str = "sgd", ls_sigma: flo
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--rounds", default="30", help="rounds; with --daemons a comma-separated list: one job each, "
+                                                   "the points of a curve")
     ap.add_argument("--every", type=int, default=10, help="simulator: rounds between test-accuracy evaluations")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--daemons", action="store_true", help="one optimizer through three replicated daemons")
@@ -233,13 +260,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     fetch()
+    lengths = [int(r) for r in str(a.rounds).split(",")]
     if a.daemons:
-        res = run_daemons(a.work, a.rounds, optimizer=a.optimizer, ls_sigma=a.ls_sigma, noise_kind=a.noise_kind,
+        res = run_daemons(a.work, lengths, optimizer=a.optimizer, ls_sigma=a.ls_sigma, noise_kind=a.noise_kind,
                           seed=a.seed)
         cmd = (f"python -m benchmarks.cifar10 --daemons --rounds {a.rounds} --optimizer {a.optimizer} "
                f"--ls-sigma {a.ls_sigma:g} --noise-kind {a.noise_kind}")
     else:
-        res = run_simulator(a.rounds, a.every, a.seed)
+        if len(lengths) != 1:
+            ap.error("--rounds: one number without --daemons")
+        res = run_simulator(lengths[0], a.every, a.seed)
         cmd = f"python -m benchmarks.cifar10 --rounds {a.rounds} --every {a.every}"
     res["command"] = cmd + (f" --out {a.out}" if a.out else "")
     text = json.dumps(res, indent=2)
