@@ -173,23 +173,16 @@ def _public(values: torch.Tensor) -> torch.Tensor:
     return values if crypten.communicator.get().get_rank() == 0 else torch.zeros_like(values)
 
 
-def _chunk_sums(z: torch.Tensor, plan: CheckPlan) -> torch.Tensor:
-    """(rows, p) → (rows, chunks): the sums over each chunk of c coordinates (the last may be shorter)."""
-    c, k = plan.chunk, plan.chunks
-    if k == 1:
-        return z.sum(1, keepdim=True)
-    full = (z.shape[1] // c) * c
-    sums = z[:, :full].reshape(z.shape[0], -1, c).sum(-1)
-    return sums if full == z.shape[1] else torch.cat([sums, z[:, full:].sum(1, keepdim=True)], dim=1)
-
-
-def _group_sums(values: torch.Tensor, group: int, width: int) -> torch.Tensor:
-    """(rows, k) → (rows, width): the sums of ``group`` consecutive columns (the last may be
-    shorter), in the ring like the shares."""
+def _group_sums(values: torch.Tensor, group: int) -> torch.Tensor:
+    """(rows, k) → (rows, ⌈k/group⌉): the sums of ``group`` consecutive columns (the last group may
+    be shorter), in the ring like the shares — a chunk's squares (group c) and each level of the
+    partial-sum tree (group G) alike."""
     rows, k = values.shape
-    padded = torch.zeros(rows, width * group, dtype=values.dtype)
-    padded[:, :k] = values
-    return padded.reshape(rows, width, group).sum(-1)
+    if group >= k:
+        return values.sum(1, keepdim=True)
+    full = (k // group) * group
+    sums = values[:, :full].reshape(rows, -1, group).sum(-1)
+    return sums if full == k else torch.cat([sums, values[:, full:].sum(1, keepdim=True)], dim=1)
 
 
 def _chunk_squares(shares: torch.Tensor, plan: CheckPlan, following: torch.Tensor | None) -> torch.Tensor:
@@ -208,7 +201,7 @@ def _chunk_squares(shares: torch.Tensor, plan: CheckPlan, following: torch.Tenso
         step = max(1, BATCH_ELEMENTS // p)
         for a in range(0, n, step):
             z = _square(ArithmeticSharedTensor.from_shares(shares[a:a + step], precision=0)).share
-            out[a:a + step] = _chunk_sums(z, plan)
+            out[a:a + step] = _group_sums(z, plan.chunk)
         return out
     step = max(1, LOCAL_ELEMENTS // p)
     buf = torch.empty(min(step, n), p, dtype=torch.long)
@@ -217,7 +210,7 @@ def _chunk_squares(shares: torch.Tensor, plan: CheckPlan, following: torch.Tenso
         z = buf[:x.shape[0]]
         torch.add(x, following[a:a + step], alpha=2, out=z)  # wraps in the ring like the shares
         z.mul_(x)
-        out[a:a + step] = _chunk_sums(z, plan)
+        out[a:a + step] = _group_sums(z, plan.chunk)
     return out + ArithmeticSharedTensor.PRZS((n, plan.chunks)).share
 
 
@@ -362,8 +355,8 @@ class RoundCheck:
         m2 = (m * m).unsqueeze(1)
         parts = [y - _public(tau), -y - _public(tau), s - _public(m2.expand_as(s))]
         level = s
-        for width in plan.levels():  # the partial sums, G at a time, up to the whole norm (module doc)
-            level = _group_sums(level, plan.fan_in, width)
+        for _width in plan.levels():  # the partial sums, G at a time, up to the whole norm (module doc)
+            level = _group_sums(level, plan.fan_in)
             parts.append(level - _public(m2.expand_as(level)))
         self._flags.append(torch.cat(parts, dim=1))
 
