@@ -29,6 +29,7 @@ The data: :mod:`benchmarks.cifar10_data` (the registry's copy of CIFAR-10, check
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import time
@@ -60,7 +61,11 @@ OPTIMIZERS = (("DP-SGD", "sgd", 0.0), ("DP-LSSGD", "sgd", LS_SIGMA), ("DP-Adam",
               ("DP-LSAdam", "adam", LS_SIGMA))
 
 
+@functools.lru_cache(maxsize=2)
 def _tensors(split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A split as float32 images in [0, 1] and int64 labels, read, checked and converted once a
+    process (every simulated optimizer and the daemons' evaluation read the same; callers do not
+    write to them)."""
     img, lab = load(split)
     return torch.from_numpy(img.astype(np.float32) / 255.0), torch.from_numpy(lab.astype(np.int64))
 
